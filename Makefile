@@ -1,0 +1,31 @@
+# Quick start: `make demo` and `make test` each create .venv if missing and install the
+# project with the pinned constraints first.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,lint]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m ir2torch.demo
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+# pytest exits 5 when it collects no test; make treats that as a failure, as it should.
+test: lint
+	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

@@ -1,0 +1,157 @@
+"""Exception hierarchy of torch2ir / ir2torch.
+
+Every error the library raises on bad input is a subclass of :class:`IRError`.
+Each carries the place it is about (``implementation``, ``node``, ``key``) and a
+``hint`` saying what to do, and renders them into one readable message::
+
+    IRError: implementation 'encoder.layer.0', node 'add_3': edge from 'x' fills
+    argument slot [1], which is not a reference in the node's args.
+    Hint: make the node's args hold {'$ref': 'x'} at [1], or drop the edge's slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class IRError(Exception):
+    """Base class of every error about an IR, a model or a state dict.
+
+    Args:
+        message: what is wrong.
+        implementation: key of the implementation concerned, if any.
+        node: name of the node concerned, if any.
+        key: another key concerned (a state-dict key, a document path, ...).
+        hint: what the user should do about it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        implementation: str | None = None,
+        node: str | None = None,
+        key: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.message = message
+        self.implementation = implementation
+        self.node = node
+        self.key = key
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.implementation is not None:
+            where.append(f"implementation {self.implementation!r}")
+        if self.node is not None:
+            where.append(f"node {self.node!r}")
+        if self.key is not None:
+            where.append(f"at {self.key}")
+        text = (", ".join(where) + ": " if where else "") + self.message
+        if self.hint:
+            text += f"\nHint: {self.hint}"
+        return text
+
+    def __str__(self) -> str:  # KeyError subclasses would otherwise repr() the message
+        return self._render()
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keep errors picklable for pytest-xdist & co.
+        return (
+            _rebuild_error,
+            (type(self), self.message, self.implementation, self.node, self.key, self.hint),
+        )
+
+
+def _rebuild_error(cls: type[IRError], message: str, implementation, node, key, hint) -> IRError:
+    return cls(message, implementation=implementation, node=node, key=key, hint=hint)
+
+
+# -- documents and files ---------------------------------------------------------------
+class IRFormatError(IRError):
+    """A document (dict or JSON file) does not follow the IR schema."""
+
+
+class UnsupportedFormatVersionError(IRFormatError):
+    """A JSON file was written by a newer (or unknown) version of the format."""
+
+
+class IRSerializationError(IRError):
+    """A value in the IR cannot be written to JSON (a tensor, an arbitrary object, ...)."""
+
+
+# -- graph lints -------------------------------------------------------------------------
+class IRValidationError(IRError):
+    """An IR is well-formed as a document but its graphs are inconsistent."""
+
+
+class DanglingEdgeError(IRValidationError):
+    """An edge names a node that does not exist."""
+
+
+class CycleError(IRValidationError):
+    """A graph (or the hierarchy of implementations) contains a cycle."""
+
+
+class MissingImplementationError(IRValidationError):
+    """A node calls an implementation key that the IR does not contain."""
+
+
+class UnknownNodeKindError(IRValidationError):
+    """A node's ``type`` is neither a node kind nor the type of an implementation."""
+
+
+class NodeTypeMismatchError(IRValidationError):
+    """A module-call node's ``type`` differs from the type of the implementation it calls."""
+
+
+class ArgumentMismatchError(IRValidationError):
+    """A node's ``args``/``kwargs`` and its incoming edges disagree."""
+
+
+class UnsafeTargetError(IRValidationError):
+    """A function node names a callable outside the allow-list of ``common.safety``."""
+
+
+# -- registries --------------------------------------------------------------------------
+class RegistryError(IRError):
+    """Misuse of a handler registry."""
+
+
+class DuplicateHandlerError(RegistryError):
+    """``register`` was called for a key that already has a handler."""
+
+
+class HandlerNotFoundError(RegistryError, LookupError):
+    """No handler is registered for a key (also raised by ``register_override``)."""
+
+
+# -- conversion and state ---------------------------------------------------------------
+class ConversionError(IRError):
+    """A model cannot be converted; lists every unsupported construct found."""
+
+
+class StateDictError(IRError):
+    """A state dict does not fit the rebuilt model (missing, unexpected or mis-shaped keys)."""
+
+
+__all__ = [
+    "ArgumentMismatchError",
+    "ConversionError",
+    "CycleError",
+    "DanglingEdgeError",
+    "DuplicateHandlerError",
+    "HandlerNotFoundError",
+    "IRError",
+    "IRFormatError",
+    "IRSerializationError",
+    "IRValidationError",
+    "MissingImplementationError",
+    "NodeTypeMismatchError",
+    "RegistryError",
+    "StateDictError",
+    "UnknownNodeKindError",
+    "UnsafeTargetError",
+    "UnsupportedFormatVersionError",
+]

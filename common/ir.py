@@ -1,0 +1,492 @@
+"""The module-level IR: one :class:`Implementation` per module instance, each with a graph.
+
+An :class:`IR` maps implementation keys (``"root"`` and the dotted ``named_modules()``
+paths) to implementations. An implementation has
+
+- ``name`` and ``type`` (``"linear"``, ``"module"``, ...),
+- ``data``: its attributes, e.g. the constructor arguments of a leaf module,
+- ``graph``: a :class:`networkx.MultiDiGraph` of nodes (``input``, ``output``,
+  ``function``, ``get_attr`` or a call of another implementation) and edges that carry
+  the value of one node into an argument slot of another,
+- ``state``: records of its own parameters/buffers/constants (shape, dtype, ...),
+- ``aliases``: further paths under which the same module instance is registered,
+- ``meta``: structural facts (module class, calling convention, ...).
+
+The plain nested-dict form (:meth:`IR.to_dict` / :meth:`IR.from_dict`) is the one of
+DESIGN.md; see ``docs/ir-spec.md`` for every field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any, Callable
+
+import networkx as nx
+
+from .errors import DanglingEdgeError, IRFormatError, MissingImplementationError
+from .values import values_equal
+
+#: Node types that are not calls of another implementation.
+NODE_KINDS = ("input", "output", "function", "get_attr")
+#: Keys of an implementation's plain dict that are not attributes (``data``).
+RESERVED_KEYS = ("name", "type", "nodes", "edges", "state", "aliases", "meta")
+#: Kinds of state records.
+STATE_KINDS = ("parameter", "buffer", "constant")
+
+Slot = int | str | tuple
+ValueFn = Callable[[Any, str], Any]
+
+
+def _same(value: Any, where: str) -> Any:
+    return value
+
+
+def slot_path(slot: Slot) -> tuple:
+    """An edge slot as a path: ``0`` -> ``(0,)``, ``"dim"`` -> ``("dim",)``, paths unchanged."""
+    return slot if isinstance(slot, tuple) else (slot,)
+
+
+class Implementation:
+    """One module instance of the IR: attributes, graph, state records.
+
+    Args:
+        name: the implementation key (``"root"`` or a dotted module path).
+        type: the IR type (``"linear"``, ``"module"``, a user's type).
+        data: attributes (JSON-able values, see :mod:`common.values`).
+        graph: the graph; an empty ``MultiDiGraph`` when omitted.
+        state: ``{attribute name: record}`` of parameters/buffers/constants it owns.
+        aliases: other module paths of the same instance.
+        meta: structural facts (module class, calling convention, ...).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        type: str,
+        data: Mapping[str, Any] | None = None,
+        graph: nx.MultiDiGraph | None = None,
+        *,
+        state: Mapping[str, Mapping[str, Any]] | None = None,
+        aliases: list[str] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.type = type
+        self.data: dict[str, Any] = dict(data or {})
+        self.graph: nx.MultiDiGraph = graph if graph is not None else nx.MultiDiGraph()
+        self.state: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (state or {}).items()}
+        self.aliases: list[str] = list(aliases or [])
+        self.meta: dict[str, Any] = dict(meta or {})
+
+    # -- building graphs -----------------------------------------------------------------
+    def add_node(self, name: str, type: str, implementation: str | None = None, **fields: Any) -> str:
+        """Append a node (nodes keep insertion order, which is their execution order)."""
+        attrs: dict[str, Any] = {"type": type}
+        if implementation is not None:
+            attrs["implementation"] = implementation
+        attrs.update(fields)
+        self.graph.add_node(name, **attrs)
+        return name
+
+    def add_edge(self, src: str, dst: str, *, slot: Slot | None = None, src_index: int | None = None) -> int:
+        """Connect ``src``'s output (or its ``src_index``-th item) to ``dst``'s argument ``slot``.
+
+        Raises:
+            DanglingEdgeError: ``src`` or ``dst`` is not a node yet.
+        """
+        for end in (src, dst):
+            if end not in self.graph:
+                raise DanglingEdgeError(
+                    f"edge {src!r} -> {dst!r} names missing node {end!r}",
+                    implementation=self.name,
+                    hint="add the node before the edge",
+                )
+        attrs: dict[str, Any] = {}
+        if slot is not None:
+            attrs["slot"] = slot
+        if src_index is not None:
+            attrs["src_index"] = src_index
+        return self.graph.add_edge(src, dst, **attrs)
+
+    def _ordered_edges(self) -> list[tuple[str, str, int, dict[str, Any]]]:
+        """Edges grouped by destination (in node order), each group in in-edge order.
+
+        Re-adding edges in this order rebuilds the same in-edge order, so slotless edges
+        keep feeding the same positional arguments after a save/load.
+        """
+        return [(u, v, k, d) for v in self.graph.nodes for u, _, k, d in self.graph.in_edges(v, keys=True, data=True)]
+
+    @property
+    def nodes(self) -> list[str]:
+        """Node names in order."""
+        return list(self.graph.nodes)
+
+    def node(self, name: str) -> dict[str, Any]:
+        """The attribute dict of node ``name`` (``type``, ``implementation``, ...)."""
+        return self.graph.nodes[name]
+
+    def in_edges(self, dst: str) -> list[tuple[str, int, dict[str, Any]]]:
+        """``(src, key, attrs)`` of the edges into ``dst``, in graph order."""
+        return [(u, k, d) for u, _, k, d in self.graph.in_edges(dst, keys=True, data=True)]
+
+    # -- plain dict form -----------------------------------------------------------------
+    def to_dict(self, *, value_fn: ValueFn = _same, edge_list: bool = False) -> dict[str, Any]:
+        """The plain dict of this implementation (attributes at the top level)."""
+        where = f"implementations[{self.name!r}]"
+        out: dict[str, Any] = {"name": self.name, "type": self.type}
+        for key, value in self.data.items():
+            out[key] = value_fn(value, f"{where}.{key}")
+        nodes: dict[str, Any] = {}
+        for name, attrs in self.graph.nodes(data=True):
+            node = {"name": name}
+            node.update({k: v if k in ("type", "implementation") else value_fn(v, f"{where}.nodes.{name}.{k}")
+                         for k, v in attrs.items()})
+            nodes[name] = node
+        out["nodes"] = nodes
+        edges_list = []
+        edges_map: dict[tuple, Any] = {}
+        for src, dst, key, attrs in self._ordered_edges():
+            edge = {"src": src, "dst": dst}
+            for k, v in attrs.items():
+                edge[k] = value_fn(list(v) if k == "slot" and isinstance(v, tuple) and edge_list else v, where)
+            edges_list.append(edge)
+            edges_map[(src, dst) if key == 0 else (src, dst, key)] = edge
+        out["edges"] = edges_list if edge_list else edges_map
+        if self.state:
+            out["state"] = {k: {f: value_fn(v, f"{where}.state.{k}.{f}") for f, v in rec.items()}
+                            for k, rec in self.state.items()}
+        if self.aliases:
+            out["aliases"] = list(self.aliases)
+        if self.meta:
+            out["meta"] = {k: value_fn(v, f"{where}.meta.{k}") for k, v in self.meta.items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, key: str, d: Mapping[str, Any], *, value_fn: ValueFn = _same) -> Implementation:
+        """Parse one implementation's plain dict (see :meth:`IR.from_dict`).
+
+        Raises:
+            IRFormatError: a field is missing or of the wrong type.
+            DanglingEdgeError: an edge names a node that is not in ``nodes``.
+        """
+        where = f"implementations[{key!r}]"
+        _expect(d, Mapping, where, key)
+        if "name" in d and d["name"] != key:
+            raise IRFormatError(
+                f"name {d['name']!r} differs from its key {key!r}",
+                implementation=key,
+                hint="an implementation's name must equal its key in the IR",
+            )
+        itype = d.get("type")
+        if not isinstance(itype, str) or not itype:
+            raise IRFormatError("missing or empty 'type'", implementation=key, key=f"{where}.type",
+                                hint="every implementation needs a type string such as 'linear' or 'module'")
+        data = {k: value_fn(v, f"{where}.{k}") for k, v in d.items() if k not in RESERVED_KEYS}
+        for k in data:
+            if not isinstance(k, str):
+                raise IRFormatError(f"attribute name {k!r} is not a string", implementation=key)
+        impl = cls(key, itype, data)
+        _parse_nodes(impl, d.get("nodes", {}), value_fn, where)
+        _parse_edges(impl, d.get("edges", {}), value_fn, where)
+        impl.state = _parse_state(d.get("state", {}), value_fn, where, key)
+        aliases = d.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+            raise IRFormatError("'aliases' must be a list of module paths", implementation=key, key=f"{where}.aliases")
+        impl.aliases = list(aliases)
+        meta = d.get("meta", {})
+        _expect(meta, Mapping, f"{where}.meta", key)
+        impl.meta = {str(k): value_fn(v, f"{where}.meta.{k}") for k, v in meta.items()}
+        return impl
+
+    # -- comparison ----------------------------------------------------------------------
+    def _canonical(self) -> tuple:
+        nodes = [(n, dict(a)) for n, a in self.graph.nodes(data=True)]
+        edges = sorted(
+            ((u, v, repr(sorted(d.items(), key=lambda kv: kv[0]))) for u, v, d in self.graph.edges(data=True)),
+        )
+        return (self.name, self.type, self.data, nodes, edges, self.state, self.aliases, self.meta)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Implementation):
+            return NotImplemented
+        return values_equal(self._canonical(), other._canonical())
+
+    def __repr__(self) -> str:
+        return (f"Implementation({self.name!r}, type={self.type!r}, "
+                f"{self.graph.number_of_nodes()} nodes, {self.graph.number_of_edges()} edges)")
+
+
+class IR(MutableMapping[str, Implementation]):
+    """The module-level IR: implementation key -> :class:`Implementation`.
+
+    ``IR.from_dict`` accepts the plain form of DESIGN.md verbatim; ``to_dict`` returns it.
+    Saving and loading go through :mod:`common.serialize` (``ir.save`` / ``IR.load``).
+    """
+
+    def __init__(self, implementations: Mapping[str, Implementation] | list[Implementation] | None = None) -> None:
+        self._impls: dict[str, Implementation] = {}
+        items = implementations.values() if isinstance(implementations, Mapping) else (implementations or [])
+        for impl in items:
+            self._impls[impl.name] = impl
+
+    # -- mapping -------------------------------------------------------------------------
+    def __getitem__(self, key: str) -> Implementation:
+        try:
+            return self._impls[key]
+        except (KeyError, TypeError):
+            raise ImplementationNotFound(key, list(self._impls)) from None
+
+    def __setitem__(self, key: str, impl: Implementation) -> None:
+        if not isinstance(impl, Implementation):
+            raise TypeError(f"IR values are Implementation objects, not {type(impl).__name__}")
+        if impl.name != key:
+            raise IRFormatError(f"implementation named {impl.name!r} stored under key {key!r}",
+                                implementation=key, hint="keys and implementation names must agree")
+        self._impls[key] = impl
+
+    def __delitem__(self, key: str) -> None:
+        try:
+            del self._impls[key]
+        except KeyError:
+            raise ImplementationNotFound(key, list(self._impls)) from None
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return key in self._impls
+        except TypeError:
+            return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._impls)
+
+    def __len__(self) -> int:
+        return len(self._impls)
+
+    def add(self, impl: Implementation) -> Implementation:
+        """Store ``impl`` under its name and return it."""
+        self[impl.name] = impl
+        return impl
+
+    @property
+    def root(self) -> Implementation:
+        """The ``"root"`` implementation."""
+        return self["root"]
+
+    # -- plain dict form -----------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], *, value_fn: ValueFn = _same) -> IR:
+        """Build an IR from its plain nested-dict form (the form of DESIGN.md).
+
+        Accepts edges keyed by ``(src, dst)`` / ``(src, dst, key)`` tuples or given as a
+        list of ``{"src", "dst", ...}`` dicts; nodes as a mapping or a list.
+
+        Raises:
+            IRFormatError: the document does not follow the schema.
+            DanglingEdgeError: an edge names a missing node.
+        """
+        _expect(d, Mapping, "document")
+        ir = cls()
+        for key, value in d.items():
+            if not isinstance(key, str) or not key:
+                raise IRFormatError(f"implementation key {key!r} is not a non-empty string", key="document")
+            ir._impls[key] = Implementation.from_dict(key, value, value_fn=value_fn)
+        return ir
+
+    def to_dict(self, *, value_fn: ValueFn = _same, edge_list: bool = False) -> dict[str, Any]:
+        """The plain nested-dict form (``IR.from_dict(ir.to_dict()) == ir``)."""
+        return {k: impl.to_dict(value_fn=value_fn, edge_list=edge_list) for k, impl in self._impls.items()}
+
+    # -- files and checks ----------------------------------------------------------------
+    def save(self, path: Any) -> Any:
+        """Write the IR as a versioned, deterministic JSON file (atomically); returns ``path``."""
+        from .serialize import save_ir
+
+        return save_ir(self, path)
+
+    @classmethod
+    def load(cls, path: Any) -> IR:
+        """Read an IR JSON file; refuses unknown versions and unsafe function names."""
+        from .serialize import load_ir
+
+        return load_ir(path)
+
+    def validate(self, **kwargs: Any) -> IR:
+        """Run :func:`common.validate.validate` on this IR and return it."""
+        from .validate import validate
+
+        validate(self, **kwargs)
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, IR):
+            return NotImplemented
+        return self._impls.keys() == other._impls.keys() and all(
+            self._impls[k] == other._impls[k] for k in self._impls
+        )
+
+    def __repr__(self) -> str:
+        return f"IR({len(self)} implementations: {', '.join(list(self._impls)[:5])}{', ...' if len(self) > 5 else ''})"
+
+
+class ImplementationNotFound(MissingImplementationError, KeyError):
+    """``ir[key]`` for a key the IR does not hold."""
+
+    def __init__(self, key: Any, known: list[str]) -> None:
+        import difflib
+
+        near = difflib.get_close_matches(str(key), known, n=3)
+        super().__init__(
+            f"the IR has no implementation {key!r}",
+            hint=f"nearest keys: {', '.join(near)}" if near else "see list(ir) for the keys it holds",
+        )
+
+
+# -- parsing helpers ---------------------------------------------------------------------
+def _expect(value: Any, kind: type | tuple, where: str, impl: str | None = None) -> None:
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise IRFormatError(f"expected {names}, got {type(value).__name__}", implementation=impl, key=where)
+
+
+def _parse_nodes(impl: Implementation, raw: Any, value_fn: ValueFn, where: str) -> None:
+    if isinstance(raw, Mapping):
+        items = list(raw.items())
+    elif isinstance(raw, list):
+        items = [(n.get("name") if isinstance(n, Mapping) else None, n) for n in raw]
+    else:
+        raise IRFormatError(f"'nodes' must be a mapping or a list, got {type(raw).__name__}",
+                            implementation=impl.name, key=f"{where}.nodes")
+    for name, node in items:
+        nwhere = f"{where}.nodes[{name!r}]"
+        if not isinstance(name, str) or not name:
+            raise IRFormatError(f"node name {name!r} is not a non-empty string", implementation=impl.name, key=nwhere)
+        _expect(node, Mapping, nwhere, impl.name)
+        if node.get("name", name) != name:
+            raise IRFormatError(f"node name {node['name']!r} differs from its key {name!r}",
+                                implementation=impl.name, node=name)
+        if name in impl.graph:
+            raise IRFormatError("duplicate node name", implementation=impl.name, node=name)
+        ntype = node.get("type")
+        if not isinstance(ntype, str) or not ntype:
+            raise IRFormatError("node has no 'type'", implementation=impl.name, node=name,
+                                hint=f"use one of {', '.join(NODE_KINDS)} or the type of the implementation it calls")
+        target = node.get("implementation")
+        if target is not None and not isinstance(target, str):
+            raise IRFormatError(f"'implementation' must be a string, got {type(target).__name__}",
+                                implementation=impl.name, node=name)
+        fields = {k: value_fn(v, f"{nwhere}.{k}") for k, v in node.items()
+                  if k not in ("name", "type", "implementation")}
+        impl.add_node(name, ntype, target, **fields)
+
+
+def _parse_edges(impl: Implementation, raw: Any, value_fn: ValueFn, where: str) -> None:
+    if isinstance(raw, Mapping):
+        items = []
+        for key, edge in raw.items():
+            if not (isinstance(key, tuple) and len(key) in (2, 3)):
+                raise IRFormatError(f"edge key {key!r} is not a (src, dst) tuple",
+                                    implementation=impl.name, key=f"{where}.edges")
+            _expect(edge, Mapping, f"{where}.edges[{key!r}]", impl.name)
+            for field, end in (("src", key[0]), ("dst", key[1])):
+                if field in edge and edge[field] != end:
+                    raise IRFormatError(f"edge {key!r} has {field}={edge[field]!r}",
+                                        implementation=impl.name, key=f"{where}.edges",
+                                        hint="an edge's src/dst must match its key")
+            items.append((key[0], key[1], edge))
+    elif isinstance(raw, list):
+        items = []
+        for i, edge in enumerate(raw):
+            _expect(edge, Mapping, f"{where}.edges[{i}]", impl.name)
+            items.append((edge.get("src"), edge.get("dst"), edge))
+    else:
+        raise IRFormatError(f"'edges' must be a mapping or a list, got {type(raw).__name__}",
+                            implementation=impl.name, key=f"{where}.edges")
+    slotless: dict[str, int] = {}
+    for src, dst, edge in items:
+        for end in (src, dst):
+            if not isinstance(end, str):
+                raise IRFormatError(f"edge end {end!r} is not a node name", implementation=impl.name,
+                                    key=f"{where}.edges")
+            if end not in impl.graph:
+                raise DanglingEdgeError(f"edge {src!r} -> {dst!r} names missing node {end!r}",
+                                        implementation=impl.name, node=end,
+                                        hint="add the node to 'nodes' or remove the edge")
+        extra = set(edge) - {"src", "dst", "slot", "src_index"}
+        if extra:
+            raise IRFormatError(f"edge {src!r} -> {dst!r} has unknown fields {sorted(map(str, extra))}",
+                                implementation=impl.name, hint="edges carry src, dst, slot and src_index only")
+        slot = value_fn(edge.get("slot"), f"{where}.edges")
+        if isinstance(slot, list):
+            slot = tuple(slot)
+        if slot is not None and not _valid_slot(slot):
+            raise IRFormatError(f"edge {src!r} -> {dst!r} has invalid slot {slot!r}", implementation=impl.name,
+                                hint="a slot is a positional index, a keyword name, or a path starting with one")
+        src_index = edge.get("src_index")
+        if src_index is not None and (isinstance(src_index, bool) or not isinstance(src_index, int)):
+            raise IRFormatError(f"edge {src!r} -> {dst!r} has non-integer src_index {src_index!r}",
+                                implementation=impl.name)
+        if slot is None:
+            slotless[dst] = slotless.get(dst, 0) + 1
+        impl.add_edge(src, dst, slot=slot, src_index=src_index)
+    _fix_slotless_order(impl, items, slotless)
+
+
+def _fix_slotless_order(impl: Implementation, items: list, slotless: dict[str, int]) -> None:
+    """Keep "slotless edges feed positional arguments in document order" true in the graph.
+
+    A graph lists a node's in-edges grouped by source, so edges ``a, b, a`` into one node
+    come back as ``a, a, b``. Where the document order differs from the graph's, the
+    slotless edges of that node get explicit slots in document order.
+    """
+    for dst, count in slotless.items():
+        if count < 2:
+            continue
+        doc_order = [src for src, d, e in items if d == dst and e.get("slot") is None]
+        graph_order = [src for src, _, data in impl.in_edges(dst) if data.get("slot") is None]
+        if doc_order == graph_order:
+            continue
+        taken = {data["slot"] for _, _, data in impl.in_edges(dst) if isinstance(data.get("slot"), int)}
+        free = (i for i in range(len(taken) + count) if i not in taken)
+        used: dict[str, int] = {}
+        for src in doc_order:
+            keys = [k for k, data in sorted(impl.graph[src][dst].items()) if data.get("slot") is None]
+            impl.graph[src][dst][keys[used.get(src, 0)]]["_slot"] = next(free)
+            used[src] = used.get(src, 0) + 1
+        for src, _, data in impl.in_edges(dst):
+            if "_slot" in data:
+                data["slot"] = data.pop("_slot")
+
+
+def _valid_slot(slot: Any) -> bool:
+    path = slot_path(slot)
+    if not path or not all(isinstance(p, (int, str)) and not isinstance(p, bool) for p in path):
+        return False
+    head = path[0]
+    return (isinstance(head, int) and head >= 0) or (isinstance(head, str) and bool(head))
+
+
+def _parse_state(raw: Any, value_fn: ValueFn, where: str, impl: str) -> dict[str, dict[str, Any]]:
+    _expect(raw, Mapping, f"{where}.state", impl)
+    import torch
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, rec in raw.items():
+        rwhere = f"{where}.state[{name!r}]"
+        if not isinstance(name, str) or not name:
+            raise IRFormatError(f"state name {name!r} is not a non-empty string", implementation=impl, key=rwhere)
+        _expect(rec, Mapping, rwhere, impl)
+        rec = {str(k): value_fn(v, f"{rwhere}.{k}") for k, v in rec.items()}
+        if rec.get("kind") not in STATE_KINDS:
+            raise IRFormatError(f"state {name!r} has kind {rec.get('kind')!r}", implementation=impl,
+                                key=rwhere, hint=f"use one of {', '.join(STATE_KINDS)}")
+        shape = rec.get("shape")
+        if not isinstance(shape, (list, tuple)) or not all(
+            (isinstance(s, int) and not isinstance(s, bool) and s >= 0) or isinstance(s, str) for s in shape
+        ):
+            raise IRFormatError(f"state {name!r} has invalid shape {shape!r}", implementation=impl, key=rwhere,
+                                hint="a shape is a list of non-negative ints (or symbol names)")
+        if not isinstance(rec.get("dtype"), torch.dtype):
+            raise IRFormatError(f"state {name!r} has invalid dtype {rec.get('dtype')!r}", implementation=impl,
+                                key=rwhere, hint="use a torch.dtype (in JSON: {'$dtype': 'float32'})")
+        out[name] = rec
+    return out

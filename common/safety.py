@@ -1,0 +1,190 @@
+"""The allow-list through which every function named in an IR is resolved.
+
+An IR is data: loading or rebuilding one must never import a module or call a callable
+that the IR merely *names*. A function node's target is checked against this allow-list
+**by name, before anything is resolved**; resolution then walks attributes of modules
+that are already imported (``torch.ops.aten``, ``torch``, ``torch.nn.functional``,
+``operator``, ``math``) and never calls ``importlib``.
+
+Allowed:
+
+- ATen operators, ``aten.<op>`` or ``aten.<op>.<overload>`` (e.g. ``aten.add.Tensor``),
+  that exist in the dispatcher;
+- the higher-order operators listed in :data:`HIGHER_ORDER_OPS`;
+- the ``operator``, ``math``, ``torch`` and ``torch.nn.functional`` functions listed in
+  :data:`PYTHON_FUNCTIONS`;
+- whatever a converter explicitly adds with :meth:`Allowlist.allow`.
+
+Everything else (``os.system``, ``builtins.eval``, ``subprocess.run``, ``pkg.mod.fn``)
+raises :class:`~common.errors.UnsafeTargetError`.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from .errors import UnsafeTargetError
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_ATEN = re.compile(rf"^aten\.({_IDENT})(?:\.({_IDENT}))?$")
+
+_OPERATOR = (
+    "getitem", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos",
+    "matmul", "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_", "invert",
+    "lshift", "rshift", "abs", "index", "contains", "is_", "is_not",
+)  # fmt: skip
+_MATH = ("sqrt", "ceil", "floor", "trunc", "log", "exp", "pow", "sin", "cos", "isinf", "isnan")
+_TORCH = (
+    "abs", "add", "addmm", "all", "any", "arange", "argmax", "argmin", "baddbmm", "bmm", "cat",
+    "chunk", "clamp", "clone", "cos", "cumsum", "div", "einsum", "eq", "exp", "flatten", "full",
+    "gather", "ge", "gt", "index_select", "le", "log", "logsumexp", "lt", "masked_fill", "matmul",
+    "max", "maximum", "mean", "min", "minimum", "mm", "mul", "ne", "neg", "ones", "ones_like",
+    "permute", "pow", "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt",
+    "squeeze", "stack", "sub", "sum", "tanh", "tensor_split", "tile", "transpose", "tril",
+    "triu", "unsqueeze", "where", "zeros", "zeros_like", "sym_float", "sym_int", "sym_max",
+    "sym_min", "sym_not", "sym_sum",
+)  # fmt: skip
+_FUNCTIONAL = (
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool1d",
+    "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d", "dropout", "elu", "embedding", "gelu", "glu",
+    "group_norm", "hardsigmoid", "hardswish", "hardtanh", "instance_norm", "interpolate",
+    "layer_norm", "leaky_relu", "linear", "log_softmax", "max_pool1d", "max_pool2d",
+    "max_pool3d", "mish", "normalize", "pad", "relu", "relu6", "rms_norm",
+    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "softmax", "softplus", "tanh",
+)  # fmt: skip
+
+#: Qualified names of the Python-level functions an IR may name.
+PYTHON_FUNCTIONS: frozenset[str] = frozenset(
+    [f"operator.{n}" for n in _OPERATOR]
+    + [f"math.{n}" for n in _MATH]
+    + [f"torch.{n}" for n in _TORCH]
+    + [f"torch.nn.functional.{n}" for n in _FUNCTIONAL]
+)
+
+#: Higher-order operators an IR may name (their subgraphs are IR graphs themselves).
+HIGHER_ORDER_OPS: frozenset[str] = frozenset(
+    ["higher_order.wrap_with_set_grad_enabled", "higher_order.wrap_with_autocast", "higher_order.cond"]
+)
+
+_ROOTS: dict[str, Any] = {"operator": operator, "math": math, "torch.nn.functional": F, "torch": torch}
+
+
+def _resolve_python(name: str) -> Callable:
+    for prefix in sorted(_ROOTS, key=len, reverse=True):
+        if name.startswith(prefix + "."):
+            return getattr(_ROOTS[prefix], name[len(prefix) + 1 :])
+    raise AssertionError(name)  # unreachable: names come from PYTHON_FUNCTIONS
+
+
+class Allowlist:
+    """Which function names an IR may use, and how each resolves to a callable.
+
+    A fresh instance allows the defaults; :meth:`allow` adds a name bound to an explicit
+    callable, for one converter only (copies are independent).
+    """
+
+    def __init__(self) -> None:
+        self._extra: dict[str, Callable] = {}
+
+    def allow(self, name: str, fn: Callable) -> None:
+        """Allow ``name`` in IRs handled by this allow-list, resolving to ``fn``."""
+        if not callable(fn):
+            raise TypeError(f"allow({name!r}, fn): fn must be callable")
+        self._extra[name] = fn
+
+    def copy(self) -> Allowlist:
+        new = Allowlist()
+        new._extra = dict(self._extra)
+        return new
+
+    def is_allowed(self, name: object) -> bool:
+        """True when ``name`` may be resolved; never imports anything."""
+        if not isinstance(name, str):
+            return False
+        if name in self._extra or name in PYTHON_FUNCTIONS or name in HIGHER_ORDER_OPS:
+            return True
+        match = _ATEN.match(name)
+        return bool(match) and _aten_overload(match.group(1), match.group(2)) is not None
+
+    def check(self, name: object, *, implementation: str | None = None, node: str | None = None) -> None:
+        """Raise :class:`UnsafeTargetError` unless ``name`` is allowed."""
+        if self.is_allowed(name):
+            return
+        if isinstance(name, str) and _ATEN.match(name):
+            message = f"{name!r} is not an ATen operator known to this torch ({torch.__version__})"
+            hint = "check the op name and overload (torch.ops.aten.<op>.<overload>)"
+        else:
+            message = f"function {name!r} is not on the allow-list and will not be imported or called"
+            hint = (
+                "use an ATen op ('aten.<op>.<overload>') or an allowed torch/operator function; "
+                "to trust another callable, add it with Allowlist.allow(name, fn) on your converter"
+            )
+        raise UnsafeTargetError(message, implementation=implementation, node=node, hint=hint)
+
+    def resolve(self, name: str, *, implementation: str | None = None, node: str | None = None) -> Callable:
+        """The callable ``name`` stands for, after :meth:`check`."""
+        self.check(name, implementation=implementation, node=node)
+        if name in self._extra:
+            return self._extra[name]
+        if name in PYTHON_FUNCTIONS:
+            return _resolve_python(name)
+        if name in HIGHER_ORDER_OPS:
+            return getattr(torch.ops.higher_order, name.split(".", 1)[1])
+        match = _ATEN.match(name)
+        assert match is not None
+        return _aten_overload(match.group(1), match.group(2))  # type: ignore[return-value]
+
+
+def _aten_overload(op: str, overload: str | None) -> Any:
+    """``torch.ops.aten.<op>.<overload>`` (or the packet), or None when it does not exist."""
+    try:
+        packet = getattr(torch.ops.aten, op)
+    except (AttributeError, RuntimeError):
+        return None
+    if overload is None:
+        return packet
+    if overload not in packet.overloads():
+        return None
+    return getattr(packet, overload)
+
+
+def function_name(fn: Any) -> str:
+    """Qualified name of a callable as an IR names it (``aten.add.Tensor``, ``operator.getitem``).
+
+    Raises:
+        UnsafeTargetError: ``fn`` has no name on the allow-list.
+    """
+    if isinstance(fn, torch._ops.OpOverload):
+        return f"aten.{fn._schema.name.split('::', 1)[1]}.{fn._overloadname}" if fn.namespace == "aten" else str(fn)
+    if isinstance(fn, torch._ops.HigherOrderOperator):
+        return f"higher_order.{fn.name()}"
+    for prefix, mod in _ROOTS.items():
+        name = getattr(fn, "__name__", None)
+        if name is not None and getattr(mod, name, None) is fn and f"{prefix}.{name}" in PYTHON_FUNCTIONS:
+            return f"{prefix}.{name}"
+    raise UnsafeTargetError(
+        f"callable {fn!r} has no name on the allow-list",
+        hint="use an ATen op or an allowed torch/operator function",
+    )
+
+
+#: The default allow-list (no extra names).
+DEFAULT_ALLOWLIST = Allowlist()
+
+
+def check_target(name: object, **where: str | None) -> None:
+    """Check ``name`` against the default allow-list (see :meth:`Allowlist.check`)."""
+    DEFAULT_ALLOWLIST.check(name, **where)
+
+
+def resolve_target(name: str, **where: str | None) -> Callable:
+    """Resolve ``name`` through the default allow-list (see :meth:`Allowlist.resolve`)."""
+    return DEFAULT_ALLOWLIST.resolve(name, **where)

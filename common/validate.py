@@ -1,0 +1,197 @@
+"""Lints of an IR: everything that makes a graph unbuildable, reported with its place.
+
+:func:`validate` checks, per implementation:
+
+- node kinds: a node is ``input``, ``output``, ``function``, ``get_attr`` or a call of an
+  implementation the IR holds, of the same type;
+- edges: both ends exist, nothing flows into an ``input`` or out of the ``output``;
+- acyclicity of each graph, and of the "calls" relation between implementations;
+- function targets against the allow-list of :mod:`common.safety` (no import happens);
+- ``get_attr`` targets against the implementation's recorded state;
+- arguments: the ``Ref`` placeholders in a node's ``args``/``kwargs`` and its incoming
+  edges agree one to one; without ``args``, positional slots leave no gap.
+
+Every failure is an :class:`~common.errors.IRValidationError` subclass naming the
+implementation and node and saying what to do.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+import networkx as nx
+
+from .errors import (
+    ArgumentMismatchError,
+    CycleError,
+    DanglingEdgeError,
+    IRValidationError,
+    MissingImplementationError,
+    NodeTypeMismatchError,
+    UnknownNodeKindError,
+)
+from .ir import IR, NODE_KINDS, Implementation, slot_path
+from .safety import DEFAULT_ALLOWLIST, Allowlist
+from .values import Ref, iter_refs
+
+
+def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
+    """Raise the first problem found in ``ir`` (an :class:`IRValidationError` subclass).
+
+    Args:
+        ir: the IR to check.
+        allowlist: function names to accept (default: :data:`common.safety.DEFAULT_ALLOWLIST`).
+    """
+    allow = allowlist or DEFAULT_ALLOWLIST
+    calls = nx.DiGraph()
+    for key, impl in ir.items():
+        calls.add_node(key)
+        for callee in _validate_graph(ir, impl, allow):
+            calls.add_edge(key, callee)
+    if not nx.is_directed_acyclic_graph(calls):
+        cycle = [u for u, _ in nx.find_cycle(calls)]
+        raise CycleError(
+            f"implementations call each other in a cycle: {' -> '.join(cycle + cycle[:1])}",
+            implementation=cycle[0],
+            hint="a module cannot call itself or one of its callers",
+        )
+
+
+def _validate_graph(ir: IR, impl: Implementation, allow: Allowlist) -> set[str]:
+    g = impl.graph
+    name = impl.name
+    callees: set[str] = set()
+    outputs = []
+    for node, attrs in g.nodes(data=True):
+        ntype = attrs.get("type")
+        if ntype is None:  # created implicitly by networkx for an edge end
+            raise DanglingEdgeError(f"an edge names node {node!r}, which has no attributes",
+                                    implementation=name, node=node,
+                                    hint="add the node with its type, or remove the edges naming it")
+        target = attrs.get("implementation")
+        if ntype == "output":
+            outputs.append(node)
+        elif ntype == "function":
+            allow.check(target, implementation=name, node=node)
+        elif ntype == "get_attr":
+            if target not in impl.state:
+                near = difflib.get_close_matches(str(target), list(impl.state), n=3)
+                raise MissingImplementationError(
+                    f"get_attr reads {target!r}, which is not in the implementation's state",
+                    implementation=name, node=node,
+                    hint=f"record it in 'state' (nearest: {', '.join(near)})" if near else "record it in 'state'",
+                )
+        elif ntype != "input":
+            callees.add(_check_call(ir, impl, node, ntype, target))
+        _check_args(impl, node, attrs)
+    if g.number_of_nodes() and len(outputs) != 1:
+        raise IRValidationError(
+            f"graph has {len(outputs)} output nodes",
+            implementation=name,
+            node=outputs[1] if outputs else None,
+            hint="a graph needs exactly one node of type 'output'",
+        )
+    for src, dst in g.edges():
+        if g.nodes[dst].get("type") == "input":
+            raise IRValidationError(f"edge from {src!r} flows into input node", implementation=name, node=dst,
+                                    hint="input nodes take no edges")
+        if g.nodes[src].get("type") == "output":
+            raise IRValidationError(f"edge from the output node into {dst!r}", implementation=name, node=src,
+                                    hint="nothing may follow the output node")
+    if not nx.is_directed_acyclic_graph(g):
+        cycle = [u for u, *_ in nx.find_cycle(g)]
+        raise CycleError(f"graph has a cycle: {' -> '.join(cycle + cycle[:1])}", implementation=name,
+                         node=cycle[0], hint="an IR graph must be acyclic; remove one of these edges")
+    return callees
+
+
+def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any) -> str:
+    name = impl.name
+    if not isinstance(target, str):
+        near = difflib.get_close_matches(ntype, NODE_KINDS, n=1)
+        raise UnknownNodeKindError(
+            f"node type {ntype!r} is not a node kind and the node names no implementation",
+            implementation=name, node=node,
+            hint=(f"did you mean {near[0]!r}? " if near else "")
+            + f"node kinds are {', '.join(NODE_KINDS)}; a module call needs 'implementation'",
+        )
+    if target not in ir:
+        near = difflib.get_close_matches(target, list(ir), n=3)
+        kind_near = difflib.get_close_matches(ntype, NODE_KINDS, n=1)
+        hint = f"nearest implementation keys: {', '.join(near)}" if near else "add the implementation to the IR"
+        if kind_near:
+            hint += f" (or did you mean node kind {kind_near[0]!r}?)"
+        raise MissingImplementationError(f"node calls implementation {target!r}, which the IR does not hold",
+                                         implementation=name, node=node, hint=hint)
+    if ir[target].type != ntype:
+        raise NodeTypeMismatchError(
+            f"node has type {ntype!r} but implementation {target!r} has type {ir[target].type!r}",
+            implementation=name, node=node, hint="a call node's type must equal the called implementation's type",
+        )
+    return target
+
+
+def _check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> None:
+    name = impl.name
+    edges = impl.in_edges(node)
+    if "args" in attrs or "kwargs" in attrs:
+        args, kwargs = attrs.get("args", []), attrs.get("kwargs", {})
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+            raise ArgumentMismatchError("'args' must be a list and 'kwargs' a dict", implementation=name, node=node)
+        refs = {path: ref for path, ref in iter_refs(list(args))}
+        refs.update({path: ref for path, ref in iter_refs(kwargs)})
+        filled: set[tuple] = set()
+        for src, _, data in edges:
+            slot = data.get("slot")
+            if slot is None:
+                raise ArgumentMismatchError(
+                    f"edge from {src!r} has no slot, but the node has explicit args",
+                    implementation=name, node=node, hint="give the edge the slot of its Ref in args/kwargs",
+                )
+            path = slot_path(slot)
+            ref = refs.get(path)
+            if ref is None:
+                raise ArgumentMismatchError(
+                    f"edge from {src!r} fills slot {list(path)}, which is not a reference in the node's args",
+                    implementation=name, node=node,
+                    hint=f"put {{'$ref': {src!r}}} at {list(path)} in args/kwargs, or fix the edge's slot",
+                )
+            if ref != Ref(src, data.get("src_index")):
+                raise ArgumentMismatchError(
+                    f"slot {list(path)} refers to {ref.node!r} (index {ref.index}) but its edge comes from "
+                    f"{src!r} (index {data.get('src_index')})",
+                    implementation=name, node=node, hint="make the Ref and the edge name the same source",
+                )
+            if path in filled:
+                raise ArgumentMismatchError(f"two edges fill slot {list(path)}", implementation=name, node=node)
+            filled.add(path)
+        missing = [list(p) for p in refs if p not in filled]
+        if missing:
+            raise ArgumentMismatchError(
+                f"argument slots {missing} reference other nodes but no edge fills them",
+                implementation=name, node=node, hint="add the edges, or replace the references by values",
+            )
+        return
+    positions: list[int] = []
+    for src, _, data in edges:
+        slot = data.get("slot")
+        if slot is None:
+            continue
+        path = slot_path(slot)
+        if len(path) > 1:
+            raise ArgumentMismatchError(
+                f"edge from {src!r} fills nested slot {list(path)}, but the node has no args to hold it",
+                implementation=name, node=node, hint="give the node 'args'/'kwargs' with a Ref at that path",
+            )
+        if isinstance(path[0], int):
+            if path[0] in positions:
+                raise ArgumentMismatchError(f"two edges fill argument {path[0]}", implementation=name, node=node)
+            positions.append(path[0])
+    free = len([1 for _, _, d in edges if d.get("slot") is None])
+    expected = set(range(len(positions) + free))
+    if not set(positions) <= expected:
+        raise ArgumentMismatchError(
+            f"positional slots {sorted(positions)} leave a gap",
+            implementation=name, node=node, hint="positional arguments must be numbered 0, 1, 2, ... without gaps",
+        )

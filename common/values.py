@@ -1,0 +1,258 @@
+"""Values that may appear in an IR, and their JSON encoding.
+
+In memory an IR holds ordinary Python values: numbers, strings, lists, tuples, dicts,
+``torch.dtype``/``torch.device``/``torch.memory_format``/``torch.layout``, slices,
+``Ellipsis``, complex numbers, and :class:`Ref` placeholders for the arguments that
+edges fill. JSON has no tuples, dtypes or infinities, so :func:`encode` tags them::
+
+    (3, 3)            -> {"$tuple": [3, 3]}
+    torch.float16     -> {"$dtype": "float16"}
+    float("inf")      -> {"$float": "inf"}
+    Ref("x", 0)       -> {"$ref": "x", "index": 0}
+
+:func:`decode` reverses it and only ever looks names up in fixed tables: it never
+imports a module or calls a user-supplied name. Tensors are never inlined.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .errors import IRFormatError, IRSerializationError
+
+JSONValue = Any  # a value of the JSON data model (dict/list/str/int/float/bool/None)
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Placeholder, inside a node's ``args``/``kwargs``, for a value an edge delivers.
+
+    Args:
+        node: name of the source node.
+        index: output index taken from the source (``None``: its whole output).
+    """
+
+    node: str
+    index: int | None = None
+
+
+def _names_of(kind: type) -> dict[str, Any]:
+    return {name: value for name, value in vars(torch).items() if isinstance(value, kind)}
+
+
+_DTYPES: dict[str, torch.dtype] = {}
+for _name, _value in _names_of(torch.dtype).items():
+    # canonical name first (float32 rather than float)
+    _DTYPES.setdefault(str(_value).removeprefix("torch."), _value)
+_MEMORY_FORMATS = _names_of(torch.memory_format)
+_LAYOUTS = _names_of(torch.layout)
+_FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+TAGS = (
+    "$tuple", "$dict", "$dtype", "$device", "$memory_format", "$layout",
+    "$float", "$complex", "$slice", "$ellipsis", "$ref",
+)  # fmt: skip
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"float32"``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_from_name(name: str, *, where: str = "value") -> torch.dtype:
+    """``"float32"`` -> ``torch.float32``; unknown names raise :class:`IRFormatError`."""
+    try:
+        return _DTYPES[name]
+    except (KeyError, TypeError):
+        raise IRFormatError(
+            f"unknown dtype {name!r}",
+            key=where,
+            hint=f"use one of {', '.join(sorted(_DTYPES))}",
+        ) from None
+
+
+def _float_out(value: float) -> JSONValue:
+    if math.isfinite(value):
+        return value
+    return {"$float": "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")}
+
+
+def encode(value: Any, where: str = "value") -> JSONValue:
+    """Encode an in-memory IR value as a JSON value (see the module docstring).
+
+    Raises:
+        IRSerializationError: for a tensor or any object outside the IR's value domain.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _float_out(float(value))
+    if isinstance(value, Ref):
+        out: dict[str, Any] = {"$ref": value.node}
+        if value.index is not None:
+            out["index"] = value.index
+        return out
+    if isinstance(value, list):
+        return [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, tuple):  # includes torch.Size and named tuples
+        return {"$tuple": [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("$") for k in value):
+            return {k: encode(v, f"{where}.{k}") for k, v in value.items()}
+        return {"$dict": [[encode(k, where), encode(v, f"{where}[{k!r}]")] for k, v in value.items()]}
+    if isinstance(value, torch.dtype):
+        return {"$dtype": dtype_name(value)}
+    if isinstance(value, torch.device):
+        return {"$device": str(value)}
+    if isinstance(value, torch.memory_format):
+        return {"$memory_format": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.layout):
+        return {"$layout": str(value).removeprefix("torch.")}
+    if isinstance(value, complex):
+        return {"$complex": [_float_out(value.real), _float_out(value.imag)]}
+    if isinstance(value, slice):
+        return {"$slice": [encode(value.start, where), encode(value.stop, where), encode(value.step, where)]}
+    if value is Ellipsis:
+        return {"$ellipsis": True}
+    if isinstance(value, torch.Tensor):
+        raise IRSerializationError(
+            f"a tensor of shape {tuple(value.shape)} cannot be stored inline in the IR",
+            key=where,
+            hint="record tensors as parameters/buffers (their values go to a .safetensors file)",
+        )
+    raise IRSerializationError(
+        f"value of type {type(value).__qualname__} cannot be stored in the IR",
+        key=where,
+        hint="IR values are JSON scalars, lists, tuples, dicts, dtypes, devices, slices and Ref",
+    )
+
+
+def _decode_float(raw: Any, where: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise IRFormatError(f"expected a number, got {type(raw).__name__}", key=where)
+    if isinstance(raw, str):
+        if raw not in _FLOATS:
+            raise IRFormatError(f"unknown float constant {raw!r}", key=where, hint="use 'inf', '-inf' or 'nan'")
+        return _FLOATS[raw]
+    return float(raw)
+
+
+def _tagged(value: dict[str, Any], where: str) -> Any:
+    (tag,) = [k for k in value if k.startswith("$")]
+    raw = value[tag]
+    extra = set(value) - {tag} - ({"index"} if tag == "$ref" else set())
+    if extra:
+        raise IRFormatError(f"tagged value {tag} has unexpected keys {sorted(extra)}", key=where)
+    if tag == "$tuple":
+        if not isinstance(raw, list):
+            raise IRFormatError("$tuple takes a list", key=where)
+        return tuple(decode(v, f"{where}[{i}]") for i, v in enumerate(raw))
+    if tag == "$dict":
+        if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 for p in raw):
+            raise IRFormatError("$dict takes a list of [key, value] pairs", key=where)
+        out = {}
+        for i, (k, v) in enumerate(raw):
+            key = decode(k, f"{where}[{i}]")
+            try:
+                out[key] = decode(v, f"{where}[{i}]")
+            except TypeError:
+                raise IRFormatError("$dict key is not hashable", key=f"{where}[{i}]") from None
+        return out
+    if tag == "$dtype":
+        return dtype_from_name(raw, where=where)
+    if tag == "$device":
+        if not isinstance(raw, str):
+            raise IRFormatError("$device takes a string", key=where)
+        try:
+            return torch.device(raw)
+        except (RuntimeError, ValueError) as exc:
+            raise IRFormatError(f"bad device {raw!r}: {exc}", key=where) from None
+    if tag in ("$memory_format", "$layout"):
+        table = _MEMORY_FORMATS if tag == "$memory_format" else _LAYOUTS
+        if not isinstance(raw, str) or raw not in table:
+            raise IRFormatError(f"unknown {tag[1:]} {raw!r}", key=where, hint=f"use one of {sorted(table)}")
+        return table[raw]
+    if tag == "$float":
+        if not isinstance(raw, str):
+            raise IRFormatError("$float takes 'inf', '-inf' or 'nan'", key=where)
+        return _decode_float(raw, where)
+    if tag == "$complex":
+        if not isinstance(raw, list) or len(raw) != 2:
+            raise IRFormatError("$complex takes [real, imag]", key=where)
+        return complex(_decode_float(_untag_float(raw[0]), where), _decode_float(_untag_float(raw[1]), where))
+    if tag == "$slice":
+        if not isinstance(raw, list) or len(raw) != 3:
+            raise IRFormatError("$slice takes [start, stop, step]", key=where)
+        parts = [decode(v, where) for v in raw]
+        if not all(p is None or (isinstance(p, int) and not isinstance(p, bool)) for p in parts):
+            raise IRFormatError("$slice bounds must be integers or null", key=where)
+        return slice(*parts)
+    if tag == "$ellipsis":
+        return Ellipsis
+    if tag == "$ref":
+        index = value.get("index")
+        if not isinstance(raw, str) or not (index is None or (isinstance(index, int) and not isinstance(index, bool))):
+            raise IRFormatError("$ref takes a node name and an optional integer index", key=where)
+        return Ref(raw, index)
+    raise IRFormatError(f"unknown tag {tag!r}", key=where, hint=f"known tags: {', '.join(TAGS)}")
+
+
+def _untag_float(raw: Any) -> Any:
+    return raw["$float"] if isinstance(raw, dict) and set(raw) == {"$float"} else raw
+
+
+def decode(value: JSONValue, where: str = "value") -> Any:
+    """Decode a JSON value produced by :func:`encode`.
+
+    Raises:
+        IRFormatError: for an unknown tag or a malformed tagged value.
+    """
+    if value is None or isinstance(value, (bool, str, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise IRFormatError("non-finite number in JSON", key=where, hint='write {"$float": "inf"}')
+        return value
+    if isinstance(value, list):
+        return [decode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        tags = [k for k in value if isinstance(k, str) and k.startswith("$")]
+        if len(tags) > 1:
+            raise IRFormatError(f"a value has several tags {tags}", key=where)
+        if tags:
+            return _tagged(value, where)
+        return {k: decode(v, f"{where}.{k}") for k, v in value.items()}
+    raise IRFormatError(f"unexpected {type(value).__name__} in document", key=where)
+
+
+def iter_refs(value: Any, path: tuple = ()):
+    """Yield ``(path, Ref)`` for every :class:`Ref` inside a nested args/kwargs value."""
+    if isinstance(value, Ref):
+        yield path, value
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from iter_refs(v, (*path, i))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from iter_refs(v, (*path, k))
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Equality that treats NaN as equal to NaN and keeps tuple/list and int/float apart."""
+    if type(a) is not type(b) and not (isinstance(a, tuple) and isinstance(b, tuple)):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or a == b and math.copysign(1, a) == math.copysign(1, b)
+    if isinstance(a, complex):
+        return values_equal(a.real, b.real) and values_equal(a.imag, b.imag)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):  # insertion order is meaningful (pytree flattening follows it)
+        return list(a) == list(b) and all(values_equal(a[k], b[k]) for k in a)
+    return a == b

@@ -1,0 +1,216 @@
+"""Turn implementation graphs into ``torch.fx.GraphModule``s and assemble the module tree.
+
+One fx node per IR node, in the IR's node order (a topological order that keeps the
+stored order wherever the edges allow):
+
+==============  ==================================================================
+IR node type    fx node
+==============  ==================================================================
+``input``       ``placeholder``
+``function``    ``call_function`` of the target resolved through the allow-list
+``get_attr``    ``get_attr`` of one of the implementation's own state entries
+``output``      ``output``
+anything else   ``call_module`` of the called implementation (a child module)
+==============  ==================================================================
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+import networkx as nx
+import torch
+from torch import fx, nn
+
+from common.errors import ArgumentMismatchError, IRValidationError
+from common.ir import Implementation, slot_path
+from common.safety import Allowlist
+from common.values import Ref
+
+
+def execution_order(impl: Implementation) -> list[str]:
+    """Nodes in a topological order that follows the stored order wherever possible."""
+    position = {n: i for i, n in enumerate(impl.graph.nodes)}
+    return list(nx.lexicographical_topological_sort(impl.graph, key=position.__getitem__))
+
+
+def parent_key(key: str, keys: Mapping[str, Any] | set[str]) -> str:
+    """The implementation under which ``key`` hangs: its longest proper path prefix in ``keys``."""
+    parts = key.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        candidate = ".".join(parts[:cut])
+        if candidate in keys:
+            return candidate
+    return "root"
+
+
+def relative_path(parent: str, key: str) -> str:
+    """Path of implementation ``key`` as an attribute path below ``parent``."""
+    return key if parent == "root" else key[len(parent) + 1 :]
+
+
+def set_submodule(root: nn.Module, path: str, child: nn.Module) -> None:
+    """``root.<path> = child``, creating plain ``nn.Module`` containers for missing levels."""
+    *prefix, last = path.split(".")
+    module = root
+    for part in prefix:
+        nxt = module._modules.get(part)
+        if nxt is None:
+            nxt = nn.Module()
+            module.add_module(part, nxt)
+        module = nxt
+    module.add_module(last, child)
+
+
+def _call_target(impl: Implementation, node: str, attrs: dict[str, Any]) -> str:
+    explicit = attrs.get("target")
+    if isinstance(explicit, str):
+        return explicit
+    callee = attrs["implementation"]
+    if impl.name == "root":
+        return callee
+    if callee.startswith(impl.name + "."):
+        return callee[len(impl.name) + 1 :]
+    raise IRValidationError(
+        f"node calls {callee!r}, which is not below {impl.name!r}",
+        implementation=impl.name,
+        node=node,
+        hint="give the node a 'target' attribute path, or call a descendant implementation",
+    )
+
+
+class _GraphBuilder:
+    """Builds one fx graph from one implementation's IR graph."""
+
+    def __init__(self, impl: Implementation, allowlist: Allowlist) -> None:
+        self.impl = impl
+        self.allowlist = allowlist
+        self.graph = fx.Graph()
+        self.env: dict[str, fx.Node] = {}
+        self._items: dict[tuple[str, int], fx.Node] = {}
+
+    def value(self, src: str, index: int | None) -> fx.Node:
+        base = self.env[src]
+        if index is None:
+            return base
+        key = (src, index)
+        if key not in self._items:
+            self._items[key] = self.graph.call_function(operator.getitem, (base, index))
+        return self._items[key]
+
+    def substitute(self, value: Any) -> Any:
+        if isinstance(value, Ref):
+            return self.value(value.node, value.index)
+        if isinstance(value, list):
+            return [self.substitute(v) for v in value]
+        if isinstance(value, tuple):
+            return tuple(self.substitute(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.substitute(v) for k, v in value.items()}
+        return value
+
+    def arguments(self, node: str, attrs: dict[str, Any]) -> tuple[tuple, dict]:
+        if "args" in attrs or "kwargs" in attrs:
+            return tuple(self.substitute(list(attrs.get("args", [])))), self.substitute(dict(attrs.get("kwargs", {})))
+        positional: dict[int, fx.Node] = {}
+        kwargs: dict[str, fx.Node] = {}
+        free: list[fx.Node] = []
+        for src, _, data in self.impl.in_edges(node):
+            value = self.value(src, data.get("src_index"))
+            slot = data.get("slot")
+            if slot is None:
+                free.append(value)
+                continue
+            head = slot_path(slot)[0]
+            if isinstance(head, int):
+                positional[head] = value
+            else:
+                kwargs[head] = value
+        args = []
+        for i in range(len(positional) + len(free)):
+            if i in positional:
+                args.append(positional[i])
+            elif free:
+                args.append(free.pop(0))
+            else:
+                raise ArgumentMismatchError(f"no edge fills argument {i}", implementation=self.impl.name, node=node)
+        return tuple(args), kwargs
+
+    def build(self) -> fx.Graph:
+        outputs_seen = False
+        for node in execution_order(self.impl):
+            attrs = self.impl.node(node)
+            kind = attrs["type"]
+            if kind == "input":
+                self.env[node] = self.graph.placeholder(_fx_name(node))
+                continue
+            args, kwargs = self.arguments(node, attrs)
+            if kind == "output":
+                if "args" in attrs:
+                    result = args[0] if args else None
+                else:
+                    result = args[0] if len(args) == 1 else tuple(args) if args else None
+                self.graph.output(result)
+                outputs_seen = True
+                continue
+            if kind == "function":
+                fn = self.allowlist.resolve(attrs["implementation"], implementation=self.impl.name, node=node)
+                fx_node = self.graph.call_function(fn, args, kwargs)
+            elif kind == "get_attr":
+                fx_node = self.graph.get_attr(attrs["implementation"])
+            else:
+                fx_node = self.graph.call_module(_call_target(self.impl, node, attrs), args, kwargs)
+            fx_node.name = self.graph._graph_namespace.create_name(_fx_name(node), fx_node)
+            self.env[node] = fx_node
+        if not outputs_seen:
+            self.graph.output(None)
+        return self.graph
+
+
+def _fx_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"n_{cleaned}"
+
+
+def graph_module(impl: Implementation, allowlist: Allowlist, *, device: torch.device | str | None = None) -> fx.GraphModule:
+    """An empty-bodied ``GraphModule`` for ``impl`` running its graph.
+
+    Its own parameters and buffers are created from ``impl.state`` (uninitialised, of the
+    recorded shape and dtype, on ``device``); children are attached later by the caller.
+    """
+    gm = fx.GraphModule(nn.Module(), fx.Graph(), class_name=_class_name(impl))
+    for name, rec in impl.state.items():
+        shape = [int(s) if isinstance(s, int) else 1 for s in rec["shape"]]
+        tensor = torch.empty(shape, dtype=rec["dtype"], device=device)
+        if rec["kind"] == "parameter":
+            value: torch.Tensor = nn.Parameter(tensor, requires_grad=bool(rec.get("requires_grad", True)))
+            _set_state(gm, name, value, "parameter", True)
+        else:
+            _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
+    gm.graph = _GraphBuilder(impl, allowlist).build()
+    gm.recompile()
+    return gm
+
+
+def _set_state(module: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:
+    *prefix, last = path.split(".")
+    for part in prefix:
+        nxt = module._modules.get(part)
+        if nxt is None:
+            nxt = nn.Module()
+            module.add_module(part, nxt)
+        module = nxt
+    if kind == "parameter":
+        module.register_parameter(last, tensor)  # type: ignore[arg-type]
+    elif kind == "buffer":
+        module.register_buffer(last, tensor, persistent=persistent)
+    else:  # lifted constant: a plain tensor attribute, not part of the state dict
+        setattr(module, last, tensor)
+
+
+def _class_name(impl: Implementation) -> str:
+    cls = impl.meta.get("class")
+    base = cls.rsplit(".", 1)[-1] if isinstance(cls, str) else impl.type.title()
+    return _fx_name(base) or "IRModule"

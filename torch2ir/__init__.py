@@ -1,0 +1,1 @@
+"""torch2ir: convert PyTorch models into the torch2ir IR."""

@@ -1,0 +1,93 @@
+"""``Torch2Ir``: convert an ``nn.Module`` into the module-level IR.
+
+Leaf handlers are keyed by module **class** (exact class, never a subclass or a class
+of the same name): a handler maps a module instance to a JSON-able dict of constructor
+arguments, and the implementation's IR ``type`` is the lowercased class name unless
+registered with ``type=``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import nn
+
+from common.registry import Registry
+
+Handler = Callable[[nn.Module], dict[str, Any]]
+
+
+class Torch2Ir:
+    """Converts models to IRs; owns its handler registry (copies are independent)."""
+
+    def __init__(self) -> None:
+        self.handlers: Registry[type, Handler] = Registry("module class")
+        self._types: dict[type, str] = {}
+
+    def register(self, cls: type[nn.Module], handler: Handler | None = None, *, type: str | None = None) -> Any:
+        """Add the handler of module class ``cls``; refuses a class that already has one.
+
+        Args:
+            cls: the exact module class (subclasses are not matched).
+            handler: ``module -> attributes``; omit to use as a decorator.
+            type: the IR type string (default: ``cls.__name__.lower()``).
+        """
+        self._check_class(cls)
+
+        def add(fn: Handler) -> Handler:
+            self.handlers.register(cls, fn)
+            self._types[cls] = type or cls.__name__.lower()
+            return fn
+
+        return add if handler is None else add(handler)
+
+    def register_override(
+        self, cls: type[nn.Module], handler: Handler | None = None, *, type: str | None = None
+    ) -> Any:
+        """Replace the handler of a class that has one (and optionally its IR type)."""
+        self._check_class(cls)
+
+        def add(fn: Handler) -> Handler:
+            self.handlers.register_override(cls, fn)
+            if type is not None:
+                self._types[cls] = type
+            return fn
+
+        return add if handler is None else add(handler)
+
+    @staticmethod
+    def _check_class(cls: Any) -> None:
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            raise TypeError(f"handlers are keyed by nn.Module subclasses, got {cls!r}")
+
+    def has_handler(self, module: nn.Module) -> bool:
+        """True when ``type(module)`` (exactly) has a handler."""
+        return type(module) in self.handlers
+
+    def type_of(self, cls: type[nn.Module]) -> str:
+        """The IR type string of a handled class."""
+        return self._types[cls]
+
+    def types(self) -> Mapping[type, str]:
+        """``{module class: IR type}`` of every registered handler."""
+        return dict(self._types)
+
+    def attributes(self, module: nn.Module) -> dict[str, Any]:
+        """Run the handler of ``type(module)``."""
+        return self.handlers.get(type(module))(module)
+
+    def copy(self) -> Torch2Ir:
+        new = type(self)()
+        new.handlers = self.handlers.copy()
+        new._types = dict(self._types)
+        return new
+
+
+def get_default_converter() -> Torch2Ir:
+    """A fresh converter with every default handler (registering on it changes only it)."""
+    from .handlers import register_defaults
+
+    converter = Torch2Ir()
+    register_defaults(converter)
+    return converter

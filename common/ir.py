@@ -18,8 +18,8 @@ DESIGN.md; see ``docs/ir-spec.md`` for every field.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from typing import Any
 
 import networkx as nx
 
@@ -452,7 +452,7 @@ def _fix_slotless_order(impl: Implementation, items: list, slotless: dict[str, i
             keys = [k for k, data in sorted(impl.graph[src][dst].items()) if data.get("slot") is None]
             impl.graph[src][dst][keys[used.get(src, 0)]]["_slot"] = next(free)
             used[src] = used.get(src, 0) + 1
-        for src, _, data in impl.in_edges(dst):
+        for _, _, data in impl.in_edges(dst):
             if "_slot" in data:
                 data["slot"] = data.pop("_slot")
 

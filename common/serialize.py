@@ -17,6 +17,7 @@ File layout::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -52,10 +53,8 @@ def write_text_atomic(path: PathLike, text: str) -> Path:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     return path
 

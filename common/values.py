@@ -248,7 +248,7 @@ def values_equal(a: Any, b: Any) -> bool:
     if type(a) is not type(b) and not (isinstance(a, tuple) and isinstance(b, tuple)):
         return False
     if isinstance(a, float):
-        return (math.isnan(a) and math.isnan(b)) or a == b and math.copysign(1, a) == math.copysign(1, b)
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
     if isinstance(a, complex):
         return values_equal(a.real, b.real) and values_equal(a.imag, b.imag)
     if isinstance(a, (list, tuple)):

@@ -174,7 +174,9 @@ def _fx_name(name: str) -> str:
     return cleaned if cleaned and not cleaned[0].isdigit() else f"n_{cleaned}"
 
 
-def graph_module(impl: Implementation, allowlist: Allowlist, *, device: torch.device | str | None = None) -> fx.GraphModule:
+def graph_module(
+    impl: Implementation, allowlist: Allowlist, *, device: torch.device | str | None = None
+) -> fx.GraphModule:
     """An empty-bodied ``GraphModule`` for ``impl`` running its graph.
 
     Its own parameters and buffers are created from ``impl.state`` (uninitialised, of the

@@ -3,6 +3,6 @@
 Importable from users' own test suites; needs the ``test`` extra (``hypothesis``).
 """
 
-from .strategies import ir_documents, irs, ir_values, mutated_documents
+from .strategies import ir_documents, ir_values, irs, mutated_documents
 
 __all__ = ["ir_documents", "ir_values", "irs", "mutated_documents"]

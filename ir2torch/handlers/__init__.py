@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import activation, attention, conv, dropout, embedding, linear, norm, pooling, recurrent, shape
+
 
 def register_defaults(converter: Any) -> None:
     """Register every default builder on ``converter`` (an ``Ir2Torch``)."""
-    return None
+    linear.register(converter)
+    conv.register(converter)
+    norm.register(converter)
+    embedding.register(converter)
+    activation.register(converter)
+    dropout.register(converter)
+    pooling.register(converter)
+    shape.register(converter)
+    recurrent.register(converter)
+    attention.register(converter)

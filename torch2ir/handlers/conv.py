@@ -11,7 +11,8 @@ from ._base import register_table
 if TYPE_CHECKING:
     from ..converter import Torch2Ir
 
-_CONV = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias", "padding_mode")
+_GEOMETRY = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups")
+_CONV = (*_GEOMETRY, "bias", "padding_mode")
 _TRANSPOSED = (*_CONV, "output_padding")
 
 TABLE: dict[type[nn.Module], tuple[str, ...]] = {

@@ -11,12 +11,12 @@ from ._base import register_table
 if TYPE_CHECKING:
     from ..converter import Torch2Ir
 
+_SIZES = ("num_embeddings", "embedding_dim")
+_NORM = ("max_norm", "norm_type", "scale_grad_by_freq")
+
 TABLE: dict[type[nn.Module], tuple[str, ...]] = {
-    nn.Embedding: ("num_embeddings", "embedding_dim", "padding_idx", "max_norm", "norm_type", "scale_grad_by_freq", "sparse"),
-    nn.EmbeddingBag: (
-        "num_embeddings", "embedding_dim", "max_norm", "norm_type", "scale_grad_by_freq",
-        "mode", "sparse", "include_last_offset", "padding_idx",
-    ),  # fmt: skip
+    nn.Embedding: (*_SIZES, "padding_idx", *_NORM, "sparse"),
+    nn.EmbeddingBag: (*_SIZES, *_NORM, "mode", "sparse", "include_last_offset", "padding_idx"),
 }
 
 

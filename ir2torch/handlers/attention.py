@@ -1,0 +1,21 @@
+"""Builder of ``nn.MultiheadAttention``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import nn
+
+from ._base import register_table
+
+if TYPE_CHECKING:
+    from ..converter import Ir2Torch
+
+TABLE: dict[str, type[nn.Module]] = {
+    "multiheadattention": nn.MultiheadAttention,
+}
+
+
+def register(converter: Ir2Torch) -> None:
+    """Register the attention-family builders on ``converter``."""
+    register_table(converter, TABLE)

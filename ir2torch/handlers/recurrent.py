@@ -1,0 +1,23 @@
+"""Builders of recurrent layers (LSTM, GRU, RNN)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import nn
+
+from ._base import register_table
+
+if TYPE_CHECKING:
+    from ..converter import Ir2Torch
+
+TABLE: dict[str, type[nn.Module]] = {
+    "lstm": nn.LSTM,
+    "gru": nn.GRU,
+    "rnn": nn.RNN,
+}
+
+
+def register(converter: Ir2Torch) -> None:
+    """Register the recurrent-family builders on ``converter``."""
+    register_table(converter, TABLE)

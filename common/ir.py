@@ -225,6 +225,9 @@ class IR(MutableMapping[str, Implementation]):
 
     def __init__(self, implementations: Mapping[str, Implementation] | list[Implementation] | None = None) -> None:
         self._impls: dict[str, Implementation] = {}
+        #: values of tensors that are not in the model's state dict (non-persistent buffers,
+        #: lifted constants), keyed by their path; saved beside the JSON as .safetensors.
+        self.tensors: dict[str, Any] = {}
         items = implementations.values() if isinstance(implementations, Mapping) else (implementations or [])
         for impl in items:
             self._impls[impl.name] = impl
@@ -320,12 +323,19 @@ class IR(MutableMapping[str, Implementation]):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, IR):
             return NotImplemented
-        return self._impls.keys() == other._impls.keys() and all(
-            self._impls[k] == other._impls[k] for k in self._impls
+        return (
+            self._impls.keys() == other._impls.keys()
+            and all(self._impls[k] == other._impls[k] for k in self._impls)
+            and self.tensors.keys() == other.tensors.keys()
+            and all(_same_tensor(v, other.tensors[k]) for k, v in self.tensors.items())
         )
 
     def __repr__(self) -> str:
         return f"IR({len(self)} implementations: {', '.join(list(self._impls)[:5])}{', ...' if len(self) > 5 else ''})"
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and (a.is_meta or b.is_meta or bool((a == b).all()))
 
 
 class ImplementationNotFound(MissingImplementationError, KeyError):

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import IRError, IRFormatError, UnsupportedFormatVersionError
+from .errors import IRError, IRFormatError, IRSerializationError, UnsupportedFormatVersionError
 from .ir import IR
 from .values import decode, encode
 
@@ -117,13 +117,40 @@ def check_header(doc: Any, expected_format: str, supported: int, source: str) ->
         )
 
 
-def ir_to_document(ir: IR) -> dict[str, Any]:
+def ir_to_document(ir: IR, tensors_file: str | None = None) -> dict[str, Any]:
     """The JSON document of ``ir`` (plain data, values encoded)."""
-    return {
+    doc: dict[str, Any] = {
         "format": IR_FORMAT,
         "format_version": FORMAT_VERSION,
         "implementations": ir.to_dict(value_fn=encode, edge_list=True),
     }
+    if ir.tensors:
+        doc["tensors"] = {"file": tensors_file, "keys": sorted(ir.tensors)}
+    return doc
+
+
+def tensors_path(path: PathLike) -> Path:
+    """Where the tensors of the IR saved at ``path`` go: ``model.ir.json`` -> ``model.ir.tensors.safetensors``."""
+    path = Path(path)
+    stem = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
+    return path.with_name(f"{stem}.tensors.safetensors")
+
+
+def write_tensors_atomic(path: PathLike, tensors: Mapping[str, Any]) -> Path:
+    """Save tensors to a .safetensors file through a temporary file and an atomic rename."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    os.close(fd)
+    try:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 def ir_from_document(doc: Any, *, source: str = "document", validate: bool = True) -> IR:
@@ -132,7 +159,7 @@ def ir_from_document(doc: Any, *, source: str = "document", validate: bool = Tru
     impls = doc.get("implementations")
     if not isinstance(impls, Mapping):
         raise IRFormatError(f"{source} has no 'implementations' object", key=source)
-    extra = set(doc) - {"format", "format_version", "implementations"}
+    extra = set(doc) - {"format", "format_version", "implementations", "tensors"}
     if extra:
         raise IRFormatError(f"{source} has unknown top-level keys {sorted(extra)}", key=source)
     ir = IR.from_dict(impls, value_fn=decode)
@@ -142,11 +169,50 @@ def ir_from_document(doc: Any, *, source: str = "document", validate: bool = Tru
 
 
 def save_ir(ir: IR, path: PathLike) -> Path:
-    """Save ``ir`` to ``path`` (atomic, deterministic); the text is built before the file is touched."""
-    return write_text_atomic(path, dumps(ir_to_document(ir)))
+    """Save ``ir`` to ``path`` (atomic, deterministic); the text is built before the file is touched.
+
+    Tensors held by the IR (``ir.tensors``) go to ``tensors_path(path)``, written first.
+    """
+    sidecar = tensors_path(path) if ir.tensors else None
+    text = dumps(ir_to_document(ir, sidecar.name if sidecar else None))
+    if sidecar is not None:
+        for key, value in ir.tensors.items():
+            if value.is_meta:
+                raise IRSerializationError(f"tensor {key!r} is on the meta device and has no value to save",
+                                           key=key, hint="drop it from ir.tensors or convert a model with values")
+        write_tensors_atomic(sidecar, ir.tensors)
+    return write_text_atomic(path, text)
 
 
 def load_ir(path: PathLike, *, validate: bool = True) -> IR:
-    """Load an IR JSON file written by :func:`save_ir`."""
+    """Load an IR JSON file written by :func:`save_ir` (and its tensors file, if any)."""
     source = os.fspath(path)
-    return ir_from_document(loads_json(read_text(path), source=source), source=source, validate=validate)
+    doc = loads_json(read_text(path), source=source)
+    ir = ir_from_document(doc, source=source, validate=validate)
+    spec = doc.get("tensors")
+    if spec is not None:
+        ir.tensors = _load_tensors(Path(path), spec, source)
+    return ir
+
+
+def _load_tensors(path: Path, spec: Any, source: str) -> dict[str, Any]:
+    if not (isinstance(spec, Mapping) and isinstance(spec.get("file"), str) and isinstance(spec.get("keys"), list)):
+        raise IRFormatError(f"{source}: 'tensors' must be {{'file': name, 'keys': [...]}}", key="tensors")
+    name = spec["file"]
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise IRFormatError(f"{source}: tensors file {name!r} must be a plain file name beside the JSON",
+                            key="tensors.file")
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        tensors = load_file(path.with_name(name))
+    except FileNotFoundError:
+        raise IRFormatError(f"{source}: tensors file {name!r} is missing", key="tensors.file",
+                            hint="keep the .safetensors file written by save() beside the JSON") from None
+    except (SafetensorError, OSError) as exc:
+        raise IRFormatError(f"{source}: tensors file {name!r} is unreadable: {exc}", key="tensors.file") from None
+    if sorted(tensors) != sorted(spec["keys"]):
+        raise IRFormatError(f"{source}: tensors file {name!r} holds {sorted(tensors)}, expected {spec['keys']}",
+                            key="tensors.keys")
+    return dict(tensors)

@@ -33,7 +33,7 @@ from .errors import (
 )
 from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .safety import DEFAULT_ALLOWLIST, Allowlist
-from .values import Ref, iter_refs
+from .values import Ref, Subgraph, iter_refs, iter_values
 
 
 def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
@@ -75,7 +75,7 @@ def _validate_graph(ir: IR, impl: Implementation, allow: Allowlist) -> set[str]:
         elif ntype == "function":
             allow.check(target, implementation=name, node=node)
         elif ntype == "get_attr":
-            if target not in impl.state:
+            if not _state_exists(ir, impl, target):
                 near = difflib.get_close_matches(str(target), list(impl.state), n=3)
                 raise MissingImplementationError(
                     f"get_attr reads {target!r}, which is not in the implementation's state",
@@ -85,6 +85,9 @@ def _validate_graph(ir: IR, impl: Implementation, allow: Allowlist) -> set[str]:
         elif ntype != "input":
             callees.add(_check_call(ir, impl, node, ntype, target))
         _check_args(impl, node, attrs)
+        for _, value in iter_values([attrs.get("args", []), attrs.get("kwargs", {})]):
+            if isinstance(value, Subgraph):
+                _check_subgraph(ir, value.impl, allow, name, node)
     if g.number_of_nodes() and len(outputs) != 1:
         raise IRValidationError(
             f"graph has {len(outputs)} output nodes",
@@ -104,6 +107,32 @@ def _validate_graph(ir: IR, impl: Implementation, allow: Allowlist) -> set[str]:
         raise CycleError(f"graph has a cycle: {' -> '.join(cycle + cycle[:1])}", implementation=name,
                          node=cycle[0], hint="an IR graph must be acyclic; remove one of these edges")
     return callees
+
+
+def _state_exists(ir: IR, impl: Implementation, target: Any) -> bool:
+    """``target`` names a state entry of ``impl`` or (dotted) of an implementation below it."""
+    if not isinstance(target, str):
+        return False
+    if target in impl.state:
+        return True
+    owner, _, attr = target.rpartition(".")
+    key = owner if impl.name == "root" else f"{impl.name}.{owner}"
+    if not owner:
+        return False
+    if key in ir:
+        return attr in ir[key].state
+    return any(key in ([k] + ir[k].aliases) and attr in ir[k].state for k in ir)
+
+
+def _check_subgraph(ir: IR, sub: Implementation, allow: Allowlist, name: str, node: str) -> None:
+    """A higher-order op's body: only inputs, functions and one output; checked recursively."""
+    for n, attrs in sub.graph.nodes(data=True):
+        if attrs.get("type") not in ("input", "output", "function"):
+            raise UnknownNodeKindError(
+                f"subgraph {sub.name!r} has node {n!r} of type {attrs.get('type')!r}",
+                implementation=name, node=node, hint="subgraphs hold input, function and output nodes only",
+            )
+    _validate_graph(ir, sub, allow)
 
 
 def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any) -> str:

@@ -40,6 +40,20 @@ class Ref:
     index: int | None = None
 
 
+@dataclass(eq=False)
+class Subgraph:
+    """A graph passed as an argument (the body of a higher-order op such as
+    ``wrap_with_set_grad_enabled``); holds a graph-only :class:`~common.ir.Implementation`."""
+
+    impl: Any
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Subgraph) and self.impl == other.impl
+
+    def __repr__(self) -> str:
+        return f"Subgraph({self.impl!r})"
+
+
 def _names_of(kind: type) -> dict[str, Any]:
     return {name: value for name, value in vars(torch).items() if isinstance(value, kind)}
 
@@ -54,7 +68,7 @@ _FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 TAGS = (
     "$tuple", "$dict", "$dtype", "$device", "$memory_format", "$layout",
-    "$float", "$complex", "$slice", "$ellipsis", "$ref",
+    "$float", "$complex", "$slice", "$ellipsis", "$ref", "$graph",
 )  # fmt: skip
 
 
@@ -98,6 +112,8 @@ def encode(value: Any, where: str = "value") -> JSONValue:
         if value.index is not None:
             out["index"] = value.index
         return out
+    if isinstance(value, Subgraph):
+        return {"$graph": value.impl.to_dict(value_fn=encode, edge_list=True)}
     if isinstance(value, list):
         return [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, tuple):  # includes torch.Size and named tuples
@@ -195,6 +211,13 @@ def _tagged(value: dict[str, Any], where: str) -> Any:
         return slice(*parts)
     if tag == "$ellipsis":
         return Ellipsis
+    if tag == "$graph":
+        from .ir import Implementation
+
+        name = raw.get("name") if isinstance(raw, dict) else None
+        if not isinstance(name, str):
+            raise IRFormatError("$graph takes an implementation dict with a name", key=where)
+        return Subgraph(Implementation.from_dict(name, raw, value_fn=decode))
     if tag == "$ref":
         index = value.get("index")
         if not isinstance(raw, str) or not (index is None or (isinstance(index, int) and not isinstance(index, bool))):
@@ -233,14 +256,19 @@ def decode(value: JSONValue, where: str = "value") -> Any:
 
 def iter_refs(value: Any, path: tuple = ()):
     """Yield ``(path, Ref)`` for every :class:`Ref` inside a nested args/kwargs value."""
-    if isinstance(value, Ref):
-        yield path, value
-    elif isinstance(value, (list, tuple)):
+    yield from ((p, v) for p, v in iter_values(value, path) if isinstance(v, Ref))
+
+
+def iter_values(value: Any, path: tuple = ()):
+    """Yield ``(path, leaf)`` for every leaf inside a nested args/kwargs value."""
+    if isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            yield from iter_refs(v, (*path, i))
+            yield from iter_values(v, (*path, i))
     elif isinstance(value, dict):
         for k, v in value.items():
-            yield from iter_refs(v, (*path, k))
+            yield from iter_values(v, (*path, k))
+    else:
+        yield path, value
 
 
 def values_equal(a: Any, b: Any) -> bool:
@@ -253,6 +281,8 @@ def values_equal(a: Any, b: Any) -> bool:
         return values_equal(a.real, b.real) and values_equal(a.imag, b.imag)
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, Subgraph):
+        return a == b
     if isinstance(a, dict):  # insertion order is meaningful (pytree flattening follows it)
         return list(a) == list(b) and all(values_equal(a[k], b[k]) for k in a)
     return a == b

@@ -15,7 +15,8 @@ from common.registry import Registry, Where
 from common.safety import Allowlist
 from common.validate import validate
 
-from .rebuild import graph_module, parent_key, relative_path, set_submodule
+from .assemble import attach_children, restore_state_layout, restore_tensors
+from .rebuild import graph_module
 
 Builder = Callable[[Implementation], nn.Module]
 
@@ -73,10 +74,9 @@ class Ir2Torch:
         if "root" not in ir:
             raise IRFormatError("the IR has no 'root' implementation", hint="the top-level module's key is 'root'")
         modules = {key: self._build_one(impl, device) for key, impl in ir.items()}
-        for key in sorted((k for k in ir if k != "root"), key=lambda k: k.count(".")):
-            parent = parent_key(key, ir)
-            set_submodule(modules[parent], relative_path(parent, key), modules[key])
-        root = modules["root"]
+        root = attach_children(ir, modules)
+        restore_state_layout(ir, modules)
+        restore_tensors(ir, modules, device)
         if state_dict is not None:
             load_state(root, state_dict, strict=strict)
         return root
@@ -100,7 +100,8 @@ class Ir2Torch:
             if not isinstance(module, nn.Module):
                 raise TypeError(f"builder for {impl.type!r} returned {type(module).__name__}, not an nn.Module")
             return module
-        if impl.graph.number_of_nodes():
+        if impl.graph.number_of_nodes() or impl.type == "module":
+            # a "module" never called has no graph: it only holds its state and children
             return graph_module(impl, self.allowlist, device=device)
         raise HandlerNotFoundError(
             f"no builder for type {impl.type!r} and no graph to rebuild it from",

@@ -27,7 +27,7 @@ from torch import fx, nn
 from common.errors import ArgumentMismatchError, IRValidationError
 from common.ir import Implementation, slot_path
 from common.safety import Allowlist
-from common.values import Ref
+from common.values import Ref, Subgraph
 
 
 def execution_order(impl: Implementation) -> list[str]:
@@ -138,6 +138,14 @@ class _GraphBuilder:
                 raise ArgumentMismatchError(f"no edge fills argument {i}", implementation=self.impl.name, node=node)
         return tuple(args), kwargs
 
+    def bind_subgraphs(self, fn: Any, args: tuple) -> tuple[Any, tuple]:
+        """A higher-order op's body becomes a ``GraphModule`` bound into the call target."""
+        bodies = {
+            i: fx.GraphModule(nn.Module(), _GraphBuilder(a.impl, self.allowlist).build(), class_name="Subgraph")
+            for i, a in enumerate(args) if isinstance(a, Subgraph)
+        }
+        return SubgraphCall(fn, bodies), tuple(a for a in args if not isinstance(a, Subgraph))
+
     def build(self) -> fx.Graph:
         outputs_seen = False
         for node in execution_order(self.impl):
@@ -157,6 +165,8 @@ class _GraphBuilder:
                 continue
             if kind == "function":
                 fn = self.allowlist.resolve(attrs["implementation"], implementation=self.impl.name, node=node)
+                if any(isinstance(a, Subgraph) for a in args):
+                    fn, args = self.bind_subgraphs(fn, args)
                 fx_node = self.graph.call_function(fn, args, kwargs)
             elif kind == "get_attr":
                 fx_node = self.graph.get_attr(attrs["implementation"])
@@ -167,6 +177,25 @@ class _GraphBuilder:
         if not outputs_seen:
             self.graph.output(None)
         return self.graph
+
+
+class SubgraphCall:
+    """Calls ``fn`` with graph modules inserted at fixed argument positions.
+
+    Used for higher-order ops (``wrap_with_set_grad_enabled(False, body, *args)``): the
+    body is not a submodule of the rebuilt model, so ``named_modules()`` stays the original's.
+    """
+
+    def __init__(self, fn: Any, bodies: dict[int, nn.Module]) -> None:
+        self.fn = fn
+        self.bodies = bodies
+        self.__name__ = f"{getattr(fn, '__name__', 'call')}_with_body".replace(".", "_")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        full = list(args)
+        for position in sorted(self.bodies):
+            full.insert(position, self.bodies[position])
+        return self.fn(*full, **kwargs)
 
 
 def _fx_name(name: str) -> str:
@@ -192,8 +221,37 @@ def graph_module(
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
     gm.graph = _GraphBuilder(impl, allowlist).build()
+    if "in_spec" in impl.meta:
+        gm.graph._codegen = calling_convention(impl)
     gm.recompile()
     return gm
+
+
+def calling_convention(impl: Implementation) -> Any:
+    """The pytree codegen that makes a rebuilt root take the original ``(*args, **kwargs)``
+    and return the original output structure (tuples, dicts, ``ModelOutput``\ s).
+
+    ``treespec_loads`` only resolves type names registered with torch's pytree (it imports
+    nothing), so an output type of a library that is not imported yet is refused.
+    """
+    from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+    from torch.utils import _pytree as pytree
+
+    from common.errors import IRFormatError
+
+    try:
+        in_spec = pytree.treespec_loads(impl.meta["in_spec"])
+        out_spec = pytree.treespec_loads(impl.meta["out_spec"]) if impl.meta.get("out_spec") else None
+    except Exception as exc:  # noqa: BLE001 - pytree raises several types for unknown names
+        raise IRFormatError(
+            f"cannot read the calling convention: {exc}",
+            implementation=impl.name,
+            hint="import the library whose output class the model returns (e.g. transformers) before rebuilding",
+        ) from None
+    names = list(impl.meta.get("forward_arg_names") or [])
+    if not names:
+        names = [f"arg_{i}" for i in range(in_spec.num_leaves)]
+    return _PyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec))
 
 
 def _set_state(module: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:

@@ -1,5 +1,5 @@
 """torch2ir: convert PyTorch models into the torch2ir IR."""
 
-from .converter import Torch2Ir, get_default_converter
+from .converter import Torch2Ir, convert, get_default_converter
 
-__all__ = ["Torch2Ir", "get_default_converter"]
+__all__ = ["Torch2Ir", "convert", "get_default_converter"]

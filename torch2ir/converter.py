@@ -13,7 +13,10 @@ from typing import Any
 
 from torch import nn
 
+from common.ir import IR
 from common.registry import Registry
+
+from .build import build_ir
 
 Handler = Callable[[nn.Module], dict[str, Any]]
 
@@ -77,6 +80,28 @@ class Torch2Ir:
         """Run the handler of ``type(module)``."""
         return self.handlers.get(type(module))(module)
 
+    def convert(
+        self,
+        model: nn.Module,
+        args: tuple | Any,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        strict: bool = False,
+        dynamic_shapes: Any = None,
+    ) -> IR:
+        """Convert ``model`` called as ``model(*args, **kwargs)`` into the module-level IR.
+
+        Works on models and inputs on the ``meta`` device (no weight is allocated).
+
+        Raises:
+            ConversionError: torch.export failed, or the model has constructs the IR cannot
+                hold; every construct found is listed, with its module path.
+        """
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be an nn.Module, not {type(model).__name__}")
+        args = args if isinstance(args, tuple) else (args,)
+        return build_ir(self, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes)
+
     def copy(self) -> Torch2Ir:
         new = type(self)()
         new.handlers = self.handlers.copy()
@@ -91,3 +116,15 @@ def get_default_converter() -> Torch2Ir:
     converter = Torch2Ir()
     register_defaults(converter)
     return converter
+
+
+def convert(
+    model: nn.Module,
+    args: tuple | Any,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    strict: bool = False,
+    dynamic_shapes: Any = None,
+) -> IR:
+    """Convert ``model`` with a default converter (see :meth:`Torch2Ir.convert`)."""
+    return get_default_converter().convert(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes)

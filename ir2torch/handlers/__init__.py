@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import activation, attention, conv, dropout, embedding, linear, norm, pooling, recurrent, shape
+from . import activation, attention, containers, conv, dropout, embedding, linear, norm, pooling, recurrent, shape
 
 
 def register_defaults(converter: Any) -> None:
@@ -23,3 +23,4 @@ def register_defaults(converter: Any) -> None:
     shape.register(converter)
     recurrent.register(converter)
     attention.register(converter)
+    containers.register(converter)

@@ -1,0 +1,172 @@
+"""Assemble the IR of a model: implementations, graphs, calling convention, tensors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from common.errors import ConversionError, IRError
+from common.ir import IR, NODE_KINDS, Implementation
+from common.validate import validate
+
+from .frontend import export, outermost_handled
+from .hierarchy import Hierarchy, Problem
+from .modules import ModuleTable
+from .tensormeta import state_record
+
+
+def build_ir(
+    converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
+    dynamic_shapes: Any,
+) -> IR:
+    table = ModuleTable(model, converter)
+    if table.is_leaf(model):  # the whole model is one handled module (nn.LSTM, ...)
+        ir = table.build(called=set())
+        _raise(table.errors)
+        _keep_tensors(ir, table, {})
+        return ir
+    ep, preserved = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                           preserve=outermost_handled(model, table.is_leaf))
+    hierarchy = Hierarchy(ep, table, preserved)
+    frames = list(hierarchy.graph_frames())
+    called = {table.key(f.path) or "root" for f in frames}
+    ir = table.build(called)
+    problems: list[Problem] = [*table.errors]
+    for frame in frames:
+        key = table.key(frame.path) or "root"
+        if key not in ir:
+            continue
+        if ir[key].graph.number_of_nodes() == 0:
+            hierarchy.build_graph(frame, ir[key])
+        else:
+            again = Implementation(key, ir[key].type)
+            hierarchy.build_graph(frame, again)
+            if _shape_of(again) != _shape_of(ir[key]):
+                problems.append((key, f"module is called {len(hierarchy.frames_by_path[frame.path])} times and "
+                                 "its calls trace to different graphs (e.g. different input shapes)",
+                                 "call it with inputs of the same shapes, or give its class a handler"))
+    problems += hierarchy.problems
+    _real_sequentials(ir, table)
+    _sync_call_types(ir)
+    _record_constants(ir, table, ep)
+    _mutations(ep, hierarchy, problems)
+    _raise(problems)
+    _calling_convention(ir.root, ep)
+    _keep_tensors(ir, table, ep.constants)
+    try:
+        validate(ir)
+    except IRError as exc:
+        raise ConversionError(f"the converter produced an invalid IR: {exc}", implementation=exc.implementation,
+                              node=exc.node, hint="this is a torch2ir bug; please report it with the model") from exc
+    return ir
+
+
+def _real_sequentials(ir: IR, table: ModuleTable) -> None:
+    """A called ``nn.Sequential`` whose graph just chains its children in order is rebuilt
+    as a real ``nn.Sequential`` (indexable), its graph kept for reading."""
+    for key, impl in ir.items():
+        module = table.module_of_key[key]
+        if type(module) is not nn.Sequential or impl.type != "module" or not len(module):
+            continue
+        names = impl.nodes
+        kinds = [impl.node(n)["type"] for n in names]
+        if kinds[0] != "input" or kinds[-1] != "output" or kinds.count("input") != 1:
+            continue
+        calls = names[1:-1]
+        targets = [impl.node(n).get("target") or n for n in calls]
+        prefix = "" if key == "root" else key + "."
+        expected = [table.key(prefix + child) for child in module._modules]
+        called = [impl.node(n).get("implementation") for n in calls]
+        chain = all(len(impl.in_edges(n)) == 1 and impl.in_edges(n)[0][0] == prev
+                    for prev, n in zip(names, names[1:]))
+        if chain and called == expected and targets == list(module._modules):
+            impl.type = "sequential"
+
+
+def _sync_call_types(ir: IR) -> None:
+    """Call nodes carry the type of the implementation they call."""
+    for impl in ir.values():
+        for _, attrs in impl.graph.nodes(data=True):
+            target = attrs.get("implementation")
+            if attrs["type"] not in NODE_KINDS and target in ir:
+                attrs["type"] = ir[target].type
+
+
+def _raise(problems: list[Problem]) -> None:
+    if not problems:
+        return
+    lines = "\n".join(f"  - {where}: {message} (fix: {hint})" for where, message, hint in problems)
+    raise ConversionError(f"{len(problems)} unsupported construct(s):\n{lines}",
+                          implementation=problems[0][0], hint="see the list above; each line names its module")
+
+
+def _shape_of(impl: Implementation) -> list[tuple]:
+    """Graph structure with node names replaced by positions (to compare two calls)."""
+    index = {n: i for i, n in enumerate(impl.graph.nodes)}
+    out = []
+    for node, attrs in impl.graph.nodes(data=True):
+        out.append((attrs["type"], attrs.get("implementation"), repr(attrs.get("meta")),
+                    sorted((index[u], repr(d)) for u, _, d in impl.in_edges(node)),
+                    repr(_strip_refs(attrs.get("args"))), repr(_strip_refs(attrs.get("kwargs")))))
+    return out
+
+
+def _strip_refs(value: Any) -> Any:
+    from common.values import Ref
+
+    if isinstance(value, Ref):
+        return "ref"
+    if isinstance(value, (list, tuple)):
+        return [_strip_refs(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _strip_refs(v) for k, v in value.items()}
+    return value
+
+
+def _owner(table: ModuleTable, fqn: str) -> tuple[str | None, str]:
+    path, _, attr = fqn.rpartition(".")
+    return table.key(path), attr
+
+
+def _record_constants(ir: IR, table: ModuleTable, ep: torch.export.ExportedProgram) -> None:
+    for fqn in ep.graph_signature.inputs_to_lifted_tensor_constants.values():
+        key, attr = _owner(table, fqn)
+        if key is not None and attr not in ir[key].state:
+            ir[key].state[attr] = state_record(ep.constants[fqn], "constant")
+
+
+def _mutations(ep: torch.export.ExportedProgram, hierarchy: Hierarchy, problems: list[Problem]) -> None:
+    for target in ep.graph_signature.buffers_to_mutate.values():
+        problems.append((target.rpartition(".")[0] or "root", f"forward mutates buffer {target!r} in place",
+                         "keep the mutation inside a module with a handler, or trace in eval mode"))
+
+
+def _calling_convention(root: Implementation, ep: torch.export.ExportedProgram) -> None:
+    spec = ep.call_spec
+    entry = next((e for e in ep.module_call_graph if e.fqn == ""), None)
+    names = list(entry.signature.forward_arg_names) if entry and entry.signature else []
+    root.meta.update(
+        in_spec=pytree.treespec_dumps(spec.in_spec),
+        out_spec=pytree.treespec_dumps(spec.out_spec),
+        forward_arg_names=names,
+        torch_version=torch.__version__.split("+")[0],
+    )
+
+
+def _keep_tensors(ir: IR, table: ModuleTable, constants: Mapping[str, Any]) -> None:
+    """Values of state that no state dict carries: non-persistent buffers and constants."""
+    for key, impl in ir.items():
+        prefix = "" if key == "root" else key + "."
+        module = table.module_of_key[key]
+        for name, rec in impl.state.items():
+            if rec["kind"] == "parameter" or rec.get("persistent", True) and rec["kind"] == "buffer":
+                continue
+            value = module._buffers.get(name) if rec["kind"] == "buffer" else constants.get(prefix + name)
+            if value is None:
+                value = getattr(module, name, None)
+            if isinstance(value, torch.Tensor) and not value.is_meta and "tie" not in rec:
+                ir.tensors[prefix + name] = value.detach().clone()

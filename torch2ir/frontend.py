@@ -1,0 +1,84 @@
+"""The torch.export frontend: trace a model once, with the facts the hierarchy needs.
+
+``torch.export.export(strict=False)`` traces every real model we target, where
+``torch.fx.symbolic_trace`` fails on all of them. The trace runs in eval mode (each
+module's own ``training`` flag is restored afterwards) and preserves the exact call
+signature of every *handled* leaf module that is not inside another handled module, so
+that multi-input / multi-output leaves (``MultiheadAttention(q, k, v)``,
+``LSTM(x, (h, c))``) are called exactly as the original called them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from common.errors import ConversionError
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Put every module in eval mode, restoring each one's own flag afterwards."""
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, flag in flags:
+            module.training = flag
+
+
+def outermost_handled(model: nn.Module, is_handled: Callable[[nn.Module], bool]) -> list[str]:
+    """Paths of handled modules that are not inside another handled module (root excluded)."""
+    out: list[str] = []
+    handled_prefixes: list[str] = []
+    for path, module in model.named_modules(remove_duplicate=False):
+        if not path:
+            continue
+        if any(path.startswith(p + ".") for p in handled_prefixes):
+            continue
+        if is_handled(module):
+            out.append(path)
+            handled_prefixes.append(path)
+    return out
+
+
+def export(
+    model: nn.Module,
+    args: tuple,
+    kwargs: Mapping[str, Any] | None,
+    *,
+    strict: bool,
+    dynamic_shapes: Any,
+    preserve: list[str],
+) -> tuple[torch.export.ExportedProgram, bool]:
+    """Export ``model``; returns the program and whether leaf signatures were preserved.
+
+    Raises:
+        ConversionError: export failed (its message is kept, with the model class).
+    """
+    kwargs = dict(kwargs or {})
+    name = type(model).__qualname__
+    attempts = [tuple(dict.fromkeys(preserve)), ()] if preserve else [()]
+    last: Exception | None = None
+    for attempt in attempts:
+        try:
+            with eval_mode(model):
+                ep = torch.export.export(
+                    model, tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                    preserve_module_call_signature=attempt,
+                )
+            return ep, bool(attempt)
+        except Exception as exc:  # noqa: BLE001 - export raises many types; all are reported
+            last = exc
+    first_line = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__
+    raise ConversionError(
+        f"torch.export could not trace {name}: {type(last).__name__}: {first_line}",
+        implementation="root",
+        hint="make the model traceable by torch.export (see its error above); "
+        "data-dependent Python control flow needs torch.cond, and unsupported outputs need a pytree registration",
+    ) from last

@@ -1,0 +1,373 @@
+"""Recover the module hierarchy from one ``torch.export`` trace.
+
+Every ``call_function`` node of the exported graph carries ``meta["nn_module_stack"]``:
+the chain of module calls it ran in (``"L__self__blk@1"`` marks a second call). From it:
+
+1. **Frames**: one frame per module *call*, nested like the calls. The first handled
+   module on a stack closes it: everything below is that leaf's business.
+2. **Flows**: a value produced in one frame and used in another becomes an output of
+   each frame on the way up to their common ancestor and an input of each frame on the
+   way down. A parameter/buffer is read (``get_attr``) in the deepest non-leaf frame on
+   the user's chain whose module owns it, then flows down like any value.
+3. **Graphs**: each non-leaf frame becomes its implementation's graph: ``input`` nodes,
+   ``function`` nodes (ATen ops with their non-tensor arguments), ``get_attr`` nodes and
+   one call node per child frame; leaves are called with their exact preserved signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx
+from torch.utils import _pytree as pytree
+
+from common.errors import IRSerializationError
+from common.ir import Implementation
+from common.safety import function_name
+from common.values import Ref, Subgraph, encode, iter_refs
+
+from .modules import ModuleTable
+from .tensormeta import value_meta
+
+Problem = tuple[str, str, str]  # (implementation, message, hint)
+
+
+@dataclass(eq=False)
+class Frame:
+    """One call of one module during the trace."""
+
+    key: str  # nn_module_stack key ("" for the root)
+    path: str  # module path the call went through
+    parent: Frame | None
+    leaf: bool
+    items: list[Any] = field(default_factory=list)  # fx nodes and child frames, in order
+    inputs: dict[fx.Node, None] = field(default_factory=dict)
+    outputs: dict[fx.Node, None] = field(default_factory=dict)
+    state_reads: dict[fx.Node, str] = field(default_factory=dict)  # placeholder -> relative target
+    children: dict[str, Frame] = field(default_factory=dict)
+    call_index: int = 0
+
+    def chain(self) -> Iterator[Frame]:
+        frame: Frame | None = self
+        while frame is not None:
+            yield frame
+            frame = frame.parent
+
+    def owns(self, fqn: str) -> bool:
+        """True when state ``fqn`` belongs to this frame's module or one below it."""
+        return self.path == "" or fqn.startswith(self.path + ".")
+
+    def relative(self, fqn: str) -> str:
+        return fqn if self.path == "" else fqn[len(self.path) + 1 :]
+
+
+def _strip_root(stack: dict[str, tuple[str, Any]]) -> list[tuple[str, str]]:
+    return [(key, path) for key, (path, _) in stack.items() if path != ""]
+
+
+class Hierarchy:
+    """Frames, flows and graphs of one exported program."""
+
+    def __init__(self, ep: torch.export.ExportedProgram, table: ModuleTable, preserved: bool) -> None:
+        self.ep = ep
+        self.table = table
+        self.preserved = preserved
+        self.problems: list[Problem] = []
+        sig = ep.graph_signature
+        self.state_fqn: dict[str, str] = {
+            **sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants,
+        }
+        self.user_inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in sig.user_inputs]
+        self.root = Frame("", "", None, leaf=False)
+        self.frame_of: dict[fx.Node, Frame] = {}
+        self.frames_by_path: dict[str, list[Frame]] = {}
+        self.signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.signature is not None}
+        self._assign_frames()
+        self._compute_flows()
+
+    # -- 1. frames -----------------------------------------------------------------------
+    def _child(self, parent: Frame, key: str, path: str) -> Frame:
+        frame = parent.children.get(key)
+        if frame is None:
+            module_key = self.table.key(path)
+            module = self.table.module_of_key.get(module_key) if module_key else None
+            if module is None:
+                self.problems.append((parent.path or "root", f"the trace calls module path {path!r}, which "
+                                      "named_modules() does not list", "register the module as a submodule"))
+            frame = Frame(key, path, parent, leaf=module is not None and self.table.is_leaf(module))
+            calls = self.frames_by_path.setdefault(path, [])
+            frame.call_index = len(calls)
+            calls.append(frame)
+            parent.children[key] = frame
+            parent.items.append(frame)
+        return frame
+
+    def _assign_frames(self) -> None:
+        for node in self.ep.graph.nodes:
+            if node.op not in ("call_function", "get_attr"):
+                self.frame_of[node] = self.root
+                continue
+            frame = self.root
+            for key, path in _strip_root(node.meta.get("nn_module_stack") or {}):
+                frame = self._child(frame, key, path)
+                if frame.leaf:
+                    break
+            self.frame_of[node] = frame
+            if not frame.leaf and node.op == "call_function":
+                frame.items.append(node)
+
+    # -- 2. flows ------------------------------------------------------------------------
+    def _compute_flows(self) -> None:
+        for node in self.ep.graph.nodes:
+            if node.op not in ("call_function", "output"):
+                continue
+            consumer = self.frame_of[node]
+            for value in node.all_input_nodes:
+                if value.op != "get_attr":
+                    self._flow(value, consumer)
+
+    def _flow(self, value: fx.Node, consumer: Frame) -> None:
+        fqn = self.state_fqn.get(value.name)
+        if fqn is not None:
+            if consumer.leaf and consumer.owns(fqn):
+                return  # a leaf's own weights stay inside the leaf
+            source = next(f for f in consumer.chain() if not f.leaf and f.owns(fqn))
+            source.state_reads.setdefault(value, source.relative(fqn))
+        else:
+            producer = self.frame_of[value]
+            if producer is consumer:
+                return
+            ancestors = set(consumer.chain())
+            source = next(f for f in producer.chain() if f in ancestors)
+            for frame in producer.chain():
+                if frame is source:
+                    break
+                frame.outputs.setdefault(value)
+        for frame in consumer.chain():
+            if frame is source:
+                break
+            frame.inputs.setdefault(value)
+
+    # -- 3. graphs -----------------------------------------------------------------------
+    def graph_frames(self) -> Iterator[Frame]:
+        """Non-leaf frames, parents before children."""
+        stack = [self.root]
+        while stack:
+            frame = stack.pop(0)
+            if not frame.leaf:
+                yield frame
+                stack.extend(c for c in frame.items if isinstance(c, Frame))
+
+    def build_graph(self, frame: Frame, impl: Implementation) -> None:
+        """Fill ``impl.graph`` with the graph of ``frame``."""
+        _GraphWriter(self, frame, impl).write()
+
+
+class _GraphWriter:
+    def __init__(self, hierarchy: Hierarchy, frame: Frame, impl: Implementation) -> None:
+        self.h = hierarchy
+        self.frame = frame
+        self.impl = impl
+        self.env: dict[fx.Node, Ref] = {}
+        self.used: set[str] = set()
+
+    def name(self, wanted: str) -> str:
+        base = wanted.replace(".", "_") or "node"
+        name, i = base, 1
+        while name in self.used or name in ("output",) and wanted != "output":
+            name, i = f"{base}_{i}", i + 1
+        self.used.add(name)
+        return name
+
+    def ref(self, value: fx.Node) -> Ref:
+        if value not in self.env and value in self.frame.state_reads:
+            target = self.frame.state_reads[value]
+            name = self.impl.add_node(self.name(target), "get_attr", target, meta=value_meta(value.meta.get("val")))
+            self.env[value] = Ref(name)
+        try:
+            return self.env[value]
+        except KeyError:
+            raise _Unplaced(value) from None
+
+    def template(self, arg: Any) -> Any:
+        """fx args -> IR args (Refs for values, Subgraphs for higher-order op bodies)."""
+        if isinstance(arg, fx.Node):
+            if arg.op == "get_attr":
+                return Subgraph(flat_implementation(getattr(self.h.ep.graph_module, arg.target), arg.target))
+            return self.ref(arg)
+        if isinstance(arg, (list, tuple)):
+            items = [self.template(a) for a in arg]
+            return items if isinstance(arg, list) else tuple(items)
+        if isinstance(arg, dict):
+            return {k: self.template(v) for k, v in arg.items()}
+        return arg
+
+    def add_with_edges(self, name: str, ntype: str, implementation: str, args: Any, kwargs: Any,
+                       **fields: Any) -> str:
+        return add_node_with_edges(self.impl, name, ntype, implementation, args, kwargs, **fields)
+
+    def write(self) -> None:
+        frame = self.frame
+        inputs = self.h.user_inputs if frame is self.h.root else list(frame.inputs)
+        for value in inputs:
+            name = self.impl.add_node(self.name(value.name), "input", "input", meta=value_meta(value.meta.get("val")))
+            self.env[value] = Ref(name)
+        for item in frame.items:
+            try:
+                if isinstance(item, Frame):
+                    self.call(item)
+                else:
+                    self.function(item)
+            except _Unplaced as exc:
+                self.h.problems.append((self.impl.name, f"value {exc.value.name!r} is used before it is computed "
+                                        f"in this module's graph", "this module's calls interleave; report it"))
+                return
+            except IRSerializationError as exc:
+                self.h.problems.append((self.impl.name, exc.message, "make the argument a plain value"))
+                return
+        self.output()
+
+    def function(self, node: fx.Node) -> None:
+        try:
+            target = function_name(node.target)
+        except Exception:  # noqa: BLE001
+            self.h.problems.append((self.impl.name, f"node {node.name!r} calls {node.target!r}, which is not an "
+                                    "ATen op or allowed function", "register the op, or keep it inside a leaf module"))
+            return
+        args, kwargs = self.template(node.args), self.template(node.kwargs)
+        encode(args, f"node {node.name}")
+        encode(kwargs, f"node {node.name}")
+        name = self.add_with_edges(self.name(node.name), "function", target, args, kwargs,
+                                   meta=value_meta(node.meta.get("val")))
+        self.env[node] = Ref(name)
+
+    def call(self, child: Frame) -> None:
+        callee = self.h.table.key(child.path)
+        if callee is None:
+            return
+        rel = self.frame.relative(child.path)
+        extra = {} if rel == default_target(self.impl.name, callee) else {"target": rel}
+        ctype = self.h.table.converter.type_of(type(self.h.table.module_of_key[callee])) if child.leaf else "module"
+        name = self.name(rel if child.call_index == 0 else f"{rel}@{child.call_index}")
+        if child.leaf:
+            self.leaf_call(child, callee, ctype, name, extra)
+        else:
+            args = [self.ref(v) for v in child.inputs]
+            self.add_with_edges(name, ctype, callee, args, {}, **extra)
+            outputs = list(child.outputs)
+            for i, value in enumerate(outputs):
+                self.env[value] = Ref(name, None if len(outputs) == 1 else i)
+
+    def leaf_call(self, child: Frame, callee: str, ctype: str, name: str, extra: dict[str, Any]) -> None:
+        fqn = child.path if child.call_index == 0 else f"{child.path}@{child.call_index}"
+        sig = self.h.signatures.get(fqn)
+        if sig is None:
+            if len(child.outputs) > 1:
+                self.h.problems.append((callee, f"leaf {ctype!r} returns {len(child.outputs)} values but its call "
+                                        "signature was not preserved", "report this model; the signature is needed"))
+                return
+            args = [self.ref(v) for v in child.inputs]
+            self.add_with_edges(name, ctype, callee, args, {}, **extra)
+            for value in child.outputs:
+                self.env[value] = Ref(name)
+            return
+        by_name = {n.name: n for n in self.h.ep.graph.nodes}
+        leaves = [self.ref(by_name[a.name]) if hasattr(a, "name") and a.name in by_name else a.value
+                  for a in sig.inputs]
+        call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
+        self.add_with_edges(name, ctype, callee, call_args, call_kwargs, **extra,
+                            meta=value_meta(_first_val(by_name, sig.outputs)))
+        outs = [by_name.get(getattr(a, "name", None)) for a in sig.outputs]
+        self._bind_outputs(name, sig.out_spec, outs)
+
+    def _bind_outputs(self, name: str, spec: pytree.TreeSpec, outs: list[fx.Node | None]) -> None:
+        if spec.is_leaf():
+            if outs[0] is not None:
+                self.env[outs[0]] = Ref(name)
+            return
+        position = 0
+        for i, child in enumerate(spec.children()):
+            count = child.num_leaves
+            chunk = outs[position : position + count]
+            position += count
+            if child.is_leaf():
+                if chunk and chunk[0] is not None:
+                    self.env[chunk[0]] = Ref(name, i)
+            elif any(o is not None for o in chunk):
+                sub = self.add_with_edges(self.name(f"{name}_{i}"), "function", "operator.getitem",
+                                          [Ref(name), i], {})
+                self._bind_outputs(sub, child, chunk)
+
+    def output(self) -> None:
+        if self.frame is self.h.root:
+            out_node = next(n for n in self.h.ep.graph.nodes if n.op == "output")
+            sig = self.h.ep.graph_signature
+            user = [v for v in out_node.args[0] if not isinstance(v, fx.Node) or v.name in sig.user_outputs]
+            value = [self.template(v) for v in user]
+        else:
+            outs = [self.ref(v) for v in self.frame.outputs]
+            value = outs[0] if len(outs) == 1 else tuple(outs)
+        self.add_with_edges("output", "output", "output", [value], {})
+
+
+def default_target(caller: str, callee: str) -> str | None:
+    """Attribute path by which ``caller`` reaches implementation ``callee`` when none is recorded."""
+    if caller == "root":
+        return callee
+    return callee[len(caller) + 1 :] if callee.startswith(caller + ".") else None
+
+
+def add_node_with_edges(impl: Implementation, name: str, ntype: str, implementation: str, args: Any, kwargs: Any,
+                        **fields: Any) -> str:
+    """Add a node with an args/kwargs template and one edge per :class:`Ref` in it."""
+    impl.add_node(name, ntype, implementation, args=list(args), kwargs=dict(kwargs), **fields)
+    for path, ref in [*iter_refs(list(args)), *iter_refs(dict(kwargs))]:
+        impl.add_edge(ref.node, name, slot=path if len(path) > 1 else path[0], src_index=ref.index)
+    return name
+
+
+class _Unplaced(Exception):
+    def __init__(self, value: fx.Node) -> None:
+        super().__init__(value.name)
+        self.value = value
+
+
+def _first_val(by_name: dict[str, fx.Node], outputs: list[Any]) -> Any:
+    vals = [by_name[a.name].meta.get("val") if getattr(a, "name", None) in by_name else None for a in outputs]
+    return vals[0] if len(vals) == 1 else vals
+
+
+def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
+    """A flat graph (a higher-order op's body) as a graph-only implementation."""
+    impl = Implementation(name, "graph")
+    env: dict[fx.Node, Ref] = {}
+
+    def tmpl(arg: Any) -> Any:
+        if isinstance(arg, fx.Node):
+            if arg.op == "get_attr":
+                return Subgraph(flat_implementation(getattr(gm, arg.target), arg.target))
+            return env[arg]
+        if isinstance(arg, (list, tuple)):
+            items = [tmpl(a) for a in arg]
+            return items if isinstance(arg, list) else tuple(items)
+        if isinstance(arg, dict):
+            return {k: tmpl(v) for k, v in arg.items()}
+        return arg
+
+    def add(name: str, ntype: str, target: str, args: Any, kwargs: Any, **fields: Any) -> None:
+        add_node_with_edges(impl, name, ntype, target, args, kwargs, **fields)
+
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            impl.add_node(node.name, "input", "input", meta=value_meta(node.meta.get("val")))
+            env[node] = Ref(node.name)
+        elif node.op == "call_function":
+            add(node.name, "function", function_name(node.target), tmpl(node.args), tmpl(node.kwargs),
+                meta=value_meta(node.meta.get("val")))
+            env[node] = Ref(node.name)
+        elif node.op == "output":
+            add("output", "output", "output", [tmpl(node.args[0])], {})
+    return impl

@@ -1,0 +1,111 @@
+"""One implementation per module *instance*, from ``named_modules()``.
+
+Every module gets its implementation here, whether or not the trace ever reaches it
+(``nn.Identity``, an eval-mode ``nn.Dropout``, ``MultiheadAttention.out_proj``): the
+rebuilt model must have the same paths and state. A module registered under several
+paths (``nn.Sequential(lin, lin)``) is one implementation with ``aliases``; a tensor
+shared by several modules (GPT-2's ``lm_head.weight``) is recorded once and ``tie``\\ d
+from the other places.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from common.errors import IRSerializationError
+from common.ir import IR, Implementation
+from common.values import encode
+
+from .tensormeta import state_record
+
+#: IR types of containers that are never called (rebuilt as the real container class).
+CONTAINER_TYPES = {nn.ModuleList: "modulelist", nn.ModuleDict: "moduledict", nn.Sequential: "sequential"}
+#: IR type of an implementation rebuilt from its graph (or as a bare holder of state).
+GRAPH_TYPE = "module"
+
+
+def class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class ModuleTable:
+    """Maps module paths to implementation keys and builds the implementations."""
+
+    def __init__(self, model: nn.Module, converter: Any) -> None:
+        self.model = model
+        self.converter = converter
+        self.key_of_path: dict[str, str] = {}
+        self.module_of_key: dict[str, nn.Module] = {}
+        self.errors: list[tuple[str, str, str]] = []
+        first: dict[int, str] = {}
+        for path, module in model.named_modules(remove_duplicate=False):
+            key = path or "root"
+            if id(module) in first:
+                self.key_of_path[path] = first[id(module)]
+                continue
+            first[id(module)] = key
+            self.key_of_path[path] = key
+            self.module_of_key[key] = module
+
+    def key(self, path: str) -> str | None:
+        """Implementation key of the module at ``path`` (``"root"`` for ``""``)."""
+        return self.key_of_path.get(path)
+
+    def is_leaf(self, module: nn.Module) -> bool:
+        return self.converter.has_handler(module)
+
+    def build(self, called: set[str]) -> IR:
+        """Implementations of every module (graphs are filled in by the hierarchy)."""
+        ir = IR()
+        for key, module in self.module_of_key.items():
+            ir.add(self._implementation(key, module, key in called))
+        for path, key in self.key_of_path.items():
+            if (path or "root") != key:
+                ir[key].aliases.append(path)
+        self._record_state(ir)
+        return ir
+
+    def _implementation(self, key: str, module: nn.Module, called: bool) -> Implementation:
+        cls = type(module)
+        meta = {"class": class_name(cls)}
+        if self.is_leaf(module):
+            try:
+                data = self.converter.attributes(module)
+                encode(data, f"implementations[{key!r}]")
+            except IRSerializationError as exc:
+                self.errors.append((key, f"handler for {cls.__name__} returned an unserializable attribute: "
+                                    f"{exc.message}", "make the handler return JSON-able constructor arguments"))
+                data = {}
+            except Exception as exc:  # noqa: BLE001 - a user's handler may fail in any way
+                self.errors.append((key, f"handler for {cls.__name__} failed: {type(exc).__name__}: {exc}",
+                                    "fix or override the handler for this class"))
+                data = {}
+            return Implementation(key, self.converter.type_of(cls), data, meta=meta)
+        if cls in CONTAINER_TYPES and not called:
+            return Implementation(key, CONTAINER_TYPES[cls], meta=meta)
+        return Implementation(key, GRAPH_TYPE, meta=meta)
+
+    def _record_state(self, ir: IR) -> None:
+        owner: dict[int, str] = {}
+        for key, module in self.module_of_key.items():
+            prefix = "" if key == "root" else key + "."
+            records = ir[key].state
+            for name, param in module._parameters.items():
+                if param is None:
+                    continue
+                rec = state_record(param, "parameter", requires_grad=param.requires_grad)
+                tie = owner.setdefault(id(param), prefix + name)
+                if tie != prefix + name:
+                    rec["tie"] = tie
+                records[name] = rec
+            for name, buf in module._buffers.items():
+                if buf is None:
+                    continue
+                persistent = name not in module._non_persistent_buffers_set
+                rec = state_record(buf, "buffer", persistent=persistent)
+                tie = owner.setdefault(id(buf), prefix + name)
+                if tie != prefix + name:
+                    rec["tie"] = tie
+                records[name] = rec

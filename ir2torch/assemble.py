@@ -76,6 +76,16 @@ def restore_state_layout(ir: IR, modules: Mapping[str, nn.Module]) -> None:
                 module._buffers[name] = table[attr]
 
 
+def restore_modes(ir: IR, modules: Mapping[str, nn.Module]) -> None:
+    """Each module gets the ``training`` flag the original had (eval unless recorded otherwise)."""
+    for key, impl in ir.items():
+        modules[key].train(False)
+    for key, impl in ir.items():
+        flag = impl.meta.get("training")
+        if isinstance(flag, bool):
+            modules[key].training = flag
+
+
 def restore_tensors(ir: IR, modules: Mapping[str, nn.Module], device: torch.device | str | None) -> None:
     """Put back the values the IR carries for state no state dict holds."""
     root = modules["root"]

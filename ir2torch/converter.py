@@ -15,7 +15,7 @@ from common.registry import Registry, Where
 from common.safety import Allowlist
 from common.validate import validate
 
-from .assemble import attach_children, restore_state_layout, restore_tensors
+from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors
 from .rebuild import graph_module
 
 Builder = Callable[[Implementation], nn.Module]
@@ -77,6 +77,7 @@ class Ir2Torch:
         root = attach_children(ir, modules)
         restore_state_layout(ir, modules)
         restore_tensors(ir, modules, device)
+        restore_modes(ir, modules)
         if state_dict is not None:
             load_state(root, state_dict, strict=strict)
         return root

@@ -16,6 +16,8 @@ anything else   ``call_module`` of the called implementation (a child module)
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import operator
 from collections.abc import Mapping
 from typing import Any
@@ -163,16 +165,17 @@ class _GraphBuilder:
                 self.graph.output(result)
                 outputs_seen = True
                 continue
+            name = _fx_name(node)
             if kind == "function":
                 fn = self.allowlist.resolve(attrs["implementation"], implementation=self.impl.name, node=node)
                 if any(isinstance(a, Subgraph) for a in args):
                     fn, args = self.bind_subgraphs(fn, args)
-                fx_node = self.graph.call_function(fn, args, kwargs)
+                fx_node = self.graph.create_node("call_function", fn, args, kwargs, name=name)
             elif kind == "get_attr":
-                fx_node = self.graph.get_attr(attrs["implementation"])
+                fx_node = self.graph.create_node("get_attr", attrs["implementation"], name=name)
             else:
-                fx_node = self.graph.call_module(_call_target(self.impl, node, attrs), args, kwargs)
-            fx_node.name = self.graph._graph_namespace.create_name(_fx_name(node), fx_node)
+                target = _call_target(self.impl, node, attrs)
+                fx_node = self.graph.create_node("call_module", target, args, kwargs, name=name)
             self.env[node] = fx_node
         if not outputs_seen:
             self.graph.output(None)
@@ -199,8 +202,16 @@ class SubgraphCall:
 
 
 def _fx_name(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return cleaned if cleaned and not cleaned[0].isdigit() else f"n_{cleaned}"
+    """A Python identifier for generated code: no keyword, builtin or ``self``."""
+    cleaned = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name)
+    if not cleaned or cleaned[0].isdigit():
+        cleaned = f"n_{cleaned}"
+    if cleaned in _RESERVED_NAMES or keyword.iskeyword(cleaned):
+        cleaned += "_"
+    return cleaned
+
+
+_RESERVED_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree"} | set(dir(builtins)))
 
 
 def graph_module(

@@ -175,9 +175,10 @@ class _GraphWriter:
         self.used: set[str] = set()
 
     def name(self, wanted: str) -> str:
+        """A fresh node name; ``"output"`` is kept for the graph's output node."""
         base = wanted.replace(".", "_") or "node"
         name, i = base, 1
-        while name in self.used or name in ("output",) and wanted != "output":
+        while name in self.used or name == "output":
             name, i = f"{base}_{i}", i + 1
         self.used.add(name)
         return name

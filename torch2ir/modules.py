@@ -69,7 +69,7 @@ class ModuleTable:
 
     def _implementation(self, key: str, module: nn.Module, called: bool) -> Implementation:
         cls = type(module)
-        meta = {"class": class_name(cls)}
+        meta = {"class": class_name(cls), "training": module.training}
         if self.is_leaf(module):
             try:
                 data = self.converter.attributes(module)

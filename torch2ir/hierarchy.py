@@ -16,6 +16,8 @@ the chain of module calls it ran in (``"L__self__blk@1"`` marks a second call). 
 
 from __future__ import annotations
 
+import operator
+
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +82,10 @@ class Hierarchy:
         self.state_fqn: dict[str, str] = {
             **sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants,
         }
-        self.user_inputs = [n for n in ep.graph.nodes if n.op == "placeholder" and n.name in sig.user_inputs]
+        placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+        # every user input, constants (a bool flag passed in) included: the root keeps the original arity
+        self.user_inputs = [placeholders[s.arg.name] for s in sig.input_specs
+                            if s.kind.name == "USER_INPUT" and getattr(s.arg, "name", None) in placeholders]
         self.root = Frame("", "", None, leaf=False)
         self.frame_of: dict[fx.Node, Frame] = {}
         self.frames_by_path: dict[str, list[Frame]] = {}
@@ -110,11 +115,15 @@ class Hierarchy:
             if node.op not in ("call_function", "get_attr"):
                 self.frame_of[node] = self.root
                 continue
-            frame = self.root
-            for key, path in _strip_root(node.meta.get("nn_module_stack") or {}):
-                frame = self._child(frame, key, path)
-                if frame.leaf:
-                    break
+            source = node.args[0] if node.target is operator.getitem and node.args else None
+            if isinstance(source, fx.Node) and source in self.frame_of:
+                frame = self.frame_of[source]  # unpacking belongs with what it unpacks
+            else:
+                frame = self.root
+                for key, path in _strip_root(node.meta.get("nn_module_stack") or {}):
+                    frame = self._child(frame, key, path)
+                    if frame.leaf:
+                        break
             self.frame_of[node] = frame
             if not frame.leaf and node.op == "call_function":
                 frame.items.append(node)
@@ -128,6 +137,17 @@ class Hierarchy:
             for value in node.all_input_nodes:
                 if value.op != "get_attr":
                     self._flow(value, consumer)
+        by_name = {n.name: n for n in self.ep.graph.nodes}
+        for path, frames in self.frames_by_path.items():
+            for frame in frames:
+                sig = self.signatures.get(self.signature_key(frame)) if frame.leaf else None
+                for arg in sig.inputs if sig is not None else ():
+                    if getattr(arg, "name", None) in by_name:  # a leaf may ignore an argument it is given
+                        self._flow(by_name[arg.name], frame)
+
+    @staticmethod
+    def signature_key(frame: Frame) -> str:
+        return frame.path if frame.call_index == 0 else f"{frame.path}@{frame.call_index}"
 
     def _flow(self, value: fx.Node, consumer: Frame) -> None:
         fqn = self.state_fqn.get(value.name)
@@ -263,8 +283,9 @@ class _GraphWriter:
                 self.env[value] = Ref(name, None if len(outputs) == 1 else i)
 
     def leaf_call(self, child: Frame, callee: str, ctype: str, name: str, extra: dict[str, Any]) -> None:
-        fqn = child.path if child.call_index == 0 else f"{child.path}@{child.call_index}"
-        sig = self.h.signatures.get(fqn)
+        sig = self.h.signatures.get(self.h.signature_key(child))
+        if sig is not None and len(sig.inputs) != sig.in_spec.num_leaves:
+            sig = None  # export could not record it (e.g. the call sits inside a higher-order op)
         if sig is None:
             if len(child.outputs) > 1:
                 self.h.problems.append((callee, f"leaf {ctype!r} returns {len(child.outputs)} values but its call "
@@ -361,8 +382,13 @@ def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
     def add(name: str, ntype: str, target: str, args: Any, kwargs: Any, **fields: Any) -> None:
         add_node_with_edges(impl, name, ntype, target, args, kwargs, **fields)
 
+    tracepoints: dict[fx.Node, tuple] = {}
     for node in gm.graph.nodes:
-        if node.op == "placeholder":
+        if node.target is torch.ops.higher_order._export_tracepoint:
+            tracepoints[node] = tuple(node.args)  # signature markers: pass their inputs through
+        elif node.target is operator.getitem and node.args[0] in tracepoints:
+            env[node] = tmpl(tracepoints[node.args[0]][node.args[1]])
+        elif node.op == "placeholder":
             impl.add_node(node.name, "input", "input", meta=value_meta(node.meta.get("val")))
             env[node] = Ref(node.name)
         elif node.op == "call_function":

@@ -69,7 +69,8 @@ class ModuleTable:
 
     def _implementation(self, key: str, module: nn.Module, called: bool) -> Implementation:
         cls = type(module)
-        meta = {"class": class_name(cls), "training": module.training}
+        # "source": the original module path; rewrites keep it so the original state dict can be remapped
+        meta = {"class": class_name(cls), "training": module.training, "source": key}
         if self.is_leaf(module):
             try:
                 data = self.converter.attributes(module)

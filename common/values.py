@@ -40,6 +40,30 @@ class Ref:
     index: int | None = None
 
 
+class _Training:
+    """The ``training`` flag of the module whose graph is running (read at call time).
+
+    A functional dropout traced in eval mode records ``train=False``; torch2ir replaces it
+    by this marker so the rebuilt module drops out exactly when it is in train mode.
+    """
+
+    _instance: _Training | None = None
+
+    def __new__(cls) -> _Training:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "TRAINING"
+
+    def __reduce__(self) -> str:
+        return "TRAINING"
+
+
+TRAINING = _Training()
+
+
 @dataclass(eq=False)
 class Subgraph:
     """A graph passed as an argument (the body of a higher-order op such as
@@ -68,7 +92,7 @@ _FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 TAGS = (
     "$tuple", "$dict", "$dtype", "$device", "$memory_format", "$layout",
-    "$float", "$complex", "$slice", "$ellipsis", "$ref", "$graph",
+    "$float", "$complex", "$slice", "$ellipsis", "$ref", "$graph", "$training",
 )  # fmt: skip
 
 
@@ -114,6 +138,8 @@ def encode(value: Any, where: str = "value") -> JSONValue:
         return out
     if isinstance(value, Subgraph):
         return {"$graph": value.impl.to_dict(value_fn=encode, edge_list=True)}
+    if value is TRAINING:
+        return {"$training": True}
     if isinstance(value, list):
         return [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, tuple):  # includes torch.Size and named tuples
@@ -211,6 +237,8 @@ def _tagged(value: dict[str, Any], where: str) -> Any:
         return slice(*parts)
     if tag == "$ellipsis":
         return Ellipsis
+    if tag == "$training":
+        return TRAINING
     if tag == "$graph":
         from .ir import Implementation
 

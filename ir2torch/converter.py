@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from common.errors import HandlerNotFoundError, IRFormatError, StateDictError
+from common.errors import HandlerNotFoundError, IRFormatError
 from common.ir import IR, Implementation
 from common.registry import Registry, Where
 from common.safety import Allowlist
@@ -17,8 +19,22 @@ from common.validate import validate
 
 from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors
 from .rebuild import graph_module
+from .state import StateMap, load_into
 
 Builder = Callable[[Implementation], nn.Module]
+
+
+@dataclass(frozen=True)
+class BuilderEntry:
+    """A registered builder and, for overrides that change parameter names or layout,
+    the ``state_map(impl, {name: tensor}) -> {new name: tensor}`` that converts the
+    original entries of one implementation."""
+
+    build: Builder
+    state_map: StateMap | None = None
+
+    def __call__(self, impl: Implementation) -> nn.Module:
+        return self.build(impl)
 
 
 class Ir2Torch:
@@ -31,16 +47,36 @@ class Ir2Torch:
     """
 
     def __init__(self) -> None:
-        self.builders: Registry[str, Builder] = Registry("IR type")
+        self.builders: Registry[str, BuilderEntry] = Registry("IR type")
         self.allowlist = Allowlist()
 
-    def register(self, type: str, builder: Builder | None = None) -> Any:
+    def register(self, type: str, builder: Builder | None = None, *, state_map: StateMap | None = None) -> Any:
         """Add the builder of IR ``type`` (decorator or direct call); refuses a duplicate."""
-        return self.builders.register(type, builder)
 
-    def register_override(self, type: str, builder: Builder | None = None, *, where: Where = None) -> Any:
-        """Replace the builder of ``type``, everywhere or only for paths matching ``where``."""
-        return self.builders.register_override(type, builder, where=where)
+        def add(fn: Builder) -> Builder:
+            self.builders.register(type, BuilderEntry(fn, state_map))
+            return fn
+
+        return add if builder is None else add(builder)
+
+    def register_override(
+        self, type: str, builder: Builder | None = None, *, where: Where = None, state_map: StateMap | None = None
+    ) -> Any:
+        """Replace the builder of ``type``, everywhere or only for implementation paths matching ``where``.
+
+        Args:
+            type: an IR type that already has a builder.
+            builder: ``impl -> nn.Module``; omit to use as a decorator.
+            where: ``None`` (all), a glob over implementation keys (``"encoder.layer.*"``) or a predicate.
+            state_map: converts the original state entries of each implementation built by
+                this override: ``state_map(impl, {name: tensor}) -> {new name: tensor}``.
+        """
+
+        def add(fn: Builder) -> Builder:
+            self.builders.register_override(type, BuilderEntry(fn, state_map), where=where)
+            return fn
+
+        return add if builder is None else add(builder)
 
     def copy(self) -> Ir2Torch:
         """An independent converter with the same builders and allow-list."""
@@ -52,34 +88,38 @@ class Ir2Torch:
     def convert(
         self,
         ir: IR | Mapping[str, Any] | str | os.PathLike,
-        state_dict: Mapping[str, torch.Tensor] | None = None,
+        state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None = None,
         *,
         device: torch.device | str | None = None,
         strict: bool = True,
     ) -> nn.Module:
-        """Rebuild the model described by ``ir``.
+        """Rebuild the model described by ``ir``, optionally loading state.
 
         Args:
             ir: an :class:`~common.ir.IR`, its plain dict form, or a saved JSON file's path.
-            state_dict: weights to load into the rebuilt model.
-            device: where parameters are created (``"meta"`` allocates nothing).
-            strict: passed to ``load_state_dict``.
+            state_dict: the *original* model's state dict, or a ``.safetensors`` path
+                (memory-mapped); remapped to the rebuild's keys and through overrides'
+                state maps before loading.
+            device: where parameters are created. ``"meta"`` allocates nothing; with a
+                state dict, its tensors are then assigned, not copied.
+            strict: require every entry to be present (and no unknown one).
 
         Raises:
             IRError: the IR is malformed or unsafe, a type has no builder, or the state
-                dict does not fit.
+                dict does not fit (:class:`~common.errors.StateDictError` lists every key).
         """
         ir = self._as_ir(ir)
         validate(ir, allowlist=self.allowlist)
         if "root" not in ir:
             raise IRFormatError("the IR has no 'root' implementation", hint="the top-level module's key is 'root'")
-        modules = {key: self._build_one(impl, device) for key, impl in ir.items()}
+        maps: dict[str, StateMap] = {}
+        modules = {key: self._build_one(impl, device, maps) for key, impl in ir.items()}
         root = attach_children(ir, modules)
         restore_state_layout(ir, modules)
-        restore_tensors(ir, modules, device)
+        restore_tensors(ir, modules, device if state_dict is None else None)
         restore_modes(ir, modules)
         if state_dict is not None:
-            load_state(root, state_dict, strict=strict)
+            load_into(root, ir, state_dict, maps, strict=strict, retie=lambda: restore_state_layout(ir, modules))
         return root
 
     def _as_ir(self, ir: Any) -> IR:
@@ -93,13 +133,16 @@ class Ir2Torch:
             return IR.from_dict(ir)
         raise TypeError(f"ir must be an IR, a dict or a file path, not {type(ir).__name__}")
 
-    def _build_one(self, impl: Implementation, device: torch.device | str | None) -> nn.Module:
+    def _build_one(self, impl: Implementation, device: torch.device | str | None,
+                   maps: dict[str, StateMap]) -> nn.Module:
         if impl.type in self.builders:
-            builder = self.builders.get(impl.type, impl.name)
-            with torch.device(device) if device is not None else _nullcontext():
-                module = builder(impl)
+            entry = self.builders.get(impl.type, impl.name)
+            with torch.device(device) if device is not None else contextlib.nullcontext():
+                module = entry.build(impl)
             if not isinstance(module, nn.Module):
                 raise TypeError(f"builder for {impl.type!r} returned {type(module).__name__}, not an nn.Module")
+            if entry.state_map is not None:
+                maps[impl.name] = entry.state_map
             return module
         if impl.graph.number_of_nodes() or impl.type == "module":
             # a "module" never called has no graph: it only holds its state and children
@@ -109,32 +152,6 @@ class Ir2Torch:
             implementation=impl.name,
             hint=f"register one: converter.register({impl.type!r})(lambda impl: MyModule(**impl.data))",
         )
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-def load_state(module: nn.Module, state_dict: Mapping[str, torch.Tensor], *, strict: bool = True) -> None:
-    """``module.load_state_dict`` with every mismatch reported as one :class:`StateDictError`."""
-    own = module.state_dict()
-    problems = []
-    for key, tensor in state_dict.items():
-        if key in own and tuple(own[key].shape) != tuple(tensor.shape):
-            problems.append(f"{key}: expected shape {tuple(own[key].shape)}, found {tuple(tensor.shape)}")
-    if strict:
-        problems += [f"{k}: missing from the state dict" for k in own if k not in state_dict]
-        problems += [f"{k}: unexpected key (the model has no such entry)" for k in state_dict if k not in own]
-    if problems:
-        raise StateDictError(
-            f"the state dict does not fit the rebuilt model ({len(problems)} problems):\n  " + "\n  ".join(problems),
-            hint="use common.remap_state_dict for rewritten IRs, or pass strict=False",
-        )
-    module.load_state_dict(state_dict, strict=strict)
 
 
 def get_default_converter() -> Ir2Torch:
@@ -148,7 +165,7 @@ def get_default_converter() -> Ir2Torch:
 
 def convert(
     ir: IR | Mapping[str, Any] | str | os.PathLike,
-    state_dict: Mapping[str, torch.Tensor] | None = None,
+    state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None = None,
     *,
     device: torch.device | str | None = None,
     strict: bool = True,

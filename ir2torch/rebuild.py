@@ -29,7 +29,7 @@ from torch import fx, nn
 from common.errors import ArgumentMismatchError, IRValidationError
 from common.ir import Implementation, slot_path
 from common.safety import Allowlist
-from common.values import Ref, Subgraph
+from common.values import TRAINING, Ref, Subgraph
 
 
 def execution_order(impl: Implementation) -> list[str]:
@@ -92,6 +92,7 @@ class _GraphBuilder:
         self.graph = fx.Graph()
         self.env: dict[str, fx.Node] = {}
         self._items: dict[tuple[str, int], fx.Node] = {}
+        self._training: fx.Node | None = None
 
     def value(self, src: str, index: int | None) -> fx.Node:
         base = self.env[src]
@@ -105,6 +106,10 @@ class _GraphBuilder:
     def substitute(self, value: Any) -> Any:
         if isinstance(value, Ref):
             return self.value(value.node, value.index)
+        if value is TRAINING:
+            if self._training is None:
+                self._training = self.graph.get_attr("training")
+            return self._training
         if isinstance(value, list):
             return [self.substitute(v) for v in value]
         if isinstance(value, tuple):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,7 +83,7 @@ def _real_sequentials(ir: IR, table: ModuleTable) -> None:
         expected = [table.key(prefix + child) for child in module._modules]
         called = [impl.node(n).get("implementation") for n in calls]
         chain = all(len(impl.in_edges(n)) == 1 and impl.in_edges(n)[0][0] == prev
-                    for prev, n in zip(names, names[1:]))
+                    for prev, n in itertools.pairwise(names))
         if chain and called == expected and targets == list(module._modules):
             impl.type = "sequential"
 
@@ -163,7 +164,7 @@ def _keep_tensors(ir: IR, table: ModuleTable, constants: Mapping[str, Any]) -> N
         prefix = "" if key == "root" else key + "."
         module = table.module_of_key[key]
         for name, rec in impl.state.items():
-            if rec["kind"] == "parameter" or rec.get("persistent", True) and rec["kind"] == "buffer":
+            if rec["kind"] == "parameter" or (rec.get("persistent", True) and rec["kind"] == "buffer"):
                 continue
             value = module._buffers.get(name) if rec["kind"] == "buffer" else constants.get(prefix + name)
             if value is None:

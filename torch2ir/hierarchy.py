@@ -17,7 +17,6 @@ the chain of module calls it ran in (``"L__self__blk@1"`` marks a second call). 
 from __future__ import annotations
 
 import operator
-
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,7 +137,7 @@ class Hierarchy:
                 if value.op != "get_attr":
                     self._flow(value, consumer)
         by_name = {n.name: n for n in self.ep.graph.nodes}
-        for path, frames in self.frames_by_path.items():
+        for frames in self.frames_by_path.values():
             for frame in frames:
                 sig = self.signatures.get(self.signature_key(frame)) if frame.leaf else None
                 for arg in sig.inputs if sig is not None else ():
@@ -254,7 +253,7 @@ class _GraphWriter:
     def function(self, node: fx.Node) -> None:
         try:
             target = function_name(node.target)
-        except Exception:  # noqa: BLE001
+        except Exception:  # function_name raises several types for a non-allowed target
             self.h.problems.append((self.impl.name, f"node {node.name!r} calls {node.target!r}, which is not an "
                                     "ATen op or allowed function", "register the op, or keep it inside a leaf module"))
             return

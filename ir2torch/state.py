@@ -1,0 +1,65 @@
+"""Loading state into a rebuilt model: remap, override state maps, checks, assignment.
+
+A state dict (or a ``.safetensors`` path, memory-mapped) is turned into the rebuild's
+keys by :func:`common.state_dict.remap_state_dict`; implementations built by an override
+that declared a ``state_map`` then get their slice rewritten by it (a ``QuantLinear``
+turning ``weight`` into ``weight_q`` and ``scale``). Every mismatch is reported at once.
+On a model rebuilt on ``meta`` the tensors are *assigned* (never copied), then ties are
+re-made.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from common.errors import StateDictError
+from common.ir import IR
+from common.state_dict import check_state_dict, load_safetensors, remap_state_dict
+
+StateMap = Callable[[Any, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+
+
+def read_state(state_dict: Mapping[str, torch.Tensor] | str | os.PathLike) -> Mapping[str, torch.Tensor]:
+    """A mapping as is; a path is loaded as ``.safetensors`` (memory-mapped, aliases restored)."""
+    if isinstance(state_dict, (str, os.PathLike)):
+        return load_safetensors(state_dict)
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"state_dict must be a mapping or a .safetensors path, not {type(state_dict).__name__}")
+    return state_dict
+
+
+def apply_state_maps(ir: IR, state: dict[str, torch.Tensor], maps: Mapping[str, StateMap]) -> dict[str, Any]:
+    """Rewrite each implementation's slice of ``state`` with its builder's state map."""
+    for key, fn in maps.items():
+        impl = ir[key]
+        for path in (key, *impl.aliases):
+            prefix = "" if path == "root" else path + "."
+            names = [n for n in impl.state if prefix + n in state]
+            chunk = {n: state.pop(prefix + n) for n in names}
+            try:
+                new = fn(impl, chunk)
+            except Exception as exc:  # noqa: BLE001 - a user's state map may fail in any way
+                raise StateDictError(f"state_map of the override failed: {type(exc).__name__}: {exc}",
+                                     implementation=key, hint="fix the state_map passed to register_override") from exc
+            if not isinstance(new, Mapping):
+                raise StateDictError("state_map must return a dict of tensors", implementation=key)
+            state.update({prefix + n: t for n, t in new.items()})
+    return state
+
+
+def load_into(model: nn.Module, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike,
+              maps: Mapping[str, StateMap], *, strict: bool, retie: Callable[[], None]) -> None:
+    """Load ``state_dict`` (original keys) into ``model`` rebuilt from ``ir``."""
+    state = remap_state_dict(read_state(state_dict), ir, strict=strict)
+    state = apply_state_maps(ir, state, maps)
+    expected = model.state_dict(keep_vars=True)
+    check_state_dict(expected, state, strict=strict)
+    on_meta = any(t.is_meta for t in expected.values())
+    model.load_state_dict(state, strict=strict, assign=on_meta)
+    if on_meta:
+        retie()

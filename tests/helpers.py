@@ -1,0 +1,38 @@
+"""Shared test helpers: output comparison over pytrees, cached conversions of zoo cases."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+import torch2ir
+from common import IR
+from tests.models.zoo import Case, by_name
+
+
+def max_abs_diff(a: Any, b: Any) -> float:
+    """Max |a - b| over the tensor leaves of two outputs; asserts they have the same structure."""
+    la, sa = pytree.tree_flatten(a)
+    lb, sb = pytree.tree_flatten(b)
+    assert type(a) is type(b), (type(a), type(b))
+    assert sa == sb, f"output structures differ:\n{sa}\n{sb}"
+    diffs = [0.0]
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor):
+            assert x.shape == y.shape and x.dtype == y.dtype, (x.shape, y.shape, x.dtype, y.dtype)
+            diffs.append((x.double() - y.double()).abs().max().item() if x.numel() else 0.0)
+        else:
+            assert x == y, (x, y)
+    return max(diffs)
+
+
+@cache
+def converted(name: str) -> tuple[Case, torch.nn.Module, tuple, dict, IR]:
+    """(case, model, args, kwargs, ir) for a zoo case, converted once per test session."""
+    case = by_name(name)
+    model = case.build()
+    args, kwargs = case.inputs()
+    return case, model, args, kwargs, torch2ir.convert(model, args, kwargs)

@@ -18,6 +18,7 @@ from .frontend import export, outermost_handled
 from .hierarchy import Hierarchy, Problem
 from .modules import ModuleTable
 from .tensormeta import state_record
+from .training import apply_train_trace, has_graph_dropout, train_mode
 
 
 def build_ir(
@@ -57,6 +58,8 @@ def build_ir(
     _mutations(ep, hierarchy, problems)
     _raise(problems)
     _calling_convention(ir.root, ep)
+    if has_graph_dropout(ir):
+        _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes)
     _keep_tensors(ir, table, ep.constants)
     try:
         validate(ir)
@@ -64,6 +67,22 @@ def build_ir(
         raise ConversionError(f"the converter produced an invalid IR: {exc}", implementation=exc.implementation,
                               node=exc.node, hint="this is a torch2ir bug; please report it with the model") from exc
     return ir
+
+
+def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
+                 kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any) -> None:
+    """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`)."""
+    try:
+        with train_mode(model):
+            ep = torch.export.export(model, tuple(args), dict(kwargs or {}), strict=strict,
+                                     dynamic_shapes=dynamic_shapes,
+                                     preserve_module_call_signature=tuple(outermost_handled(model, table.is_leaf)))
+        train_h = Hierarchy(ep, table, True)
+    except Exception as exc:  # noqa: BLE001 - the eval IR stays valid; say why train mode may differ
+        ir.root.meta["train_trace"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        return
+    skipped = apply_train_trace(ir, hierarchy, train_h, table)
+    ir.root.meta["train_trace"] = "applied" if not skipped else f"dropout ops not aligned in: {', '.join(skipped)}"
 
 
 def _real_sequentials(ir: IR, table: ModuleTable) -> None:

@@ -244,7 +244,7 @@ def graph_module(
 
 
 def calling_convention(impl: Implementation) -> Any:
-    """The pytree codegen that makes a rebuilt root take the original ``(*args, **kwargs)``
+    r"""The pytree codegen that makes a rebuilt root take the original ``(*args, **kwargs)``
     and return the original output structure (tuples, dicts, ``ModelOutput``\ s).
 
     ``treespec_loads`` only resolves type names registered with torch's pytree (it imports

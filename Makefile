@@ -18,7 +18,7 @@ $(STAMP): $(PY) pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m ir2torch.demo
+	$(PY) -m torch2ir.demo
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -23,7 +23,6 @@ import torch
 
 from .errors import StateDictError
 from .ir import IR
-from .serialize import write_tensors_atomic
 
 ALIASES_KEY = "torch2ir.aliases"
 

@@ -121,7 +121,7 @@ def _state_exists(ir: IR, impl: Implementation, target: Any) -> bool:
         return False
     if key in ir:
         return attr in ir[key].state
-    return any(key in ([k] + ir[k].aliases) and attr in ir[k].state for k in ir)
+    return any(key in (k, *ir[k].aliases) and attr in ir[k].state for k in ir)
 
 
 def _check_subgraph(ir: IR, sub: Implementation, allow: Allowlist, name: str, node: str) -> None:

@@ -6,7 +6,6 @@ of non-persistent buffers / constants the IR carries put back.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import nn
@@ -24,7 +23,7 @@ def attach_children(ir: IR, modules: Mapping[str, nn.Module]) -> nn.Module:
         parent = parent_key(key, ir)
         set_submodule(modules[parent], relative_path(parent, key), modules[key])
     root = modules["root"]
-    for key in keys + ["root"]:
+    for key in [*keys, "root"]:
         for alias in ir[key].aliases:
             set_submodule(root, alias, modules[key])
     return root
@@ -78,7 +77,7 @@ def restore_state_layout(ir: IR, modules: Mapping[str, nn.Module]) -> None:
 
 def restore_modes(ir: IR, modules: Mapping[str, nn.Module]) -> None:
     """Each module gets the ``training`` flag the original had (eval unless recorded otherwise)."""
-    for key, impl in ir.items():
+    for key in ir:
         modules[key].train(False)
     for key, impl in ir.items():
         flag = impl.meta.get("training")

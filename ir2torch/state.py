@@ -43,7 +43,7 @@ def apply_state_maps(ir: IR, state: dict[str, torch.Tensor], maps: Mapping[str, 
             chunk = {n: state.pop(prefix + n) for n in names}
             try:
                 new = fn(impl, chunk)
-            except Exception as exc:  # noqa: BLE001 - a user's state map may fail in any way
+            except Exception as exc:
                 raise StateDictError(f"state_map of the override failed: {type(exc).__name__}: {exc}",
                                      implementation=key, hint="fix the state_map passed to register_override") from exc
             if not isinstance(new, Mapping):

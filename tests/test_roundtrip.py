@@ -95,7 +95,7 @@ def test_gpt2_lm_head_is_tied_to_the_embedding(rebuilt):
 @pytest.mark.parametrize("name", NAMES)
 def test_train_mode_behaves_like_the_original(name):
     """Same seed, same outputs in train mode; running statistics equal after the step."""
-    case, model, args, kwargs, _ = converted(name)
+    case, _, args, kwargs, _ = converted(name)
     original = case.build()  # a fresh copy: the cached model stays in eval mode
     new = ir2torch.convert(converted(name)[4], original.state_dict())
     original.train()

@@ -13,12 +13,28 @@ from typing import Any
 
 from torch import nn
 
-from common.ir import IR
+from common.errors import RegistryError
+from common.ir import IR, NODE_KINDS
 from common.registry import Registry
 
 from .build import build_ir
+from .modules import CONTAINER_TYPES, GRAPH_TYPE
 
 Handler = Callable[[nn.Module], dict[str, Any]]
+
+#: IR types a handler may not take: node kinds, and the types the converter gives graph
+#: implementations and containers (a class named ``Output`` would otherwise become
+#: type ``"output"`` and its call nodes would read as the graph's output).
+RESERVED_TYPES = frozenset({*NODE_KINDS, GRAPH_TYPE, *CONTAINER_TYPES.values()})
+
+
+def _check_type(cls: type, itype: str) -> None:
+    if itype in RESERVED_TYPES:
+        raise RegistryError(
+            f"IR type {itype!r} of handler class {cls.__qualname__} is reserved",
+            key=cls.__qualname__,
+            hint=f"register it with another type=..., not one of {', '.join(sorted(RESERVED_TYPES))}",
+        )
 
 
 class Torch2Ir:
@@ -35,12 +51,18 @@ class Torch2Ir:
             cls: the exact module class (subclasses are not matched).
             handler: ``module -> attributes``; omit to use as a decorator.
             type: the IR type string (default: ``cls.__name__.lower()``).
+
+        Raises:
+            RegistryError: the IR type is reserved (see :data:`RESERVED_TYPES`).
+            DuplicateHandlerError: ``cls`` already has a handler.
         """
         self._check_class(cls)
+        itype = type or cls.__name__.lower()
+        _check_type(cls, itype)
 
         def add(fn: Handler) -> Handler:
             self.handlers.register(cls, fn)
-            self._types[cls] = type or cls.__name__.lower()
+            self._types[cls] = itype
             return fn
 
         return add if handler is None else add(handler)
@@ -50,6 +72,8 @@ class Torch2Ir:
     ) -> Any:
         """Replace the handler of a class that has one (and optionally its IR type)."""
         self._check_class(cls)
+        if type is not None:
+            _check_type(cls, type)
 
         def add(fn: Handler) -> Handler:
             self.handlers.register_override(cls, fn)

@@ -73,7 +73,7 @@ def export(
                     preserve_module_call_signature=attempt,
                 )
             return ep, bool(attempt)
-        except Exception as exc:  # export raises many types; all are reported
+        except Exception as exc:  # noqa: BLE001 - export raises many types; all are reported
             last = exc
     first_line = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__
     raise ConversionError(

@@ -253,7 +253,7 @@ class _GraphWriter:
     def function(self, node: fx.Node) -> None:
         try:
             target = function_name(node.target)
-        except Exception:  # function_name raises several types for a non-allowed target
+        except Exception:  # noqa: BLE001 - function_name raises several types for a non-allowed target
             self.h.problems.append((self.impl.name, f"node {node.name!r} calls {node.target!r}, which is not an "
                                     "ATen op or allowed function", "register the op, or keep it inside a leaf module"))
             return

@@ -79,7 +79,7 @@ class ModuleTable:
                 self.errors.append((key, f"handler for {cls.__name__} returned an unserializable attribute: "
                                     f"{exc.message}", "make the handler return JSON-able constructor arguments"))
                 data = {}
-            except Exception as exc:  # a user's handler may fail in any way
+            except Exception as exc:  # noqa: BLE001 - a user's handler may fail in any way
                 self.errors.append((key, f"handler for {cls.__name__} failed: {type(exc).__name__}: {exc}",
                                     "fix or override the handler for this class"))
                 data = {}

@@ -15,7 +15,7 @@ def dim(value: Any) -> int | str:
         return int(value)
     except (TypeError, ValueError, RuntimeError):
         return str(value)
-    except Exception:  # unbacked symbols raise guard errors
+    except Exception:  # noqa: BLE001 - unbacked symbols raise guard errors
         return str(value)
 
 

@@ -1,0 +1,75 @@
+"""Weight-free conversion: a ~1.3B-parameter Llama built on the ``meta`` device converts in little memory.
+
+The model (24 layers, hidden size 2048) would take ~5 GB of float32 weights if it were
+materialised. It is built under ``torch.device("meta")`` and converted with meta input ids
+in a fresh interpreter, whose peak resident set size (``ru_maxrss``) must stay under 2 GiB.
+Run with ``-s`` to see the measured figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAYERS = 24
+LIMIT_KIB = 2 * 1024 * 1024  # 2 GiB; ru_maxrss is in KiB on Linux
+
+CODE = f"""
+import json, resource, time
+import torch
+from transformers import LlamaConfig, LlamaModel
+import torch2ir
+
+config = LlamaConfig(num_hidden_layers={LAYERS}, hidden_size=2048, intermediate_size=5504, num_attention_heads=16,
+                     num_key_value_heads=16, vocab_size=32000, use_cache=False)
+with torch.device("meta"):
+    model = LlamaModel(config)
+params = sum(p.numel() for p in model.parameters())
+assert all(p.is_meta for p in model.parameters())
+ids = torch.zeros(1, 16, dtype=torch.long, device="meta")
+start = time.perf_counter()
+ir = torch2ir.convert(model, (ids,))
+seconds = time.perf_counter() - start
+classes = {{key: impl.meta["class"].rpartition(".")[2] for key, impl in ir.items()}}
+print(json.dumps({{
+    "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    "convert_seconds": seconds,
+    "params": params,
+    "decoder_layers": [k for k, c in classes.items() if c == "LlamaDecoderLayer"],
+    "layer_calls": [ir.root.node(n).get("implementation") for n in ir.root.nodes],
+    "layers_type": ir["layers"].type,
+}}))
+"""
+
+
+@pytest.mark.slow
+def test_meta_llama_converts_under_two_gib() -> None:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE], cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    rss = report["maxrss_kib"]
+    print(
+        f"\nmeta Llama ({report['params'] / 1e9:.2f}B params, {LAYERS} layers): peak RSS {rss / 1024:.0f} MiB, "
+        f"convert {report['convert_seconds']:.1f} s, subprocess {wall:.1f} s"
+    )
+    assert report["params"] > 1_000_000_000  # the weights, had they been allocated, would exceed the limit
+    assert rss < LIMIT_KIB, f"peak RSS {rss} KiB >= {LIMIT_KIB} KiB"
+    assert report["decoder_layers"] == [f"layers.{i}" for i in range(LAYERS)]
+    assert report["layers_type"] == "modulelist"
+    assert [c for c in report["layer_calls"] if c and c.startswith("layers.")] == [f"layers.{i}" for i in range(LAYERS)]

@@ -114,3 +114,31 @@ def test_train_mode_behaves_like_the_original(name):
     assert max_abs_diff(expected, got) == 0.0
     for (k, a), (_, b) in zip(original.state_dict().items(), new.state_dict().items()):
         assert torch.equal(a, b), k
+
+
+class _Branchy(nn.Module):
+    """Data-dependent branch written with torch.cond (a higher-order op with two bodies)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        return torch.cond(h.sum() > 0, lambda t: t * self.scale, lambda t: t - 1.0, (h,))
+
+
+def test_torch_cond_keeps_both_branches(tmp_path):
+    import torch2ir
+
+    torch.manual_seed(0)
+    model = _Branchy().eval()
+    x = torch.randn(2, 4)
+    ir = torch2ir.convert(model, (x,))
+    assert [a["implementation"] for _, a in ir.root.graph.nodes(data=True)].count("higher_order.cond") == 1
+    rebuilt = ir2torch.convert(IR.load(ir.save(tmp_path / "cond.ir.json")), model.state_dict())
+    big = torch.full((2, 4), 10.0)
+    assert model.lin(big).sum() > 0 and model.lin(-big).sum() < 0  # both branches are exercised
+    for inp in (x, big, -big):
+        assert torch.equal(model(inp), rebuilt(inp))

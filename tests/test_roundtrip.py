@@ -138,7 +138,8 @@ def test_torch_cond_keeps_both_branches(tmp_path):
     ir = torch2ir.convert(model, (x,))
     assert [a["implementation"] for _, a in ir.root.graph.nodes(data=True)].count("higher_order.cond") == 1
     rebuilt = ir2torch.convert(IR.load(ir.save(tmp_path / "cond.ir.json")), model.state_dict())
-    big = torch.full((2, 4), 10.0)
+    direction = model.lin.weight.sum(dim=0).detach()  # h.sum() grows along this input direction
+    big = (10 * direction / direction.norm()).expand(2, 4)
     assert model.lin(big).sum() > 0 and model.lin(-big).sum() < 0  # both branches are exercised
     for inp in (x, big, -big):
         assert torch.equal(model(inp), rebuilt(inp))

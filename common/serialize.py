@@ -21,7 +21,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,22 +41,28 @@ def dumps(document: Any) -> str:
     return json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def write_text_atomic(path: PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
+@contextlib.contextmanager
+def atomic_path(path: PathLike) -> Iterator[str]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is removed."""
     path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    return path
+
+
+def write_text_atomic(path: PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return Path(path)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -136,21 +142,13 @@ def tensors_path(path: PathLike) -> Path:
     return path.with_name(f"{stem}.tensors.safetensors")
 
 
-def write_tensors_atomic(path: PathLike, tensors: Mapping[str, Any]) -> Path:
+def write_tensors_atomic(path: PathLike, tensors: Mapping[str, Any], metadata: dict[str, str] | None = None) -> Path:
     """Save tensors to a .safetensors file through a temporary file and an atomic rename."""
     from safetensors.torch import save_file
 
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
-        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp, metadata=metadata)
+    return Path(path)
 
 
 def ir_from_document(doc: Any, *, source: str = "document", validate: bool = True) -> IR:

@@ -23,6 +23,7 @@ import torch
 
 from .errors import StateDictError
 from .ir import IR
+from .serialize import write_tensors_atomic
 
 ALIASES_KEY = "torch2ir.aliases"
 
@@ -116,18 +117,8 @@ def save_safetensors(state_dict: Mapping[str, torch.Tensor], path: str | os.Path
             continue
         first[ident] = key
         kept[key] = tensor
-    from safetensors.torch import save_file
-
-    path = Path(path)
     metadata = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)}
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        save_file({k: v.detach().contiguous() for k, v in kept.items()}, str(tmp), metadata=metadata)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return write_tensors_atomic(path, kept, metadata)
 
 
 def load_safetensors(path: str | os.PathLike, *, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:

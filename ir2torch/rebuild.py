@@ -53,8 +53,9 @@ def relative_path(parent: str, key: str) -> str:
     return key if parent == "root" else key[len(parent) + 1 :]
 
 
-def set_submodule(root: nn.Module, path: str, child: nn.Module) -> None:
-    """``root.<path> = child``, creating plain ``nn.Module`` containers for missing levels."""
+def owner_of(root: nn.Module, path: str) -> tuple[nn.Module, str]:
+    """The module holding attribute ``path`` of ``root`` and the attribute's own name,
+    creating plain ``nn.Module`` containers for missing levels."""
     *prefix, last = path.split(".")
     module = root
     for part in prefix:
@@ -63,6 +64,12 @@ def set_submodule(root: nn.Module, path: str, child: nn.Module) -> None:
             nxt = nn.Module()
             module.add_module(part, nxt)
         module = nxt
+    return module, last
+
+
+def set_submodule(root: nn.Module, path: str, child: nn.Module) -> None:
+    """``root.<path> = child`` (see :func:`owner_of`)."""
+    module, last = owner_of(root, path)
     module.add_module(last, child)
 
 
@@ -270,14 +277,8 @@ def calling_convention(impl: Implementation) -> Any:
     return _PyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec))
 
 
-def _set_state(module: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:
-    *prefix, last = path.split(".")
-    for part in prefix:
-        nxt = module._modules.get(part)
-        if nxt is None:
-            nxt = nn.Module()
-            module.add_module(part, nxt)
-        module = nxt
+def _set_state(root: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:
+    module, last = owner_of(root, path)
     if kind == "parameter":
         module.register_parameter(last, tensor)  # type: ignore[arg-type]
     elif kind == "buffer":

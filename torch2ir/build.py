@@ -14,11 +14,11 @@ from common.errors import ConversionError, IRError
 from common.ir import IR, NODE_KINDS, Implementation
 from common.validate import validate
 
-from .frontend import export, outermost_handled
+from .frontend import export, outermost_handled, traced_mode
 from .hierarchy import Hierarchy, Problem
 from .modules import ModuleTable
 from .tensormeta import state_record
-from .training import apply_train_trace, has_graph_dropout, train_mode
+from .training import apply_train_trace, has_graph_dropout
 
 
 def build_ir(
@@ -73,7 +73,7 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
                  kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any) -> None:
     """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`)."""
     try:
-        with train_mode(model):
+        with traced_mode(model, training=True):
             ep = torch.export.export(model, tuple(args), dict(kwargs or {}), strict=strict,
                                      dynamic_shapes=dynamic_shapes,
                                      preserve_module_call_signature=tuple(outermost_handled(model, table.is_leaf)))

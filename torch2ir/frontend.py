@@ -21,10 +21,10 @@ from common.errors import ConversionError
 
 
 @contextlib.contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Put every module in eval mode, restoring each one's own flag afterwards."""
+def traced_mode(model: nn.Module, training: bool = False) -> Iterator[None]:
+    """Put every module in eval (or train) mode, restoring each one's own flag afterwards."""
     flags = [(m, m.training) for m in model.modules()]
-    model.eval()
+    model.train(training)
     try:
         yield
     finally:
@@ -67,7 +67,7 @@ def export(
     last: Exception | None = None
     for attempt in attempts:
         try:
-            with eval_mode(model):
+            with traced_mode(model):
                 ep = torch.export.export(
                     model, tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve_module_call_signature=attempt,

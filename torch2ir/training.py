@@ -11,12 +11,10 @@ rebuild drops out exactly when its module is in train mode, like the original.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch import fx, nn
+from torch import fx
 
 from common.ir import IR
 from common.values import TRAINING
@@ -36,17 +34,6 @@ def has_graph_dropout(ir: IR) -> bool:
     """True when a graph implementation calls a dropout op (so a train trace can help)."""
     return any(attrs.get("implementation") in DROPOUT_OPS for impl in ir.values()
                for _, attrs in impl.graph.nodes(data=True))
-
-
-@contextlib.contextmanager
-def train_mode(model: nn.Module) -> Iterator[None]:
-    flags = [(m, m.training) for m in model.modules()]
-    model.train()
-    try:
-        yield
-    finally:
-        for module, flag in flags:
-            module.training = flag
 
 
 def _dropouts(frame: Frame) -> list[fx.Node]:

@@ -18,33 +18,28 @@ DESIGN.md; see ``docs/ir-spec.md`` for every field.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 import networkx as nx
 
 from .errors import DanglingEdgeError, IRFormatError, MissingImplementationError
+from .schema import (
+    NODE_KINDS,
+    RESERVED_KEYS,
+    STATE_KINDS,
+    Slot,
+    ValueFn,
+    _same,
+    expect,
+    parse_edges,
+    parse_nodes,
+    parse_state,
+    slot_path,
+)
 from .values import values_equal
 
-#: Node types that are not calls of another implementation.
-NODE_KINDS = ("input", "output", "function", "get_attr")
-#: Keys of an implementation's plain dict that are not attributes (``data``).
-RESERVED_KEYS = ("name", "type", "nodes", "edges", "state", "aliases", "meta")
-#: Kinds of state records.
-STATE_KINDS = ("parameter", "buffer", "constant")
-
-Slot = int | str | tuple
-ValueFn = Callable[[Any, str], Any]
-
-
-def _same(value: Any, where: str) -> Any:
-    return value
-
-
-def slot_path(slot: Slot) -> tuple:
-    """An edge slot as a path: ``0`` -> ``(0,)``, ``"dim"`` -> ``("dim",)``, paths unchanged."""
-    return slot if isinstance(slot, tuple) else (slot,)
-
+__all__ = ["IR", "NODE_KINDS", "RESERVED_KEYS", "STATE_KINDS", "Implementation", "ImplementationNotFound", "slot_path"]
 
 class Implementation:
     """One module instance of the IR: attributes, graph, state records.
@@ -170,7 +165,7 @@ class Implementation:
             DanglingEdgeError: an edge names a node that is not in ``nodes``.
         """
         where = f"implementations[{key!r}]"
-        _expect(d, Mapping, where, key)
+        expect(d, Mapping, where, key)
         if "name" in d and d["name"] != key:
             raise IRFormatError(
                 f"name {d['name']!r} differs from its key {key!r}",
@@ -186,15 +181,15 @@ class Implementation:
             if not isinstance(k, str):
                 raise IRFormatError(f"attribute name {k!r} is not a string", implementation=key)
         impl = cls(key, itype, data)
-        _parse_nodes(impl, d.get("nodes", {}), value_fn, where)
-        _parse_edges(impl, d.get("edges", {}), value_fn, where)
-        impl.state = _parse_state(d.get("state", {}), value_fn, where, key)
+        parse_nodes(impl, d.get("nodes", {}), value_fn, where)
+        parse_edges(impl, d.get("edges", {}), value_fn, where)
+        impl.state = parse_state(d.get("state", {}), value_fn, where, key)
         aliases = d.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
             raise IRFormatError("'aliases' must be a list of module paths", implementation=key, key=f"{where}.aliases")
         impl.aliases = list(aliases)
         meta = d.get("meta", {})
-        _expect(meta, Mapping, f"{where}.meta", key)
+        expect(meta, Mapping, f"{where}.meta", key)
         impl.meta = {str(k): value_fn(v, f"{where}.meta.{k}") for k, v in meta.items()}
         return impl
 
@@ -287,7 +282,7 @@ class IR(MutableMapping[str, Implementation]):
             IRFormatError: the document does not follow the schema.
             DanglingEdgeError: an edge names a missing node.
         """
-        _expect(d, Mapping, "document")
+        expect(d, Mapping, "document")
         ir = cls()
         for key, value in d.items():
             if not isinstance(key, str) or not key:
@@ -349,154 +344,3 @@ class ImplementationNotFound(MissingImplementationError, KeyError):
             f"the IR has no implementation {key!r}",
             hint=f"nearest keys: {', '.join(near)}" if near else "see list(ir) for the keys it holds",
         )
-
-
-# -- parsing helpers ---------------------------------------------------------------------
-def _expect(value: Any, kind: type | tuple, where: str, impl: str | None = None) -> None:
-    if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise IRFormatError(f"expected {names}, got {type(value).__name__}", implementation=impl, key=where)
-
-
-def _parse_nodes(impl: Implementation, raw: Any, value_fn: ValueFn, where: str) -> None:
-    if isinstance(raw, Mapping):
-        items = list(raw.items())
-    elif isinstance(raw, list):
-        items = [(n.get("name") if isinstance(n, Mapping) else None, n) for n in raw]
-    else:
-        raise IRFormatError(f"'nodes' must be a mapping or a list, got {type(raw).__name__}",
-                            implementation=impl.name, key=f"{where}.nodes")
-    for name, node in items:
-        nwhere = f"{where}.nodes[{name!r}]"
-        if not isinstance(name, str) or not name:
-            raise IRFormatError(f"node name {name!r} is not a non-empty string", implementation=impl.name, key=nwhere)
-        _expect(node, Mapping, nwhere, impl.name)
-        if node.get("name", name) != name:
-            raise IRFormatError(f"node name {node['name']!r} differs from its key {name!r}",
-                                implementation=impl.name, node=name)
-        if name in impl.graph:
-            raise IRFormatError("duplicate node name", implementation=impl.name, node=name)
-        ntype = node.get("type")
-        if not isinstance(ntype, str) or not ntype:
-            raise IRFormatError("node has no 'type'", implementation=impl.name, node=name,
-                                hint=f"use one of {', '.join(NODE_KINDS)} or the type of the implementation it calls")
-        target = node.get("implementation")
-        if target is not None and not isinstance(target, str):
-            raise IRFormatError(f"'implementation' must be a string, got {type(target).__name__}",
-                                implementation=impl.name, node=name)
-        fields = {k: value_fn(v, f"{nwhere}.{k}") for k, v in node.items()
-                  if k not in ("name", "type", "implementation")}
-        impl.add_node(name, ntype, target, **fields)
-
-
-def _parse_edges(impl: Implementation, raw: Any, value_fn: ValueFn, where: str) -> None:
-    if isinstance(raw, Mapping):
-        items = []
-        for key, edge in raw.items():
-            if not (isinstance(key, tuple) and len(key) in (2, 3)):
-                raise IRFormatError(f"edge key {key!r} is not a (src, dst) tuple",
-                                    implementation=impl.name, key=f"{where}.edges")
-            _expect(edge, Mapping, f"{where}.edges[{key!r}]", impl.name)
-            for field, end in (("src", key[0]), ("dst", key[1])):
-                if field in edge and edge[field] != end:
-                    raise IRFormatError(f"edge {key!r} has {field}={edge[field]!r}",
-                                        implementation=impl.name, key=f"{where}.edges",
-                                        hint="an edge's src/dst must match its key")
-            items.append((key[0], key[1], edge))
-    elif isinstance(raw, list):
-        items = []
-        for i, edge in enumerate(raw):
-            _expect(edge, Mapping, f"{where}.edges[{i}]", impl.name)
-            items.append((edge.get("src"), edge.get("dst"), edge))
-    else:
-        raise IRFormatError(f"'edges' must be a mapping or a list, got {type(raw).__name__}",
-                            implementation=impl.name, key=f"{where}.edges")
-    slotless: dict[str, int] = {}
-    for src, dst, edge in items:
-        for end in (src, dst):
-            if not isinstance(end, str):
-                raise IRFormatError(f"edge end {end!r} is not a node name", implementation=impl.name,
-                                    key=f"{where}.edges")
-            if end not in impl.graph:
-                raise DanglingEdgeError(f"edge {src!r} -> {dst!r} names missing node {end!r}",
-                                        implementation=impl.name, node=end,
-                                        hint="add the node to 'nodes' or remove the edge")
-        extra = set(edge) - {"src", "dst", "slot", "src_index"}
-        if extra:
-            raise IRFormatError(f"edge {src!r} -> {dst!r} has unknown fields {sorted(map(str, extra))}",
-                                implementation=impl.name, hint="edges carry src, dst, slot and src_index only")
-        slot = value_fn(edge.get("slot"), f"{where}.edges")
-        if isinstance(slot, list):
-            slot = tuple(slot)
-        if slot is not None and not _valid_slot(slot):
-            raise IRFormatError(f"edge {src!r} -> {dst!r} has invalid slot {slot!r}", implementation=impl.name,
-                                hint="a slot is a positional index, a keyword name, or a path starting with one")
-        src_index = edge.get("src_index")
-        if src_index is not None and (isinstance(src_index, bool) or not isinstance(src_index, int)):
-            raise IRFormatError(f"edge {src!r} -> {dst!r} has non-integer src_index {src_index!r}",
-                                implementation=impl.name)
-        if slot is None:
-            slotless[dst] = slotless.get(dst, 0) + 1
-        impl.add_edge(src, dst, slot=slot, src_index=src_index)
-    _fix_slotless_order(impl, items, slotless)
-
-
-def _fix_slotless_order(impl: Implementation, items: list, slotless: dict[str, int]) -> None:
-    """Keep "slotless edges feed positional arguments in document order" true in the graph.
-
-    A graph lists a node's in-edges grouped by source, so edges ``a, b, a`` into one node
-    come back as ``a, a, b``. Where the document order differs from the graph's, the
-    slotless edges of that node get explicit slots in document order.
-    """
-    for dst, count in slotless.items():
-        if count < 2:
-            continue
-        doc_order = [src for src, d, e in items if d == dst and e.get("slot") is None]
-        graph_order = [src for src, _, data in impl.in_edges(dst) if data.get("slot") is None]
-        if doc_order == graph_order:
-            continue
-        taken = {data["slot"] for _, _, data in impl.in_edges(dst) if isinstance(data.get("slot"), int)}
-        free = (i for i in range(len(taken) + count) if i not in taken)
-        used: dict[str, int] = {}
-        for src in doc_order:
-            keys = [k for k, data in sorted(impl.graph[src][dst].items()) if data.get("slot") is None]
-            impl.graph[src][dst][keys[used.get(src, 0)]]["_slot"] = next(free)
-            used[src] = used.get(src, 0) + 1
-        for _, _, data in impl.in_edges(dst):
-            if "_slot" in data:
-                data["slot"] = data.pop("_slot")
-
-
-def _valid_slot(slot: Any) -> bool:
-    path = slot_path(slot)
-    if not path or not all(isinstance(p, (int, str)) and not isinstance(p, bool) for p in path):
-        return False
-    head = path[0]
-    return (isinstance(head, int) and head >= 0) or (isinstance(head, str) and bool(head))
-
-
-def _parse_state(raw: Any, value_fn: ValueFn, where: str, impl: str) -> dict[str, dict[str, Any]]:
-    _expect(raw, Mapping, f"{where}.state", impl)
-    import torch
-
-    out: dict[str, dict[str, Any]] = {}
-    for name, rec in raw.items():
-        rwhere = f"{where}.state[{name!r}]"
-        if not isinstance(name, str) or not name:
-            raise IRFormatError(f"state name {name!r} is not a non-empty string", implementation=impl, key=rwhere)
-        _expect(rec, Mapping, rwhere, impl)
-        rec = {str(k): value_fn(v, f"{rwhere}.{k}") for k, v in rec.items()}
-        if rec.get("kind") not in STATE_KINDS:
-            raise IRFormatError(f"state {name!r} has kind {rec.get('kind')!r}", implementation=impl,
-                                key=rwhere, hint=f"use one of {', '.join(STATE_KINDS)}")
-        shape = rec.get("shape")
-        if not isinstance(shape, (list, tuple)) or not all(
-            (isinstance(s, int) and not isinstance(s, bool) and s >= 0) or isinstance(s, str) for s in shape
-        ):
-            raise IRFormatError(f"state {name!r} has invalid shape {shape!r}", implementation=impl, key=rwhere,
-                                hint="a shape is a list of non-negative ints (or symbol names)")
-        if not isinstance(rec.get("dtype"), torch.dtype):
-            raise IRFormatError(f"state {name!r} has invalid dtype {rec.get('dtype')!r}", implementation=impl,
-                                key=rwhere, hint="use a torch.dtype (in JSON: {'$dtype': 'float32'})")
-        out[name] = rec
-    return out

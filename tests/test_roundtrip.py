@@ -143,3 +143,23 @@ def test_torch_cond_keeps_both_branches(tmp_path):
     assert model.lin(big).sum() > 0 and model.lin(-big).sum() < 0  # both branches are exercised
     for inp in (x, big, -big):
         assert torch.equal(model(inp), rebuilt(inp))
+
+
+def test_dynamic_batch_and_sequence_run_at_two_sizes(tmp_path):
+    from torch.export import Dim
+
+    import torch2ir
+
+    _, model, args, kwargs, _ = converted("bert")
+    batch, seq = Dim("batch", min=1, max=8), Dim("seq", min=2, max=32)
+    dims = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
+    ir = torch2ir.convert(model, args, kwargs, dynamic_shapes=dims)
+    shape = ir.root.node("input_ids")["meta"]["shape"]
+    assert all(isinstance(s, str) for s in shape)  # symbols, not the example's (2, 8)
+    assert [ir.root.meta["range_constraints"][s] for s in shape] == [[1, 8], [2, 32]]
+    rebuilt = ir2torch.convert(IR.load(ir.save(tmp_path / "dyn.ir.json")), model.state_dict())
+    for b, s in ((1, 5), (3, 12)):
+        ids = torch.randint(0, 100, (b, s))
+        mask = torch.ones(b, s, dtype=torch.long)
+        with torch.no_grad():
+            assert max_abs_diff(model(ids, attention_mask=mask), rebuilt(ids, attention_mask=mask)) == 0.0

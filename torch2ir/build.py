@@ -175,6 +175,17 @@ def _calling_convention(root: Implementation, ep: torch.export.ExportedProgram) 
         forward_arg_names=names,
         torch_version=torch.__version__.split("+")[0],
     )
+    if ep.range_constraints:  # symbol -> [min, max] of dynamic dimensions
+        root.meta["range_constraints"] = {
+            str(sym): [_bound(r.lower), _bound(r.upper)] for sym, r in ep.range_constraints.items()
+        }
+
+
+def _bound(value: Any) -> int | str:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)  # "oo" / "int_oo": unbounded
 
 
 def _keep_tensors(ir: IR, table: ModuleTable, constants: Mapping[str, Any]) -> None:

@@ -96,12 +96,8 @@ class Hierarchy:
     def _child(self, parent: Frame, key: str, path: str) -> Frame:
         frame = parent.children.get(key)
         if frame is None:
-            module_key = self.table.key(path)
-            module = self.table.module_of_key.get(module_key) if module_key else None
-            if module is None:
-                self.problems.append((parent.path or "root", f"the trace calls module path {path!r}, which "
-                                      "named_modules() does not list", "register the module as a submodule"))
-            frame = Frame(key, path, parent, leaf=module is not None and self.table.is_leaf(module))
+            module = self.table.module_of_key[self.table.key(path)]  # type: ignore[index]
+            frame = Frame(key, path, parent, leaf=self.table.is_leaf(module))
             calls = self.frames_by_path.setdefault(path, [])
             frame.call_index = len(calls)
             calls.append(frame)
@@ -120,6 +116,10 @@ class Hierarchy:
             else:
                 frame = self.root
                 for key, path in _strip_root(node.meta.get("nn_module_stack") or {}):
+                    if self.table.key(path) is None:
+                        # not a registered submodule (export's placeholder for nodes without a
+                        # stack, or a module kept in a plain list): its ops stay in the caller
+                        continue
                     frame = self._child(frame, key, path)
                     if frame.leaf:
                         break

@@ -8,15 +8,11 @@ import torch
 
 
 def dim(value: Any) -> int | str:
-    """A concrete dimension as an int, a symbolic one as its expression string."""
-    if isinstance(value, int):
-        return value
-    try:
-        return int(value)
-    except (TypeError, ValueError, RuntimeError):
-        return str(value)
-    except Exception:  # noqa: BLE001 - unbacked symbols raise guard errors
-        return str(value)
+    """A concrete dimension as an int, a symbolic one as its expression string (``"s0"``)."""
+    if isinstance(value, torch.SymInt):
+        constant = value.node.maybe_as_int()
+        return constant if constant is not None else str(value)
+    return int(value)
 
 
 def value_meta(val: Any) -> Any:

@@ -123,3 +123,16 @@ def test_remap_after_rename_and_removal():
 
 def _called(ir, key):
     return any(attrs.get("implementation") == key for impl in ir.values() for _, attrs in impl.graph.nodes(data=True))
+
+
+def test_a_failing_state_map_names_its_implementation():
+    _, model, _, _, ir = converted("skip_connection")
+    conv = ir2torch.get_default_converter()
+
+    def broken(impl, state):
+        raise ValueError("no scale for you")
+
+    conv.register_override("linear", lambda impl: torch.nn.Linear(**impl.data), state_map=broken)
+    with pytest.raises(StateDictError, match="state_map of the override failed: ValueError: no scale") as info:
+        conv.convert(ir, model.state_dict())
+    assert info.value.implementation in ir and ir[info.value.implementation].type == "linear"

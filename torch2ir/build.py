@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,7 +74,8 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
                  kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any) -> None:
     """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`)."""
     try:
-        with traced_mode(model, training=True):
+        with traced_mode(model, training=True), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights", category=UserWarning)
             ep = torch.export.export(model, tuple(args), dict(kwargs or {}), strict=strict,
                                      dynamic_shapes=dynamic_shapes,
                                      preserve_module_call_signature=tuple(outermost_handled(model, table.is_leaf)))

@@ -11,6 +11,7 @@ that multi-input / multi-output leaves (``MultiheadAttention(q, k, v)``,
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -67,7 +68,9 @@ def export(
     last: Exception | None = None
     for attempt in attempts:
         try:
-            with traced_mode(model):
+            with traced_mode(model), warnings.catch_warnings():
+                # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
+                warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights", category=UserWarning)
                 ep = torch.export.export(
                     model, tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve_module_call_signature=attempt,

@@ -15,7 +15,7 @@ from common.errors import ConversionError, IRError
 from common.ir import IR, NODE_KINDS, Implementation
 from common.validate import validate
 
-from .frontend import export, outermost_handled, traced_mode
+from .frontend import RNN_WARNING, export, outermost_handled, traced_mode
 from .hierarchy import Hierarchy, Problem
 from .modules import ModuleTable
 from .tensormeta import state_record
@@ -75,7 +75,7 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
     """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`)."""
     try:
         with traced_mode(model, training=True), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights", category=UserWarning)
+            warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
             ep = torch.export.export(model, tuple(args), dict(kwargs or {}), strict=strict,
                                      dynamic_shapes=dynamic_shapes,
                                      preserve_module_call_signature=tuple(outermost_handled(model, table.is_leaf)))

@@ -20,6 +20,9 @@ from torch import nn
 
 from common.errors import ConversionError
 
+#: torch.export's warning about RNN modules re-assigning ``_flat_weights`` while traced (harmless).
+RNN_WARNING = r"The tensor attributes .*_flat_weights"
+
 
 @contextlib.contextmanager
 def traced_mode(model: nn.Module, training: bool = False) -> Iterator[None]:
@@ -70,7 +73,7 @@ def export(
         try:
             with traced_mode(model), warnings.catch_warnings():
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
-                warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights", category=UserWarning)
+                warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
                 ep = torch.export.export(
                     model, tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve_module_call_signature=attempt,

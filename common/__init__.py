@@ -6,8 +6,9 @@ from .registry import Registry
 from .state_dict import load_safetensors, remap_state_dict, save_safetensors
 from .validate import validate
 from .values import Ref
+from .verify import VerifyReport, verify
 
 __all__ = [
     "IR", "IRError", "Implementation", "NODE_KINDS", "Ref", "Registry", "load_safetensors", "remap_state_dict",
-    "save_safetensors", "validate",
+    "save_safetensors", "validate", "verify", "VerifyReport",
 ]  # fmt: skip

@@ -1,0 +1,273 @@
+"""Check that a rebuilt model computes what the original computes, and find where it stops doing so.
+
+:func:`verify` runs both models on the same inputs, compares their outputs leaf by leaf (over torch
+pytrees, so tuples, dicts and transformers ``ModelOutput`` s all work) and, through forward hooks on every
+module, names the first module call of the original whose output the rebuilt model does not reproduce::
+
+    report = verify(model, rebuilt, (ids,), {"attention_mask": mask})
+    assert report.ok, str(report)
+
+Module calls are keyed by their ``named_modules(remove_duplicate=False)`` path; the second call of a
+module is ``path@1``, the third ``path@2``, and so on. A module registered under several names records
+each of its calls under every one of them. Calls found in only one model, and calls whose outputs are
+structured differently (rebuilt submodules may return only the outputs their caller uses), are counted
+in the report but not compared.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from .errors import IRError
+
+
+class VerificationError(IRError):
+    """One of the two models given to :func:`verify` raised during its forward pass."""
+
+
+@dataclass
+class OutputRecord:
+    """The comparison of one output leaf: its pytree ``path`` (e.g. ``"[0]"``, ``"['logits']"``)."""
+
+    path: str
+    shape: tuple[int, ...] | None  # None for a non-tensor leaf
+    dtype: str  # the tensor dtype, or the Python type name of a non-tensor leaf
+    max_abs_diff: float | None  # None for a non-tensor leaf (compared with ==)
+    ok: bool
+
+
+@dataclass
+class Divergence:
+    """A module call whose output differs between the two models: ``path`` and ``call`` (0 = first call)."""
+
+    path: str
+    call: int
+    max_abs_diff: float  # inf when shapes or non-tensor leaves differ
+    original_shapes: list[tuple[int, ...]]
+    rebuilt_shapes: list[tuple[int, ...]]
+
+    @property
+    def key(self) -> str:
+        """The call key: ``path`` for the first call, ``path@1`` for the second, ..."""
+        return _call_key(self.path, self.call)
+
+
+@dataclass
+class VerifyReport:
+    """Result of :func:`verify`; ``str(report)`` renders it as a table.
+
+    ``ok`` and ``max_abs_diff`` are about the final outputs only; a module call that diverges while the
+    outputs still agree (e.g. a shift a later LayerNorm removes) shows up in ``first_divergence`` alone.
+    """
+
+    ok: bool
+    max_abs_diff: float
+    outputs: list[OutputRecord] = field(default_factory=list)
+    structure_mismatch: str | None = None
+    first_divergence: Divergence | None = None
+    calls_compared: int = 0  # module calls recorded under the same key, with outputs of the same structure
+    unmatched_calls: int = 0  # module calls recorded in only one of the models ...
+    unmatched_keys: list[str] = field(default_factory=list)  # ... and their keys
+    skipped_keys: list[str] = field(default_factory=list)  # calls in both, but with differently structured outputs
+    diverged_keys: list[str] = field(default_factory=list)  # every compared call that differs, in execution order
+
+    def __str__(self) -> str:
+        lines = [
+            f"verify: {'OK' if self.ok else 'FAILED'} (max abs diff {self.max_abs_diff:.1e}, "
+            f"{self.calls_compared} module calls compared, {self.unmatched_calls} unmatched, "
+            f"{len(self.skipped_keys)} skipped)"
+        ]
+        if self.structure_mismatch:
+            lines.append(f"structure mismatch: {self.structure_mismatch}")
+        rows = [("output", "shape", "dtype", "max abs diff", "status")]
+        for rec in self.outputs:
+            shape = "-" if rec.shape is None else str(tuple(rec.shape))
+            diff = "-" if rec.max_abs_diff is None else f"{rec.max_abs_diff:.1e}"
+            rows.append((rec.path or "<output>", shape, rec.dtype, diff, "OK" if rec.ok else "DIFF"))
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[4] for row in rows]
+        div = self.first_divergence
+        if div is None:
+            lines.append("no divergence")
+        else:
+            lines.append(
+                f"first divergence: {div.path or '<root>'} (call {div.call}): max abs diff {div.max_abs_diff:.1e}"
+            )
+        return "\n".join(lines)
+
+
+def verify(
+    original: nn.Module,
+    rebuilt: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    atol: float = 1e-5,
+    rtol: float = 1e-5,
+) -> VerifyReport:
+    """Run ``original`` and ``rebuilt`` on ``args``/``kwargs`` under ``torch.no_grad()`` and compare them.
+
+    Tensors are equal when ``torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)`` holds and their
+    dtypes agree; other leaves when ``a == b``. Each model gets its own clone of the input tensors, and the
+    models are run as they are (put them in eval mode first if they use dropout). Every hook installed is
+    removed again, even when a model raises.
+
+    Args:
+        original: the reference model.
+        rebuilt: the model that should compute the same thing (e.g. from ``ir2torch.convert``).
+        args: positional inputs of both forward passes.
+        kwargs: keyword inputs of both forward passes.
+        atol: absolute tolerance.
+        rtol: relative tolerance.
+
+    Returns:
+        A :class:`VerifyReport` on the final outputs and on the first diverging module call.
+
+    Raises:
+        VerificationError: if either model raises during its forward pass (chained to that exception).
+    """
+    kwargs = dict(kwargs or {})
+    out_o, calls_o = _run("original", original, args, kwargs)
+    out_r, calls_r = _run("rebuilt", rebuilt, args, kwargs)
+
+    report = VerifyReport(ok=True, max_abs_diff=0.0)
+    paths_o, leaves_o, spec_o = _flatten(out_o)
+    paths_r, leaves_r, spec_r = _flatten(out_r)
+    if spec_o != spec_r:
+        report.ok = False
+        report.structure_mismatch = (
+            f"the original returns {type(out_o).__name__} with {len(leaves_o)} leaves {paths_o}, "
+            f"the rebuilt model {type(out_r).__name__} with {len(leaves_r)} leaves {paths_r}"
+        )
+    if len(leaves_o) == len(leaves_r):
+        for path, a, b in zip(paths_o, leaves_o, leaves_r):
+            ok, diff = _compare_leaf(a, b, atol, rtol)
+            tensor = isinstance(a, torch.Tensor)
+            shape = tuple(a.shape) if tensor else None
+            dtype = str(a.dtype) if tensor else type(a).__name__
+            report.outputs.append(OutputRecord(path, shape, dtype, diff if tensor else None, ok))
+            report.ok = report.ok and ok
+            if tensor:
+                report.max_abs_diff = max(report.max_abs_diff, diff)
+
+    rebuilt_by_key = {(path, n): output for path, n, output in calls_r}
+    original_keys = {(path, n) for path, n, _ in calls_o}
+    unmatched = [(p, n) for p, n, _ in calls_o if (p, n) not in rebuilt_by_key]
+    unmatched += [(p, n) for p, n, _ in calls_r if (p, n) not in original_keys]
+    report.unmatched_keys = [_call_key(p, n) for p, n in unmatched]
+    report.unmatched_calls = len(unmatched)
+    for path, n, output in calls_o:  # execution (post-)order of the original: deepest, earliest call first
+        if (path, n) not in rebuilt_by_key:
+            continue
+        other = rebuilt_by_key[path, n]
+        if pytree.tree_structure(output) != pytree.tree_structure(other):
+            report.skipped_keys.append(_call_key(path, n))  # e.g. a rebuilt module returning only the outputs used
+            continue
+        report.calls_compared += 1
+        ok, diff = _compare_leaves(pytree.tree_leaves(output), pytree.tree_leaves(other), atol, rtol)
+        if not ok:
+            report.diverged_keys.append(_call_key(path, n))
+            if report.first_divergence is None:
+                report.first_divergence = Divergence(path, n, diff, _shapes(output), _shapes(other))
+    return report
+
+
+def _run(
+    which: str, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, list[tuple[str, int, Any]]]:
+    """Run ``model`` with a hook on every module path; return its output and ``(path, call, output)`` in order."""
+    calls: list[tuple[str, int, Any]] = []
+    counts: dict[str, int] = {}
+
+    def make_hook(path: str):
+        def hook(module: nn.Module, inputs: Any, output: Any) -> None:
+            n = counts.get(path, 0)
+            counts[path] = n + 1
+            calls.append((path, n, _snapshot(output)))
+
+        return hook
+
+    handles = [mod.register_forward_hook(make_hook(p)) for p, mod in model.named_modules(remove_duplicate=False)]
+    try:
+        with torch.no_grad():
+            inputs_args, inputs_kwargs = _snapshot((tuple(args), kwargs))
+            output = model(*inputs_args, **inputs_kwargs)
+    except Exception as exc:
+        raise VerificationError(
+            f"the {which} model raised {type(exc).__name__} during its forward pass: {exc}",
+            hint="run that model alone on the same inputs to debug it",
+        ) from exc
+    finally:
+        for handle in handles:
+            handle.remove()
+    return output, calls
+
+
+def _call_key(path: str, call: int) -> str:
+    return path if call == 0 else f"{path}@{call}"
+
+
+def _snapshot(tree: Any) -> Any:
+    """``tree`` with every tensor leaf detached and cloned, so later in-place ops cannot change it."""
+    return pytree.tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def _flatten(tree: Any) -> tuple[list[str], list[Any], pytree.TreeSpec]:
+    """Leaf paths (``keystr``), leaves and spec of ``tree``."""
+    with_path, spec = pytree.tree_flatten_with_path(tree)
+    return [pytree.keystr(p) for p, _ in with_path], [leaf for _, leaf in with_path], spec
+
+
+def _compare_leaves(xs: list[Any], ys: list[Any], atol: float, rtol: float) -> tuple[bool, float]:
+    """Whether two equally long lists of leaves match pairwise, and their largest max abs diff."""
+    ok, worst = True, 0.0
+    for x, y in zip(xs, ys):
+        leaf_ok, diff = _compare_leaf(x, y, atol, rtol)
+        ok, worst = ok and leaf_ok, max(worst, diff)
+    return ok, worst
+
+
+def _compare_leaf(a: Any, b: Any, atol: float, rtol: float) -> tuple[bool, float]:
+    """Whether two leaves match and their max abs diff (0.0 for equal non-tensors, inf for mismatched kinds)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.shape != b.shape:
+            return False, math.inf
+        b = b.to(a.device)
+        diff = _max_abs_diff(a, b)
+        if a.dtype != b.dtype:
+            return False, diff
+        return bool(torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)), diff
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return False, math.inf
+    try:
+        equal = bool(a == b)
+    except (TypeError, ValueError, RuntimeError):  # e.g. arrays whose == is elementwise
+        equal = False
+    return equal, 0.0 if equal else math.inf
+
+
+def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Largest ``|a - b|``; equal entries (including matching NaNs and infs) count 0, other NaNs inf."""
+    if a.numel() == 0:
+        return 0.0
+    wide = torch.complex128 if a.is_complex() or b.is_complex() else torch.float64
+    x, y = a.to(wide), b.to(wide)
+    diff = (x - y).abs()
+    same = (x == y) | (torch.isnan(x) & torch.isnan(y))
+    diff = torch.where(same, torch.zeros_like(diff), torch.nan_to_num(diff, nan=math.inf))
+    return float(diff.max())
+
+
+def _shapes(tree: Any) -> list[tuple[int, ...]]:
+    """Shapes of the tensor leaves of ``tree``."""
+    return [tuple(x.shape) for x in pytree.tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+__all__ = ["Divergence", "OutputRecord", "VerificationError", "VerifyReport", "verify"]

@@ -32,9 +32,9 @@ def build_ir(
         _raise(table.errors)
         _keep_tensors(ir, table, {})
         return ir
-    ep, preserved = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+    ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                            preserve=outermost_handled(model, table.is_leaf))
-    hierarchy = Hierarchy(ep, table, preserved)
+    hierarchy = Hierarchy(ep, table)
     frames = list(hierarchy.graph_frames())
     called = {table.key(f.path) or "root" for f in frames}
     ir = table.build(called)
@@ -79,7 +79,7 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
             ep = torch.export.export(model, tuple(args), dict(kwargs or {}), strict=strict,
                                      dynamic_shapes=dynamic_shapes,
                                      preserve_module_call_signature=tuple(outermost_handled(model, table.is_leaf)))
-        train_h = Hierarchy(ep, table, True)
+        train_h = Hierarchy(ep, table)
     except Exception as exc:  # noqa: BLE001 - the eval IR stays valid; say why train mode may differ
         ir.root.meta["train_trace"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         return

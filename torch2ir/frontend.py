@@ -59,8 +59,8 @@ def export(
     strict: bool,
     dynamic_shapes: Any,
     preserve: list[str],
-) -> tuple[torch.export.ExportedProgram, bool]:
-    """Export ``model``; returns the program and whether leaf signatures were preserved.
+) -> torch.export.ExportedProgram:
+    """Export ``model``, preserving leaf signatures when export can (else without them).
 
     Raises:
         ConversionError: export failed (its message is kept, with the model class).
@@ -78,7 +78,7 @@ def export(
                     model, tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve_module_call_signature=attempt,
                 )
-            return ep, bool(attempt)
+            return ep
         except Exception as exc:  # noqa: BLE001 - export raises many types; all are reported
             last = exc
     first_line = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__

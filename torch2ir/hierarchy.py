@@ -72,10 +72,9 @@ def _strip_root(stack: dict[str, tuple[str, Any]]) -> list[tuple[str, str]]:
 class Hierarchy:
     """Frames, flows and graphs of one exported program."""
 
-    def __init__(self, ep: torch.export.ExportedProgram, table: ModuleTable, preserved: bool) -> None:
+    def __init__(self, ep: torch.export.ExportedProgram, table: ModuleTable) -> None:
         self.ep = ep
         self.table = table
-        self.preserved = preserved
         self.problems: list[Problem] = []
         sig = ep.graph_signature
         self.state_fqn: dict[str, str] = {
@@ -225,10 +224,6 @@ class _GraphWriter:
             return {k: self.template(v) for k, v in arg.items()}
         return arg
 
-    def add_with_edges(self, name: str, ntype: str, implementation: str, args: Any, kwargs: Any,
-                       **fields: Any) -> str:
-        return add_node_with_edges(self.impl, name, ntype, implementation, args, kwargs, **fields)
-
     def write(self) -> None:
         frame = self.frame
         inputs = self.h.user_inputs if frame is self.h.root else list(frame.inputs)
@@ -260,7 +255,7 @@ class _GraphWriter:
         args, kwargs = self.template(node.args), self.template(node.kwargs)
         encode(args, f"node {node.name}")
         encode(kwargs, f"node {node.name}")
-        name = self.add_with_edges(self.name(node.name), "function", target, args, kwargs,
+        name = add_node_with_edges(self.impl, self.name(node.name), "function", target, args, kwargs,
                                    meta=value_meta(node.meta.get("val")))
         self.env[node] = Ref(name)
 
@@ -276,7 +271,7 @@ class _GraphWriter:
             self.leaf_call(child, callee, ctype, name, extra)
         else:
             args = [self.ref(v) for v in child.inputs]
-            self.add_with_edges(name, ctype, callee, args, {}, **extra)
+            add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra)
             outputs = list(child.outputs)
             for i, value in enumerate(outputs):
                 self.env[value] = Ref(name, None if len(outputs) == 1 else i)
@@ -291,7 +286,7 @@ class _GraphWriter:
                                         "signature was not preserved", "report this model; the signature is needed"))
                 return
             args = [self.ref(v) for v in child.inputs]
-            self.add_with_edges(name, ctype, callee, args, {}, **extra)
+            add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra)
             for value in child.outputs:
                 self.env[value] = Ref(name)
             return
@@ -299,7 +294,7 @@ class _GraphWriter:
         leaves = [self.ref(by_name[a.name]) if hasattr(a, "name") and a.name in by_name else a.value
                   for a in sig.inputs]
         call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
-        self.add_with_edges(name, ctype, callee, call_args, call_kwargs, **extra,
+        add_node_with_edges(self.impl, name, ctype, callee, call_args, call_kwargs, **extra,
                             meta=value_meta(_first_val(by_name, sig.outputs)))
         outs = [by_name.get(getattr(a, "name", None)) for a in sig.outputs]
         self._bind_outputs(name, sig.out_spec, outs)
@@ -318,7 +313,7 @@ class _GraphWriter:
                 if chunk and chunk[0] is not None:
                     self.env[chunk[0]] = Ref(name, i)
             elif any(o is not None for o in chunk):
-                sub = self.add_with_edges(self.name(f"{name}_{i}"), "function", "operator.getitem",
+                sub = add_node_with_edges(self.impl, self.name(f"{name}_{i}"), "function", "operator.getitem",
                                           [Ref(name), i], {})
                 self._bind_outputs(sub, child, chunk)
 
@@ -331,7 +326,7 @@ class _GraphWriter:
         else:
             outs = [self.ref(v) for v in self.frame.outputs]
             value = outs[0] if len(outs) == 1 else tuple(outs)
-        self.add_with_edges("output", "output", "output", [value], {})
+        add_node_with_edges(self.impl, "output", "output", "output", [value], {})
 
 
 def default_target(caller: str, callee: str) -> str | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from tests.models.zoo import Case, Inputs, gen, randn, seeded
+from tests.models.case import Case, Inputs, gen, randn, seeded
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -24,46 +24,15 @@ Tags used here and in :mod:`tests.models.real`:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+from tests.models.case import Case, D, Inputs, gen, randn, seeded
 
-D = 8  # default feature width of the hand-written models
-
-
-@dataclass(frozen=True)
-class Case:
-    """One zoo entry: how to build the model, its example inputs, and what it exercises."""
-
-    name: str
-    build: Callable[[], nn.Module]
-    inputs: Callable[[], Inputs]
-    tags: frozenset[str] = field(default_factory=frozenset)
-
-
-def seeded(factory: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
-    """Wrap ``factory`` so the model is created under ``torch.manual_seed(0)`` and returned in eval mode."""
-
-    def build() -> nn.Module:
-        torch.manual_seed(0)
-        return factory().eval()
-
-    return build
-
-
-def gen() -> torch.Generator:
-    """A fresh CPU generator seeded with 0, for deterministic example inputs."""
-    return torch.Generator().manual_seed(0)
-
-
-def randn(g: torch.Generator, *shape: int) -> torch.Tensor:
-    """Standard normal tensor of ``shape`` drawn from ``g``."""
-    return torch.randn(*shape, generator=g)
+__all__ = ["ZOO", "Case", "Inputs", "by_name", "gen", "randn", "seeded"]
 
 
 # --------------------------------------------------------------------------------------------------------------

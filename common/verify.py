@@ -111,13 +111,15 @@ def verify(
     *,
     atol: float = 1e-5,
     rtol: float = 1e-5,
+    seed: int | None = 0,
 ) -> VerifyReport:
     """Run ``original`` and ``rebuilt`` on ``args``/``kwargs`` under ``torch.no_grad()`` and compare them.
 
     Tensors are equal when ``torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)`` holds and their
     dtypes agree; other leaves when ``a == b``. Each model gets its own clone of the input tensors, and the
-    models are run as they are (put them in eval mode first if they use dropout). Every hook installed is
-    removed again, even when a model raises.
+    models are run as they are: in train mode, dropout draws random numbers, so both runs start from the
+    same random state (``seed``), and batch norm updates its running statistics in both models. The global
+    random state is restored afterwards. Every hook installed is removed again, even when a model raises.
 
     Args:
         original: the reference model.
@@ -126,6 +128,8 @@ def verify(
         kwargs: keyword inputs of both forward passes.
         atol: absolute tolerance.
         rtol: relative tolerance.
+        seed: ``torch.manual_seed`` applied before each forward pass (``None``: leave the random state alone,
+            so train-mode models with dropout differ).
 
     Returns:
         A :class:`VerifyReport` on the final outputs and on the first diverging module call.
@@ -134,8 +138,8 @@ def verify(
         VerificationError: if either model raises during its forward pass (chained to that exception).
     """
     kwargs = dict(kwargs or {})
-    out_o, calls_o = _run("original", original, args, kwargs)
-    out_r, calls_r = _run("rebuilt", rebuilt, args, kwargs)
+    out_o, calls_o = _run("original", original, args, kwargs, seed)
+    out_r, calls_r = _run("rebuilt", rebuilt, args, kwargs, seed)
 
     report = VerifyReport(ok=True, max_abs_diff=0.0)
     paths_o, leaves_o, spec_o = _flatten(out_o)
@@ -180,7 +184,7 @@ def verify(
 
 
 def _run(
-    which: str, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    which: str, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], seed: int | None
 ) -> tuple[Any, list[tuple[str, int, Any]]]:
     """Run ``model`` with a hook on every module path; return its output and ``(path, call, output)`` in order."""
     calls: list[tuple[str, int, Any]] = []
@@ -196,7 +200,9 @@ def _run(
 
     handles = [mod.register_forward_hook(make_hook(p)) for p, mod in model.named_modules(remove_duplicate=False)]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
             inputs_args, inputs_kwargs = _snapshot((tuple(args), kwargs))
             output = model(*inputs_args, **inputs_kwargs)
     except Exception as exc:

@@ -90,6 +90,7 @@ class Hierarchy:
         self.signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.signature is not None}
         self._assign_frames()
         self._compute_flows()
+        self._align_repeated_calls()
 
     # -- 1. frames -----------------------------------------------------------------------
     def _child(self, parent: Frame, key: str, path: str) -> Frame:
@@ -142,6 +143,40 @@ class Hierarchy:
                 for arg in sig.inputs if sig is not None else ():
                     if getattr(arg, "name", None) in by_name:  # a leaf may ignore an argument it is given
                         self._flow(by_name[arg.name], frame)
+
+    def _align_repeated_calls(self) -> None:
+        """Give every call of a module the same outputs, in graph order.
+
+        A frame's outputs are the values used outside it, so two calls of one module differ when a caller
+        ignores a result of one call only (``block(x); y = block(x)``). Outputs are matched by position among
+        the nodes each call ran; a module whose calls ran different numbers of nodes is left alone (the
+        comparison in :func:`torch2ir.build.build_ir` reports it).
+        """
+        position = {node: i for i, node in enumerate(self.ep.graph.nodes)}
+        repeated = {id(f): f for frames in self.frames_by_path.values() if len(frames) > 1
+                    for f in frames if not f.leaf}
+        owned: dict[int, list[fx.Node]] = {key: [] for key in repeated}
+        for node, frame in self.frame_of.items():
+            if node.op in ("call_function", "get_attr"):
+                for f in frame.chain():
+                    if id(f) in owned:
+                        owned[id(f)].append(node)
+        for frames in self.frames_by_path.values():
+            calls = [f for f in frames if id(f) in owned]
+            nodes = [sorted(owned[id(f)], key=position.__getitem__) for f in calls]
+            if len(calls) < 2 or len({len(n) for n in nodes}) != 1:
+                continue
+            indices = [{v: i for i, v in enumerate(n)} for n in nodes]
+            wanted = sorted({index[v] for f, index in zip(calls, indices) for v in f.outputs if v in index})
+            for f, n in zip(calls, nodes):
+                for value in (n[i] for i in wanted):
+                    for inner in self.frame_of[value].chain():
+                        inner.outputs.setdefault(value)
+                        if inner is f:
+                            break
+        for frame in {id(f): f for f in self.frame_of.values()}.values():
+            if not frame.leaf and len(frame.outputs) > 1:
+                frame.outputs = dict.fromkeys(sorted(frame.outputs, key=position.__getitem__))
 
     @staticmethod
     def signature_key(frame: Frame) -> str:

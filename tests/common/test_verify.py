@@ -309,3 +309,17 @@ def test_hooks_are_removed_after_verify(bert):
     verify(model, other, args, kwargs)
     verify(shared, copy.deepcopy(shared), *_case("shared_sequential")[1:])
     assert _no_hooks(model, other, shared)
+
+
+def test_train_mode_dropout_is_compared_from_the_same_seed():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).train()
+    twin = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)).train()
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(4, 8)
+    state = torch.random.get_rng_state()
+    assert verify(model, twin, (x,)).ok
+    assert torch.equal(torch.random.get_rng_state(), state), "verify must restore the global random state"
+    assert verify(model, twin, (x,), seed=7).ok
+    unseeded = verify(model, twin, (x,), seed=None)
+    assert not unseeded.ok and unseeded.first_divergence.path == "1"

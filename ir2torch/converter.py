@@ -12,12 +12,14 @@ import torch
 from torch import nn
 
 from common.errors import HandlerNotFoundError, IRFormatError
+from common.flat import FlatIR
 from common.ir import IR, Implementation
 from common.registry import Registry, Where
 from common.safety import Allowlist
 from common.validate import validate
 
 from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors
+from .flat import Executor, build_flat_module, new_executor_registry
 from .rebuild import graph_module
 from .state import StateMap, load_into
 
@@ -44,11 +46,16 @@ class Ir2Torch:
     returns the module); any other implementation with a graph becomes a
     ``torch.fx.GraphModule`` running that graph. Each converter has its own registry and
     allow-list: registering on one never changes another.
+
+    A :class:`~common.flat.FlatIR` is executed instead (see :mod:`ir2torch.flat`); ``executors``
+    holds the executors of its ops by op name (``register`` / ``register_override``, scoped by
+    ``module_path``), tried before the allow-list.
     """
 
     def __init__(self) -> None:
         self.builders: Registry[str, BuilderEntry] = Registry("IR type")
         self.allowlist = Allowlist()
+        self.executors: Registry[str, Executor] = new_executor_registry()
 
     def register(self, type: str, builder: Builder | None = None, *, state_map: StateMap | None = None) -> Any:
         """Add the builder of IR ``type`` (decorator or direct call); refuses a duplicate."""
@@ -83,11 +90,12 @@ class Ir2Torch:
         new = type(self)()
         new.builders = self.builders.copy()
         new.allowlist = self.allowlist.copy()
+        new.executors = self.executors.copy()
         return new
 
     def convert(
         self,
-        ir: IR | Mapping[str, Any] | str | os.PathLike,
+        ir: IR | FlatIR | Mapping[str, Any] | str | os.PathLike,
         state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None = None,
         *,
         device: torch.device | str | None = None,
@@ -96,10 +104,13 @@ class Ir2Torch:
         """Rebuild the model described by ``ir``, optionally loading state.
 
         Args:
-            ir: an :class:`~common.ir.IR`, its plain dict form, or a saved JSON file's path.
+            ir: an :class:`~common.ir.IR`, its plain dict form, a :class:`~common.flat.FlatIR`
+                (executed as an fx ``GraphModule``, see :mod:`ir2torch.flat`), or a saved JSON
+                file's path (either format, told apart by its header).
             state_dict: the *original* model's state dict, or a ``.safetensors`` path
                 (memory-mapped); remapped to the rebuild's keys and through overrides'
-                state maps before loading.
+                state maps before loading (for a FlatIR: looked up through
+                ``weight_name_mapping``; the original model itself is accepted too).
             device: where parameters are created. ``"meta"`` allocates nothing; with a
                 state dict, its tensors are then assigned, not copied.
             strict: require every entry to be present (and no unknown one).
@@ -108,6 +119,10 @@ class Ir2Torch:
             IRError: the IR is malformed or unsafe, a type has no builder, or the state
                 dict does not fit (:class:`~common.errors.StateDictError` lists every key).
         """
+        flat = self._as_flat(ir)
+        if flat is not None:
+            return build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
+                                     executors=self.executors)
         ir = self._as_ir(ir)
         validate(ir, allowlist=self.allowlist)
         if "root" not in ir:
@@ -121,6 +136,17 @@ class Ir2Torch:
         if state_dict is not None:
             load_into(root, ir, state_dict, maps, strict=strict, retie=lambda: restore_state_layout(ir, modules))
         return root
+
+    def _as_flat(self, ir: Any) -> FlatIR | None:
+        """``ir`` as a FlatIR when it is one or a FlatIR file's path (loaded with this converter's ops), else None."""
+        if isinstance(ir, FlatIR):
+            return ir
+        if isinstance(ir, (str, os.PathLike)):
+            from common.flat_schema import FLAT_FORMAT, document_format
+
+            if document_format(ir) == FLAT_FORMAT:
+                return FlatIR.load(ir, allowlist=self.allowlist, extra_ops=self.executors.keys())
+        return None
 
     def _as_ir(self, ir: Any) -> IR:
         if isinstance(ir, IR):
@@ -164,7 +190,7 @@ def get_default_converter() -> Ir2Torch:
 
 
 def convert(
-    ir: IR | Mapping[str, Any] | str | os.PathLike,
+    ir: IR | FlatIR | Mapping[str, Any] | str | os.PathLike,
     state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None = None,
     *,
     device: torch.device | str | None = None,

@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from common.errors import RegistryError
+from common.flat import FlatIR
 from common.ir import IR, NODE_KINDS
 from common.registry import Registry
 
@@ -125,6 +126,21 @@ class Torch2Ir:
             raise TypeError(f"model must be an nn.Module, not {type(model).__name__}")
         args = args if isinstance(args, tuple) else (args,)
         return build_ir(self, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes)
+
+    def lower(
+        self,
+        model: nn.Module,
+        args: tuple | Any,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        decompose: bool | Mapping[Any, Any] = False,
+        dynamic_shapes: Any = None,
+    ) -> FlatIR:
+        """Lower ``model`` to the ATen-level :class:`~common.flat.FlatIR` (see :func:`torch2ir.lowering.lower`;
+        module handlers play no part there)."""
+        from .lowering import lower
+
+        return lower(model, args, kwargs, decompose=decompose, dynamic_shapes=dynamic_shapes)
 
     def copy(self) -> Torch2Ir:
         new = type(self)()

@@ -1,0 +1,319 @@
+"""Parsing, validation and files of :class:`~common.flat.FlatIR` (its schema, kept apart from the data model).
+
+File layout (see ``docs/ir-spec.md``)::
+
+    {"format": "torch2ir.flat", "format_version": 1, "meta": {...}, "graph_inputs": [...], ...,
+     "nodes": [...], "tensors": {"file": "model.flat.tensors.safetensors", "keys": [...]}}
+
+The JSON rules are those of :mod:`common.serialize`: strict parsing, tagged values, deterministic
+bytes, atomic writes, tensors in a ``.safetensors`` file beside the JSON. Loading validates before
+returning: every op name must be on the allow-list (or be accepted explicitly), and nothing named
+in the document is imported or called.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .errors import (
+    ArgumentMismatchError,
+    DanglingEdgeError,
+    IRFormatError,
+    IRSerializationError,
+    IRValidationError,
+    UnsafeTargetError,
+)
+from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
+from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
+from .schema import ValueFn, expect
+from .serialize import (
+    _load_tensors,
+    check_header,
+    dumps,
+    loads_json,
+    read_text,
+    tensors_path,
+    write_tensors_atomic,
+    write_text_atomic,
+)
+from .values import decode, dtype_from_name, dtype_name, encode
+
+FLAT_FORMAT = "torch2ir.flat"
+#: Version written by this library; files of versions 1..FLAT_FORMAT_VERSION are read.
+FLAT_FORMAT_VERSION = 1
+
+_BODY_KEYS = ("meta", "graph_inputs", "graph_outputs", "in_spec", "out_spec", "forward_arg_names",
+              "range_constraints", "weights", "weight_name_mapping", "nodes")  # fmt: skip
+_NODE_KEYS = {"name", "op_type", "module_path", "args", "kwargs", "inputs", "outputs"}
+
+
+# -- parsing -------------------------------------------------------------------------------
+def _fields(d: Any, allowed: set[str], required: set[str], where: str, node: str | None = None) -> Mapping[str, Any]:
+    expect(d, Mapping, where)
+    unknown = set(d) - allowed
+    if unknown:
+        raise IRFormatError(f"unknown fields {sorted(unknown)}", node=node, key=where,
+                            hint=f"allowed fields: {', '.join(sorted(allowed))}")
+    missing = required - set(d)
+    if missing:
+        raise IRFormatError(f"missing fields {sorted(missing)}", node=node, key=where)
+    return d
+
+
+def _name(value: Any, where: str, node: str | None = None) -> str:
+    if not isinstance(value, str) or not value:
+        raise IRFormatError(f"expected a non-empty name, got {value!r}", node=node, key=where)
+    return value
+
+
+def _shape(value: Any, where: str, node: str | None = None) -> list[int | str]:
+    ok = isinstance(value, list) and all(
+        (isinstance(s, int) and not isinstance(s, bool) and s >= 0) or (isinstance(s, str) and s) for s in value
+    )
+    if not ok:
+        raise IRFormatError(f"shape must be a list of sizes (ints, or symbols as strings), got {value!r}",
+                            node=node, key=where)
+    return list(value)
+
+
+def _dtype(value: Any, where: str) -> str:
+    dtype_from_name(value, where=where)  # refuses unknown names
+    return value
+
+
+def parse_value(d: Any, value_fn: ValueFn, where: str, node: str | None = None) -> ValueMeta:
+    """A :class:`ValueMeta` from ``{"name", "shape", "dtype"}``, ``{"name", "sym"}`` or ``{"name", "value"}``."""
+    expect(d, Mapping, where)
+    name = _name(d.get("name"), f"{where}.name", node)
+    if "shape" in d or "dtype" in d:
+        _fields(d, {"name", "shape", "dtype"}, {"name", "shape", "dtype"}, where, node)
+        return ValueMeta.tensor(name, _shape(d["shape"], f"{where}.shape", node), _dtype(d["dtype"], f"{where}.dtype"))
+    if "sym" in d:
+        _fields(d, {"name", "sym"}, {"name", "sym"}, where, node)
+        if not isinstance(d["sym"], str) or not d["sym"]:
+            raise IRFormatError("'sym' must be a non-empty expression string", node=node, key=f"{where}.sym")
+        return ValueMeta(name, "symbol", sym=d["sym"])
+    _fields(d, {"name", "value"}, {"name", "value"}, where, node)
+    return ValueMeta(name, "constant", value=value_fn(d["value"], f"{where}.value"))
+
+
+def _parse_weight(d: Any, where: str) -> WeightMeta:
+    _fields(d, {"name", "kind", "shape", "dtype", "requires_grad", "persistent"}, {"name", "kind", "shape", "dtype"},
+            where)
+    if d["kind"] not in WEIGHT_KINDS:
+        raise IRFormatError(f"weight kind {d['kind']!r} is not one of {WEIGHT_KINDS}", key=f"{where}.kind")
+    for flag in ("requires_grad", "persistent"):
+        if flag in d and not isinstance(d[flag], bool):
+            raise IRFormatError(f"'{flag}' must be a boolean", key=f"{where}.{flag}")
+    return WeightMeta(_name(d["name"], f"{where}.name"), d["kind"], _shape(d["shape"], f"{where}.shape"),
+                      _dtype(d["dtype"], f"{where}.dtype"), d.get("requires_grad"), d.get("persistent"))
+
+
+def _parse_node(d: Any, value_fn: ValueFn, where: str) -> FlatNode:
+    expect(d, Mapping, where)
+    name = _name(d.get("name"), f"{where}.name")
+    _fields(d, _NODE_KEYS, {"name", "op_type"}, where, name)
+    op_type = d["op_type"]
+    if not isinstance(op_type, str):
+        raise IRFormatError(f"op_type must be a string, got {type(op_type).__name__}", node=name,
+                            key=f"{where}.op_type")
+    module_path = d.get("module_path", "root")
+    if not isinstance(module_path, str) or not module_path:
+        raise IRFormatError("module_path must be a non-empty string ('root' for the model itself)", node=name)
+    args, kwargs = d.get("args", {}), d.get("kwargs", {})
+    expect(args, Mapping, f"{where}.args")
+    expect(kwargs, Mapping, f"{where}.kwargs")
+    values = {}
+    for part, raw in (("inputs", d.get("inputs", [])), ("outputs", d.get("outputs", []))):
+        expect(raw, list, f"{where}.{part}")
+        values[part] = [parse_value(v, value_fn, f"{where}.{part}[{i}]", name) for i, v in enumerate(raw)]
+    return FlatNode(
+        name, op_type,
+        {str(k): value_fn(v, f"{where}.args.{k}") for k, v in args.items()},
+        {str(k): value_fn(v, f"{where}.kwargs.{k}") for k, v in kwargs.items()},
+        values["inputs"], values["outputs"], module_path,
+    )  # fmt: skip
+
+
+def parse_flat(cls: type, d: Any, value_fn: ValueFn) -> Any:
+    """Build a ``cls`` (:class:`~common.flat.FlatIR`) from its plain-dict form."""
+    _fields(d, set(_BODY_KEYS), {"nodes"}, "document")
+    lists = {}
+    for key in ("graph_inputs", "graph_outputs", "weights", "nodes", "forward_arg_names"):
+        expect(d.get(key, []), list, key)
+        lists[key] = d.get(key, [])
+    for key in ("meta", "range_constraints", "weight_name_mapping"):
+        expect(d.get(key, {}), Mapping, key)
+    for key in ("in_spec", "out_spec"):
+        if d.get(key) is not None and not isinstance(d[key], str):
+            raise IRFormatError(f"'{key}' must be a pytree spec string (treespec_dumps) or null", key=key)
+    if not all(isinstance(n, str) for n in lists["forward_arg_names"]):
+        raise IRFormatError("'forward_arg_names' must be a list of strings", key="forward_arg_names")
+    mapping = d.get("weight_name_mapping", {})
+    if not all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()):
+        raise IRFormatError("'weight_name_mapping' maps placeholder names to state-dict keys (strings)",
+                            key="weight_name_mapping")
+    ranges = d.get("range_constraints", {})
+    for sym, bounds in ranges.items():
+        if not (isinstance(bounds, list) and len(bounds) == 2
+                and all(isinstance(b, (int, str)) and not isinstance(b, bool) for b in bounds)):
+            raise IRFormatError(f"range of {sym!r} must be [min, max] (ints, or 'int_oo')", key="range_constraints")
+    return cls(
+        [_parse_node(n, value_fn, f"nodes[{i}]") for i, n in enumerate(lists["nodes"])],
+        graph_inputs=[parse_value(v, value_fn, f"graph_inputs[{i}]") for i, v in enumerate(lists["graph_inputs"])],
+        graph_outputs=[parse_value(v, value_fn, f"graph_outputs[{i}]") for i, v in enumerate(lists["graph_outputs"])],
+        weights=[_parse_weight(w, f"weights[{i}]") for i, w in enumerate(lists["weights"])],
+        weight_name_mapping=mapping,
+        in_spec=d.get("in_spec"),
+        out_spec=d.get("out_spec"),
+        forward_arg_names=lists["forward_arg_names"],
+        range_constraints=ranges,
+        meta={str(k): value_fn(v, f"meta.{k}") for k, v in d.get("meta", {}).items()},
+    )
+
+
+# -- validation ----------------------------------------------------------------------------
+def check_op(op_type: str, allow: Allowlist, extra_ops: frozenset[str], node: str) -> None:
+    """Refuse an op name that is neither allowed nor accepted explicitly (never imports anything)."""
+    if op_type in extra_ops or allow.is_allowed(op_type):
+        return
+    raise UnsafeTargetError(
+        f"op {op_type!r} is not on the allow-list and has no registered executor; it will not be imported or called",
+        node=node,
+        hint="ATen ops must exist in this torch ('aten.<op>.<overload>'); for another op you trust, register an "
+        "executor (converter.executors.register(op_type, fn)) or pass extra_ops= to FlatIR.load",
+    )
+
+
+def validate_flat(flat: Any, allowlist: Allowlist | None, extra_ops: frozenset[str]) -> None:
+    """Semantic checks of a FlatIR (see :meth:`common.flat.FlatIR.validate`)."""
+    allow = allowlist or DEFAULT_ALLOWLIST
+    for node in flat.nodes:  # safety first: refuse unknown ops before looking at anything else
+        check_op(node.op_type, allow, extra_ops, node.name)
+    defined: dict[str, ValueMeta] = {}
+
+    def define(meta: ValueMeta, where: str, node: str | None = None) -> None:
+        if meta.name in defined:
+            raise IRValidationError(f"value name {meta.name!r} is defined twice", node=node, key=where,
+                                    hint="graph inputs, weights and node outputs need distinct names")
+        defined[meta.name] = meta
+
+    for meta in flat.graph_inputs:
+        define(meta, "graph_inputs")
+    names = [w.name for w in flat.weights]
+    for w in flat.weights:
+        define(ValueMeta.tensor(w.name, w.shape, w.dtype), "weights")
+    if set(flat.weight_name_mapping) != set(names):
+        raise IRValidationError(
+            f"weight_name_mapping has keys {sorted(set(flat.weight_name_mapping) ^ set(names))} "
+            "that are not weights, or misses weights", key="weight_name_mapping",
+            hint="map every weight placeholder name (and only those) to its state-dict key")
+    node_names: set[str] = set()
+    for node in flat.nodes:
+        if node.name in node_names:
+            raise IRValidationError("duplicate node name", node=node.name)
+        node_names.add(node.name)
+        _check_arguments(node, allow, extra_ops)
+        refs = node.refs()
+        for ref in refs:
+            if ref.index is not None:
+                raise IRFormatError("a FlatIR reference names a value, never an index into one", node=node.name,
+                                    hint=f"use {{'$ref': {ref.node!r}}}; each output of a multi-output op is named")
+            if ref.node not in defined:
+                raise DanglingEdgeError(f"argument references value {ref.node!r}, which is not defined before it",
+                                        node=node.name,
+                                        hint="define it as a graph input, a weight or an earlier node's output")
+        expected = [defined[r.node] for r in refs]
+        if [m.to_dict() for m in node.inputs] != [m.to_dict() for m in expected]:
+            raise ArgumentMismatchError(
+                f"'inputs' lists {[m.name for m in node.inputs]} but the arguments reference "
+                f"{[m.name for m in expected]} (with the metadata of their producers)", node=node.name,
+                hint="'inputs' must be the metadata of the referenced values, in argument order")
+        for i, meta in enumerate(node.outputs):
+            define(meta, f"outputs[{i}]", node.name)
+    for meta in flat.graph_outputs:
+        if meta.kind != "constant" and meta.name not in defined:
+            raise DanglingEdgeError(f"graph output {meta.name!r} is not a defined value", key="graph_outputs")
+    by_key = {flat.weight_name_mapping[w.name]: w for w in flat.weights}
+    for key, tensor in flat.tensors.items():
+        weight = by_key.get(key)
+        if weight is None:
+            raise IRValidationError(f"tensor {key!r} is not the state key of any weight", key="tensors")
+        if list(tensor.shape) != weight.shape or dtype_name(tensor.dtype) != weight.dtype:
+            raise IRValidationError(
+                f"tensor {key!r} is {dtype_name(tensor.dtype)}{list(tensor.shape)}, "
+                f"weight {weight.name!r} is {weight.dtype}{weight.shape}", key="tensors")
+
+
+def _check_arguments(node: FlatNode, allow: Allowlist, extra_ops: frozenset[str]) -> None:
+    op = node.op_type
+    if op in PYTHON_FUNCTIONS and op not in extra_ops:
+        expected = [f"arg{i}" for i in range(len(node.args))]
+        if list(node.args) != expected:
+            raise ArgumentMismatchError(f"positional arguments of {op} are named {list(node.args)}",
+                                        node=node.name, hint=f"name them {expected}")
+        return
+    if op in extra_ops or not op.startswith("aten."):
+        return
+    schema = getattr(allow.resolve(op, node=node.name), "_schema", None)
+    if schema is None:  # an overload packet: no single schema to check against
+        return
+    known = [a.name for a in schema.arguments]
+    for name in [*node.args, *node.kwargs]:
+        if name not in known:
+            raise ArgumentMismatchError(f"{op} has no argument {name!r}", node=node.name,
+                                        hint=f"its schema names {', '.join(known)}")
+
+
+# -- files ---------------------------------------------------------------------------------
+def flat_to_document(flat: Any, tensors_file: str | None = None) -> dict[str, Any]:
+    """The JSON document of ``flat`` (plain data, values encoded)."""
+    doc: dict[str, Any] = {"format": FLAT_FORMAT, "format_version": FLAT_FORMAT_VERSION}
+    doc.update(flat.to_dict(value_fn=encode))
+    if flat.tensors:
+        doc["tensors"] = {"file": tensors_file, "keys": sorted(flat.tensors)}
+    return doc
+
+
+def save_flat(flat: Any, path: str | os.PathLike) -> Path:
+    """Save ``flat`` to ``path`` (see :meth:`common.flat.FlatIR.save`); the text is built before any file is touched."""
+    sidecar = tensors_path(path) if flat.tensors else None
+    text = dumps(flat_to_document(flat, sidecar.name if sidecar else None))
+    if sidecar is not None:
+        for key, value in flat.tensors.items():
+            if value.is_meta:
+                raise IRSerializationError(f"tensor {key!r} is on the meta device and has no value to save", key=key,
+                                           hint="drop it from flat.tensors; pass its value in the state dict instead")
+        write_tensors_atomic(sidecar, flat.tensors)
+    return write_text_atomic(path, text)
+
+
+def flat_from_document(cls: type, doc: Any, *, source: str = "document") -> Any:
+    """A FlatIR from a parsed JSON document (header checked, values decoded; not yet validated)."""
+    check_header(doc, FLAT_FORMAT, FLAT_FORMAT_VERSION, source)
+    body = {k: v for k, v in doc.items() if k not in ("format", "format_version", "tensors")}
+    return cls.from_dict(body, value_fn=decode)
+
+
+def load_flat(cls: type, path: str | os.PathLike, allowlist: Allowlist | None, extra_ops: frozenset[str]) -> Any:
+    """Load and validate a FlatIR JSON file and its tensors file, if any."""
+    source = os.fspath(path)
+    doc = loads_json(read_text(path), source=source)
+    flat = flat_from_document(cls, doc, source=source)
+    spec = doc.get("tensors")
+    if spec is not None:
+        flat.tensors = _load_tensors(Path(path), spec, source)
+    return flat.validate(allowlist=allowlist, extra_ops=extra_ops)
+
+
+def document_format(path: str | os.PathLike) -> str | None:
+    """The ``format`` named by a JSON file's header (``"torch2ir.ir"``, ``"torch2ir.flat"``), or None."""
+    doc = loads_json(read_text(path), source=os.fspath(path))
+    return doc.get("format") if isinstance(doc, Mapping) else None
+
+
+__all__ = ["FLAT_FORMAT", "FLAT_FORMAT_VERSION", "check_op", "document_format", "flat_from_document",
+           "flat_to_document", "load_flat", "parse_flat", "parse_value", "save_flat", "validate_flat"]

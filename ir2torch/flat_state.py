@@ -1,0 +1,129 @@
+"""The weights of an executed FlatIR: looked up by state-dict key, checked, attached by path.
+
+Each weight of a :class:`~common.flat.FlatIR` is found under ``weight_name_mapping[placeholder]`` in
+the state given (a mapping, a ``.safetensors`` path read by memory map, or the original model), else
+in ``flat.tensors``. Every missing or mis-shaped entry is reported at once. Tensors are attached at
+their state-dict path, so the executed module's ``state_dict()`` has the original model's keys.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from common.errors import StateDictError
+from common.flat import FlatIR, WeightMeta
+from common.values import dtype_from_name, dtype_name
+
+from .rebuild import owner_of
+from .state import read_state
+
+StateSource = Mapping[str, torch.Tensor] | str | os.PathLike | nn.Module | None
+
+_MISSING_HINT = (
+    "pass the original model's state dict (or its .safetensors file); non-persistent buffers and tensor "
+    "constants are not in state_dict() and a model lowered on 'meta' has no values for them: add them, e.g. "
+    "{**model.state_dict(), **dict(model.named_buffers())}, or pass the original model itself"
+)
+
+
+def module_state(model: nn.Module, keys: list[str]) -> dict[str, torch.Tensor]:
+    """The tensors of ``model`` at ``keys``: parameters, buffers (persistent or not) and plain tensor attributes.
+
+    Only ``_modules``, ``_parameters``, ``_buffers`` and instance dicts are read: no property or
+    ``__getattr__`` of the model runs.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for key in keys:
+        module: Any = model
+        *prefix, last = key.split(".")
+        for part in prefix:
+            module = module._modules.get(part) if isinstance(module, nn.Module) else None
+        if not isinstance(module, nn.Module):
+            continue
+        for table in (module._parameters, module._buffers, vars(module)):
+            value = table.get(last)
+            if isinstance(value, torch.Tensor):
+                out[key] = value
+                break
+    return out
+
+
+def resolve_weights(
+    flat: FlatIR, state: StateSource, *, device: torch.device | str | None, strict: bool
+) -> dict[str, torch.Tensor]:
+    """``{state key: tensor}`` for every weight of ``flat``.
+
+    With no ``state``, weights without a value in ``flat.tensors`` are created uninitialised (on
+    ``device``; ``"meta"`` allocates nothing). With a state, tensors are used as they are (no copy)
+    unless ``device`` names another real device.
+
+    Raises:
+        StateDictError: (``strict``) weights missing from the state, and any of the wrong shape or dtype.
+    """
+    keys = [flat.weight_name_mapping[w.name] for w in flat.weights]
+    given: Mapping[str, torch.Tensor] | None
+    if state is None:
+        given = None
+    elif isinstance(state, nn.Module):
+        given = module_state(state, keys)
+    else:
+        given = read_state(state)
+    target = torch.device(device) if device is not None else None
+    out: dict[str, torch.Tensor] = {}
+    problems: list[str] = []
+    for weight, key in zip(flat.weights, keys):
+        tensor = given.get(key) if given is not None else None
+        if tensor is None:
+            tensor = flat.tensors.get(key)
+        if tensor is None:
+            if given is not None and strict:
+                problems.append(f"{key}: missing (weight {weight.name!r}, {weight.kind})")
+                continue
+            tensor = _empty(weight, target)
+        elif not isinstance(tensor, torch.Tensor):
+            problems.append(f"{key}: expected a tensor, found {type(tensor).__name__}")
+            continue
+        elif list(tensor.shape) != weight.shape or dtype_name(tensor.dtype) != weight.dtype:
+            problems.append(f"{key}: expected {weight.dtype}{weight.shape}, found "
+                            f"{dtype_name(tensor.dtype)}{list(tensor.shape)}")
+            continue
+        if target is not None and target.type != "meta" and tensor.device != target:
+            tensor = tensor.to(target)
+        out[key] = tensor
+    if problems:
+        raise StateDictError(
+            f"the state does not fit the FlatIR's weights ({len(problems)} problems):\n  " + "\n  ".join(problems),
+            key=problems[0].split(":", 1)[0], hint=_MISSING_HINT,
+        )
+    return out
+
+
+def _empty(weight: WeightMeta, device: torch.device | None) -> torch.Tensor:
+    if not all(isinstance(s, int) for s in weight.shape):
+        raise StateDictError(f"weight {weight.name!r} has a symbolic shape {weight.shape} and no value",
+                             key=weight.name, hint="pass its value in the state dict")
+    return torch.empty(weight.shape, dtype=dtype_from_name(weight.dtype), device=device)
+
+
+def attach_weights(root: nn.Module, flat: FlatIR, tensors: Mapping[str, torch.Tensor]) -> None:
+    """Register each weight on ``root`` at its state-dict path (parameters, buffers, plain constants)."""
+    for weight in flat.weights:
+        key = flat.weight_name_mapping[weight.name]
+        tensor = tensors[key]
+        module, last = owner_of(root, key)
+        try:
+            if weight.kind == "parameter":
+                grad = weight.requires_grad if weight.requires_grad is not None else tensor.is_floating_point()
+                module.register_parameter(last, nn.Parameter(tensor.detach(), requires_grad=grad))
+            elif weight.kind == "buffer":
+                module.register_buffer(last, tensor, persistent=weight.persistent is not False)
+            else:
+                setattr(module, last, tensor)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise StateDictError(f"cannot attach weight {weight.name!r} at {key!r}: {exc}", key=key,
+                                 hint="the state key collides with an attribute of the executed module") from None

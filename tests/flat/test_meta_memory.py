@@ -1,0 +1,77 @@
+"""Weight-free lowering: a Llama with Llama-2-7B dimensions on the ``meta`` device lowers in little memory.
+
+Materialised, its ~6.7B float32 parameters would take ~27 GB. It is built under ``torch.device("meta")``
+and lowered with meta input ids in a fresh interpreter, whose peak resident set size (``ru_maxrss``)
+must stay under 1.5 GiB. Run with ``-s`` to see the measured figure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LIMIT_KIB = 1536 * 1024  # 1.5 GiB; ru_maxrss is in KiB on Linux
+
+CODE = """
+import json, resource, time
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+import torch2ir
+
+config = LlamaConfig(num_hidden_layers=32, hidden_size=4096, intermediate_size=11008, num_attention_heads=32,
+                     num_key_value_heads=32, vocab_size=32000, use_cache=False)
+with torch.device("meta"):
+    model = LlamaForCausalLM(config)
+assert all(p.is_meta for p in model.parameters())
+ids = torch.zeros(1, 16, dtype=torch.long, device="meta")
+start = time.perf_counter()
+flat = torch2ir.lower(model, (ids,))
+seconds = time.perf_counter() - start
+linears = [n for n in flat.nodes if n.op_type == "aten.linear.default"]
+print(json.dumps({
+    "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    "lower_seconds": seconds,
+    "params": sum(p.numel() for p in model.parameters()),
+    "nodes": len(flat.nodes),
+    "weights": len(flat.weights),
+    "linears": len(linears),
+    "first_linear": [linears[0].module_path, linears[0].inputs[1].shape],
+    "logits": flat.graph_outputs[0].shape,
+    "tensors": len(flat.tensors),
+}))
+"""
+
+
+@pytest.mark.slow
+def test_llama_7b_dimensions_lower_under_1_5_gib() -> None:
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", CODE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    rss = report["maxrss_kib"]
+    print(
+        f"\nmeta Llama-2-7B dims ({report['params'] / 1e9:.2f}B params, {report['nodes']} nodes): "
+        f"peak RSS {rss / 1024:.0f} MiB, lower {report['lower_seconds']:.1f} s, subprocess {wall:.1f} s"
+    )
+    assert report["params"] > 6_500_000_000  # ~27 GB of float32 weights, had they been allocated
+    assert rss < LIMIT_KIB, f"peak RSS {rss} KiB >= {LIMIT_KIB} KiB"
+    assert report["linears"] == 32 * 7 + 1  # q, k, v, o, gate, up, down per layer, and the LM head
+    assert report["first_linear"] == ["model.layers.0.self_attn.q_proj", [4096, 4096]]
+    assert report["logits"] == [1, 16, 32000]
+    # 9 parameters per layer, embedding, final norm, LM head, rotary inv_freq (unused buffers are left out)
+    assert report["weights"] == 32 * 9 + 3 + 1 and report["tensors"] == 0

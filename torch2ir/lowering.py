@@ -1,0 +1,351 @@
+"""Lower a model to the ATen-level :class:`~common.flat.FlatIR`, weight-free.
+
+``torch.export`` (non-strict) traces the model, optionally ``run_decompositions`` brings the graph
+to the core ATen set (or through a custom table, for hardware teams that keep some ops whole), and
+each ``call_function`` node becomes a :class:`~common.flat.FlatNode`:
+
+- arguments are named by the op schema; tensor (and symbolic) arguments are references to values;
+- outputs are named: a multi-output op names each output after the ``getitem`` that reads it, and
+  ``getitem`` itself is not a node;
+- ``module_path`` is the innermost module of the node's ``nn_module_stack`` that ``named_modules()``
+  knows (``"root"`` for the model itself), i.e. a key or alias of the module-level IR;
+- a ``wrap_with_set_grad_enabled`` region (a ``torch.no_grad()`` block) is inlined;
+- weights are the parameters, buffers and lifted constants the graph reads (unused ones are left out).
+
+Everything is read from fake tensors, so a model and inputs on the ``meta`` device lower without
+allocating a weight. Constants and non-persistent buffers that have values (a model not on ``meta``)
+are kept in ``flat.tensors``: no state dict carries them.
+"""
+
+from __future__ import annotations
+
+import operator
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch.utils import _pytree as pytree
+
+from common.errors import ConversionError, IRError
+from common.flat import FlatIR, FlatNode, ValueMeta, WeightMeta
+from common.safety import function_name
+from common.values import Ref, dtype_name, encode, iter_refs
+
+from .frontend import export
+from .tensormeta import dim
+
+#: Higher-order ops whose body is inlined (they change only autograd state, irrelevant to the values).
+INLINED_HOPS = ("wrap_with_set_grad_enabled",)
+_WEIGHT_KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
+#: deepcopy of export's tree specs inside run_decompositions warns about a deprecated isinstance check.
+_TREESPEC_WARNING = r".*isinstance\(treespec, LeafSpec\)"
+
+
+def lower(
+    model: nn.Module,
+    args: tuple | Any,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    decompose: bool | Mapping[Any, Any] = False,
+    dynamic_shapes: Any = None,
+) -> FlatIR:
+    """Lower ``model(*args, **kwargs)`` to a :class:`~common.flat.FlatIR`.
+
+    Args:
+        model: the model; may live on the ``meta`` device (no weight is allocated).
+        args: positional inputs (a single tensor is taken as ``(tensor,)``); may be on ``meta``.
+        kwargs: keyword inputs.
+        decompose: ``False`` keeps export's ATen ops (``aten.linear``, ``aten.layer_norm``); ``True``
+            decomposes to the core ATen set; a decomposition table (``{op: fn}``, e.g.
+            ``torch.export.default_decompositions()`` with the ops to keep deleted) decomposes through it.
+        dynamic_shapes: as for ``torch.export.export``; symbolic sizes are then recorded as strings
+            (``"s0"``) and their ranges in ``range_constraints``.
+
+    Returns:
+        The FlatIR of the traced graph.
+
+    Raises:
+        ConversionError: export or decomposition failed, or the graph has constructs the FlatIR
+            cannot hold (listed together, each with its node).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, not {type(model).__name__}")
+    args = args if isinstance(args, tuple) else (args,)
+    ep = export(model, args, kwargs, strict=False, dynamic_shapes=dynamic_shapes, preserve=[])
+    ep, decomposition = _decompose(ep, decompose, type(model).__qualname__)
+    meta = {
+        "model": f"{type(model).__module__}.{type(model).__qualname__}",
+        "torch_version": torch.__version__.split("+")[0],
+        "decomposition": decomposition,
+        "device": str(_trace_device(model, args, kwargs)),
+    }
+    return flat_from_program(ep, model, meta)
+
+
+def _decompose(ep: torch.export.ExportedProgram, decompose: Any, name: str) -> tuple[Any, str]:
+    if decompose is False or decompose is None:
+        return ep, "none"
+    if decompose is True:
+        table, label = None, "core_aten"
+    elif isinstance(decompose, Mapping):
+        table, label = dict(decompose), "custom"
+    else:
+        raise TypeError(f"decompose must be a bool or a decomposition table, not {type(decompose).__name__}")
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_TREESPEC_WARNING, category=FutureWarning)
+            return ep.run_decompositions(table), label
+    except Exception as exc:  # decompositions raise many types; all are reported
+        raise ConversionError(f"run_decompositions failed on {name}: {type(exc).__name__}: {exc}",
+                              hint="lower without decompose, or keep the failing op out of the table") from exc
+
+
+def _trace_device(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None) -> torch.device:
+    """The device the trace runs on: the model's first tensor's, else the first input tensor's, else CPU."""
+    for tensor in (*model.parameters(), *model.buffers()):
+        return tensor.device
+    for leaf in pytree.tree_leaves((args, dict(kwargs or {}))):
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device
+    return torch.device("cpu")
+
+
+def flat_from_program(ep: torch.export.ExportedProgram, model: nn.Module, meta: Mapping[str, Any]) -> FlatIR:
+    """The FlatIR of an exported program of ``model`` (whose ``named_modules()`` give the module paths).
+
+    Raises:
+        ConversionError: every construct the FlatIR cannot hold, listed together.
+    """
+    return _Lowering(ep, model, meta).run()
+
+
+class _Literal:
+    """A plain value standing where an fx node is expected (an item a higher-order op's body returns as is)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+class _Upstream(Exception):
+    """A node's argument comes from a node that could not be lowered (and is reported already)."""
+
+
+class _Lowering:
+    def __init__(self, ep: torch.export.ExportedProgram, model: nn.Module, meta: Mapping[str, Any]) -> None:
+        self.ep = ep
+        self.paths = {p for p, _ in model.named_modules(remove_duplicate=False)}
+        self.flat = FlatIR(meta=meta)
+        # fx node -> value name, list of them (multi-output), or _Literal
+        self.env: dict[fx.Node, Any] = {}
+        self.values: dict[str, ValueMeta] = {}
+        self.used = {n.name for n in ep.graph.nodes}
+        self.problems: list[str] = []
+
+    # -- names and values ----------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.used:
+            name, i = f"{base}_{i}", i + 1
+        self.used.add(name)
+        return name
+
+    def define(self, meta: ValueMeta) -> ValueMeta:
+        self.values[meta.name] = meta
+        return meta
+
+    def meta_of(self, name: str, val: Any, where: str) -> ValueMeta:
+        if isinstance(val, torch.Tensor):
+            return ValueMeta.tensor(name, [dim(s) for s in val.shape], dtype_name(val.dtype))
+        if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return ValueMeta(name, "symbol", sym=str(val))
+        try:
+            return ValueMeta(name, "constant", value=_check_value(val, where))
+        except IRError as exc:
+            self.problems.append(f"{where}: {exc.message}")
+            return ValueMeta(name, "constant")
+
+    # -- the walk ------------------------------------------------------------------------
+    def run(self) -> FlatIR:
+        self.signature()
+        self.walk(self.ep.graph_module, prefix=None, parent_path="root")
+        self.outputs()
+        if self.problems:
+            lines = "\n".join(f"  - {p}" for p in self.problems)
+            raise ConversionError(f"{len(self.problems)} construct(s) the FlatIR cannot hold:\n{lines}",
+                                  hint="see the list above; each line names its node")
+        self.calling_convention()
+        return self.flat
+
+    def signature(self) -> None:
+        placeholders = {n.name: n for n in self.ep.graph.nodes if n.op == "placeholder"}
+        for spec in self.ep.graph_signature.input_specs:
+            name = getattr(spec.arg, "name", None)
+            node = placeholders.get(name)
+            kind = spec.kind.name
+            if node is None:
+                continue
+            self.env[node] = name
+            if kind == "USER_INPUT":
+                val = node.meta.get("val", getattr(spec.arg, "value", None))
+                self.flat.graph_inputs.append(self.define(self.meta_of(name, val, f"input {name!r}")))
+            elif kind in _WEIGHT_KINDS:
+                if node.users:  # a weight no op reads (e.g. an unused buffer) is no part of the graph
+                    self.weight(name, _WEIGHT_KINDS[kind], spec, node.meta["val"])
+            else:
+                self.problems.append(f"input {name!r}: unsupported input kind {kind}")
+
+    def weight(self, name: str, kind: str, spec: Any, val: torch.Tensor) -> None:
+        target = spec.target
+        source = self.ep.state_dict.get(target) if kind == "parameter" else None
+        weight = WeightMeta(name, kind, [dim(s) for s in val.shape], dtype_name(val.dtype),
+                            requires_grad=bool(source.requires_grad) if source is not None else None,
+                            persistent=bool(spec.persistent) if kind == "buffer" else None)
+        self.flat.weights.append(weight)
+        self.flat.weight_name_mapping[name] = target
+        self.define(ValueMeta.tensor(name, weight.shape, weight.dtype))
+        stored = kind == "constant" or (kind == "buffer" and not spec.persistent)
+        value = self.ep.constants.get(target) if stored else None
+        if isinstance(value, torch.Tensor) and not value.is_meta:
+            self.flat.tensors[target] = value.detach().clone()
+
+    def walk(self, gm: fx.GraphModule, prefix: str | None, parent_path: str) -> None:
+        """Lower the call_function nodes of ``gm`` (a HOP body when ``prefix`` is set)."""
+        for node in gm.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if node.target is operator.getitem and node.args[0] in self.env:
+                source = self.env[node.args[0]]
+                if isinstance(source, list) and isinstance(node.args[1], int):
+                    self.env[node] = source[node.args[1]]
+                    continue
+            path = self.module_path(node, parent_path)
+            if isinstance(node.target, torch._ops.HigherOrderOperator):
+                self.inline(gm, node, path)
+                continue
+            self.call(node, self.fresh(f"{prefix}_{node.name}") if prefix else node.name, path, prefix)
+
+    def inline(self, gm: fx.GraphModule, node: fx.Node, path: str) -> None:
+        name = node.target.name()
+        if name not in INLINED_HOPS:
+            self.problems.append(f"node {node.name!r}: higher-order op {name!r} is not supported "
+                                 f"(supported: {', '.join(INLINED_HOPS)}); try decompose=True")
+            return
+        body = getattr(gm, node.args[1].target)
+        inner = [n for n in body.graph.nodes if n.op == "placeholder"]
+        for placeholder, operand in zip(inner, node.args[2:]):
+            self.env[placeholder] = self.env[operand] if isinstance(operand, fx.Node) else _Literal(operand)
+        self.walk(body, node.name, path)
+        out = next(n for n in body.graph.nodes if n.op == "output").args[0]
+        self.env[node] = [self.env[v] if isinstance(v, fx.Node) else _Literal(v) for v in out]
+
+    def call(self, node: fx.Node, name: str, path: str, prefix: str | None) -> None:
+        try:
+            op_type = function_name(node.target)
+        except IRError:
+            self.problems.append(f"node {node.name!r}: calls {node.target!r}, which is not an ATen op or an "
+                                 "allowed function")
+            return
+        try:
+            args, kwargs = self.arguments(node)
+        except _Upstream:
+            return  # fed by a node already reported: one problem, not a cascade
+        except IRError as exc:
+            self.problems.append(f"node {node.name!r}: {exc.message}")
+            return
+        refs = [r for _, r in iter_refs([args, kwargs])]
+        flat_node = FlatNode(name, op_type, args, kwargs, [self.values[r.node] for r in refs], [], path)
+        val = node.meta.get("val")
+        if isinstance(val, (tuple, list)):
+            names = self.output_names(node, name, len(val), prefix)
+            flat_node.outputs = [self.define(self.meta_of(n, v, f"node {node.name!r}")) for n, v in zip(names, val)]
+            self.env[node] = names
+        elif val is not None:
+            flat_node.outputs = [self.define(self.meta_of(name, val, f"node {node.name!r}"))]
+            self.env[node] = name
+        self.flat.nodes.append(flat_node)
+
+    def output_names(self, node: fx.Node, name: str, count: int, prefix: str | None) -> list[str]:
+        """Output ``i`` is named after the first ``getitem(node, i)``, else ``<name>_out<i>``."""
+        names: dict[int, str] = {}
+        for user in node.users:
+            if user.target is operator.getitem and isinstance(user.args[1], int) and user.args[1] not in names:
+                names[user.args[1]] = self.fresh(f"{prefix}_{user.name}") if prefix else user.name
+        return [names.get(i) or self.fresh(f"{name}_out{i}") for i in range(count)]
+
+    def arguments(self, node: fx.Node) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Positional and keyword arguments by schema name (``arg<i>`` without a schema), values as Refs."""
+        schema = getattr(node.target, "_schema", None)
+        names = [a.name for a in schema.arguments] if schema is not None else []
+        args = {}
+        for i, value in enumerate(node.args):
+            key = names[i] if i < len(names) else f"arg{i}"
+            args[key] = _check_value(self.template(value), f"node {node.name!r} argument {key!r}")
+        kwargs = {k: _check_value(self.template(v), f"node {node.name!r} argument {k!r}")
+                  for k, v in node.kwargs.items()}
+        return args, kwargs
+
+    def template(self, value: Any) -> Any:
+        if isinstance(value, fx.Node):
+            if value not in self.env:
+                raise _Upstream(value.name)
+            ref = self.env[value]
+            if isinstance(ref, _Literal):
+                return ref.value
+            if isinstance(ref, list):
+                raise ConversionError(f"multi-output value {value.name!r} is used whole")
+            return Ref(ref)
+        if isinstance(value, (list, tuple)):
+            items = [self.template(v) for v in value]
+            return items if isinstance(value, list) else tuple(items)
+        if isinstance(value, dict):
+            return {k: self.template(v) for k, v in value.items()}
+        return value
+
+    def module_path(self, node: fx.Node, default: str) -> str:
+        stack = node.meta.get("nn_module_stack") or {}
+        for path, _ in reversed(list(stack.values())):
+            if path in self.paths:
+                return path or "root"
+        return default
+
+    def outputs(self) -> None:
+        by_name = {n.name: n for n in self.ep.graph.nodes}
+        for i, spec in enumerate(self.ep.graph_signature.output_specs):
+            kind = spec.kind.name
+            if kind != "USER_OUTPUT":
+                target = spec.target or getattr(spec.arg, "name", "?")
+                self.problems.append(f"output {i}: the forward mutates {target!r} in place ({kind}); "
+                                     "the FlatIR holds functional graphs only")
+                continue
+            name = getattr(spec.arg, "name", None)
+            found = self.env.get(by_name[name]) if name in by_name else None
+            if isinstance(found, str):
+                self.flat.graph_outputs.append(self.values[found])
+                continue
+            value = found.value if isinstance(found, _Literal) else getattr(spec.arg, "value", None)
+            self.flat.graph_outputs.append(self.meta_of(f"output_{i}", value, f"output {i}"))
+
+    def calling_convention(self) -> None:
+        spec = self.ep.call_spec
+        entry = next((e for e in self.ep.module_call_graph if e.fqn == ""), None)
+        self.flat.in_spec = pytree.treespec_dumps(spec.in_spec) if spec.in_spec is not None else None
+        self.flat.out_spec = pytree.treespec_dumps(spec.out_spec) if spec.out_spec is not None else None
+        self.flat.forward_arg_names = list(entry.signature.forward_arg_names) if entry and entry.signature else []
+        self.flat.range_constraints = {
+            str(sym): [_bound(r.lower), _bound(r.upper)] for sym, r in self.ep.range_constraints.items()
+        }
+
+
+def _check_value(value: Any, where: str) -> Any:
+    """``value`` if the IR can hold it (see :mod:`common.values`); raises IRSerializationError otherwise."""
+    encode(value, where)
+    return value
+
+
+def _bound(value: Any) -> int | str:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return str(value)  # "oo" / "int_oo": unbounded

@@ -19,7 +19,7 @@ from .frontend import RNN_WARNING, export, outermost_handled, traced_mode
 from .hierarchy import Hierarchy, Problem
 from .modules import ModuleTable
 from .tensormeta import state_record
-from .training import apply_train_trace, has_graph_dropout
+from .training import TrainModeWarning, apply_train_trace, has_graph_dropout, train_only_randomness
 
 
 def build_ir(
@@ -84,7 +84,15 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
         ir.root.meta["train_trace"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         return
     skipped = apply_train_trace(ir, hierarchy, train_h, table)
-    ir.root.meta["train_trace"] = "applied" if not skipped else f"dropout ops not aligned in: {', '.join(skipped)}"
+    random = train_only_randomness(hierarchy, train_h, table)
+    notes = ([f"dropout ops not aligned in: {', '.join(skipped)}"] if skipped else []) + (
+        [f"random ops only in train mode in: {', '.join(random)}"] if random else [])
+    ir.root.meta["train_trace"] = "; ".join(notes) or "applied"
+    if notes:
+        warnings.warn(
+            f"torch2ir: the rebuilt model's train mode will differ from the original's ({'; '.join(notes)}): "
+            "train-only randomness such as DropPath or LayerDrop is decided in Python and cannot be replayed; "
+            "eval mode is exact", TrainModeWarning, stacklevel=5)
 
 
 def _real_sequentials(ir: IR, table: ModuleTable) -> None:

@@ -1,0 +1,147 @@
+"""Write ``docs/supported.md`` from the code: the registries of both converters and the real-model corpus.
+
+Run ``python scripts/supported.py`` after adding a handler or a corpus model; ``--check`` exits 1 when the
+file is stale (``tests/test_supported_doc.py`` does the same in ``make test``). The corpus table lists what
+``tests/real/test_corpus.py`` proves on every run: the passing models round-trip exactly, the unsupported
+ones fail with the ``ConversionError`` quoted here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "supported.md"
+
+
+def _module_types() -> list[str]:
+    import ir2torch
+    import torch2ir
+
+    t2i, i2t = torch2ir.get_default_converter(), ir2torch.get_default_converter()
+    built = set(i2t.builders.keys())
+    by_family: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
+    emitted = set()
+    for cls, ir_type in t2i.types().items():
+        emitted.add(ir_type)
+        mark = "yes" if ir_type in built else "**no builder**"
+        by_family[cls.__module__.rsplit(".", 1)[-1]].append((f"`{cls.__module__}.{cls.__qualname__}`", ir_type, mark))
+    lines = [
+        "## Module types",
+        "",
+        f"{len(emitted)} `torch.nn` classes are converted to typed implementations (their attributes and state, no",
+        "graph) and rebuilt as the very same class. Any other module becomes an implementation with its own graph",
+        "(type `module`) and is rebuilt as a `torch.fx.GraphModule` at the same path.",
+        "",
+        "| torch.nn module | class | IR type | ir2torch builder |",
+        "|---|---|---|---|",
+    ]
+    for family in sorted(by_family):
+        for name, ir_type, mark in sorted(by_family[family]):
+            lines.append(f"| {family} | {name} | `{ir_type}` | {mark} |")
+    only_built = sorted(built - emitted)
+    lines += ["", "Types only ir2torch builds (containers rebuilt as real `torch.nn` containers): "
+              + ", ".join(f"`{t}`" for t in only_built) + "."]
+    return lines
+
+
+def _functions() -> list[str]:
+    from common.safety import HIGHER_ORDER_OPS, PYTHON_FUNCTIONS
+
+    return [
+        "## Functions a graph may call",
+        "",
+        "Loading or rebuilding an IR resolves function names through an allow-list and nothing else:",
+        "",
+        "- every ATen operator of the installed torch (`aten.<op>.<overload>`, checked against `torch.ops.aten`);",
+        "- higher-order operators with IR subgraphs: " + ", ".join(f"`{n}`" for n in sorted(HIGHER_ORDER_OPS)) + ";",
+        f"- {len(PYTHON_FUNCTIONS)} Python functions: " + ", ".join(f"`{n}`" for n in sorted(PYTHON_FUNCTIONS)) + ";",
+        "- names a converter adds with `Allowlist.allow(name, fn)` (that converter only).",
+    ]
+
+
+def _corpus() -> list[str]:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.real.corpus import CORPUS, UNSUPPORTED
+
+    lines = [
+        "## Real architectures",
+        "",
+        "Built from small `transformers` configs (or `torch.nn` classes) with random weights, nothing downloaded",
+        "(`tests/real/corpus.py`). On every `make test`, `tests/real/test_corpus.py` checks each of them with",
+        "`common.testing.assert_roundtrip`: convert, JSON save and load, rebuild, load the original state dict,",
+        "outputs equal (max abs diff <= 1e-5; in practice 0), same module paths and state-dict keys, every module",
+        "of a handled class rebuilt as that class. Then again in train mode: same seed, same outputs, same",
+        "batch-norm statistics after the step.",
+        "",
+        "| model | class | kind | eval mode | train mode |",
+        "|---|---|---|---|---|",
+    ]
+    for arch in CORPUS:
+        train = "exact" if not arch.train_differs else f"differs: {arch.train_differs}"
+        lines.append(f"| {arch.name} | `{arch.label}` | {arch.kind} | exact | {train} |")
+    exact = sum(1 for a in CORPUS if not a.train_differs)
+    lines += [
+        "",
+        f"{len(CORPUS)} architectures round-trip exactly in eval mode, {exact} of them in train mode too.",
+        "",
+        "Subclasses of handled layers that override `forward` (`FalconLinear`, `ConvNextLayerNorm`, the scaled",
+        "word embeddings of BART/Gemma, weight-normalized convolutions) are rebuilt as graphs of their own",
+        "forward, not as the base class: their computation differs from the base class's.",
+        "",
+        "### Not supported",
+        "",
+        "Each of these raises `common.errors.ConversionError` (checked by the same test) for the reason given.",
+        "",
+        "| model | class | reason |",
+        "|---|---|---|",
+    ]
+    for arch in UNSUPPORTED:
+        lines.append(f"| {arch.name} | `{arch.label}` | {arch.reason} |")
+    return lines
+
+
+def render() -> str:
+    """The whole of ``docs/supported.md``."""
+    import torch
+
+    lines = [
+        "# Supported types and architectures",
+        "",
+        "<!-- Generated by `python scripts/supported.py`; do not edit by hand. -->",
+        "",
+        f"Generated from the code with torch {torch.__version__.split('+')[0]}. A test fails when this page is",
+        "stale, so it cannot drift from the registries or from what the test suite proves.",
+        "",
+        *_module_types(),
+        "",
+        *_functions(),
+        "",
+        *_corpus(),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/supported.md is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        if not DOC.exists() or DOC.read_text(encoding="utf-8") != text:
+            print("docs/supported.md is stale: run python scripts/supported.py", file=sys.stderr)
+            return 1
+        return 0
+    tmp = DOC.with_suffix(".md.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(DOC)
+    print(f"wrote {DOC.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

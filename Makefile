@@ -12,20 +12,22 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(PY) pyproject.toml constraints.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,lint]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,lint,viz]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
+# Writes the IR, the FlatIR, the weights and demo.hierarchy.png into demo-out/ (git-ignored).
 demo: $(STAMP)
-	$(PY) -m torch2ir.demo
+	$(VENV)/bin/torch2ir demo --out demo-out
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # pytest exits 5 when it collects no test; make treats that as a failure, as it should.
+# Tests run on every core (pytest-xdist); PYTEST_ARGS="-n0" runs them in one process.
 test: lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

@@ -36,3 +36,24 @@ def converted(name: str) -> tuple[Case, torch.nn.Module, tuple, dict, IR]:
     model = case.build()
     args, kwargs = case.inputs()
     return case, model, args, kwargs, torch2ir.convert(model, args, kwargs)
+
+
+def run_python(code: str, *, timeout: float) -> tuple[dict[str, Any], float]:
+    """Run ``code`` in a fresh interpreter (repository on the path, offline); return the JSON object it prints
+    last and the wall time. Used to measure peak memory (``ru_maxrss``) of one job in isolation."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HF_HUB_OFFLINE": "1",
+           "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    wall = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall

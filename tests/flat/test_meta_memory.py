@@ -7,16 +7,10 @@ must stay under 1.5 GiB. Run with ``-s`` to see the measured figure.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import run_python
+
 LIMIT_KIB = 1536 * 1024  # 1.5 GiB; ru_maxrss is in KiB on Linux
 
 CODE = """
@@ -51,18 +45,7 @@ print(json.dumps({
 
 @pytest.mark.slow
 def test_llama_7b_dimensions_lower_under_1_5_gib() -> None:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", CODE], cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    wall = time.perf_counter() - start
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report, wall = run_python(CODE, timeout=300)
     rss = report["maxrss_kib"]
     print(
         f"\nmeta Llama-2-7B dims ({report['params'] / 1e9:.2f}B params, {report['nodes']} nodes): "

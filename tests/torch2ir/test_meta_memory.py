@@ -8,16 +8,10 @@ Run with ``-s`` to see the measured figure.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import run_python
+
 LAYERS = 24
 LIMIT_KIB = 2 * 1024 * 1024  # 2 GiB; ru_maxrss is in KiB on Linux
 
@@ -51,18 +45,7 @@ print(json.dumps({{
 
 @pytest.mark.slow
 def test_meta_llama_converts_under_two_gib() -> None:
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-    }
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", CODE], cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False
-    )
-    wall = time.perf_counter() - start
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report, wall = run_python(CODE, timeout=180)
     rss = report["maxrss_kib"]
     print(
         f"\nmeta Llama ({report['params'] / 1e9:.2f}B params, {LAYERS} layers): peak RSS {rss / 1024:.0f} MiB, "

@@ -1,19 +1,20 @@
-"""The main job on a built-in model: convert, save, load, rebuild, load state, compare.
+"""The built-in demo model: a conv stem feeding two pre-norm transformer blocks and a classifier head.
 
-Run with ``python -m torch2ir.demo [--out DIR]`` (``make demo``). The model (a conv stem
-feeding a small transformer block) is defined here: no download, no extra dependency.
+It is defined here, in plain ``torch.nn`` (no download, no extra dependency), and exercises what a
+real model does: handled leaves (``Conv2d``, ``BatchNorm2d``, ``LayerNorm``, ``MultiheadAttention``,
+``Linear``, ``Dropout``), modules rebuilt from their graphs (``ConvStem``, ``Block``), containers
+(``ModuleList``, ``Sequential``), residual adds and a dict output.
+
+``torch2ir demo`` (``make demo``) runs the main job on it; see :mod:`common.cli.demo`.
+``python -m torch2ir.demo [--out DIR]`` is the same as ``torch2ir demo [--out DIR]``.
 """
 
 from __future__ import annotations
 
-import argparse
-import tempfile
-import time
-from pathlib import Path
-
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
+
+__all__ = ["Block", "ConvStem", "DemoModel", "example_inputs", "main"]
 
 
 class ConvStem(nn.Module):
@@ -30,7 +31,7 @@ class ConvStem(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm transformer block: attention and MLP, each with a residual."""
+    """Pre-norm transformer block: self-attention and an MLP, each with a residual."""
 
     def __init__(self, width: int = 32, heads: int = 4) -> None:
         super().__init__()
@@ -46,7 +47,7 @@ class Block(nn.Module):
 
 
 class DemoModel(nn.Module):
-    """Conv stem + one transformer block + a classifier head, returning a dict."""
+    """Conv stem + two transformer blocks + a classifier head; returns ``{"logits", "tokens"}``."""
 
     def __init__(self, classes: int = 10) -> None:
         super().__init__()
@@ -61,44 +62,20 @@ class DemoModel(nn.Module):
         return {"logits": self.head(x.mean(dim=1)), "tokens": x}
 
 
-def main(argv: list[str] | None = None) -> int:
-    import ir2torch
-    import torch2ir
-    from common import IR
+def example_inputs(device: str | torch.device = "cpu") -> tuple[torch.Tensor]:
+    """A seeded batch of two 3x32x32 images (empty on ``device="meta"``)."""
+    if torch.device(device).type == "meta":
+        return (torch.empty(2, 3, 32, 32, device="meta"),)
+    return (torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0)).to(device),)
 
-    parser = argparse.ArgumentParser(prog="torch2ir-demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, help="folder for the IR files (default: a temporary folder)")
-    options = parser.parse_args(argv)
-    torch.manual_seed(0)
-    model = DemoModel().eval()
-    image = torch.randn(2, 3, 32, 32)
-    with tempfile.TemporaryDirectory() as tmp:
-        out = options.out or Path(tmp)
-        out.mkdir(parents=True, exist_ok=True)
-        t0 = time.perf_counter()
-        ir = torch2ir.convert(model, (image,))
-        t1 = time.perf_counter()
-        path = ir.save(out / "demo.ir.json")
-        loaded = IR.load(path)
-        t2 = time.perf_counter()
-        rebuilt = ir2torch.convert(loaded, model.state_dict())
-        t3 = time.perf_counter()
-        with torch.no_grad():
-            expected, got = model(image), rebuilt(image)
-        diff = max((a - b).abs().max().item() for a, b in zip(pytree.tree_leaves(expected), pytree.tree_leaves(got)))
-        types: dict[str, int] = {}
-        for impl in loaded.values():
-            types[impl.type] = types.get(impl.type, 0) + 1
-        print(f"model      DemoModel, {sum(p.numel() for p in model.parameters())} parameters")
-        print(f"IR         {len(loaded)} implementations: "
-              + ", ".join(f"{n} {t}" for t, n in sorted(types.items(), key=lambda kv: -kv[1])))
-        print(f"file       {path.name}, {path.stat().st_size} bytes" + (f" in {out}" if options.out else ""))
-        print(f"timings    convert {t1 - t0:.2f}s, save+load {t2 - t1:.2f}s, rebuild+load state {t3 - t2:.2f}s")
-        print(f"rebuilt    {type(rebuilt.blocks[0].attn).__name__} at blocks.0.attn, "
-              f"{type(rebuilt.head).__name__} at head, same module paths: "
-              f"{[n for n, _ in rebuilt.named_modules()] == [n for n, _ in model.named_modules()]}")
-        print(f"outputs    {sorted(got)}; max |original - rebuilt| = {diff:.3g}")
-    return 0 if diff == 0 else 1
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m torch2ir.demo [options]``: the same as ``torch2ir demo [options]``."""
+    import sys
+
+    from .cli import main as cli_main
+
+    return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

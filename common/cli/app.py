@@ -1,0 +1,105 @@
+"""Running a command: argument parsing, exit codes, one-line errors, ``--debug`` and ``--quiet``.
+
+Exit codes of both tools:
+
+- ``0``: done (and, for checks, the condition holds);
+- ``1``: the check failed: ``verify`` found a difference, ``diff`` found the files differ;
+- ``2``: usage or input error: bad options, a missing or malformed file, an unknown model factory,
+  a shape that does not parse, any :class:`~common.errors.IRError`. One line goes to ``stderr``
+  (``torch2ir: error: ...``, with the hint), without a traceback unless ``--debug`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from ..errors import IRError
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "Parser", "add_common_options", "one_line", "run"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class CommandError(IRError):
+    """A usage or input error of a command (bad option value, missing file, unknown factory): exit code 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are :class:`CommandError` s (one line, exit code 2), not usage dumps."""
+
+    def error(self, message: str) -> NoReturn:
+        """Raise the parse error instead of printing the usage and exiting.
+
+        Raises:
+            CommandError: always.
+        """
+        raise CommandError(message, hint=f"see {self.prog} --help")
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """Add ``--debug`` and ``--quiet`` (accepted before and after the command name).
+
+    Args:
+        parser: the top-level parser or a command's parser.
+        top: ``True`` for the top-level parser (sets the defaults); command parsers leave unset
+            options alone so a flag given before the command name is kept.
+    """
+    default: Any = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default,
+                        help="show the full traceback of an error")
+    parser.add_argument("-q", "--quiet", action="store_true", default=default,
+                        help="no progress bar (it is shown only on a terminal anyway)")
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line: the message's lines joined, the hint appended as ``(hint: ...)``.
+
+    Args:
+        exc: any exception; :class:`IRError` s keep their place (implementation, node, key) and hint.
+
+    Returns:
+        A single line of text.
+    """
+    if isinstance(exc, IRError):
+        where = [f"implementation {exc.implementation!r}"] if exc.implementation is not None else []
+        where += [f"node {exc.node!r}"] if exc.node is not None else []
+        where += [f"at {exc.key}"] if exc.key is not None and exc.key not in exc.message else []
+        text, hint = (", ".join(where) + ": " if where else "") + exc.message, exc.hint
+    else:
+        text, hint = f"{type(exc).__name__}: {exc}", "run with --debug for the traceback"
+    parts = [p.strip() for p in text.splitlines() if p.strip()]
+    line = ""
+    for part in parts:
+        line = part if not line else f"{line} {part}" if line.endswith(":") else f"{line}; {part}"
+    return f"{line} (hint: {hint})" if hint else line
+
+
+def run(prog: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Parse ``argv`` and run the chosen command (``options.func(options)``), mapping errors to exit codes.
+
+    Args:
+        prog: the program name used in error lines.
+        parser: the top-level parser; every command sets ``func`` with ``set_defaults``.
+        argv: the arguments (``None``: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: the command's own (0 or 1), 2 for any error, 130 when interrupted.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # known before parsing, so parse errors can show their traceback too
+    try:
+        options = parser.parse_args(argv)
+        command: Callable[[argparse.Namespace], int] = options.func
+        return int(command(options))
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - every error becomes one line and exit code 2
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE

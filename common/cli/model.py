@@ -1,0 +1,178 @@
+"""The model a command works on: ``package.module:factory`` or a ``transformers`` config name (``--hf``).
+
+- ``MODEL`` is ``package.module:factory`` (or ``path/to/file.py:factory``); ``factory`` is any
+  callable returning an ``nn.Module`` (a class, a function, ``module:Outer.build``). The current
+  folder is importable, as with ``python -m``. ``--config JSON`` passes keyword arguments to it.
+- With ``--hf``, ``MODEL`` is a ``transformers`` model type (``bert``, ``gpt2``, ``llama``): the model
+  is ``AutoModel.from_config(AutoConfig.for_model(MODEL, **config))`` with random weights, built
+  offline. ``--config JSON`` overrides config fields (``{"num_hidden_layers": 2}``); ``use_cache`` is
+  off and attention is ``eager`` unless the config says otherwise.
+
+Models are built under ``torch.manual_seed(--seed)``, in eval mode, and with ``--meta`` on the
+``meta`` device (no weight is allocated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .app import CommandError
+from .inputs import make_inputs, parse_input, parse_json_option
+
+__all__ = ["add_model_arguments", "build_model", "load_factory", "model_and_inputs"]
+
+_SPEC_HINT = "write MODEL as package.module:factory (a callable returning an nn.Module), or a config name with --hf"
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, *, positional: bool, meta: bool) -> None:
+    """Add the options that choose a model and its example inputs.
+
+    Args:
+        parser: a command's parser.
+        positional: ``MODEL`` is a positional argument (``convert``) rather than ``--model`` (``verify``).
+        meta: offer ``--meta``.
+    """
+    help_model = "package.module:factory returning an nn.Module, or a transformers model type with --hf"
+    if positional:
+        parser.add_argument("model", metavar="MODEL", help=help_model)
+    else:
+        parser.add_argument("--model", required=True, metavar="MODEL", help=help_model)
+    parser.add_argument("--hf", action="store_true", help="MODEL is a transformers model type (bert, gpt2, ...)")
+    parser.add_argument("--config", metavar="JSON",
+                        help="factory keyword arguments, or with --hf config overrides (JSON object or @file.json)")
+    parser.add_argument("-i", "--input", dest="inputs", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
+                        help="an example input, e.g. 2x3x32x32, 2x8:int64, mask=2x8:int64:0..2 (repeat for more)")
+    parser.add_argument("--kwargs", metavar="JSON", help="keyword inputs that are not tensors (JSON object)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model's weights and the inputs (default 0)")
+    parser.add_argument("--vocab", type=int, default=100, metavar="N",
+                        help="integer inputs without a range are drawn from [0, N) (default 100)")
+    if meta:
+        parser.add_argument("--meta", action="store_true", help="build the model and inputs on the meta device")
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    """The callable named by ``package.module:attr`` or ``path/file.py:attr``.
+
+    Raises:
+        CommandError: the spec is malformed, the module cannot be imported or has no such attribute,
+            or the attribute is not callable.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CommandError(f"model {spec!r} is not of the form package.module:factory", hint=_SPEC_HINT)
+    if os.getcwd() not in sys.path:  # console scripts do not put the current folder on sys.path
+        sys.path.insert(0, os.getcwd())
+    module = _import(module_name, spec)
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            names = [n for n in dir(target) if not n.startswith("_")]
+            near = difflib.get_close_matches(part, names, n=3)
+            raise CommandError(f"model factory {spec!r}: {module_name} has no attribute {attr!r}",
+                               hint=f"did you mean {', '.join(near)}?" if near else "check the name after ':'")
+        target = getattr(target, part)
+    if not callable(target):
+        raise CommandError(f"model factory {spec!r} is a {type(target).__name__}, not a callable", hint=_SPEC_HINT)
+    return target
+
+
+def _import(name: str, spec: str) -> Any:
+    if name.endswith(".py"):
+        path = Path(name)
+        if not path.is_file():
+            raise CommandError(f"model factory {spec!r}: no such file {name!r}", hint=_SPEC_HINT)
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        if module_spec is None or module_spec.loader is None:
+            raise CommandError(f"model factory {spec!r}: cannot load {name!r} as Python", hint=_SPEC_HINT)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        return module
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+            raise CommandError(f"model factory {spec!r}: no module named {exc.name!r}",
+                               hint="check the module path, and run from the folder that holds the package") from None
+        raise CommandError(f"model factory {spec!r}: importing {name} failed: {exc}") from exc
+
+
+def build_model(spec: str, *, hf: bool = False, config: dict[str, Any] | None = None, seed: int = 0,
+                meta: bool = False) -> nn.Module:
+    """Build the model of ``spec`` (see the module docstring), seeded, in eval mode.
+
+    Raises:
+        CommandError: the factory cannot be found, raises, or returns something other than an
+            ``nn.Module``; or ``--hf`` names an unknown model type.
+    """
+    config = dict(config or {})
+    torch.manual_seed(seed)
+    with torch.device("meta") if meta else contextlib.nullcontext():
+        model = _build_hf(spec, config) if hf else _call_factory(spec, config)
+    if not isinstance(model, nn.Module):
+        raise CommandError(f"model factory {spec!r} returned a {type(model).__name__}, not an nn.Module",
+                           hint=_SPEC_HINT)
+    return model.eval()
+
+
+def _call_factory(spec: str, config: dict[str, Any]) -> Any:
+    factory = load_factory(spec)
+    try:
+        return factory(**config)
+    except Exception as exc:  # a user's factory may fail in any way; say which one failed
+        raise CommandError(f"model factory {spec!r} raised {type(exc).__name__}: {exc}",
+                           hint="check --config against the factory's arguments") from exc
+
+
+def _build_hf(name: str, overrides: dict[str, Any]) -> nn.Module:
+    try:
+        from transformers import AutoConfig, AutoModel
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except ImportError:
+        raise CommandError("--hf needs the transformers package", hint="pip install transformers") from None
+    if name not in CONFIG_MAPPING:
+        near = difflib.get_close_matches(name, list(CONFIG_MAPPING.keys()), n=3)
+        raise CommandError(f"unknown transformers model type {name!r}",
+                           hint=f"did you mean {', '.join(near)}?" if near else "e.g. bert, gpt2, llama, vit, t5")
+    attn = overrides.pop("attn_implementation", "eager")
+    try:
+        config = AutoConfig.for_model(name, **overrides)
+        if "use_cache" not in overrides and hasattr(config, "use_cache"):
+            config.use_cache = False  # cache objects are not exportable
+        return AutoModel.from_config(config, attn_implementation=attn)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CommandError(f"cannot build transformers model {name!r}: {exc}",
+                           hint="check the --config fields against the model's config class") from exc
+
+
+def model_and_inputs(options: argparse.Namespace) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    """Build the model and its example inputs from the options of :func:`add_model_arguments`.
+
+    Inputs are parsed first, so a typo in a shape fails before a large model is built.
+
+    Raises:
+        CommandError: any option is invalid (see :func:`build_model` and :mod:`common.cli.inputs`).
+    """
+    specs = [parse_input(text) for text in options.inputs]
+    if not specs:
+        raise CommandError("no example input given",
+                           hint="pass --input SHAPE[:DTYPE] once per input, e.g. -i 2x8:int64")
+    extra = parse_json_option(options.kwargs, "--kwargs")
+    config = parse_json_option(options.config, "--config")
+    meta = bool(getattr(options, "meta", False))
+    if options.vocab < 1:
+        raise CommandError(f"--vocab must be at least 1, got {options.vocab}")
+    args, kwargs = make_inputs(specs, seed=options.seed, vocab=options.vocab, meta=meta, extra=extra)
+    model = build_model(options.model, hf=options.hf, config=config, seed=options.seed, meta=meta)
+    return model, args, kwargs

@@ -1,0 +1,239 @@
+"""Text for ``ir2torch show`` (what a file holds) and ``ir2torch diff`` (how two files differ).
+
+Both work on either kind of file, told apart by the JSON header's ``format``: the module-level IR
+(``torch2ir.ir``) or the ATen-level FlatIR (``torch2ir.flat``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..flat import FlatIR
+from ..flat_schema import FLAT_FORMAT, document_format
+from ..ir import IR
+from ..render.graphs import compact_count, flat_hierarchy_graph, hierarchy_graph
+from ..serialize import IR_FORMAT
+from ..values import encode
+from .app import CommandError
+
+__all__ = ["describe", "diff", "load_any"]
+
+
+def load_any(path: str | os.PathLike) -> IR | FlatIR:
+    """Load an IR or FlatIR file, whichever its header names (both are validated on load).
+
+    Raises:
+        IRFormatError: the file is missing, not JSON, or not valid for its format.
+        CommandError: the header names neither format.
+    """
+    fmt = document_format(path)
+    if fmt == FLAT_FORMAT:
+        return FlatIR.load(path)
+    if fmt in (IR_FORMAT, None):  # None: not an object, or no header; the IR loader says which
+        return IR.load(path)
+    raise CommandError(f"{os.fspath(path)} has format {fmt!r}: neither {IR_FORMAT!r} nor {FLAT_FORMAT!r}",
+                       hint="pass a file written by torch2ir convert or torch2ir lower")
+
+
+def _tensor_text(meta: dict[str, Any] | None) -> str:
+    if not meta or "shape" not in meta:
+        return "?"
+    dtype = meta.get("dtype")
+    name = str(dtype).removeprefix("torch.") if dtype is not None else "?"
+    return f"{name}[{', '.join(str(d) for d in meta['shape'])}]"
+
+
+def _top(counter: Counter, limit: int = 8) -> str:
+    items = counter.most_common()
+    text = ", ".join(f"{n} {k}" for k, n in items[:limit])
+    return text + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
+def _tree_lines(tree: Any, annotate: Any) -> list[str]:
+    """An indented text tree (``├─``/``└─``) of a drawing tree, each line ``name  annotation``."""
+    lines: list[str] = []
+
+    def walk(node: str, prefix: str, last: bool, top: bool) -> None:
+        connector = "" if top else ("└─ " if last else "├─ ")
+        lines.append(f"{prefix}{connector}{annotate(node)}")
+        children = list(tree.successors(node))
+        inner = prefix if top else prefix + ("   " if last else "│  ")
+        for i, child in enumerate(children):
+            walk(child, inner, i == len(children) - 1, False)
+
+    walk("root", "", True, True)
+    return lines
+
+
+def describe(path: str | os.PathLike, *, depth: int | None = None) -> str:
+    """The summary ``ir2torch show`` prints: header, counts, inputs, parameters and the module tree.
+
+    Args:
+        path: an IR or FlatIR JSON file.
+        depth: fold the tree below this depth.
+
+    Raises:
+        IRError: the file cannot be loaded (see :func:`load_any`).
+    """
+    source = load_any(path)
+    size = Path(path).stat().st_size
+    if isinstance(source, FlatIR):
+        head = [f"file             {Path(path).name} ({FLAT_FORMAT}, {size} bytes)"]
+        return "\n".join(head + _describe_flat(source, depth))
+    head = [f"file             {Path(path).name} ({IR_FORMAT}, {size} bytes)"]
+    return "\n".join(head + _describe_ir(source, depth))
+
+
+def _describe_ir(ir: IR, depth: int | None) -> list[str]:
+    root = ir.get("root")
+    meta = root.meta if root is not None else {}
+    types = Counter(impl.type for impl in ir.values())
+    nodes = {key: impl.graph.number_of_nodes() for key, impl in ir.items() if impl.graph.number_of_nodes()}
+    params = [rec for impl in ir.values() for rec in impl.state.values()
+              if rec.get("kind") == "parameter" and not isinstance(rec.get("tie"), str)]
+    buffers = [rec for impl in ir.values() for rec in impl.state.values() if rec.get("kind") == "buffer"]
+    biggest = sorted(nodes.items(), key=lambda kv: -kv[1])[:3]
+    inputs = [f"{n}: {_tensor_text(a.get('meta'))}" for n, a in root.graph.nodes(data=True)
+              if a.get("type") == "input"] if root is not None else []
+    lines = [
+        f"model            {meta.get('class', '?')} (torch {meta.get('torch_version', '?')})",
+        f"implementations  {len(ir)}: {_top(types)}",
+        f"graph nodes      {sum(nodes.values())} in {len(nodes)} graphs"
+        + (f" (largest: {', '.join(f'{k} {n}' for k, n in biggest)})" if biggest else ""),
+        f"parameters       {compact_count(_elements(params))} elements in {len(params)} tensors; "
+        f"buffers {len(buffers)} ({compact_count(_elements(buffers))} elements)",
+        f"inputs           {', '.join(inputs) or '-'}",
+        "tree",
+    ]
+    tree = hierarchy_graph(ir, depth)
+
+    def annotate(node: str) -> str:
+        name, *rest = tree.nodes[node]["label"].split("\n")
+        impl = ir.get(node)
+        extra = rest[1:]
+        if impl is not None and impl.graph.number_of_nodes():
+            extra.insert(0, f"{impl.graph.number_of_nodes()} nodes")
+        return f"{name}  {rest[0] if rest else ''}" + (f"  ({', '.join(extra)})" if extra else "")
+
+    return lines + _tree_lines(tree, annotate)
+
+
+def _describe_flat(flat: FlatIR, depth: int | None) -> list[str]:
+    ops = Counter(n.op_type for n in flat.nodes)
+    kinds = Counter(w.kind for w in flat.weights)
+    lines = [
+        f"model            {flat.meta.get('model', '?')} (torch {flat.meta.get('torch_version', '?')}, "
+        f"decomposition {flat.meta.get('decomposition', '?')}, traced on {flat.meta.get('device', '?')})",
+        f"ops              {len(flat.nodes)}: {_top(ops)}",
+        f"weights          {len(flat.weights)} ({_top(kinds)}), "
+        f"{compact_count(_elements([w.to_dict() for w in flat.weights]))} elements",
+        f"inputs           {', '.join(f'{m.name}: {_tensor_text(m.to_dict())}' for m in flat.graph_inputs) or '-'}",
+        f"outputs          {', '.join(f'{m.name}: {_tensor_text(m.to_dict())}' for m in flat.graph_outputs) or '-'}",
+        "tree (ops run in each module)",
+    ]
+    tree = flat_hierarchy_graph(flat, depth)
+
+    def annotate(node: str) -> str:
+        name, *rest = tree.nodes[node]["label"].split("\n")
+        return f"{name}  ({', '.join(rest)})"
+
+    return lines + _tree_lines(tree, annotate)
+
+
+def _elements(records: list[dict[str, Any]]) -> int:
+    total = 0
+    for rec in records:
+        n = 1
+        for d in rec.get("shape", []):
+            n *= d if isinstance(d, int) else 1
+        total += n
+    return total
+
+
+# -- diff ----------------------------------------------------------------------------------------------
+def _keyed(items: list[Any], key: str) -> dict[str, Any]:
+    """A list of dicts as a dict keyed by ``item[key]`` (with ``#n`` for repeats), so diffs align by name."""
+    out: dict[str, Any] = {}
+    for item in items:
+        name = str(item.get(key)) if isinstance(item, dict) else str(item)
+        unique, n = name, 1
+        while unique in out:
+            unique, n = f"{name}#{n}", n + 1
+        out[unique] = item
+    return out
+
+
+def _comparable_ir(impl_doc: dict[str, Any]) -> dict[str, Any]:
+    doc = dict(impl_doc)
+    edges = [{**e, "key": f"{e['src']}->{e['dst']}"} for e in doc.get("edges", [])]
+    doc["edges"] = {k: {f: v for f, v in e.items() if f != "key"} for k, e in _keyed(edges, "key").items()}
+    return doc
+
+
+def _comparable_flat(flat: FlatIR) -> dict[str, Any]:
+    doc = flat.to_dict(value_fn=encode)
+    for field in ("nodes", "weights", "graph_inputs", "graph_outputs"):
+        doc[field] = _keyed(doc[field], "name")
+    return doc
+
+
+def _short(value: Any, limit: int = 70) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _walk(a: Any, b: Any, path: str, out: list[str]) -> None:
+    """Append ``path: a -> b`` for each leaf that differs (dicts by key; lists by position)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in [*a, *(k for k in b if k not in a)]:
+            sub = f"{path}.{key}" if path else str(key)
+            if key not in b:
+                out.append(f"{sub}: {_short(a[key])} -> (absent)")
+            elif key not in a:
+                out.append(f"{sub}: (absent) -> {_short(b[key])}")
+            else:
+                _walk(a[key], b[key], sub, out)
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _walk(x, y, f"{path}[{i}]", out)
+    elif a != b or type(a) is not type(b):
+        out.append(f"{path}: {_short(a)} -> {_short(b)}")
+
+
+def diff(path_a: str | os.PathLike, path_b: str | os.PathLike) -> list[str]:
+    """The differences between two IR (or two FlatIR) files, one line each.
+
+    Lines: ``- KEY (type)`` for an implementation only in A, ``+ KEY (type)`` only in B, and
+    ``~ KEY: field.path: A -> B`` for each differing attribute, node, edge, state or meta field
+    (FlatIR files: ``~ nodes.NAME.field: A -> B``, ...).
+
+    Returns:
+        The lines; empty when the files hold equal IRs.
+
+    Raises:
+        IRError: a file cannot be loaded.
+        CommandError: one file is an IR and the other a FlatIR.
+    """
+    a, b = load_any(path_a), load_any(path_b)
+    if type(a) is not type(b):
+        raise CommandError(f"cannot compare a {type(a).__name__} ({os.fspath(path_a)}) with a "
+                           f"{type(b).__name__} ({os.fspath(path_b)})", hint="diff two files of the same format")
+    out: list[str] = []
+    if isinstance(a, FlatIR):
+        changes: list[str] = []
+        _walk(_comparable_flat(a), _comparable_flat(b), "", changes)
+        return [f"~ {c}" for c in changes]
+    assert isinstance(b, IR)
+    out += [f"- {k} ({a[k].type})" for k in a if k not in b]
+    out += [f"+ {k} ({b[k].type})" for k in b if k not in a]
+    doc_a = a.to_dict(value_fn=encode, edge_list=True)
+    doc_b = b.to_dict(value_fn=encode, edge_list=True)
+    for key in (k for k in a if k in b):
+        changes = []
+        _walk(_comparable_ir(doc_a[key]), _comparable_ir(doc_b[key]), "", changes)
+        out += [f"~ {key}: {c}" for c in changes]
+    return out

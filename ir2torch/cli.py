@@ -1,0 +1,154 @@
+"""The ``ir2torch`` command line: ``show``, ``render``, ``verify`` and ``diff`` (reference: ``docs/cli.md``).
+
+::
+
+    ir2torch show convnet.ir.json
+    ir2torch render convnet.ir.json -o convnet.png --depth 2
+    ir2torch render convnet.ir.json -o features.svg --impl features
+    ir2torch verify convnet.ir.json --model tests.models.zoo:ConvNet -i 2x3x16x16 --state convnet.safetensors
+    ir2torch diff a.ir.json b.ir.json
+
+Every command reads both the module-level IR and the FlatIR (told apart by the file's header).
+Exit codes: 0 done (verify: outputs match; diff: files equal), 1 verify found a difference or diff
+found one, 2 usage or input error (one line on stderr; ``--debug`` shows the traceback).
+This module imports nothing of ``torch2ir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from common.cli.app import EXIT_FAILED, EXIT_OK, CommandError, Parser, add_common_options, run
+from common.cli.model import add_model_arguments, model_and_inputs
+from common.progress import Progress
+
+__all__ = ["build_parser", "main"]
+
+
+def _depth(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--depth", type=int, metavar="N",
+                        help="fold modules deeper than N into their ancestor (root is depth 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``ir2torch`` parser with its commands (each sets ``func``)."""
+    parser = Parser(prog="ir2torch", description="Inspect, draw, compare and rebuild torch2ir IR files "
+                    "(module-level IR or FlatIR).", epilog="Run 'ir2torch COMMAND --help' for a command's options.")
+    add_common_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    show = commands.add_parser("show", help="summarise an IR or FlatIR file",
+                               description="Print the model class, implementations (or ops) by type, node counts, "
+                               "parameters, inputs and the module tree of an IR or FlatIR file.")
+    show.add_argument("file", type=Path, metavar="FILE", help="an IR or FlatIR JSON file")
+    _depth(show)
+    add_common_options(show)
+    show.set_defaults(func=_show)
+
+    render = commands.add_parser("render", help="draw the module hierarchy or one graph (png, svg, dot, mmd)",
+                                 description="Draw the module hierarchy of FILE, or with --impl the graph of one "
+                                 "implementation (FlatIR: the ops run in one module). The output's suffix picks the "
+                                 "format: .png/.svg need matplotlib (the viz extra), .dot/.mmd need nothing.")
+    render.add_argument("file", type=Path, metavar="FILE", help="an IR or FlatIR JSON file")
+    render.add_argument("-o", "--output", required=True, type=Path, metavar="OUT",
+                        help="the picture: .png, .svg, .dot/.gv (Graphviz) or .mmd (Mermaid)")
+    render.add_argument("--impl", metavar="KEY", help="draw this implementation's graph (FlatIR: this module's ops)")
+    render.add_argument("--format", choices=("png", "svg", "dot", "mermaid"), help="override the suffix")
+    _depth(render)
+    add_common_options(render)
+    render.set_defaults(func=_render)
+
+    verify = commands.add_parser("verify", help="rebuild FILE, load weights and compare with the original model",
+                                 description="Build the original with --model, rebuild FILE with ir2torch, load the "
+                                 "weights (--state, else the original's) into both, run both on the example inputs "
+                                 "and print the verify table. Exit code 1 when the outputs differ.")
+    verify.add_argument("file", type=Path, metavar="FILE", help="an IR or FlatIR JSON file")
+    add_model_arguments(verify, positional=False, meta=False)
+    verify.add_argument("--state", type=Path, metavar="FILE.safetensors", help="weights written by torch2ir --state")
+    verify.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    verify.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    add_common_options(verify)
+    verify.set_defaults(func=_verify)
+
+    diff = commands.add_parser("diff", help="list the implementations and attributes that differ between two files",
+                               description="Compare two IR files (or two FlatIR files): implementations only in one, "
+                               "and every attribute, node, edge, state or meta field that differs. Exit code 1 when "
+                               "they differ, 0 when they are equal.")
+    diff.add_argument("a", type=Path, metavar="A", help="the first file")
+    diff.add_argument("b", type=Path, metavar="B", help="the second file")
+    add_common_options(diff)
+    diff.set_defaults(func=_diff)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``ir2torch`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    return run("ir2torch", build_parser(), argv)
+
+
+def _show(options: argparse.Namespace) -> int:
+    from common.cli.summary import describe
+
+    print(describe(options.file, depth=options.depth))
+    return EXIT_OK
+
+
+def _render(options: argparse.Namespace) -> int:
+    from common.cli.summary import load_any
+    from common.render import format_of, render
+
+    fmt = format_of(options.output, options.format)  # fail on a bad suffix before loading anything
+    with Progress(2, "render", enabled=not options.quiet) as bar:
+        with bar.stage("load"):
+            source = load_any(options.file)
+        with bar.stage("draw"):
+            options.output.parent.mkdir(parents=True, exist_ok=True)
+            render(source, options.output, fmt=fmt, impl=options.impl, depth=options.depth)
+    print(f"wrote {options.output}")
+    return EXIT_OK
+
+
+def _verify(options: argparse.Namespace) -> int:
+    from common.state_dict import load_safetensors
+    from common.verify import verify
+
+    from .converter import convert
+
+    if not options.file.is_file():
+        raise CommandError(f"no such file: {options.file}", hint="pass the IR written by torch2ir convert")
+    with Progress(4, "verify", enabled=not options.quiet) as bar:
+        with bar.stage("build original"):
+            model, args, kwargs = model_and_inputs(options)
+        with bar.stage("load weights"):
+            state = model.state_dict() if options.state is None else load_safetensors(options.state)
+            if options.state is not None:
+                try:
+                    model.load_state_dict(state, strict=True)
+                except RuntimeError as exc:
+                    raise CommandError(f"{options.state} does not fit the model built by {options.model!r}: {exc}",
+                                       hint="pass the --model and --config used when the file was written") from None
+        with bar.stage("rebuild"):
+            rebuilt = convert(options.file, state)
+        with bar.stage("verify"):
+            report = verify(model, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol)
+    print(report)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _diff(options: argparse.Namespace) -> int:
+    from common.cli.summary import diff
+
+    lines = diff(options.a, options.b)
+    for line in lines:
+        print(line)
+    if not lines:
+        print(f"{options.a} and {options.b} hold equal IRs")
+        return EXIT_OK
+    added = sum(line.startswith("+ ") for line in lines)
+    removed = sum(line.startswith("- ") for line in lines)
+    changed = len({line[2:].split(":", 1)[0] for line in lines if line.startswith("~ ")})
+    print(f"{len(lines)} difference{'s' if len(lines) != 1 else ''}: {removed} only in {options.a.name}, "
+          f"{added} only in {options.b.name}, {changed} changed")
+    return EXIT_FAILED

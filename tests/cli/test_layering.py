@@ -1,0 +1,64 @@
+"""torch2ir and ir2torch never import each other; common imports neither at module level.
+
+The demo needs both: it lives in ``common/cli/demo.py`` and imports them inside ``run_demo`` only.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+import pytest
+
+from tests.cli.helpers import BIN, REPO, explain, run
+
+
+def _imports(tree: ast.AST) -> list[tuple[str, int]]:
+    """``(top-level package, line)`` of every import in ``tree``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(alias.name.split(".")[0], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.module.split(".")[0], node.lineno))
+    return out
+
+
+def _module_level(tree: ast.Module) -> ast.Module:
+    """The statements run at import time (functions' and classes' bodies left out)."""
+    keep = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    return ast.Module(body=keep, type_ignores=[])
+
+
+@pytest.mark.parametrize(("package", "forbidden"), [("torch2ir", "ir2torch"), ("ir2torch", "torch2ir")])
+def test_the_two_packages_never_import_each_other(package, forbidden):
+    files = sorted((REPO / package).rglob("*.py"))
+    assert any(f.name == "cli.py" for f in files)
+    bad = [f"{f.relative_to(REPO)}:{line}" for f in files
+           for name, line in _imports(ast.parse(f.read_text(encoding="utf-8"))) if name == forbidden]
+    assert not bad, f"{package} imports {forbidden} at {bad}"
+
+
+def test_common_imports_neither_package_at_module_level():
+    files = sorted((REPO / "common").rglob("*.py"))
+    bad = [f"{f.relative_to(REPO)}:{line}" for f in files
+           for name, line in _imports(_module_level(ast.parse(f.read_text(encoding="utf-8"))))
+           if name in ("torch2ir", "ir2torch")]
+    assert not bad, f"common imports torch2ir/ir2torch at import time: {bad}"
+    demo = ast.parse((REPO / "common" / "cli" / "demo.py").read_text(encoding="utf-8"))
+    assert {"torch2ir", "ir2torch"} <= {name for name, _ in _imports(demo)}  # inside run_demo
+
+
+def test_importing_torch2ir_cli_and_the_demo_does_not_load_ir2torch():
+    code = ("import sys, torch2ir.cli, common.cli.demo, common.render; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch2ir', 'ir2torch'}))")
+    result = run([sys.executable, "-c", code])
+    assert result.returncode == 0, explain(result)
+    assert result.stdout.strip() == "['torch2ir']", explain(result)
+
+
+def test_console_scripts_are_installed():
+    for tool in ("torch2ir", "ir2torch"):
+        script = BIN / tool
+        assert script.is_file(), f"{script} missing: pip install -e . declares it in [project.scripts]"
+        assert f"from {tool}.cli import main" in script.read_text(encoding="utf-8")

@@ -102,3 +102,17 @@ def _doc(ir):
     from common.serialize import ir_to_document
 
     return ir_to_document(ir)
+
+
+def test_saved_files_get_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    from common.serialize import write_text_atomic
+
+    old = os.umask(0o022)
+    try:
+        path = write_text_atomic(tmp_path / "x.json", "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

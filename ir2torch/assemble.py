@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from common.errors import IRFormatError
+from common.errors import IRFormatError, StateDictError
 from common.ir import IR
 
 from .rebuild import parent_key, relative_path, set_submodule
@@ -98,3 +98,40 @@ def restore_tensors(ir: IR, modules: Mapping[str, nn.Module], device: torch.devi
                                 hint="parameters come from the state dict, not from the IR")
         else:
             setattr(owner, name, value)
+
+
+def restore_unsaved(ir: IR, modules: Mapping[str, nn.Module], state: Mapping[str, torch.Tensor]) -> None:
+    """Values of non-persistent buffers and constants that the IR could not keep (converted on ``meta``).
+
+    They are in no state dict, so they are taken from ``state`` under their original path (pass
+    ``{**model.state_dict(), **dict(model.named_buffers())}``).
+
+    Raises:
+        StateDictError: such a value is in neither the IR nor ``state``; lists every one.
+    """
+    root, missing = modules["root"], []
+    for key, impl in ir.items():
+        prefix = "" if key == "root" else key + "."
+        source = impl.meta.get("source", key)
+        source_prefix = "" if source in ("", "root") else source + "."
+        for name, rec in impl.state.items():
+            persistent = rec["kind"] == "parameter" or (rec["kind"] == "buffer" and rec.get("persistent", True))
+            if persistent or "tie" in rec or prefix + name in ir.tensors:
+                continue
+            value = state.get(source_prefix + name, state.get(prefix + name))
+            if value is None:
+                missing.append(prefix + name)
+                continue
+            owner, attr = _owner_module(root, ir, modules, prefix + name)
+            if attr in owner._buffers:
+                owner._buffers[attr] = value
+            else:
+                setattr(owner, attr, value)
+    if missing:
+        raise StateDictError(
+            f"no value for {len(missing)} tensor(s) outside the state dict: {', '.join(missing)} "
+            "(non-persistent buffers or constants of a model converted on the meta device)",
+            key=missing[0],
+            hint="pass them with the weights: {**model.state_dict(), **dict(model.named_buffers())}, "
+                 "or convert a model whose buffers hold real values",
+        )

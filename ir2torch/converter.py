@@ -18,10 +18,10 @@ from common.registry import Registry, Where
 from common.safety import Allowlist
 from common.validate import validate
 
-from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors
+from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors, restore_unsaved
 from .flat import Executor, build_flat_module, new_executor_registry
 from .rebuild import graph_module
-from .state import StateMap, load_into
+from .state import StateMap, load_into, read_state
 
 Builder = Callable[[Implementation], nn.Module]
 
@@ -134,7 +134,9 @@ class Ir2Torch:
         restore_tensors(ir, modules, device if state_dict is None else None)
         restore_modes(ir, modules)
         if state_dict is not None:
-            load_into(root, ir, state_dict, maps, strict=strict, retie=lambda: restore_state_layout(ir, modules))
+            state = read_state(state_dict)
+            load_into(root, ir, state, maps, strict=strict, retie=lambda: restore_state_layout(ir, modules))
+            restore_unsaved(ir, modules, state)
         return root
 
     def _as_flat(self, ir: Any) -> FlatIR | None:

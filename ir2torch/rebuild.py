@@ -90,6 +90,12 @@ def _call_target(impl: Implementation, node: str, attrs: dict[str, Any]) -> str:
     )
 
 
+def runtime_device(value: Any) -> torch.device:
+    """The device a traced ``meta`` device argument stands for at run time: that of ``value`` (one of the
+    module's own tensors, or its first input), so a graph traced on ``meta`` runs wherever its weights are."""
+    return value.device if isinstance(value, torch.Tensor) else torch.device("cpu")
+
+
 class _GraphBuilder:
     """Builds one fx graph from one implementation's IR graph."""
 
@@ -100,6 +106,8 @@ class _GraphBuilder:
         self.env: dict[str, fx.Node] = {}
         self._items: dict[tuple[str, int], fx.Node] = {}
         self._training: fx.Node | None = None
+        self._device: fx.Node | None = None
+        self._first_input: fx.Node | None = None
 
     def value(self, src: str, index: int | None) -> fx.Node:
         base = self.env[src]
@@ -117,6 +125,8 @@ class _GraphBuilder:
             if self._training is None:
                 self._training = self.graph.get_attr("training")
             return self._training
+        if isinstance(value, torch.device) and value.type == "meta":
+            return self.device()
         if isinstance(value, list):
             return [self.substitute(v) for v in value]
         if isinstance(value, tuple):
@@ -160,6 +170,16 @@ class _GraphBuilder:
         }
         return SubgraphCall(fn, bodies), tuple(a for a in args if not isinstance(a, Subgraph))
 
+    def device(self) -> fx.Node | torch.device:
+        """A node computing the run-time device, for device arguments recorded on ``meta`` (a weight-free trace)."""
+        if self._device is None:
+            owned = [name for name, rec in self.impl.state.items() if "." not in name]
+            anchor = self.graph.get_attr(owned[0]) if owned else self._first_input
+            if anchor is None:
+                return torch.device("cpu")
+            self._device = self.graph.call_function(runtime_device, (anchor,))
+        return self._device
+
     def build(self) -> fx.Graph:
         outputs_seen = False
         for node in execution_order(self.impl):
@@ -167,6 +187,7 @@ class _GraphBuilder:
             kind = attrs["type"]
             if kind == "input":
                 self.env[node] = self.graph.placeholder(_fx_name(node))
+                self._first_input = self._first_input or self.env[node]
                 continue
             args, kwargs = self.arguments(node, attrs)
             if kind == "output":

@@ -28,7 +28,7 @@ from common.safety import Allowlist
 from common.values import Ref
 
 from .flat_state import StateSource, attach_weights, resolve_weights
-from .rebuild import _fx_name, calling_convention
+from .rebuild import _fx_name, calling_convention, runtime_device
 
 Executor = Callable[..., Any]
 
@@ -36,11 +36,6 @@ Executor = Callable[..., Any]
 def new_executor_registry() -> Registry[str, Executor]:
     """An empty registry of executors keyed by op name (``"mylib.op.default"``, ``"aten.gelu.default"``)."""
     return Registry("op type")
-
-
-def runtime_device(tensor: torch.Tensor) -> torch.device:
-    """The device a traced device argument stands for: that of ``tensor`` (a weight or an input)."""
-    return tensor.device
 
 
 def build_flat_module(

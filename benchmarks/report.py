@@ -1,0 +1,248 @@
+"""Markdown tables from the tasks' results, and the targets of issue #8 applied to them.
+
+Each ``section_*`` function takes the results of one scenario and returns its Markdown lines and the
+:class:`Check`s of its targets; :func:`render` puts the summary of every check first.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+#: Targets of issue #8 (ratios are candidate / reference, measured in the same run).
+CONVERT_VS_EXPORT = 1.15
+CONVERT_RSS_MB = 1024.0
+IR_LOAD_S = 0.5
+REBUILD_META_S = 1.0
+REBUILD_LOAD_VS_ORIGINAL = 0.1
+FORWARD_VS_EAGER = 1.05
+#: Our reading of "grows linearly": the per-layer slope of the last sweep segment is at most this
+#: multiple of the first segment's.
+LINEAR_SLOPE_RATIO = 1.3
+
+
+@dataclass(frozen=True)
+class Check:
+    """One target applied to one measurement."""
+
+    what: str
+    measured: str
+    target: str
+    met: bool | None  # None: not measured (the measurement failed)
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.{digits}f}"
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}x"
+
+
+def _ok(met: bool | None) -> str:
+    return {True: "yes", False: "**no**", None: "n/a"}[met]
+
+
+def _table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _errors(results: list[dict[str, Any]]) -> list[str]:
+    return [f"- child failed: `{r['error']}`" for r in results if "error" in r]
+
+
+def _diff(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.1e}" if value else "0"
+
+
+# -- sections --------------------------------------------------------------------------------------------------
+def section_convert(results: list[dict[str, Any]]) -> tuple[list[str], list[Check]]:
+    rows, checks = [], []
+    for r in (r for r in results if "error" not in r):
+        met = r["convert_vs_export"] <= CONVERT_VS_EXPORT
+        checks.append(Check(f"convert / export, {r['model']}", _x(r["convert_vs_export"]),
+                            f"<= {CONVERT_VS_EXPORT}x", met))
+        exports = 2 if r.get("train_trace") == "applied" else 1
+        rows.append([r["model"], _fmt(r["export_s"]), _fmt(r["export_s"] + r["unflatten_s"]), _fmt(r["convert_s"]),
+                     f"{_x(r['convert_vs_export'])} {'' if met else '(miss)'}".strip(),
+                     _x(r["export_unflatten_vs_export"]), _x(r["convert_vs_export_unflatten"]), exports,
+                     f"{r['ir_nodes']} / {r['fx_nodes']}", f"{r['peak_rss_mb']:.0f}"])
+    lines = _table(["model", "export (s)", "export + unflatten (s)", "convert (s)", "convert / export",
+                    "(export + unflatten) / export", "convert / (export + unflatten)", "exports in convert",
+                    "IR nodes / fx nodes", "child peak RSS (MB)"], rows)
+    return lines + _errors(results), checks
+
+
+def section_scale(results: list[dict[str, Any]], rss: list[dict[str, Any]]) -> tuple[list[str], list[Check]]:
+    main = next((r for r in results if "error" not in r), None)
+    rss_by_op = {r["op"]: r for r in rss if "error" not in r}
+    checks: list[Check] = []
+    rows: list[list[Any]] = []
+    if main is not None:
+        layers = main["layers"]
+        met = main["convert_vs_export"] <= CONVERT_VS_EXPORT
+        checks.append(Check(f"convert / export, Llama-2-7B dims ({layers} layers, meta)",
+                            _x(main["convert_vs_export"]), f"<= {CONVERT_VS_EXPORT}x", met))
+        rows += [
+            ["convert", f"{main['convert_s']:.2f} s", "torch.export.export", f"{main['export_s']:.2f} s",
+             _x(main["convert_vs_export"]), f"<= {CONVERT_VS_EXPORT}x", _ok(met)],
+            ["lower", f"{main['lower_s']:.2f} s", "torch.export.export", f"{main['export_s']:.2f} s",
+             _x(main["lower_vs_export"]), "-", "-"],
+        ]
+    export_rss = rss_by_op.get("export")
+    for op in ("convert", "lower"):
+        r = rss_by_op.get(op)
+        if r is None:
+            continue
+        met = r["op_rss_mb"] <= CONVERT_RSS_MB if op == "convert" else None
+        if op == "convert":
+            checks.append(Check(f"peak RSS of convert, Llama-2-7B dims ({r['layers']} layers, meta)",
+                                f"{r['op_rss_mb']:.0f} MB", f"<= {CONVERT_RSS_MB:.0f} MB", met))
+        ref = f"{export_rss['op_rss_mb']:.0f} MB" if export_rss else "n/a"
+        ratio = _x(r["op_rss_mb"] / export_rss["op_rss_mb"]) if export_rss else "n/a"
+        rows.append([f"peak RSS of {op} (child; {r['baseline_rss_mb']:.0f} MB after imports + meta model)",
+                     f"{r['op_rss_mb']:.0f} MB", "peak RSS of export", ref, ratio,
+                     f"<= {CONVERT_RSS_MB:.0f} MB" if op == "convert" else "-", _ok(met) if op == "convert" else "-"])
+    if main is not None:
+        load_met = main["ir_load_s"] <= IR_LOAD_S
+        meta_met = main["rebuild_meta_s"] <= REBUILD_META_S
+        checks += [
+            Check(f"IR.load, Llama-2-7B dims ({main['layers']} layers)", f"{main['ir_load_s']:.3f} s",
+                  f"<= {IR_LOAD_S} s", load_met),
+            Check(f"ir2torch.convert(device='meta'), Llama-2-7B dims ({main['layers']} layers)",
+                  f"{main['rebuild_meta_s']:.3f} s", f"<= {REBUILD_META_S} s", meta_met),
+        ]
+        rows += [
+            ["IR JSON size", f"{main['ir_json_bytes'] / 2**20:.2f} MB", "-", "-", "-", "-", "-"],
+            ["IR.save", f"{main['save_s']:.3f} s", "-", "-", "-", "-", "-"],
+            ["IR.load", f"{main['ir_load_s']:.3f} s", "json.loads of the same file", f"{main['json_parse_s']:.3f} s",
+             _x(main["ir_load_vs_json_parse"]), f"<= {IR_LOAD_S} s", _ok(load_met)],
+            ["ir2torch.convert(ir, device='meta')", f"{main['rebuild_meta_s']:.3f} s",
+             "LlamaForCausalLM(config) on meta", f"{main['construct_meta_s']:.3f} s",
+             _x(main["rebuild_meta_vs_construct_meta"]), f"<= {REBUILD_META_S} s", _ok(meta_met)],
+        ]
+    head = []
+    if main is not None:
+        head = [f"Llama with Llama-2-7B dimensions, {main['layers']} layers ({main['parameters'] / 1e9:.2f} B "
+                f"parameters), model and input ids (1, 16) on `meta`; convert ran "
+                f"{'two exports (train trace)' if main.get('train_trace') == 'applied' else 'one export'}.", ""]
+    lines = head + _table(["measure", "value", "reference", "reference value", "ratio", "target", "met"], rows)
+    return lines + _errors(results + rss), checks
+
+
+def section_rebuild_load(results: list[dict[str, Any]]) -> tuple[list[str], list[Check]]:
+    checks: list[Check] = []
+    lines: list[str] = []
+    for r in (r for r in results if "error" not in r):
+        met = r["rebuilt_vs_reference"] <= REBUILD_LOAD_VS_ORIGINAL
+        checks.append(Check(f"rebuild on meta + load .safetensors vs original, GPT-2 ({r['parameters'] / 1e6:.0f} M)",
+                            _x(r["rebuilt_vs_reference"]), f"<= {REBUILD_LOAD_VS_ORIGINAL}x", met))
+        lines += [f"GPT-2-small dimensions, {r['layers']} layers ({r['parameters'] / 1e6:.1f} M parameters, "
+                  f"{r['file_mb']:.0f} MB .safetensors), random weights; max abs diff of the rebuilt model's "
+                  f"logits vs the original: {_diff(r['max_abs_diff'])}. The IR is converted from the CPU model; "
+                  f"an IR converted from the model on meta, rebuilt the same way, {r['meta_ir_forward']} "
+                  "when run on CPU inputs.", ""]
+        ref = f"{r['reference_s']:.3f} s"
+        lines += _table(["measure", "value", "reference", "reference value", "ratio", "target", "met"], [
+            ["ir2torch.convert(ir, file, device='meta')", f"{r['rebuilt_s']:.3f} s",
+             "GPT2LMHeadModel(config) + load_state_dict(file)", ref, _x(r["rebuilt_vs_reference"]),
+             f"<= {REBUILD_LOAD_VS_ORIGINAL}x", _ok(met)],
+            ["same, IR read from its JSON file", f"{r['rebuilt_from_file_s']:.3f} s", "same", ref,
+             _x(r["rebuilt_from_file_vs_reference"]), "-", "-"],
+        ])
+    return lines + _errors(results), checks
+
+
+def section_forward(results: list[dict[str, Any]]) -> tuple[list[str], list[Check]]:
+    rows, checks = [], []
+    for result in (r for r in results if "error" not in r):
+        for r in result["rows"]:
+            met = r["rebuilt_vs_eager"] <= FORWARD_VS_EAGER
+            checks.append(Check(f"forward rebuilt / eager, {r['model']} batch {r['batch']}",
+                                _x(r["rebuilt_vs_eager"]), f"<= {FORWARD_VS_EAGER}x", met))
+            diffs = r["max_abs_diff"]
+            rows.append([r["model"], r["batch"], _fmt(r["eager_ms"]), _fmt(r["rebuilt_ms"]), _fmt(r["unflatten_ms"]),
+                         _fmt(r["ep_module_ms"]), f"{_x(r['rebuilt_vs_eager'])} {'' if met else '(miss)'}".strip(),
+                         _x(r["unflatten_vs_eager"]), _x(r["ep_module_vs_eager"]),
+                         " / ".join(_diff(diffs.get(k)) for k in ("rebuilt", "unflatten", "ep_module"))])
+    lines = _table(["model", "batch", "eager (ms)", "rebuilt (ms)", "unflatten (ms)", "ep.module() (ms)",
+                    "rebuilt / eager", "unflatten / eager", "ep.module() / eager",
+                    "max abs diff (rebuilt / unflatten / ep.module())"], rows)
+    return lines + _errors(results), checks
+
+
+def section_onnx(results: list[dict[str, Any]]) -> tuple[list[str], list[Check]]:
+    rows = []
+    for r in (r for r in results if "error" not in r):
+        onnx_s = _fmt(r.get("onnx_s"))
+        status = r.get("onnx_path") or "failed"
+        if r.get("onnx_path"):
+            status += f" (first output max abs diff {_diff(r.get('onnx_max_abs_diff'))})"
+        if r["onnx_errors"]:
+            status += "; " + "; ".join(f"`{e}`" for e in r["onnx_errors"]) if r.get("onnx_path") else \
+                ": " + "; ".join(f"`{e}`" for e in r["onnx_errors"])
+        rows.append([r["model"], _fmt(r["ours_s"]), _diff(r.get("ours_max_abs_diff")), onnx_s,
+                     _x(r.get("ours_vs_onnx")), status.replace("|", "\\|")])
+    lines = _table(["model", "ours: convert + save + load + rebuild (s)", "ours: max abs diff",
+                    "ONNX: torch.onnx.export + onnx2torch.convert (s)", "ours / ONNX", "ONNX path"], rows)
+    return lines + _errors(results), []
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of ``(x, y)`` points."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    den = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / den if den else float("nan")
+
+
+def section_sweep(results: list[dict[str, Any]]) -> tuple[list[str], list[Check]]:
+    main = next((r for r in results if "error" not in r), None)
+    if main is None:
+        return _errors(results), []
+    pts = main["points"]
+    rows = [[p["layers"], _fmt(p["export_s"]), _fmt(p["convert_s"]), _x(p["convert_vs_export"]),
+             f"{p['convert_s'] / p['layers'] * 1e3:.1f}"] for p in pts]
+    lines = _table(["layers", "export (s)", "convert (s)", "convert / export", "convert ms / layer"], rows)
+    checks: list[Check] = []
+    if len(pts) >= 2:
+        conv = _slope([(p["layers"], p["convert_s"]) for p in pts])
+        expo = _slope([(p["layers"], p["export_s"]) for p in pts])
+        segments = [(b["convert_s"] - a["convert_s"]) / (b["layers"] - a["layers"]) for a, b in itertools.pairwise(pts)]
+        ratio = segments[-1] / segments[0] if len(segments) > 1 and segments[0] > 0 else None
+        met = None if ratio is None else ratio <= LINEAR_SLOPE_RATIO
+        first, last = pts[0], pts[-1]
+        lines += ["", f"- convert slope (least squares): **{conv * 1e3:.1f} ms/layer** (export: {expo * 1e3:.1f} "
+                      f"ms/layer; convert - export: {(conv - expo) * 1e3:.1f} ms/layer)",
+                  "- per-layer slope by segment: " + ", ".join(
+                      f"{a['layers']}->{b['layers']}: {s * 1e3:.1f} ms/layer" for (a, b), s in
+                      zip(itertools.pairwise(pts), segments)) + (f" (last / first: {ratio:.2f})" if ratio else ""),
+                  f"- convert time per layer at {first['layers']} vs {last['layers']} layers: "
+                  f"{first['convert_s'] / first['layers'] * 1e3:.1f} vs {last['convert_s'] / last['layers'] * 1e3:.1f}"
+                  " ms (fixed costs amortised)"]
+        if ratio is not None:
+            checks.append(Check(f"convert grows linearly with layers ({first['layers']}-{last['layers']})",
+                                f"slope ratio {ratio:.2f}", f"<= {LINEAR_SLOPE_RATIO}", met))
+    return lines + _errors(results), checks
+
+
+def render(title: str, machine: list[str], sections: list[tuple[str, list[str], list[Check]]],
+           footer: list[str]) -> str:
+    """The whole Markdown document: title, machine, target summary, then every section."""
+    checks = [c for _, _, cs in sections for c in cs]
+    missed = [c for c in checks if c.met is False]
+    out = [f"# {title}", "", *machine, "", "## Targets", ""]
+    out += _table(["target", "measured", "limit", "met"], [[c.what, c.measured, c.target, _ok(c.met)] for c in checks])
+    out += ["", f"{len(checks) - len(missed)} of {len(checks)} targets met" + (
+        f"; missed: {', '.join(c.what for c in missed)}." if missed else "."), ""]
+    for name, lines, _ in sections:
+        out += [f"## {name}", "", *lines, ""]
+    return "\n".join(out + footer).rstrip() + "\n"

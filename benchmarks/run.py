@@ -47,7 +47,7 @@ FULL: dict[str, dict[str, Any]] = {
     "rebuild_load": {"layers": 12, "rounds": 5, "warmup": 1},
     "forward": {"models": ALL_MODELS, "batches": [1, 8], "rounds": 15},
     "onnx": {"models": ALL_MODELS, "rounds": 3, "warmup": 1},
-    "sweep": {"layers": [2, 8, 32], "rounds": 3, "warmup": 1},
+    "sweep": {"layers": [2, 8, 32], "rounds": 5, "warmup": 1},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "convert": {"models": ("gpt2", "resnet"), "rounds": 3, "warmup": 1},

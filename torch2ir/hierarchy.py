@@ -28,8 +28,9 @@ from torch.utils import _pytree as pytree
 from common.errors import IRSerializationError
 from common.ir import Implementation
 from common.safety import function_name
-from common.values import Ref, Subgraph, encode, iter_refs
+from common.values import Ref, Subgraph, encode
 
+from .graphs import add_node_with_edges, flat_implementation
 from .modules import ModuleTable
 from .tensormeta import value_meta
 
@@ -371,15 +372,6 @@ def default_target(caller: str, callee: str) -> str | None:
     return callee[len(caller) + 1 :] if callee.startswith(caller + ".") else None
 
 
-def add_node_with_edges(impl: Implementation, name: str, ntype: str, implementation: str, args: Any, kwargs: Any,
-                        **fields: Any) -> str:
-    """Add a node with an args/kwargs template and one edge per :class:`Ref` in it."""
-    impl.add_node(name, ntype, implementation, args=list(args), kwargs=dict(kwargs), **fields)
-    for path, ref in [*iter_refs(list(args)), *iter_refs(dict(kwargs))]:
-        impl.add_edge(ref.node, name, slot=path if len(path) > 1 else path[0], src_index=ref.index)
-    return name
-
-
 class _Unplaced(Exception):
     def __init__(self, value: fx.Node) -> None:
         super().__init__(value.name)
@@ -389,41 +381,3 @@ class _Unplaced(Exception):
 def _first_val(by_name: dict[str, fx.Node], outputs: list[Any]) -> Any:
     vals = [by_name[a.name].meta.get("val") if getattr(a, "name", None) in by_name else None for a in outputs]
     return vals[0] if len(vals) == 1 else vals
-
-
-def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
-    """A flat graph (a higher-order op's body) as a graph-only implementation."""
-    impl = Implementation(name, "graph")
-    env: dict[fx.Node, Ref] = {}
-
-    def tmpl(arg: Any) -> Any:
-        if isinstance(arg, fx.Node):
-            if arg.op == "get_attr":
-                return Subgraph(flat_implementation(getattr(gm, arg.target), arg.target))
-            return env[arg]
-        if isinstance(arg, (list, tuple)):
-            items = [tmpl(a) for a in arg]
-            return items if isinstance(arg, list) else tuple(items)
-        if isinstance(arg, dict):
-            return {k: tmpl(v) for k, v in arg.items()}
-        return arg
-
-    def add(name: str, ntype: str, target: str, args: Any, kwargs: Any, **fields: Any) -> None:
-        add_node_with_edges(impl, name, ntype, target, args, kwargs, **fields)
-
-    tracepoints: dict[fx.Node, tuple] = {}
-    for node in gm.graph.nodes:
-        if node.target is torch.ops.higher_order._export_tracepoint:
-            tracepoints[node] = tuple(node.args)  # signature markers: pass their inputs through
-        elif node.target is operator.getitem and node.args[0] in tracepoints:
-            env[node] = tmpl(tracepoints[node.args[0]][node.args[1]])
-        elif node.op == "placeholder":
-            impl.add_node(node.name, "input", "input", meta=value_meta(node.meta.get("val")))
-            env[node] = Ref(node.name)
-        elif node.op == "call_function":
-            add(node.name, "function", function_name(node.target), tmpl(node.args), tmpl(node.kwargs),
-                meta=value_meta(node.meta.get("val")))
-            env[node] = Ref(node.name)
-        elif node.op == "output":
-            add("output", "output", "output", [tmpl(node.args[0])], {})
-    return impl

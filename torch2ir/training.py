@@ -23,7 +23,8 @@ from torch import fx
 from common.ir import IR, Implementation
 from common.values import TRAINING, Ref
 
-from .hierarchy import Frame, Hierarchy, add_node_with_edges
+from .graphs import add_node_with_edges
+from .hierarchy import Frame, Hierarchy
 from .modules import ModuleTable
 
 #: ATen ops of the form ``op(input, p, train)``.

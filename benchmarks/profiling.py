@@ -42,7 +42,7 @@ warnings.filterwarnings("ignore")
 #: Phases of ``torch2ir.convert``: label -> (file suffix, function name) whose cumulative time is the phase's.
 PHASES: dict[str, tuple[str, str]] = {
     "torch2ir.convert (total)": ("torch2ir/converter.py", "convert"),
-    "eval-mode export (frontend.export, signatures preserved)": ("torch2ir/frontend.py", "export"),
+    "eval-mode export (frontend.export)": ("torch2ir/frontend.py", "export"),
     "train-mode export + its hierarchy (build._train_trace)": ("torch2ir/build.py", "_train_trace"),
     "  of which torch.export.export": ("torch/export/__init__.py", "export"),
     "signature tracepoint hooks (_export/wrappers.py)": ("torch/_export/wrappers.py", "__call__"),
@@ -57,13 +57,14 @@ def _stats(profile: cProfile.Profile) -> dict[tuple[str, int, str], tuple]:
 
 
 def _cumulative(stats: dict, suffix: str, name: str) -> tuple[float, int]:
-    """Cumulative seconds and primitive call count of the functions named ``name`` in files ending in ``suffix``."""
-    total, calls = 0.0, 0
-    for (filename, _, func), (prim, _ncalls, _tt, cum, _callers) in stats.items():
-        if func == name and filename.replace(os.sep, "/").endswith(suffix):
-            total += cum
-            calls += prim
-    return total, calls
+    """Cumulative seconds and primitive call count of the functions named ``name`` in files ending in ``suffix``.
+
+    Functions that call one another (``torch2ir.convert`` -> ``Torch2Ir.convert``) are not added up: the
+    outermost one (largest cumulative time) counts, with the call count of that function.
+    """
+    found = [(cum, prim) for (filename, _, func), (prim, _ncalls, _tt, cum, _callers) in stats.items()
+             if func == name and filename.replace(os.sep, "/").endswith(suffix)]
+    return max(found) if found else (0.0, 0)
 
 
 def _top(profile: cProfile.Profile, sort: str, limit: int) -> str:

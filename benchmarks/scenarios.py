@@ -8,6 +8,7 @@ by :mod:`benchmarks.report`. Each candidate is timed interleaved with its refere
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import sys
@@ -280,19 +281,19 @@ def task_sweep(layers: list[int], rounds: int, warmup: int) -> dict[str, Any]:
 
 # -- round trip vs ONNX ----------------------------------------------------------------------------------------
 def import_onnx2torch() -> types.ModuleType:
-    """Import ``onnx2torch``, standing in for ``torchvision`` if it cannot be imported.
+    """Import ``onnx2torch``, with a placeholder ``torchvision`` when torchvision is not installed.
 
     onnx2torch imports torchvision only for its NMS and RoIAlign converters, and the PyPI torchvision
-    wheel does not load with a CPU build of torch; a placeholder is put in ``sys.modules`` for the
-    import and removed right after (so ``transformers`` never sees it).
+    wheel does not load with a CPU build of torch (so ``requirements-onnx.txt`` leaves it out). The
+    placeholder is in ``sys.modules`` only during the import (so ``transformers`` never sees it).
+
+    Raises:
+        ImportError: onnx2torch is not installed.
     """
-    try:
+    if "onnx2torch" in sys.modules or importlib.util.find_spec("torchvision") is not None:
         import onnx2torch
 
         return onnx2torch
-    except ModuleNotFoundError as exc:
-        if exc.name != "torchvision":
-            raise
     stub = types.ModuleType("torchvision")
     stub.ops = types.ModuleType("torchvision.ops")  # type: ignore[attr-defined]
     for name in ("nms", "roi_align", "box_convert"):

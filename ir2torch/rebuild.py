@@ -17,6 +17,7 @@ anything else   ``call_module`` of the called implementation (a child module)
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import operator
 from collections.abc import Mapping
@@ -30,6 +31,55 @@ from common.errors import ArgumentMismatchError, IRValidationError
 from common.ir import Implementation, slot_path
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
+
+#: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
+#: at every ``.to(...)``; eager PyTorch never runs them, so a rebuilt graph leaves them out when nothing uses them.
+CHECK_ONLY_OPS = frozenset({"aten._assert_tensor_metadata.default"})
+
+
+class DirectOp(functools.partial):
+    """An ATen overload called through its C++ entry point.
+
+    ``OpOverload.__call__`` is one Python frame per op call (about 7% of a small model's forward time);
+    ``functools.partial`` calls the entry point from C. ``overload`` is the ``OpOverload`` itself, and a
+    ``DirectOp`` compares and hashes equal to it, so graph passes that match ``node.target ==
+    torch.ops.aten.linear.default`` or look targets up in a dict keyed by overloads keep working.
+    Generated code spells it ``aten_linear_default(...)``.
+    """
+
+    overload: Any
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, DirectOp):
+            return self.overload is other.overload
+        return self.overload is other
+
+    def __hash__(self) -> int:
+        return hash(self.overload)
+
+    def __repr__(self) -> str:
+        return f"DirectOp({self.overload})"
+
+
+@functools.cache
+def direct_op(overload: Any) -> Any:
+    """The :class:`DirectOp` of an ``OpOverload`` (anything else is returned as it is)."""
+    if not isinstance(overload, torch._ops.OpOverload):
+        return overload
+    op = DirectOp(overload._op)
+    op.overload = overload
+    # fx names the global after ``__module__.__name__``; a module outside ``torch`` makes fx bind the object
+    # itself (a name under ``torch`` would be spelled ``torch.ops...`` and resolved back to the slow overload)
+    op.__module__ = overload.namespace
+    op.__name__ = op.__qualname__ = f"{overload._opname}.{overload._overloadname}"
+    return op
+
+
+def run_with_grad_enabled(enabled: bool, body: Any, *args: Any) -> Any:
+    """``wrap_with_set_grad_enabled(enabled, body, *args)`` run directly: the higher-order op's own dispatch
+    costs more than its body in a small model (Llama's rotary embedding)."""
+    with torch.set_grad_enabled(enabled):
+        return body(*args)
 
 
 def execution_order(impl: Implementation) -> list[str]:
@@ -168,6 +218,8 @@ class _GraphBuilder:
             i: fx.GraphModule(nn.Module(), _GraphBuilder(a.impl, self.allowlist).build(), class_name="Subgraph")
             for i, a in enumerate(args) if isinstance(a, Subgraph)
         }
+        if fn is torch.ops.higher_order.wrap_with_set_grad_enabled:
+            fn = run_with_grad_enabled
         return SubgraphCall(fn, bodies), tuple(a for a in args if not isinstance(a, Subgraph))
 
     def device(self) -> fx.Node | torch.device:
@@ -189,6 +241,9 @@ class _GraphBuilder:
                 self.env[node] = self.graph.placeholder(_fx_name(node))
                 self._first_input = self._first_input or self.env[node]
                 continue
+            unused = not self.impl.graph.out_degree(node)
+            if kind == "function" and attrs["implementation"] in CHECK_ONLY_OPS and unused:
+                continue
             args, kwargs = self.arguments(node, attrs)
             if kind == "output":
                 if "args" in attrs:
@@ -203,6 +258,8 @@ class _GraphBuilder:
                 fn = self.allowlist.resolve(attrs["implementation"], implementation=self.impl.name, node=node)
                 if any(isinstance(a, Subgraph) for a in args):
                     fn, args = self.bind_subgraphs(fn, args)
+                else:
+                    fn = direct_op(fn)
                 fx_node = self.graph.create_node("call_function", fn, args, kwargs, name=name)
             elif kind == "get_attr":
                 fx_node = self.graph.create_node("get_attr", attrs["implementation"], name=name)
@@ -264,10 +321,10 @@ def graph_module(
             _set_state(gm, name, value, "parameter", True)
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
-    gm.graph = _GraphBuilder(impl, allowlist).build()
+    graph = _GraphBuilder(impl, allowlist).build()
     if "in_spec" in impl.meta:
-        gm.graph._codegen = calling_convention(impl)
-    gm.recompile()
+        graph._codegen = calling_convention(impl)
+    gm.graph = graph  # the setter recompiles, once, with the codegen already in place
     return gm
 
 

@@ -15,11 +15,20 @@ from common.errors import ConversionError, IRError
 from common.ir import IR, NODE_KINDS, Implementation
 from common.validate import validate
 
-from .frontend import RNN_WARNING, export, outermost_handled, traced_mode
+from .frontend import RNN_WARNING, export, needs_signature, outermost_handled, traced_mode
 from .hierarchy import Hierarchy, Problem
 from .modules import ModuleTable
 from .tensormeta import state_record
-from .training import TrainModeWarning, apply_train_trace, has_graph_dropout, train_only_randomness
+from .train_record import TrainOps, record_train_ops
+from .training import (
+    RANDOM_OPS,
+    TrainModeWarning,
+    apply_train_trace,
+    has_graph_dropout,
+    train_only_randomness,
+    train_ops_of,
+    unaligned,
+)
 
 
 def build_ir(
@@ -33,7 +42,7 @@ def build_ir(
         _keep_tensors(ir, table, {})
         return ir
     ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                           preserve=outermost_handled(model, table.is_leaf))
+                preserve=_preserved(model, table))
     hierarchy = Hierarchy(ep, table)
     frames = list(hierarchy.graph_frames())
     called = {table.key(f.path) or "root" for f in frames}
@@ -61,6 +70,8 @@ def build_ir(
     _calling_convention(ir.root, ep)
     if has_graph_dropout(ir):
         _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes)
+    else:
+        _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
     _keep_tensors(ir, table, ep.constants)
     try:
         validate(ir)
@@ -72,19 +83,45 @@ def build_ir(
 
 def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
                  kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any) -> None:
-    """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`)."""
+    """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`).
+
+    First an eager run on fake tensors (:func:`~torch2ir.train_record.record_train_ops`, a fraction of an
+    export's cost); when it fails or its dropout ops do not line up with the eval trace's, a real export.
+    """
+    fast = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS)
+    if fast is not None and not unaligned(hierarchy, fast, table):
+        _apply_train(ir, table, hierarchy, fast)
+        return
     try:
         with traced_mode(model, training=True), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
             ep = torch.export.export(model, tuple(args), dict(kwargs or {}), strict=strict,
                                      dynamic_shapes=dynamic_shapes,
-                                     preserve_module_call_signature=tuple(outermost_handled(model, table.is_leaf)))
+                                     preserve_module_call_signature=tuple(_preserved(model, table)))
         train_h = Hierarchy(ep, table)
     except Exception as exc:  # noqa: BLE001 - the eval IR stays valid; say why train mode may differ
         ir.root.meta["train_trace"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         return
-    skipped = apply_train_trace(ir, hierarchy, train_h, table)
-    random = train_only_randomness(hierarchy, train_h, table)
+    _apply_train(ir, table, hierarchy, train_ops_of(train_h))
+
+
+def _check_train_randomness(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
+                            kwargs: Mapping[str, Any] | None) -> None:
+    """No dropout op to mark: only look for train-only randomness (DropPath), with the cheap meta pass alone.
+
+    A second export would double the conversion time of every such model for a warning, so when the meta pass
+    cannot run, ``meta["train_trace"]`` says the check was not made instead.
+    """
+    train = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS)
+    if train is None:
+        ir.root.meta["train_trace"] = "not checked: the train-mode pass on meta tensors failed"
+    elif train_only_randomness(hierarchy, train, table):
+        _apply_train(ir, table, hierarchy, train)
+
+
+def _apply_train(ir: IR, table: ModuleTable, hierarchy: Hierarchy, train: TrainOps) -> None:
+    skipped = apply_train_trace(ir, hierarchy, train, table)
+    random = train_only_randomness(hierarchy, train, table)
     notes = ([f"dropout ops not aligned in: {', '.join(skipped)}"] if skipped else []) + (
         [f"random ops only in train mode in: {', '.join(random)}"] if random else [])
     ir.root.meta["train_trace"] = "; ".join(notes) or "applied"
@@ -92,7 +129,12 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
         warnings.warn(
             f"torch2ir: the rebuilt model's train mode will differ from the original's ({'; '.join(notes)}): "
             "train-only randomness such as DropPath or LayerDrop is decided in Python and cannot be replayed; "
-            "eval mode is exact", TrainModeWarning, stacklevel=5)
+            "eval mode is exact", TrainModeWarning, stacklevel=6)
+
+
+def _preserved(model: nn.Module, table: ModuleTable) -> list[str]:
+    """Paths of the outermost handled leaves whose call signature export must keep (see :func:`needs_signature`)."""
+    return [p for p in outermost_handled(model, table.is_leaf) if needs_signature(model.get_submodule(p))]
 
 
 def _real_sequentials(ir: IR, table: ModuleTable) -> None:

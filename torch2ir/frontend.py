@@ -11,6 +11,7 @@ that multi-input / multi-output leaves (``MultiheadAttention(q, k, v)``,
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -49,6 +50,27 @@ def outermost_handled(model: nn.Module, is_handled: Callable[[nn.Module], bool])
             out.append(path)
             handled_prefixes.append(path)
     return out
+
+
+def needs_signature(module: nn.Module) -> bool:
+    """Whether ``torch.export`` must preserve the call signature of handled leaf ``module``.
+
+    A leaf called with one tensor that returns one tensor is placed from the trace's data flow alone: its one
+    input is the value flowing in, its one output the value flowing out. Preserving a signature costs a
+    tracepoint pair around every call, and the export passes that follow (about as much as the trace itself on
+    ResNet, +60% on Llama), so it is kept for the leaves that need it: several or optional arguments
+    (``MultiheadAttention(q, k, v)``, ``LSTM(x, hx=None)``), tuple results (``return_indices=True``), and
+    classes outside ``torch.nn`` (a user's handler may return anything).
+    """
+    cls = type(module)
+    if not cls.__module__.startswith("torch.nn.") or getattr(module, "return_indices", False):
+        return True
+    try:
+        params = list(inspect.signature(cls.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return len(params) != 1 or params[0].kind not in positional or params[0].default is not inspect.Parameter.empty
 
 
 def export(

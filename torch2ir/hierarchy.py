@@ -205,6 +205,11 @@ class Hierarchy:
                 break
             frame.inputs.setdefault(value)
 
+    def holds_state(self, frame: Frame, value: fx.Node) -> bool:
+        """True when ``value`` is a parameter/buffer placeholder whose tensor is one of ``frame``'s module's own."""
+        fqn = self.state_fqn.get(value.name)
+        return fqn is not None and self.table.owns(frame.path, fqn)
+
     # -- 3. graphs -----------------------------------------------------------------------
     def graph_frames(self) -> Iterator[Frame]:
         """Non-leaf frames, parents before children."""
@@ -321,9 +326,12 @@ class _GraphWriter:
                 self.h.problems.append((callee, f"leaf {ctype!r} returns {len(child.outputs)} values but its call "
                                         "signature was not preserved", "report this model; the signature is needed"))
                 return
-            args = [self.ref(v) for v in child.inputs]
-            add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra)
-            for value in child.outputs:
+            # a leaf reads its own weights even when export names them by another path (tied, shared)
+            args = [self.ref(v) for v in child.inputs if not self.h.holds_state(child, v)]
+            outputs = list(child.outputs)
+            meta = {"meta": value_meta(outputs[0].meta.get("val"))} if len(outputs) == 1 else {}
+            add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra, **meta)
+            for value in outputs:
                 self.env[value] = Ref(name)
             return
         by_name = {n.name: n for n in self.h.ep.graph.nodes}

@@ -39,6 +39,7 @@ class ModuleTable:
         self.key_of_path: dict[str, str] = {}
         self.module_of_key: dict[str, nn.Module] = {}
         self.errors: list[tuple[str, str, str]] = []
+        self._owned: dict[str, set[int]] = {}
         first: dict[int, str] = {}
         for path, module in model.named_modules(remove_duplicate=False):
             key = path or "root"
@@ -55,6 +56,23 @@ class ModuleTable:
 
     def is_leaf(self, module: nn.Module) -> bool:
         return self.converter.has_handler(module)
+
+    def owns(self, path: str, fqn: str) -> bool:
+        """True when the parameter or buffer named ``fqn`` (any of its tied names) is one of the tensors of
+        the module at ``path`` itself, so a call of that module reads it without an argument."""
+        key = self.key(path)
+        module = self.module_of_key.get(key) if key else None
+        if module is None:
+            return False
+        if key not in self._owned:
+            self._owned[key] = {id(t) for t in (*module.parameters(), *module.buffers())}
+        owner, _, name = fqn.rpartition(".")
+        try:
+            holder = self.model.get_submodule(owner)
+        except AttributeError:
+            return False
+        tensor = holder._parameters.get(name, holder._buffers.get(name))
+        return tensor is not None and id(tensor) in self._owned[key]
 
     def build(self, called: set[str]) -> IR:
         """Implementations of every module (graphs are filled in by the hierarchy)."""

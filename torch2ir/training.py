@@ -26,6 +26,7 @@ from common.values import TRAINING, Ref
 from .graphs import add_node_with_edges
 from .hierarchy import Frame, Hierarchy
 from .modules import ModuleTable
+from .train_record import TrainOps
 
 #: ATen ops of the form ``op(input, p, train)``.
 DROPOUT_OPS = frozenset(
@@ -55,16 +56,28 @@ def _random_ops(frame: Frame) -> int:
                and getattr(getattr(n.target, "_overloadpacket", None), "__name__", None) in RANDOM_OPS)
 
 
-def train_only_randomness(eval_h: Hierarchy, train_h: Hierarchy, table: ModuleTable) -> list[str]:
+def train_ops_of(train_h: Hierarchy) -> TrainOps:
+    """The :class:`TrainOps` of an exported train trace (first call of each non-leaf path, and the root)."""
+    ops = TrainOps()
+    frames = [("", train_h.root)] + [(p, fs[0]) for p, fs in train_h.frames_by_path.items() if fs and not fs[0].leaf]
+    for path, frame in frames:
+        ops.dropouts[path] = _dropouts(frame)
+        ops.randoms[path] = _random_ops(frame)
+    return ops
+
+
+def train_only_randomness(eval_h: Hierarchy, train: TrainOps, table: ModuleTable) -> list[str]:
     """Keys of the modules whose train-mode call draws random numbers that their eval-mode call does not."""
     keys = []
-    for path, frames in train_h.frames_by_path.items():
-        if not frames or frames[0].leaf:
+    for path, count in train.randoms.items():
+        if not path:
             continue
         eval_frames = eval_h.frames_by_path.get(path) or []
-        if _random_ops(frames[0]) > (_random_ops(eval_frames[0]) if eval_frames else 0):
+        if eval_frames and eval_frames[0].leaf:
+            continue
+        if count > (_random_ops(eval_frames[0]) if eval_frames else 0):
             keys.append(table.key(path) or "root")
-    if _random_ops(train_h.root) > _random_ops(eval_h.root):
+    if train.randoms.get("", 0) > _random_ops(eval_h.root):
         keys.insert(0, "root")
     return keys
 
@@ -79,18 +92,25 @@ def _dropouts(frame: Frame) -> list[fx.Node]:
     return [n for n in frame.items if isinstance(n, fx.Node) and n.target in _TARGETS]
 
 
-def apply_train_trace(ir: IR, eval_h: Hierarchy, train_h: Hierarchy, table: ModuleTable) -> list[str]:
+def unaligned(eval_h: Hierarchy, train: TrainOps, table: ModuleTable) -> list[str]:
+    """Keys of the module calls whose dropout ops do not line up one to one with the train run's."""
+    pairs = [("", [eval_h.root]), *eval_h.frames_by_path.items()]
+    return [table.key(path) or "root" for path, frames in pairs
+            if frames and not frames[0].leaf and _dropouts(frames[0])
+            and len(_dropouts(frames[0])) != len(train.dropouts.get(path, []))]
+
+
+def apply_train_trace(ir: IR, eval_h: Hierarchy, train: TrainOps, table: ModuleTable) -> list[str]:
     """Mark aligned dropout ops of ``ir`` with the train trace's ``p``; returns the keys left as traced."""
     skipped = []
-    pairs = [("", [eval_h.root], [train_h.root])] + [
-        (path, frames, train_h.frames_by_path.get(path) or []) for path, frames in eval_h.frames_by_path.items()
+    pairs = [("", [eval_h.root], train.dropouts.get("", []))] + [
+        (path, frames, train.dropouts.get(path, [])) for path, frames in eval_h.frames_by_path.items()
     ]
-    for path, frames, train_frames in pairs:
+    for path, frames, train_ops in pairs:
         key = table.key(path) or "root"
         if key not in ir or not frames or frames[0].leaf:
             continue
         ops = _dropouts(frames[0])
-        train_ops = _dropouts(train_frames[0]) if train_frames else []
         if not ops:
             continue
         if len(ops) != len(train_ops):

@@ -156,6 +156,14 @@ CORPUS: list[Arch] = [
     _arch(
         "convnext_cls", "ConvNextForImageClassification", "vision", vision_audio._convnext_cls, configs._image_inputs
     ),
+    _arch(  # no dropout op anywhere: only the meta-device train pass can see its DropPath
+        "convnext_droppath",
+        "ConvNextForImageClassification",
+        "vision",
+        lambda: vision_audio._convnext_cls(drop_path=0.1),
+        configs._image_inputs,
+        train_differs=_DROP_PATH,
+    ),
     _arch("regnet", "RegNetModel", "vision", vision_audio._regnet, configs._image_inputs),
     _arch(
         "resnet_bottleneck",

@@ -84,11 +84,11 @@ def _convnext_v2() -> nn.Module:
     return ConvNextV2Model(config)
 
 
-def _convnext_cls() -> nn.Module:
+def _convnext_cls(drop_path: float = DROP_PATH) -> nn.Module:
     from transformers import ConvNextConfig, ConvNextForImageClassification
 
     config = ConvNextConfig(image_size=IMG, hidden_sizes=[16, 32], depths=[2, 1], num_stages=2, num_labels=5,
-                            drop_path_rate=DROP_PATH)
+                            drop_path_rate=drop_path)
     return ConvNextForImageClassification(config)
 
 

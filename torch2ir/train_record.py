@@ -1,0 +1,173 @@
+"""A cheap train-mode "trace": run the model once in train mode on ``meta`` tensors and record, per module
+call, the functional dropout / SDPA calls and random-number calls (see :mod:`torch2ir.training`).
+
+``torch.export`` is the exact but expensive way to see what train mode does: a full second trace, as
+long as the eval trace itself. The train trace only needs a few facts per module call: the ``p`` and
+``train`` arguments of each dropout-like op, in order, and how many random ops ran. One eager forward
+pass with every parameter, buffer and input swapped for a ``meta`` copy (nothing is computed or allocated, and
+the model's own tensors are put back untouched), a ``TorchFunctionMode`` recording those calls and global
+module hooks naming the module each call ran in, gives them at about 5% of an export's cost (a
+``FakeTensorMode`` run costs 15%). Any failure (data-dependent Python control flow, a tensor attribute
+that is not a parameter or buffer, ...) returns ``None`` and the caller falls back to the export-based
+train trace; so does any disagreement with the eval trace (dropout counts that do not line up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from .frontend import traced_mode
+
+_aten = torch.ops.aten
+#: Python-level function -> the ATen op the export graph holds for it, and its argument names in schema order.
+_DROPOUTS: dict[Callable[..., Any], tuple[Any, tuple[str, ...]]] = {
+    F.dropout: (_aten.dropout.default, ("input", "p", "training")),
+    F.alpha_dropout: (_aten.alpha_dropout.default, ("input", "p", "training")),
+    F.feature_alpha_dropout: (_aten.feature_alpha_dropout.default, ("input", "p", "training")),
+    F.dropout1d: (_aten.feature_dropout.default, ("input", "p", "training")),
+    F.dropout2d: (_aten.feature_dropout.default, ("input", "p", "training")),
+    F.dropout3d: (_aten.feature_dropout.default, ("input", "p", "training")),
+    torch.dropout: (_aten.dropout.default, ("input", "p", "train")),
+    torch.feature_dropout: (_aten.feature_dropout.default, ("input", "p", "train")),
+    torch.alpha_dropout: (_aten.alpha_dropout.default, ("input", "p", "train")),
+    torch.feature_alpha_dropout: (_aten.feature_alpha_dropout.default, ("input", "p", "train")),
+    F.scaled_dot_product_attention: (
+        _aten.scaled_dot_product_attention.default,
+        ("query", "key", "value", "attn_mask", "dropout_p", "is_causal"),
+    ),
+}
+_DEFAULTS = {"p": 0.5, "training": True, "train": True, "attn_mask": None, "dropout_p": 0.0, "is_causal": False}
+
+
+@dataclass
+class RecordedOp:
+    """A dropout-like call as the export graph would hold it (``target``, positional ``args``)."""
+
+    target: Any
+    args: tuple
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainOps:
+    """Per module path (its first call): the dropout-like ops in order and the number of random ops."""
+
+    dropouts: dict[str, list[Any]] = field(default_factory=dict)
+    randoms: dict[str, int] = field(default_factory=dict)
+
+
+def _positional(names: tuple[str, ...], args: tuple, kwargs: Mapping[str, Any]) -> tuple:
+    """The arguments in schema order, defaults filled in, probabilities as floats (as the op schema makes them)."""
+    values = dict(zip(names, args))
+    values.update({k: v for k, v in kwargs.items() if k in names})
+    out = [values.get(n, _DEFAULTS.get(n)) for n in names]
+    return tuple(float(v) if n in ("p", "dropout_p") and type(v) is int else v for n, v in zip(names, out))
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self, current: Callable[[], str | None], random_names: frozenset[str], ops: TrainOps) -> None:
+        super().__init__()
+        self.current = current
+        self.random_names = random_names
+        self.ops = ops
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None
+                           ) -> Any:
+        kwargs = kwargs or {}
+        path = self.current()
+        if path is not None:
+            entry = _DROPOUTS.get(func)
+            if entry is not None:
+                target, names = entry
+                self.ops.dropouts.setdefault(path, []).append(
+                    RecordedOp(target, _positional(names, args, kwargs)))
+            elif getattr(func, "__name__", None) in self.random_names:
+                self.ops.randoms[path] = self.ops.randoms.get(path, 0) + 1
+        return func(*args, **kwargs)
+
+
+def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
+                     is_leaf: Callable[[nn.Module], bool], random_names: frozenset[str]) -> TrainOps | None:
+    """Run ``model`` once in train mode on fake tensors, recording :class:`TrainOps`; ``None`` when it fails."""
+    try:
+        from torch._export.utils import _compiling_state_context
+    except ImportError:  # pragma: no cover - older torch
+        _compiling_state_context = contextlib.nullcontext  # type: ignore[assignment]
+
+    path_of: dict[int, str] = {}
+    for path, module in model.named_modules():
+        path_of.setdefault(id(module), path)
+    stack: list[tuple[str, bool, bool]] = []  # (path, leaf, first call of this path)
+    seen: set[str] = set()
+    ops = TrainOps()
+
+    def current() -> str | None:
+        if not stack or any(leaf for _, leaf, _ in stack[1:]):
+            return None  # inside a handled leaf: its ops are the leaf's business
+        path, _, first = stack[-1]
+        return path if first else None
+
+    def pre(module: nn.Module, _args: Any) -> None:
+        path = path_of.get(id(module))
+        if path is None:  # not a registered submodule: its ops stay in the caller
+            return
+        stack.append((path, bool(path) and is_leaf(module), path not in seen))
+        seen.add(path)
+
+    def post(module: nn.Module, _args: Any, _out: Any) -> None:
+        if id(module) in path_of and stack:
+            stack.pop()
+
+    handles = [nn.modules.module.register_module_forward_pre_hook(pre),
+               nn.modules.module.register_module_forward_hook(post, always_call=True)]
+    try:
+        meta = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (tuple(args), dict(kwargs or {})))
+        with _on_meta(model), traced_mode(model, training=True), _compiling_state_context(), \
+                _Recorder(current, random_names, ops):
+            model(*meta[0], **meta[1])
+    except Exception:  # noqa: BLE001 - any failure: the caller falls back to an exported train trace
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+    return ops
+
+
+@contextlib.contextmanager
+def _on_meta(model: nn.Module) -> Iterator[None]:
+    """Swap every parameter and buffer of ``model`` for a ``meta`` copy, and put the very same objects back.
+
+    Each module's own ``_parameters`` / ``_buffers`` entries are swapped once per module object, so a module
+    registered under several names and weights tied between modules stay shared (one meta copy per tensor).
+    ``torch.func.functional_call`` is not used: with a module registered twice it restores the meta copy
+    instead of the original (torch 2.13), which would leave the user's model on ``meta``.
+    """
+    copies: dict[int, torch.Tensor] = {}
+
+    def on_meta(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in copies:
+            m = t.detach().to("meta")
+            copies[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
+        return copies[id(t)]
+
+    saved: list[tuple[dict[str, Any], str, Any]] = []
+    try:
+        for module in {id(m): m for m in model.modules()}.values():
+            for table in (module._parameters, module._buffers):
+                for name, t in table.items():
+                    if t is not None:
+                        saved.append((table, name, t))
+                        table[name] = on_meta(t)
+        yield
+    finally:
+        for table, name, t in reversed(saved):
+            table[name] = t

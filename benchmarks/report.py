@@ -69,7 +69,7 @@ def section_convert(results: list[dict[str, Any]]) -> tuple[list[str], list[Chec
         met = r["convert_vs_export"] <= CONVERT_VS_EXPORT
         checks.append(Check(f"convert / export, {r['model']}", _x(r["convert_vs_export"]),
                             f"<= {CONVERT_VS_EXPORT}x", met))
-        exports = 2 if r.get("train_trace") == "applied" else 1
+        exports = r.get("exports", "?")
         rows.append([r["model"], _fmt(r["export_s"]), _fmt(r["export_s"] + r["unflatten_s"]), _fmt(r["convert_s"]),
                      f"{_x(r['convert_vs_export'])} {'' if met else '(miss)'}".strip(),
                      _x(r["export_unflatten_vs_export"]), _x(r["convert_vs_export_unflatten"]), exports,
@@ -131,8 +131,8 @@ def section_scale(results: list[dict[str, Any]], rss: list[dict[str, Any]]) -> t
     head = []
     if main is not None:
         head = [f"Llama with Llama-2-7B dimensions, {main['layers']} layers ({main['parameters'] / 1e9:.2f} B "
-                f"parameters), model and input ids (1, 16) on `meta`; convert ran "
-                f"{'two exports (train trace)' if main.get('train_trace') == 'applied' else 'one export'}.", ""]
+                f"parameters), model and input ids (1, 16) on `meta`; convert ran {main.get('exports', '?')} "
+                f"export(s); train-mode pass: {main.get('train_trace') or 'not needed'}.", ""]
     lines = head + _table(["measure", "value", "reference", "reference value", "ratio", "target", "met"], rows)
     return lines + _errors(results + rss), checks
 

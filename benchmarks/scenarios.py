@@ -44,6 +44,23 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:160]}" if text else type(exc).__name__
 
 
+def exports_in(fn: Callable[[], Any]) -> int:
+    """How many times ``fn()`` calls ``torch.export.export`` (one extra, untimed call)."""
+    real = torch.export.export
+    calls: list[int] = []
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    torch.export.export = counting
+    try:
+        fn()
+    finally:
+        torch.export.export = real
+    return len(calls)
+
+
 # -- convert ---------------------------------------------------------------------------------------------------
 def task_convert(model: str, rounds: int, warmup: int) -> dict[str, Any]:
     """``torch2ir.convert`` vs ``torch.export.export`` vs export + ``torch.export.unflatten`` (small config)."""
@@ -75,6 +92,7 @@ def task_convert(model: str, rounds: int, warmup: int) -> dict[str, Any]:
         "convert_vs_export_unflatten": paired_ratio(series, "convert", ["export", "unflatten"]),
         "export_unflatten_vs_export": 1 + paired_ratio(series, "unflatten", "export"),
         "train_trace": ir.root.meta.get("train_trace"),
+        "exports": exports_in(convert),
         "fx_nodes": len(state["ep"].graph.nodes),
         "ir_nodes": sum(impl.graph.number_of_nodes() for impl in ir.values()),
         "implementations": len(ir),
@@ -231,6 +249,7 @@ def task_scale(layers: int, rounds: int, warmup: int) -> dict[str, Any]:
         "convert_vs_export": paired_ratio(trace, "convert", "export"),
         "lower_vs_export": paired_ratio(trace, "lower", "export"),
         "train_trace": state["ir"].root.meta.get("train_trace"),
+        "exports": exports_in(convert),
         "ir_json_bytes": size, "save_s": save_s,
         "ir_load_s": load["ir_load"].median, "json_parse_s": load["json_parse"].median,
         "ir_load_vs_json_parse": paired_ratio(load, "ir_load", "json_parse"),

@@ -19,7 +19,7 @@ from .frontend import RNN_WARNING, export, needs_signature, outermost_handled, t
 from .hierarchy import Hierarchy, Problem
 from .modules import ModuleTable
 from .tensormeta import state_record
-from .train_record import TrainOps, record_train_ops
+from .train_record import TrainOps, reads_training, record_train_ops
 from .training import (
     RANDOM_OPS,
     TrainModeWarning,
@@ -70,7 +70,7 @@ def build_ir(
     _calling_convention(ir.root, ep)
     if has_graph_dropout(ir):
         _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes)
-    else:
+    elif any(reads_training(type(m)) for m in table.module_of_key.values() if not table.is_leaf(m)):
         _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
     _keep_tensors(ir, table, ep.constants)
     try:
@@ -107,7 +107,8 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
 
 def _check_train_randomness(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
                             kwargs: Mapping[str, Any] | None) -> None:
-    """No dropout op to mark: only look for train-only randomness (DropPath), with the cheap meta pass alone.
+    """No dropout op to mark, but some module reads ``training``: only look for train-only randomness
+    (DropPath, LayerDrop) with the cheap meta pass alone.
 
     A second export would double the conversion time of every such model for a warning, so when the meta pass
     cannot run, ``meta["train_trace"]`` says the check was not made instead.

@@ -15,6 +15,9 @@ train trace; so does any disagreement with the eval trace (dropout counts that d
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import types
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,3 +174,37 @@ def _on_meta(model: nn.Module) -> Iterator[None]:
     finally:
         for table, name, t in reversed(saved):
             table[name] = t
+
+
+def reads_training(cls: type) -> bool:
+    """Whether ``cls.forward``, or a method of ``cls`` it calls, reads a ``training`` attribute.
+
+    Only such a module can behave differently in train mode outside its handled leaves (DropPath's
+    ``if not self.training``, LayerDrop's coin, gradient checkpointing). Found from the bytecode's attribute
+    names: no source file is read, about 0.1 ms for a whole transformers model. A ``forward`` that is not
+    plain Python counts as reading it.
+    """
+    return _reads_training(cls)
+
+
+@functools.cache
+def _reads_training(cls: type) -> bool:
+    forward = getattr(cls, "forward", None)
+    functions = [forward, inspect.unwrap(forward)] if isinstance(forward, types.FunctionType) else []
+    if not functions:
+        return True
+    seen: set[types.CodeType] = set()
+    return any(_code_reads_training(f.__code__, cls, seen) for f in functions)
+
+
+def _code_reads_training(code: types.CodeType, cls: type, seen: set[types.CodeType]) -> bool:
+    if code in seen:
+        return False
+    seen.add(code)
+    if "training" in code.co_names:
+        return True
+    nested = [c for c in code.co_consts if isinstance(c, types.CodeType)]  # lambdas, comprehensions, closures
+    methods = [getattr(cls, n, None) for n in code.co_names]  # self.helper(...) calls
+    nested += [inspect.unwrap(m).__code__ for m in methods if isinstance(m, types.FunctionType)]
+    return any(_code_reads_training(c, cls, seen) for c in nested)
+

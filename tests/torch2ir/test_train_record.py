@@ -218,3 +218,48 @@ class _UserBlock(nn.Module):
 )
 def test_which_handled_leaves_keep_their_call_signature(module: nn.Module, needed: bool) -> None:
     assert needs_signature(module) is needed
+
+
+class _HelperReadsTraining(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._maybe_drop(x)
+
+    def _maybe_drop(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if self.training else x
+
+
+class _LambdaReadsTraining(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (lambda t: t + 1 if self.training else t)(x)
+
+
+class _Plain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x)) + self.helper(x)
+
+    def helper(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(-1, keepdim=True)
+
+
+@pytest.mark.parametrize(
+    ("cls", "reads"),
+    [(_DropPath, True), (_HelperReadsTraining, True), (_LambdaReadsTraining, True), (_Net, True),
+     (_Plain, False), (nn.Sequential, False)],
+)
+def test_reads_training_finds_train_mode_branches_in_the_bytecode(cls: type, reads: bool) -> None:
+    assert train_record.reads_training(cls) is reads
+
+
+def test_meta_pass_runs_only_where_train_mode_can_differ(monkeypatch) -> None:
+    calls = []
+    real = train_record.record_train_ops
+    monkeypatch.setattr(torch2ir.build, "record_train_ops", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ir = torch2ir.convert(_seeded(_Plain), (_x(),))
+    assert calls == [] and "train_trace" not in ir.root.meta  # no dropout op, nothing reads `training`
+    with pytest.warns(TrainModeWarning):
+        torch2ir.convert(_seeded(_DropPath), (_x(),))
+    assert calls == [1]

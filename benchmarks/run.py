@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/run.py --quick               # a reduced run, under a minute
-    python benchmarks/run.py                       # the full run (about a quarter of an hour on 2 cores)
+    python benchmarks/run.py                       # the full run (about 7 minutes on 2 cores)
     python benchmarks/run.py --only convert,forward --models gpt2,resnet
 
 Every task (a scenario on one model, or one operation whose memory is measured) runs in a fresh child

@@ -158,24 +158,27 @@ def test_meta_pass_counts_train_only_random_ops() -> None:
     assert "random ops only in train mode in: root" in ir.root.meta["train_trace"]
 
 
-def test_meta_pass_failure_returns_none_and_conversion_falls_back_to_export(monkeypatch) -> None:
+@pytest.fixture
+def exports(monkeypatch) -> list[int]:
+    """Records one entry per ``torch.export.export`` call."""
+    calls: list[int] = []
+    real_export = torch.export.export
+    monkeypatch.setattr(torch.export, "export", lambda *a, **k: calls.append(1) or real_export(*a, **k))
+    return calls
+
+
+def test_meta_pass_failure_returns_none_and_conversion_falls_back_to_export(exports: list[int]) -> None:
     model = _seeded(_ConstantAttr)
     table = ModuleTable(model, torch2ir.get_default_converter())
     assert train_record.record_train_ops(model, (_x(),), None, table.is_leaf, RANDOM_OPS) is None
-    exports = []
-    real_export = torch.export.export
-    monkeypatch.setattr(torch.export, "export", lambda *a, **k: exports.append(1) or real_export(*a, **k))
     ir = torch2ir.convert(model, (_x(),))
     assert len(exports) == 2, "eval trace, then the export-based train trace"
     assert ir.root.meta["train_trace"] == "applied"
     _assert_train_mode_exact(model, ir)
 
 
-def test_converted_train_mode_is_exact_through_the_meta_pass(monkeypatch) -> None:
+def test_converted_train_mode_is_exact_through_the_meta_pass(exports: list[int]) -> None:
     model = _seeded(_Net)
-    exports = []
-    real_export = torch.export.export
-    monkeypatch.setattr(torch.export, "export", lambda *a, **k: exports.append(1) or real_export(*a, **k))
     ir = torch2ir.convert(model, (_x(),))
     assert len(exports) == 1, "the meta pass replaces the second export"
     assert ir.root.meta["train_trace"] == "applied"

@@ -85,7 +85,7 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
                  kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any) -> None:
     """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`).
 
-    First an eager run on fake tensors (:func:`~torch2ir.train_record.record_train_ops`, a fraction of an
+    First an eager run on meta copies (:func:`~torch2ir.train_record.record_train_ops`, a fraction of an
     export's cost); when it fails or its dropout ops do not line up with the eval trace's, a real export.
     """
     fast = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS)

@@ -39,7 +39,8 @@ from .schema import (
 )
 from .values import values_equal
 
-__all__ = ["IR", "NODE_KINDS", "RESERVED_KEYS", "STATE_KINDS", "Implementation", "ImplementationNotFound", "slot_path"]
+__all__ = ["IR", "NODE_KINDS", "RESERVED_KEYS", "STATE_KINDS", "Implementation", "ImplementationNotFound", "parent_key",
+           "slot_path"]
 
 class Implementation:
     """One module instance of the IR: attributes, graph, state records.
@@ -327,6 +328,17 @@ class IR(MutableMapping[str, Implementation]):
 
     def __repr__(self) -> str:
         return f"IR({len(self)} implementations: {', '.join(list(self._impls)[:5])}{', ...' if len(self) > 5 else ''})"
+
+
+def parent_key(key: str, keys: Mapping[str, Any] | set[str]) -> str:
+    """The implementation under which ``key`` hangs: its longest proper dotted prefix in ``keys``
+    (``"root"`` when there is none)."""
+    parts = key.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        candidate = ".".join(parts[:cut])
+        if candidate in keys:
+            return candidate
+    return "root"
 
 
 def _same_tensor(a: Any, b: Any) -> bool:

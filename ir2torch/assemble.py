@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from common.errors import IRFormatError, StateDictError
-from common.ir import IR
+from common.ir import IR, parent_key
 
-from .rebuild import parent_key, relative_path, set_submodule
+from .rebuild import relative_path, set_submodule
 
 
 def attach_children(ir: IR, modules: Mapping[str, nn.Module]) -> nn.Module:

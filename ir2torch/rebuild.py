@@ -20,7 +20,6 @@ import builtins
 import functools
 import keyword
 import operator
-from collections.abc import Mapping
 from typing import Any
 
 import networkx as nx
@@ -86,16 +85,6 @@ def execution_order(impl: Implementation) -> list[str]:
     """Nodes in a topological order that follows the stored order wherever possible."""
     position = {n: i for i, n in enumerate(impl.graph.nodes)}
     return list(nx.lexicographical_topological_sort(impl.graph, key=position.__getitem__))
-
-
-def parent_key(key: str, keys: Mapping[str, Any] | set[str]) -> str:
-    """The implementation under which ``key`` hangs: its longest proper path prefix in ``keys``."""
-    parts = key.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        candidate = ".".join(parts[:cut])
-        if candidate in keys:
-            return candidate
-    return "root"
 
 
 def relative_path(parent: str, key: str) -> str:

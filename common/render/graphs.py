@@ -22,7 +22,7 @@ import networkx as nx
 
 from ..errors import IRError
 from ..flat import FlatIR
-from ..ir import IR
+from ..ir import IR, parent_key
 
 __all__ = ["RenderError", "compact_count", "flat_hierarchy_graph", "flat_ops_graph", "hierarchy_graph",
            "implementation_graph"]
@@ -32,16 +32,6 @@ CONTAINERS = frozenset({"sequential", "modulelist", "moduledict"})
 
 class RenderError(IRError):
     """A picture cannot be made (unknown format, missing matplotlib, too large an image, no such module)."""
-
-
-def _parent(path: str, known: set[str]) -> str:
-    """The nearest proper dotted prefix of ``path`` in ``known`` (``"root"`` when there is none)."""
-    parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        prefix = ".".join(parts[:cut])
-        if prefix in known:
-            return prefix
-    return "root"
 
 
 def _short(path: str) -> str:
@@ -64,7 +54,7 @@ def _tree(paths: Iterable[str]) -> nx.DiGraph:
     tree = nx.DiGraph(layout="tree")
     tree.add_nodes_from(ordered)
     for path in ordered[1:]:
-        tree.add_edge(_parent(path, known), path)
+        tree.add_edge(parent_key(path, known), path)
     return tree
 
 

@@ -3,7 +3,8 @@
 :func:`validate` checks, per implementation:
 
 - node kinds: a node is ``input``, ``output``, ``function``, ``get_attr`` or a call of an
-  implementation the IR holds, of the same type;
+  implementation the IR holds, of the same type (so no implementation may have one of those
+  four kinds as its type: its call nodes could not be told apart from them);
 - edges: both ends exist, nothing flows into an ``input`` or out of the ``output``;
 - acyclicity of each graph, and of the "calls" relation between implementations;
 - function targets against the allow-list of :mod:`common.safety` (no import happens);
@@ -44,6 +45,13 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         allowlist: function names to accept (default: :data:`common.safety.DEFAULT_ALLOWLIST`).
     """
     allow = allowlist or DEFAULT_ALLOWLIST
+    for key, impl in ir.items():
+        if impl.type in NODE_KINDS:
+            raise IRValidationError(
+                f"implementation type {impl.type!r} is a node kind, so nodes calling it read as {impl.type!r} nodes",
+                implementation=key,
+                hint=f"give it another type; {', '.join(NODE_KINDS)} are reserved",
+            )
     calls = nx.DiGraph()
     for key, impl in ir.items():
         calls.add_node(key)

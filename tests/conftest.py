@@ -1,6 +1,11 @@
 """Shared test configuration: hypothesis profiles.
 
-``HYPOTHESIS_PROFILE=long`` multiplies every property test's example count by 10.
+Profiles (``HYPOTHESIS_PROFILE=...``):
+
+- ``default``: random draws, so every local run explores new examples;
+- ``ci``: the same draws on every run (``derandomize``), used by ``.ci/run`` so that a landing
+  is decided by the code, not by the seed; a failure still prints its reproduction blob;
+- ``long``: random draws and 10 times the examples of every property test.
 """
 
 from __future__ import annotations
@@ -10,6 +15,9 @@ import os
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "ci", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, print_blob=True
+)
 settings.register_profile("long", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 

@@ -12,6 +12,7 @@ their JSON documents into (mostly) invalid ones.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from common.ir import IR, Implementation
+from common.ir import IR, NODE_KINDS, Implementation
 from common.serialize import ir_to_document
 from common.values import Ref
 
@@ -79,8 +80,10 @@ def _state_record(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def _graph(draw: st.DrawFn, impl: Implementation, callees: list[Implementation]) -> None:
     """Fill ``impl.graph`` with a random valid DAG calling ``callees``."""
-    node_names = draw(st.lists(names, min_size=8, max_size=8, unique=True).filter(lambda xs: "output" not in xs))
-    # (filter above only guards the reserved name; it almost never rejects)
+    # drawn names must not collide with the fixed ones ("output", "in_<i>", "attr_<id>"): add_node would
+    # silently retype that node (an "in_0" call fed by itself is a cycle); the filter almost never rejects
+    fresh = names.filter(lambda x: x != "output" and not x.startswith(("in_", "attr_")))
+    node_names = draw(st.lists(fresh, min_size=8, max_size=8, unique=True))
     pool = iter(node_names)
     available: list[str] = []
     for i in range(draw(st.integers(1, 3))):
@@ -126,7 +129,8 @@ def _graph(draw: st.DrawFn, impl: Implementation, callees: list[Implementation])
 def irs(draw: st.DrawFn) -> IR:
     """A random valid IR (it passes :func:`common.validate.validate`)."""
     ir = IR()
-    leaf_types = draw(st.lists(names, min_size=1, max_size=3, unique=True))
+    # a leaf type equal to a node kind ("output", ...) is invalid: its call nodes would read as that kind
+    leaf_types = draw(st.lists(names.filter(lambda t: t not in NODE_KINDS), min_size=1, max_size=3, unique=True))
     root = ir.add(Implementation("root", "module", meta={"class": "tests.Model"}))
     block_key = draw(identifiers)
     block = ir.add(Implementation(block_key, "module"))
@@ -172,6 +176,9 @@ _JUNK = st.one_of(
     st.just({"$dtype": "nope"}), st.just({"$tuple": 3}), st.just({"$ref": 5}), st.just({"$what": 1}),
     st.just({"$float": "huge"}), st.just([["a"]]), st.just("\u202e\u0000名"),
 )  # fmt: skip
+# st.just returns the same object on every draw: copy it, or a mutation into a drawn [] or {} would change
+# the literal for every later example (a document growing across examples, "inconsistent data generation")
+_JUNK = _JUNK.map(copy.deepcopy)
 
 
 @st.composite
@@ -199,7 +206,7 @@ def mutated_documents(draw: st.DrawFn) -> str:
             value = parent[last]
             parent[last] = [value] if not isinstance(value, list) else {"x": value}
         elif op == "dup" and isinstance(parent, list):
-            parent.append(parent[last])
+            parent.append(copy.deepcopy(parent[last]))
     text = json.dumps(doc, ensure_ascii=False)
     if draw(st.integers(0, 9)) == 0:  # text-level damage: truncation or a huge literal
         cut = draw(st.integers(0, max(len(text) - 1, 0)))

@@ -3,8 +3,10 @@
 Profiles (``HYPOTHESIS_PROFILE=...``):
 
 - ``default``: random draws, so every local run explores new examples;
-- ``ci``: the same draws on every run (``derandomize``), used by ``.ci/run`` so that a landing
-  is decided by the code, not by the seed; a failure still prints its reproduction blob;
+- ``ci``: seeded from each test's source (``derandomize``), used by ``.ci/run`` so that a landing
+  is decided by the code, not by a seed; a failure still prints its reproduction blob. Draws can
+  still differ with the project modules already imported (hypothesis mines them for constants),
+  so no test may rely on a fixed sample;
 - ``long``: random draws and 10 times the examples of every property test.
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 import torch
 from hypothesis import Phase, find, given, settings
 from torch import nn
@@ -50,17 +51,17 @@ FEATURES: dict[str, Callable[[RandomModel], bool]] = {
 }
 
 
-def test_the_strategy_constructs_every_feature():
-    """300 draws (derandomized, so the test is stable) contain every promised feature."""
-    seen: set[str] = set()
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+def test_the_strategy_constructs_every_feature(feature):
+    """Every promised feature turns up within 1000 draws (the rarest, conv + batch norm, in a few dozen).
 
-    @settings(max_examples=300, database=None, derandomize=True, phases=[Phase.generate])
-    @given(models())
-    def collect(model: RandomModel) -> None:
-        seen.update(name for name, has in FEATURES.items() if has(model))
-
-    collect()
-    assert sorted(set(FEATURES) - seen) == []
+    Each feature is searched for on its own rather than counted in one fixed sample: hypothesis also draws
+    constants from the project modules imported so far, so a fixed sample changes with what ran before it
+    in the process, even when derandomized.
+    """
+    first_hit = settings(max_examples=1000, database=None, derandomize=True, phases=[Phase.generate])
+    model = find(models(), FEATURES[feature], settings=first_hit)
+    assert FEATURES[feature](model)
 
 
 @settings(max_examples=50)

@@ -77,6 +77,11 @@ class UnsupportedFormatVersionError(IRFormatError):
     """A JSON file was written by a newer (or unknown) version of the format."""
 
 
+class UnsafeNameError(IRFormatError):
+    """A name in a file is not of the form its field requires (it could shadow an attribute or reach
+    generated code); see :mod:`common.names`."""
+
+
 class IRSerializationError(IRError):
     """A value in the IR cannot be written to JSON (a tensor, an arbitrary object, ...)."""
 
@@ -136,12 +141,26 @@ class StateDictError(IRError):
     """A state dict does not fit the rebuilt model (missing, unexpected or mis-shaped keys)."""
 
 
+class BuildError(IRError):
+    """A module cannot be built from an implementation (its builder refused the IR's attributes)."""
+
+
+class ExecutionError(IRError):
+    """A rebuilt graph failed while running: names the implementation and node; the cause is chained.
+
+    The error raised is also an instance of the original exception's class where Python allows it
+    (``except ValueError`` around a rebuilt model catches what it caught around the original).
+    """
+
+
 __all__ = [
     "ArgumentMismatchError",
+    "BuildError",
     "ConversionError",
     "CycleError",
     "DanglingEdgeError",
     "DuplicateHandlerError",
+    "ExecutionError",
     "HandlerNotFoundError",
     "IRError",
     "IRFormatError",
@@ -152,6 +171,7 @@ __all__ = [
     "RegistryError",
     "StateDictError",
     "UnknownNodeKindError",
+    "UnsafeNameError",
     "UnsafeTargetError",
     "UnsupportedFormatVersionError",
 ]

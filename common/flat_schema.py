@@ -27,6 +27,7 @@ from .errors import (
     UnsafeTargetError,
 )
 from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
+from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
 from .schema import ValueFn, expect
 from .serialize import (
@@ -39,6 +40,7 @@ from .serialize import (
     write_tensors_atomic,
     write_text_atomic,
 )
+from .treespec import kwarg_names, load_spec
 from .values import decode, dtype_from_name, dtype_name, encode
 
 FLAT_FORMAT = "torch2ir.flat"
@@ -188,11 +190,51 @@ def check_op(op_type: str, allow: Allowlist, extra_ops: frozenset[str], node: st
     )
 
 
+#: Every string field of a FlatIR that names something in the executed module, with its rule.
+FLAT_NAME_FIELDS = {
+    "forward_arg_names[]": "identifier (not a name generated code uses)",
+    "weight_name_mapping value": "attribute path",
+    "nodes[].kwargs key": "identifier",
+    "in_spec": "pytree spec, keyword names identifiers",
+    "out_spec": "pytree spec",
+    "meta.device": "a device torch knows",
+}
+
+
+def check_flat_names(flat: Any) -> None:
+    """The names of :data:`FLAT_NAME_FIELDS` follow the rules of :mod:`common.names`.
+
+    Raises:
+        UnsafeNameError: naming the field and value.
+        IRFormatError: an unreadable spec or device.
+    """
+    check_forward_arg_names(list(flat.forward_arg_names))
+    for name, key in flat.weight_name_mapping.items():
+        check_attr_path(key, f"weight_name_mapping[{name!r}]")
+    for node in flat.nodes:
+        for key in node.kwargs:
+            check_identifier(key, "keyword argument", node=node.name)
+    if flat.in_spec is not None:
+        kwarg_names(load_spec(flat.in_spec, "in_spec"))
+    if flat.out_spec is not None:
+        load_spec(flat.out_spec, "out_spec")
+    device = flat.meta.get("device")
+    if device is not None:
+        import torch
+
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError, ValueError):
+            raise IRFormatError(f"meta.device {str(device)[:40]!r} is not a device", key="meta.device",
+                                hint="use the device the model was lowered on ('meta', 'cpu', ...)") from None
+
+
 def validate_flat(flat: Any, allowlist: Allowlist | None, extra_ops: frozenset[str]) -> None:
     """Semantic checks of a FlatIR (see :meth:`common.flat.FlatIR.validate`)."""
     allow = allowlist or DEFAULT_ALLOWLIST
     for node in flat.nodes:  # safety first: refuse unknown ops before looking at anything else
         check_op(node.op_type, allow, extra_ops, node.name)
+    check_flat_names(flat)
     defined: dict[str, ValueMeta] = {}
 
     def define(meta: ValueMeta, where: str, node: str | None = None) -> None:
@@ -315,5 +357,6 @@ def document_format(path: str | os.PathLike) -> str | None:
     return doc.get("format") if isinstance(doc, Mapping) else None
 
 
-__all__ = ["FLAT_FORMAT", "FLAT_FORMAT_VERSION", "check_op", "document_format", "flat_from_document",
-           "flat_to_document", "load_flat", "parse_flat", "parse_value", "save_flat", "validate_flat"]
+__all__ = ["FLAT_FORMAT", "FLAT_FORMAT_VERSION", "FLAT_NAME_FIELDS", "check_flat_names", "check_op",
+           "document_format", "flat_from_document", "flat_to_document", "load_flat", "parse_flat", "parse_value",
+           "save_flat", "validate_flat"]

@@ -75,13 +75,17 @@ class Implementation:
         self.meta: dict[str, Any] = dict(meta or {})
 
     # -- building graphs -----------------------------------------------------------------
-    def add_node(self, name: str, type: str, implementation: str | None = None, **fields: Any) -> str:
-        """Append a node (nodes keep insertion order, which is their execution order)."""
+    def add_node(self, name: str, type: str, implementation: str | None = None, /, **fields: Any) -> str:
+        """Append a node (nodes keep insertion order, which is their execution order).
+
+        ``fields`` may use any name (``self``, ``name``, ...): they are stored as data.
+        """
         attrs: dict[str, Any] = {"type": type}
         if implementation is not None:
             attrs["implementation"] = implementation
         attrs.update(fields)
-        self.graph.add_node(name, **attrs)
+        self.graph.add_node(name)
+        self.graph.nodes[name].update(attrs)
         return name
 
     def add_edge(self, src: str, dst: str, *, slot: Slot | None = None, src_index: int | None = None) -> int:

@@ -144,16 +144,27 @@ class Allowlist:
 
 
 def _aten_overload(op: str, overload: str | None) -> Any:
-    """``torch.ops.aten.<op>.<overload>`` (or the packet), or None when it does not exist."""
+    """``torch.ops.aten.<op>.<overload>`` (or the packet), or None when it is not an operator.
+
+    The name is first looked up in the dispatcher's table of schemas (a pure lookup); only then is
+    the attribute read, and only an ``OpOverloadPacket`` / ``OpOverload`` is ever returned, so names
+    of the namespace object's own attributes (``aten.__init__``, ``aten.name``) resolve to nothing
+    and nothing is called on them.
+    """
     try:
+        if not torch._C._jit_get_schemas_for_operator(f"aten::{op}"):
+            return None
         packet = getattr(torch.ops.aten, op)
-    except (AttributeError, RuntimeError):
+    except Exception:  # noqa: BLE001 - an unknown op raises AttributeError or RuntimeError
+        return None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
         return None
     if overload is None:
         return packet
     if overload not in packet.overloads():
         return None
-    return getattr(packet, overload)
+    found = getattr(packet, overload, None)
+    return found if isinstance(found, torch._ops.OpOverload) else None
 
 
 def function_name(fn: Any) -> str:

@@ -9,6 +9,8 @@
 - acyclicity of each graph, and of the "calls" relation between implementations;
 - function targets against the allow-list of :mod:`common.safety` (no import happens);
 - ``get_attr`` targets against the implementation's recorded state;
+- names (:mod:`common.validate_names`): every string that names an attribute, an argument or a
+  keyword of the rebuilt model follows the rules of :mod:`common.names`, and aliases form a tree;
 - arguments: the ``Ref`` placeholders in a node's ``args``/``kwargs`` and its incoming
   edges agree one to one; without ``args``, positional slots leave no gap.
 
@@ -34,6 +36,7 @@ from .errors import (
 )
 from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .safety import DEFAULT_ALLOWLIST, Allowlist
+from .validate_names import check_names
 from .values import Ref, Subgraph, iter_refs, iter_values
 
 
@@ -52,6 +55,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
                 implementation=key,
                 hint=f"give it another type; {', '.join(NODE_KINDS)} are reserved",
             )
+    check_names(ir)
     calls = nx.DiGraph()
     for key, impl in ir.items():
         calls.add_node(key)

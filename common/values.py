@@ -16,6 +16,7 @@ imports a module or calls a user-supplied name. Tensors are never inlined.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -182,10 +183,19 @@ def _decode_float(raw: Any, where: str) -> float:
         if raw not in _FLOATS:
             raise IRFormatError(f"unknown float constant {raw!r}", key=where, hint="use 'inf', '-inf' or 'nan'")
         return _FLOATS[raw]
-    return float(raw)
+    try:
+        return float(raw)
+    except OverflowError:
+        raise IRFormatError(f"number {str(raw)[:20]}... does not fit a float", key=where,
+                            hint='write {"$float": "inf"} for an infinite value') from None
 
 
-def _tagged(value: dict[str, Any], where: str) -> Any:
+#: Deepest nesting of lists, tuples and dicts a value may have (a real model's arguments nest a few
+#: levels; deeper values would exhaust the recursion limit of the generated code's compiler).
+MAX_DEPTH = 32
+
+
+def _tagged(value: dict[str, Any], where: str, depth: int) -> Any:
     (tag,) = [k for k in value if k.startswith("$")]
     raw = value[tag]
     extra = set(value) - {tag} - ({"index"} if tag == "$ref" else set())
@@ -194,15 +204,15 @@ def _tagged(value: dict[str, Any], where: str) -> Any:
     if tag == "$tuple":
         if not isinstance(raw, list):
             raise IRFormatError("$tuple takes a list", key=where)
-        return tuple(decode(v, f"{where}[{i}]") for i, v in enumerate(raw))
+        return tuple(decode(v, f"{where}[{i}]", _depth=depth + 1) for i, v in enumerate(raw))
     if tag == "$dict":
         if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 for p in raw):
             raise IRFormatError("$dict takes a list of [key, value] pairs", key=where)
         out = {}
         for i, (k, v) in enumerate(raw):
-            key = decode(k, f"{where}[{i}]")
+            key = decode(k, f"{where}[{i}]", _depth=depth + 1)
             try:
-                out[key] = decode(v, f"{where}[{i}]")
+                out[key] = decode(v, f"{where}[{i}]", _depth=depth + 1)
             except TypeError:
                 raise IRFormatError("$dict key is not hashable", key=f"{where}[{i}]") from None
         return out
@@ -231,7 +241,7 @@ def _tagged(value: dict[str, Any], where: str) -> Any:
     if tag == "$slice":
         if not isinstance(raw, list) or len(raw) != 3:
             raise IRFormatError("$slice takes [start, stop, step]", key=where)
-        parts = [decode(v, where) for v in raw]
+        parts = [decode(v, where, _depth=depth + 1) for v in raw]
         if not all(p is None or (isinstance(p, int) and not isinstance(p, bool)) for p in parts):
             raise IRFormatError("$slice bounds must be integers or null", key=where)
         return slice(*parts)
@@ -245,7 +255,7 @@ def _tagged(value: dict[str, Any], where: str) -> Any:
         name = raw.get("name") if isinstance(raw, dict) else None
         if not isinstance(name, str):
             raise IRFormatError("$graph takes an implementation dict with a name", key=where)
-        return Subgraph(Implementation.from_dict(name, raw, value_fn=decode))
+        return Subgraph(Implementation.from_dict(name, raw, value_fn=functools.partial(decode, _depth=depth + 1)))
     if tag == "$ref":
         index = value.get("index")
         if not isinstance(raw, str) or not (index is None or (isinstance(index, int) and not isinstance(index, bool))):
@@ -258,12 +268,16 @@ def _untag_float(raw: Any) -> Any:
     return raw["$float"] if isinstance(raw, dict) and set(raw) == {"$float"} else raw
 
 
-def decode(value: JSONValue, where: str = "value") -> Any:
+def decode(value: JSONValue, where: str = "value", *, _depth: int = 0) -> Any:
     """Decode a JSON value produced by :func:`encode`.
 
     Raises:
-        IRFormatError: for an unknown tag or a malformed tagged value.
+        IRFormatError: for an unknown tag, a malformed tagged value, or nesting deeper than
+            :data:`MAX_DEPTH`.
     """
+    if _depth > MAX_DEPTH:
+        raise IRFormatError(f"value nested more than {MAX_DEPTH} levels deep", key=where,
+                            hint="IR values are shallow (arguments, attributes); is the file corrupt?")
     if value is None or isinstance(value, (bool, str, int)):
         return value
     if isinstance(value, float):
@@ -271,14 +285,14 @@ def decode(value: JSONValue, where: str = "value") -> Any:
             raise IRFormatError("non-finite number in JSON", key=where, hint='write {"$float": "inf"}')
         return value
     if isinstance(value, list):
-        return [decode(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [decode(v, f"{where}[{i}]", _depth=_depth + 1) for i, v in enumerate(value)]
     if isinstance(value, dict):
         tags = [k for k in value if isinstance(k, str) and k.startswith("$")]
         if len(tags) > 1:
             raise IRFormatError(f"a value has several tags {tags}", key=where)
         if tags:
-            return _tagged(value, where)
-        return {k: decode(v, f"{where}.{k}") for k, v in value.items()}
+            return _tagged(value, where, _depth)
+        return {k: decode(v, f"{where}.{k}", _depth=_depth + 1) for k, v in value.items()}
     raise IRFormatError(f"unexpected {type(value).__name__} in document", key=where)
 
 

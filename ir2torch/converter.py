@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.errors import HandlerNotFoundError, IRFormatError
+from common.errors import BuildError, HandlerNotFoundError, IRError, IRFormatError
 from common.flat import FlatIR
 from common.ir import IR, Implementation
 from common.registry import Registry, Where
@@ -165,16 +165,30 @@ class Ir2Torch:
                    maps: dict[str, StateMap]) -> nn.Module:
         if impl.type in self.builders:
             entry = self.builders.get(impl.type, impl.name)
-            with torch.device(device) if device is not None else contextlib.nullcontext():
-                module = entry.build(impl)
+            try:
+                with torch.device(device) if device is not None else contextlib.nullcontext():
+                    module = entry.build(impl)
+            except IRError:
+                raise
+            except Exception as exc:
+                raise BuildError(f"the builder of type {impl.type!r} failed: {type(exc).__name__}: {exc}",
+                                 implementation=impl.name,
+                                 hint="the implementation's attributes do not fit its type's builder") from exc
             if not isinstance(module, nn.Module):
-                raise TypeError(f"builder for {impl.type!r} returned {type(module).__name__}, not an nn.Module")
+                raise BuildError(f"builder for {impl.type!r} returned {type(module).__name__}, not an nn.Module",
+                                 implementation=impl.name, hint="a builder returns an nn.Module")
             if entry.state_map is not None:
                 maps[impl.name] = entry.state_map
             return module
         if impl.graph.number_of_nodes() or impl.type == "module":
             # a "module" never called has no graph: it only holds its state and children
-            return graph_module(impl, self.allowlist, device=device)
+            try:
+                return graph_module(impl, self.allowlist, device=device)
+            except IRError:
+                raise
+            except Exception as exc:
+                raise BuildError(f"cannot build the graph module: {type(exc).__name__}: {exc}",
+                                 implementation=impl.name, hint="check the implementation's state records") from exc
         raise HandlerNotFoundError(
             f"no builder for type {impl.type!r} and no graph to rebuild it from",
             implementation=impl.name,

@@ -22,13 +22,13 @@ import torch
 from torch import fx, nn
 
 from common.flat import FlatIR, FlatNode
-from common.ir import Implementation
 from common.registry import Registry
 from common.safety import Allowlist
 from common.values import Ref
 
+from .codegen import calling_convention, install_graph, report_errors
 from .flat_state import StateSource, attach_weights, resolve_weights
-from .rebuild import _fx_name, calling_convention, runtime_device
+from .rebuild import _fx_name, runtime_device
 
 Executor = Callable[..., Any]
 
@@ -74,12 +74,11 @@ def build_flat_module(
     tensors = resolve_weights(flat, state, device=device, strict=strict)
     attach_weights(gm, flat, tensors)
     fallback = torch.device(device) if device is not None else torch.device("cpu")
-    gm.graph = _FlatGraph(flat, allow, registry, fallback).build()
+    graph = _FlatGraph(flat, allow, registry, fallback).build()
     if flat.in_spec is not None:
-        root = Implementation("root", "module", meta={"in_spec": flat.in_spec, "out_spec": flat.out_spec,
-                                                      "forward_arg_names": flat.forward_arg_names})
-        gm.graph._codegen = calling_convention(root)
-    gm.recompile()
+        graph._codegen = calling_convention({"in_spec": flat.in_spec, "out_spec": flat.out_spec,
+                                             "forward_arg_names": flat.forward_arg_names}, "root")
+    report_errors(install_graph(gm, graph, "root"), "root")
     gm.meta["flat_ir"] = flat
     return gm.eval()
 
@@ -172,14 +171,21 @@ class _FlatGraph:
         return op, schema
 
     def build(self) -> fx.Graph:
+        taken: set[str] = set()
         for meta in self.flat.graph_inputs:
-            self.env[meta.name] = self.graph.placeholder(_fx_name(meta.name))
+            name = base = _fx_name(meta.name)
+            while name in taken:
+                name = f"{base}_{len(taken)}"
+            taken.add(name)
+            self.env[meta.name] = self.graph.placeholder(name)
+            self.env[meta.name].meta["ir_node"] = meta.name
         for node in self.flat.nodes:
             fn, schema = self.target(node)
             args, kwargs = call_arguments(schema, node.args, node.kwargs)
             fx_node = self.graph.create_node("call_function", fn, tuple(self.substitute(args)),
                                              self.substitute(kwargs), name=_fx_name(node.name))
-            fx_node.meta.update(flat_node=node.name, op_type=node.op_type, module_path=node.module_path)
+            fx_node.meta.update(flat_node=node.name, op_type=node.op_type, module_path=node.module_path,
+                                ir_node=node.name)
             if returns_sequence(schema, len(node.outputs)):
                 for index, out in enumerate(node.outputs):
                     self.env[out.name] = ("item", fx_node, index)

@@ -28,8 +28,11 @@ from torch import fx, nn
 
 from common.errors import ArgumentMismatchError, IRValidationError
 from common.ir import Implementation, slot_path
+from common.names import sanitize
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
+
+from .codegen import calling_convention, install_graph, report_errors
 
 #: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
 #: at every ``.to(...)``; eager PyTorch never runs them, so a rebuilt graph leaves them out when nothing uses them.
@@ -147,6 +150,17 @@ class _GraphBuilder:
         self._training: fx.Node | None = None
         self._device: fx.Node | None = None
         self._first_input: fx.Node | None = None
+        self._placeholders: set[str] = set()
+
+    def placeholder_name(self, node: str) -> str:
+        """A distinct identifier for input ``node`` (sanitized names of two inputs may coincide)."""
+        name = base = _fx_name(node)
+        suffix = 1
+        while name in self._placeholders:
+            name = f"{base}_{suffix}"
+            suffix += 1
+        self._placeholders.add(name)
+        return name
 
     def value(self, src: str, index: int | None) -> fx.Node:
         base = self.env[src]
@@ -204,7 +218,8 @@ class _GraphBuilder:
     def bind_subgraphs(self, fn: Any, args: tuple) -> tuple[Any, tuple]:
         """A higher-order op's body becomes a ``GraphModule`` bound into the call target."""
         bodies = {
-            i: fx.GraphModule(nn.Module(), _GraphBuilder(a.impl, self.allowlist).build(), class_name="Subgraph")
+            i: install_graph(fx.GraphModule(nn.Module(), fx.Graph(), class_name="Subgraph"),
+                             _GraphBuilder(a.impl, self.allowlist).build(), self.impl.name)
             for i, a in enumerate(args) if isinstance(a, Subgraph)
         }
         if fn is torch.ops.higher_order.wrap_with_set_grad_enabled:
@@ -227,7 +242,8 @@ class _GraphBuilder:
             attrs = self.impl.node(node)
             kind = attrs["type"]
             if kind == "input":
-                self.env[node] = self.graph.placeholder(_fx_name(node))
+                self.env[node] = self.graph.placeholder(self.placeholder_name(node))
+                self.env[node].meta["ir_node"] = node
                 self._first_input = self._first_input or self.env[node]
                 continue
             unused = not self.impl.graph.out_degree(node)
@@ -255,6 +271,7 @@ class _GraphBuilder:
             else:
                 target = _call_target(self.impl, node, attrs)
                 fx_node = self.graph.create_node("call_module", target, args, kwargs, name=name)
+            fx_node.meta["ir_node"] = node
             self.env[node] = fx_node
         if not outputs_seen:
             self.graph.output(None)
@@ -282,9 +299,7 @@ class SubgraphCall:
 
 def _fx_name(name: str) -> str:
     """A Python identifier for generated code: no keyword, builtin or ``self``."""
-    cleaned = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name)
-    if not cleaned or cleaned[0].isdigit():
-        cleaned = f"n_{cleaned}"
+    cleaned = sanitize(name)
     if cleaned in _RESERVED_NAMES or keyword.iskeyword(cleaned):
         cleaned += "_"
     return cleaned
@@ -312,36 +327,9 @@ def graph_module(
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
     graph = _GraphBuilder(impl, allowlist).build()
     if "in_spec" in impl.meta:
-        graph._codegen = calling_convention(impl)
-    gm.graph = graph  # the setter recompiles, once, with the codegen already in place
-    return gm
-
-
-def calling_convention(impl: Implementation) -> Any:
-    r"""The pytree codegen that makes a rebuilt root take the original ``(*args, **kwargs)``
-    and return the original output structure (tuples, dicts, ``ModelOutput``\ s).
-
-    ``treespec_loads`` only resolves type names registered with torch's pytree (it imports
-    nothing), so an output type of a library that is not imported yet is refused.
-    """
-    from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
-    from torch.utils import _pytree as pytree
-
-    from common.errors import IRFormatError
-
-    try:
-        in_spec = pytree.treespec_loads(impl.meta["in_spec"])
-        out_spec = pytree.treespec_loads(impl.meta["out_spec"]) if impl.meta.get("out_spec") else None
-    except Exception as exc:  # noqa: BLE001 - pytree raises several types for unknown names
-        raise IRFormatError(
-            f"cannot read the calling convention: {exc}",
-            implementation=impl.name,
-            hint="import the library whose output class the model returns (e.g. transformers) before rebuilding",
-        ) from None
-    names = list(impl.meta.get("forward_arg_names") or [])
-    if not names:
-        names = [f"arg_{i}" for i in range(in_spec.num_leaves)]
-    return _PyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec))
+        graph._codegen = calling_convention(impl.meta, impl.name)
+    # generates the source once, with the codegen in place; failures while running name this implementation
+    return report_errors(install_graph(gm, graph, impl.name), impl.name)
 
 
 def _set_state(root: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:

@@ -21,6 +21,7 @@ import torch
 from hypothesis import strategies as st
 
 from common.ir import IR, NODE_KINDS, Implementation
+from common.names import is_component, is_identifier
 from common.serialize import ir_to_document
 from common.values import Ref
 
@@ -30,7 +31,8 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool
 names = st.text(
     alphabet=st.characters(categories=("L", "N"), include_characters="_-$ é中"), min_size=1, max_size=12
 )
-identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True)
+#: names of attributes, arguments and modules (no keyword, no attribute of nn.Module such as ``eval``)
+identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(is_identifier).filter(is_component)
 
 
 def _scalars() -> st.SearchStrategy[Any]:
@@ -139,7 +141,7 @@ def irs(draw: st.DrawFn) -> IR:
         parent = draw(st.sampled_from(["root", block_key]))
         key = f"leaf{i}" if parent == "root" else f"{block_key}.leaf{i}"
         data = draw(st.dictionaries(identifiers.filter(lambda k: k not in _RESERVED), ir_values(6), max_size=4))
-        aliases = draw(st.lists(identifiers.map(lambda s: f"alias.{s}"), max_size=2, unique=True))
+        aliases = draw(st.lists(identifiers.map(lambda s, i=i: f"alias.a{i}_{s}"), max_size=2, unique=True))
         leaves.append(ir.add(Implementation(key, draw(st.sampled_from(leaf_types)), data, aliases=aliases)))
     for impl in (root, block):
         impl.state = {draw(identifiers): _state_record(draw) for _ in range(draw(st.integers(0, 2)))}

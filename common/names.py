@@ -1,0 +1,152 @@
+"""Which strings of a file may become names in a rebuilt model, and the checks that enforce it.
+
+An IR is data, but some of its strings end up as *names*: the forward arguments of the rebuilt
+root, keyword-argument names of calls, attribute paths of child modules and of parameters and
+buffers. torch.fx pastes such names into the Python source it generates and executes, so a
+name that is not a plain identifier could smuggle code in. Every such field is checked here,
+on load, against one rule per kind of name:
+
+- :func:`check_identifier`: an ASCII Python identifier that is not a keyword, not a dunder
+  name and not ``self`` (forward-argument and keyword-argument names);
+- :func:`check_attr_path`: a dotted path of *components* (ASCII letters, digits and ``_``; a
+  component may start with a digit, as ``ModuleList`` indices do) none of which would shadow
+  an attribute of ``nn.Module`` or ``fx.GraphModule`` (``forward``, ``training``, ``_modules``,
+  ``graph`` ...) — implementation keys, aliases, state names and ``get_attr`` targets.
+
+Names the rebuilder makes itself (fx node names, placeholder names) never come from these
+checks: they are derived from file strings by :func:`common.names.sanitize`-style cleaning and
+made unique by fx.
+"""
+
+from __future__ import annotations
+
+import functools
+import keyword
+import re
+
+from .errors import UnsafeNameError
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
+
+#: Longest name accepted (a module path of a real model is far shorter).
+MAX_NAME_LENGTH = 512
+
+#: Names fx's generated code uses for its own globals and builtins (a forward argument of that
+#: name would shadow them inside the generated function).
+CODEGEN_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree", "inf", "nan", "NoneType", "device",
+                           "getattr", "slice"})
+
+
+@functools.cache
+def module_attributes() -> frozenset[str]:
+    """Attribute names of ``nn.Module`` and ``fx.GraphModule`` instances and classes (a child or a
+    parameter of that name would replace them or be refused by ``add_module``)."""
+    from torch import fx, nn
+
+    names = set(dir(nn.Module)) | set(vars(nn.Module()))
+    names |= set(dir(fx.GraphModule)) | set(vars(fx.GraphModule(nn.Module(), fx.Graph())))
+    return frozenset(names)
+
+
+def _fail(value: object, field: str, why: str, hint: str, implementation: str | None, node: str | None) -> None:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    raise UnsafeNameError(f"{field} {shown} {why}", implementation=implementation, node=node, key=field, hint=hint)
+
+
+def is_identifier(value: object) -> bool:
+    """True for an ASCII identifier that is not a keyword, a dunder name or ``self``."""
+    return (
+        isinstance(value, str)
+        and len(value) <= MAX_NAME_LENGTH
+        and _IDENTIFIER.match(value) is not None
+        and not keyword.iskeyword(value)
+        and not (value.startswith("__") and value.endswith("__"))
+        and value != "self"
+    )
+
+
+def check_identifier(
+    value: object, field: str, *, implementation: str | None = None, node: str | None = None,
+    forbidden: frozenset[str] = frozenset(),
+) -> str:
+    """Return ``value`` if it is a plain identifier (see :func:`is_identifier`) not in ``forbidden``.
+
+    Raises:
+        UnsafeNameError: naming ``field`` and the offending value.
+    """
+    if not is_identifier(value):
+        _fail(value, field, "is not a plain Python identifier",
+              "use ASCII letters, digits and '_' (not starting with a digit); no keyword, dunder name or 'self'",
+              implementation, node)
+    if value in forbidden:
+        _fail(value, field, "would shadow a name the generated code uses", f"rename it; reserved: "
+              f"{', '.join(sorted(forbidden))}", implementation, node)
+    return value  # type: ignore[return-value]
+
+
+def is_component(value: object) -> bool:
+    """True for one component of an attribute path (``layers``, ``0``, ``q_proj``)."""
+    return (
+        isinstance(value, str)
+        and len(value) <= MAX_NAME_LENGTH
+        and _COMPONENT.match(value) is not None
+        and not keyword.iskeyword(value)
+        and value not in module_attributes()
+        and not (value.startswith("__") and value.endswith("__"))
+    )
+
+
+def check_attr_path(value: object, field: str, *, implementation: str | None = None, node: str | None = None) -> str:
+    """Return ``value`` if it is a dotted path of safe components (see :func:`is_component`).
+
+    Raises:
+        UnsafeNameError: naming ``field``, the offending value and the bad component.
+    """
+    if not isinstance(value, str) or not value or len(value) > MAX_NAME_LENGTH:
+        _fail(value, field, "is not a non-empty attribute path", "use a dotted path such as 'encoder.layer.0'",
+              implementation, node)
+    for part in value.split("."):  # type: ignore[union-attr]
+        if not is_component(part):
+            if keyword.iskeyword(part):
+                _fail(value, field, f"has component {part!r}, which is a Python keyword", "rename it",
+                      implementation, node)
+            if _COMPONENT.match(part) or part.startswith("__"):
+                _fail(value, field, f"has component {part!r}, which would shadow an attribute of nn.Module",
+                      "rename the module or tensor; forward, training, _modules, graph, ... are reserved",
+                      implementation, node)
+            _fail(value, field, f"has component {part!r}, which is not made of ASCII letters, digits and '_'",
+                  "use a dotted path such as 'encoder.layer.0'", implementation, node)
+    return value  # type: ignore[return-value]
+
+
+def check_forward_arg_names(names: object, *, implementation: str | None = None,
+                            field: str = "forward_arg_names") -> list[str]:
+    """Forward-argument names: distinct identifiers that shadow no name generated code uses.
+
+    Raises:
+        UnsafeNameError: naming the field and the offending value.
+    """
+    if not isinstance(names, list):
+        raise UnsafeNameError(f"{field} must be a list of names", implementation=implementation, key=field)
+    for name in names:
+        check_identifier(name, field, implementation=implementation, forbidden=CODEGEN_NAMES)
+    if len(set(names)) != len(names):
+        raise UnsafeNameError(f"{field} {names!r} repeats a name", implementation=implementation, key=field,
+                              hint="forward arguments need distinct names")
+    return names
+
+
+def sanitize(name: str) -> str:
+    """An identifier derived from any string, for names the rebuilder makes (not unique by itself)."""
+    cleaned = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name[:MAX_NAME_LENGTH])
+    if not cleaned or cleaned[0].isdigit():
+        cleaned = f"n_{cleaned}"
+    return cleaned
+
+
+__all__ = ["CODEGEN_NAMES", "MAX_NAME_LENGTH", "UnsafeNameError", "check_attr_path", "check_forward_arg_names",
+           "check_identifier",
+           "is_component", "is_identifier", "module_attributes", "sanitize"]

@@ -1,0 +1,119 @@
+"""Reading the pytree specs of a file (``in_spec`` / ``out_spec``) without importing anything.
+
+``torch.utils._pytree.treespec_loads`` is not safe on untrusted text: a ``defaultdict`` node
+makes it ``importlib.import_module`` a module named in the text, and an ``{"__enum__": ...}``
+object in a context does the same and then indexes whatever it found. :func:`load_spec` reads
+the same format (protocol 1, written by ``treespec_dumps``) with three rules:
+
+- a node's type must be a container (``tuple``, ``list``, ``dict``, ``OrderedDict``, a
+  named tuple) or a type some imported library registered with torch's pytree (transformers'
+  ``ModelOutput`` classes), looked up by its serialized name only;
+- contexts are parsed as strict JSON data (no object hooks); only named tuples may use their
+  registered decoder, which looks a name up in the same table;
+- nesting and size are bounded, and every failure is an :class:`~common.errors.IRFormatError`.
+
+:func:`kwarg_names` returns the keyword-argument names of an input spec, which become names in
+the rebuilt ``forward``'s source and are therefore checked as identifiers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import IRFormatError
+from .names import check_identifier
+
+#: Deepest spec accepted (a model's inputs and outputs nest a few levels).
+MAX_SPEC_DEPTH = 32
+#: Longest spec text accepted (the 70B-parameter Llama's specs are under 2 kB).
+MAX_SPEC_LENGTH = 1 << 20
+
+_NAMEDTUPLE = "collections.namedtuple"
+#: Types with a custom context decoder that is a pure table lookup.
+_SAFE_DECODERS = frozenset({_NAMEDTUPLE})
+#: Types whose decoder imports or resolves names from the text: never read from a file.
+_REFUSED = frozenset({"collections.defaultdict", "collections.deque"})
+
+
+def _fail(message: str, field: str, implementation: str | None, hint: str | None = None) -> IRFormatError:
+    return IRFormatError(message, implementation=implementation, key=field, hint=hint)
+
+
+def _no_hooks(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if "__enum__" in out:
+        raise ValueError("enum values in pytree contexts are not read from files")
+    return out
+
+
+def _json(text: Any, field: str, implementation: str | None) -> Any:
+    if not isinstance(text, str) or len(text) > MAX_SPEC_LENGTH:
+        raise _fail("is not a pytree spec string of reasonable size", field, implementation)
+    try:
+        return json.loads(text, object_pairs_hook=_no_hooks)
+    except (ValueError, RecursionError) as exc:
+        raise _fail(f"is not readable: {exc}", field, implementation) from None
+
+
+def load_spec(text: Any, field: str = "in_spec", *, implementation: str | None = None) -> Any:
+    """The ``TreeSpec`` that ``treespec_dumps`` wrote as ``text``, read without importing anything.
+
+    Raises:
+        IRFormatError: malformed, too deep, or naming a type no imported library registered.
+    """
+    from torch.utils import _pytree as pytree
+
+    doc = _json(text, field, implementation)
+    if not (isinstance(doc, list) and len(doc) == 2 and doc[0] == 1):
+        raise _fail("is not a protocol-1 pytree spec ([1, {...}])", field, implementation)
+    return _node(doc[1], pytree, field, implementation, 0)
+
+
+def _node(schema: Any, pytree: Any, field: str, implementation: str | None, depth: int) -> Any:
+    if depth > MAX_SPEC_DEPTH:
+        raise _fail(f"nests more than {MAX_SPEC_DEPTH} levels", field, implementation)
+    if not (isinstance(schema, dict) and set(schema) == {"type", "context", "children_spec"}
+            and isinstance(schema["children_spec"], list)):
+        raise _fail("has a node that is not {type, context, children_spec}", field, implementation)
+    name, context, children = schema["type"], schema["context"], schema["children_spec"]
+    if name is None and context is None and not children:
+        return pytree._LEAF_SPEC
+    if not isinstance(name, str) or name in _REFUSED or name not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
+        raise _fail(f"names type {str(name)[:80]!r}, which is not a container registered with torch's pytree",
+                    field, implementation,
+                    hint="import the library that defines the model's output class (e.g. transformers) first; "
+                    "defaultdict and deque specs are not read from files")
+    typ = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE[name]
+    decoder = pytree.SUPPORTED_SERIALIZED_TYPES[typ].from_dumpable_context
+    if decoder is None:
+        value = _json(context, field, implementation)
+    elif name in _SAFE_DECODERS:
+        try:
+            value = decoder(context)
+        except Exception as exc:  # noqa: BLE001 - the decoder raises several types for unknown names
+            raise _fail(f"names an unknown named tuple: {exc}", field, implementation) from None
+    else:
+        raise _fail(f"type {name!r} has a context decoder that is not read from files", field, implementation)
+    kids = [_node(child, pytree, field, implementation, depth + 1) for child in children]
+    try:
+        return pytree.TreeSpec(typ, value, kids)
+    except Exception as exc:  # noqa: BLE001 - TreeSpec validates arity and context in several ways
+        raise _fail(f"has an inconsistent node of type {name!r}: {exc}", field, implementation) from None
+
+
+def kwarg_names(spec: Any, field: str = "in_spec", *, implementation: str | None = None) -> list[str]:
+    """Keyword-argument names of an ``(args, kwargs)`` input spec, each checked as an identifier.
+
+    Raises:
+        UnsafeNameError: a keyword name is not a plain identifier.
+    """
+    if not (spec.type is tuple and spec.num_children == 2 and spec.child(1).type is dict):
+        return []
+    names = list(spec.child(1).context)
+    for name in names:
+        check_identifier(name, f"{field} keyword argument", implementation=implementation)
+    return names
+
+
+__all__ = ["MAX_SPEC_DEPTH", "kwarg_names", "load_spec"]

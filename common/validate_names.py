@@ -1,0 +1,135 @@
+"""Lints of the names an IR gives to things of the rebuilt model, and of its module tree.
+
+Part of :func:`common.validate.validate`; every field listed in :data:`NAME_FIELDS` is checked
+here with the rule of :mod:`common.names` its use requires, so no string of a file reaches
+generated source or shadows an attribute of a rebuilt module:
+
+- implementation keys, aliases, state names, state ties, ``get_attr`` targets and call
+  nodes' ``target`` paths are attribute paths;
+- keyword-argument names of calls (``kwargs`` keys and keyword slots of edges) are identifiers;
+- the calling convention (``in_spec``, ``out_spec``, ``forward_arg_names`` in ``meta``) is read
+  without importing anything and its names are identifiers.
+
+It also checks that the module tree the aliases describe is a tree: a module registered, under
+an alias, inside itself (or inside one of its own descendants) would make every walk of the
+rebuilt model recurse forever.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+
+from .errors import CycleError, IRFormatError, UnsafeNameError
+from .ir import IR, Implementation, slot_path
+from .names import check_attr_path, check_forward_arg_names, check_identifier
+from .treespec import kwarg_names, load_spec
+from .values import Subgraph, iter_values
+
+#: Every string field of an implementation that names something in the rebuilt model, with its rule.
+NAME_FIELDS = {
+    "implementation key": "attribute path",
+    "aliases[]": "attribute path",
+    "state name": "attribute path",
+    "state[].tie": "attribute path",
+    "get_attr node implementation": "attribute path",
+    "call node target": "attribute path",
+    "node kwargs key": "identifier",
+    "edge slot keyword": "identifier",
+    "meta.forward_arg_names[]": "identifier (not a name generated code uses)",
+    "meta.in_spec": "pytree spec, keyword names identifiers",
+    "meta.out_spec": "pytree spec",
+}
+
+
+def check_names(ir: IR) -> None:
+    """Raise :class:`~common.errors.UnsafeNameError` for the first name of ``ir`` that breaks its rule,
+    :class:`~common.errors.CycleError` when aliases put a module inside itself."""
+    for key, impl in ir.items():
+        if key != "root":
+            check_attr_path(key, "implementation key", implementation=key)
+        for name, rec in impl.state.items():
+            check_attr_path(name, "state name", implementation=key)
+            if rec.get("tie") is not None:
+                check_attr_path(rec["tie"], f"state[{name!r}].tie", implementation=key)
+        for alias in impl.aliases:
+            check_attr_path(alias, "alias", implementation=key)
+        _check_graph_names(impl, key)
+        if "in_spec" in impl.meta or "out_spec" in impl.meta or "forward_arg_names" in impl.meta:
+            _check_convention(impl.meta, key)
+    _check_tree(ir)
+
+
+def _check_graph_names(impl: Implementation, key: str) -> None:
+    for node, attrs in impl.graph.nodes(data=True):
+        kind = attrs.get("type")
+        if kind == "get_attr":
+            check_attr_path(attrs.get("implementation"), "get_attr target", implementation=key, node=node)
+        elif kind not in ("input", "output", "function") and attrs.get("target") is not None:
+            check_attr_path(attrs["target"], "call target", implementation=key, node=node)
+        kwargs = attrs.get("kwargs", {})
+        if isinstance(kwargs, dict) and kind != "output":
+            for name in kwargs:
+                check_identifier(name, "keyword argument", implementation=key, node=node)
+        for src, _, data in impl.in_edges(node):
+            slot = data.get("slot")
+            if slot is not None and isinstance(slot_path(slot)[0], str) and "args" not in attrs:
+                check_identifier(slot_path(slot)[0], f"keyword slot of the edge from {src!r}",
+                                 implementation=key, node=node)
+        for _, value in iter_values([attrs.get("args", []), kwargs]):
+            if isinstance(value, Subgraph):
+                _check_graph_names(value.impl, key)
+
+
+def _check_convention(meta: dict[str, Any], key: str) -> None:
+    if not isinstance(meta.get("in_spec"), str):
+        raise IRFormatError("a calling convention needs 'in_spec' (a pytree spec string)", implementation=key,
+                            key="meta.in_spec", hint="keep in_spec, out_spec and forward_arg_names together")
+    spec = load_spec(meta["in_spec"], "meta.in_spec", implementation=key)
+    kwarg_names(spec, "meta.in_spec", implementation=key)
+    if meta.get("out_spec") is not None:
+        load_spec(meta["out_spec"], "meta.out_spec", implementation=key)
+    check_forward_arg_names(list(meta.get("forward_arg_names") or []), implementation=key,
+                            field="meta.forward_arg_names")
+
+
+def _check_tree(ir: IR) -> None:
+    """The modules placed at every key and alias form a tree (plus shared children), never a cycle."""
+    owner: dict[str, str] = {}
+    for key, impl in ir.items():
+        for path in (key, *impl.aliases):
+            if path in owner:
+                raise UnsafeNameError(f"module path {path!r} is used by both {owner[path]!r} and {key!r}",
+                                      implementation=key, key="aliases",
+                                      hint="each path names one module; drop the duplicate alias")
+            owner[path] = key
+    if ir.get("root") is not None and ir["root"].aliases:
+        raise CycleError("the root module cannot have aliases (it would contain itself)", implementation="root",
+                         hint="remove 'aliases' from the root implementation")
+    tree = nx.DiGraph()
+    for path, key in owner.items():
+        if path == "root":
+            continue
+        parent_path = path.rpartition(".")[0]
+        parent = _resolve(parent_path, owner)
+        tree.add_edge(parent, key)
+        while parent.startswith("container:"):  # plain containers made for missing levels hang under theirs
+            up = parent[len("container:"):].rpartition(".")[0]
+            grand = _resolve(up, owner)
+            tree.add_edge(grand, parent)
+            parent = grand
+    if not nx.is_directed_acyclic_graph(tree):
+        cycle = [u for u, _ in nx.find_cycle(tree)]
+        raise CycleError(f"aliases put a module inside itself: {' -> '.join(cycle + cycle[:1])}",
+                         implementation=next((c for c in cycle if not c.startswith("container:")), cycle[0]),
+                         hint="an alias may not name a path below the module itself")
+
+
+def _resolve(path: str, owner: dict[str, str]) -> str:
+    if not path:
+        return "root"
+    return owner.get(path, f"container:{path}")
+
+
+__all__ = ["NAME_FIELDS", "check_names"]

@@ -1,0 +1,190 @@
+"""The one place where ir2torch turns a graph into Python source, and what guards it.
+
+torch.fx writes a ``GraphModule``'s ``forward`` as Python source and executes it. Most of
+that source is made of names fx creates itself, but a few strings are pasted in as they are:
+placeholder and keyword-argument names, ``get_attr`` / ``call_module`` attribute paths, and
+the forward-argument and keyword names of a pytree calling convention. Every graph ir2torch
+builds (module graphs, higher-order-op bodies, executed FlatIRs) is installed through
+:func:`install_graph`, which checks each of those strings against the identifier rules of
+:mod:`common.names` *before* fx generates or executes anything, and turns any failure of code
+generation into an :class:`~common.errors.IRError`. Loading already validates the same fields
+with messages naming the field; this gate makes sure no future field or code path can put a
+file string into executed source unchecked.
+
+:func:`report_errors` makes a rebuilt module's call raise :class:`ExecutionError`, naming the
+implementation and node, when its generated code fails (an IR that loads but does not run).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import traceback
+from typing import Any
+
+import torch
+from torch import fx, nn
+from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+
+from common.errors import ExecutionError, IRError, IRFormatError, UnsafeNameError
+from common.names import check_forward_arg_names
+from common.treespec import kwarg_names, load_spec
+
+_COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class SafePyTreeCodeGen(_PyTreeCodeGen):
+    """fx's pytree calling convention, with the forward-argument names kept out of fx's namespace.
+
+    fx names nodes and globals from a fresh namespace; the original argument names go into the
+    ``def`` line unchanged. Reserving them first means no node or global can take one of those
+    names and be shadowed by an argument inside the generated function.
+    """
+
+    def _gen_python_code(self, nodes: Any, root_module: str, namespace: Any, **kwargs: Any) -> Any:
+        for name in self.pytree_info.orig_args:
+            namespace.create_name(name, None)
+        return super()._gen_python_code(nodes, root_module, namespace, **kwargs)
+
+
+def calling_convention(meta: dict[str, Any], implementation: str) -> SafePyTreeCodeGen:
+    r"""The codegen that makes a rebuilt module take the original ``(*args, **kwargs)`` and return
+    the original output structure (tuples, dicts, ``ModelOutput``\ s), from ``in_spec``,
+    ``out_spec`` and ``forward_arg_names`` of ``meta``.
+
+    Raises:
+        IRFormatError: a spec is unreadable or names an output type no imported library registered.
+        UnsafeNameError: an argument or keyword name is not a plain identifier.
+    """
+    in_spec = load_spec(meta["in_spec"], "in_spec", implementation=implementation)
+    out_spec = load_spec(meta["out_spec"], "out_spec", implementation=implementation) if meta.get("out_spec") else None
+    kwarg_names(in_spec, implementation=implementation)
+    names = list(meta.get("forward_arg_names") or [])
+    check_forward_arg_names(names, implementation=implementation)
+    if not names:
+        names = [f"arg_{i}" for i in range(in_spec.num_leaves)]
+    return SafePyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec))
+
+
+def _check_text(value: Any, pattern: re.Pattern[str], what: str, implementation: str, node: str) -> None:
+    parts = value.split(".") if isinstance(value, str) and pattern is _COMPONENT else [value]
+    if not all(isinstance(p, str) and pattern.match(p) for p in parts):
+        raise UnsafeNameError(f"{what} {str(value)[:80]!r} cannot appear in generated code",
+                              implementation=implementation, node=node,
+                              hint="names used as code must be plain identifiers / dotted attribute paths")
+
+
+def check_graph(graph: fx.Graph, implementation: str) -> None:
+    """Every string fx will paste into source: identifiers and dotted attribute paths only.
+
+    Raises:
+        UnsafeNameError: naming the implementation and fx node.
+    """
+    placeholders: set[str] = set()
+    for node in graph.nodes:
+        where = node.meta.get("ir_node", node.name)
+        if node.op == "placeholder":
+            _check_text(node.target, _IDENTIFIER, "placeholder", implementation, where)
+            if node.target in placeholders:
+                raise UnsafeNameError(f"two inputs are both named {node.target!r}", implementation=implementation,
+                                      node=where)
+            placeholders.add(node.target)
+        elif node.op in ("get_attr", "call_module"):
+            _check_text(node.target, _COMPONENT, "attribute path", implementation, where)
+        for key in node.kwargs:
+            _check_text(key, _IDENTIFIER, "keyword argument", implementation, where)
+    codegen = graph._codegen
+    if isinstance(codegen, _PyTreeCodeGen):
+        if not isinstance(codegen, SafePyTreeCodeGen):
+            raise UnsafeNameError("a pytree calling convention must come from calling_convention()",
+                                  implementation=implementation)
+        check_forward_arg_names(list(codegen.pytree_info.orig_args), implementation=implementation)
+        kwarg_names(codegen.pytree_info.in_spec, implementation=implementation)
+
+
+def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str) -> fx.GraphModule:
+    """Check ``graph`` (:func:`check_graph`) and make it ``gm``'s graph (fx generates and runs its source).
+
+    Raises:
+        UnsafeNameError: a string that would reach generated source is not a plain name.
+        IRFormatError: fx cannot generate or compile the source (names the implementation).
+    """
+    check_graph(graph, implementation)
+    try:
+        gm.graph = graph  # the setter generates the source and executes the ``def``
+    except IRError:
+        raise
+    except (SyntaxError, RecursionError, ValueError, TypeError, RuntimeError) as exc:
+        raise IRFormatError(f"cannot generate code for this graph: {type(exc).__name__}: {exc}",
+                            implementation=implementation,
+                            hint="the IR's graph is malformed (nesting, names or arguments)") from None
+    return gm
+
+
+def report_errors(gm: fx.GraphModule, implementation: str) -> fx.GraphModule:
+    """Make failures of ``gm``'s generated code raise :class:`ExecutionError` naming ``implementation``
+    and the node (instead of an exception from deep inside generated code)."""
+    type(gm)._wrapped_call = _ReportingCall(type(gm), implementation)
+    return gm
+
+
+class _ReportingCall:
+    """Replaces fx's per-class call wrapper (same cost: one frame per call) and reports errors by node."""
+
+    def __init__(self, cls: type, implementation: str) -> None:
+        self.cls = cls
+        self.implementation = implementation
+
+    def __call__(self, obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super(self.cls, obj).__call__(*args, **kwargs)
+        except IRError:
+            raise
+        except Exception as exc:
+            if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+                raise  # tracers use exceptions of their own; leave them untouched
+            message = f"running {_failed_at(obj, exc)} raised {type(exc).__name__}: {str(exc).strip()[:500]}"
+            hint = ("if the inputs are valid, the IR's graph is inconsistent here (the exception's cause has the "
+                    "full traceback)")
+            try:
+                error = _execution_error(type(exc))(message, implementation=self.implementation, hint=hint)
+            except Exception:  # noqa: BLE001 - an exception class whose __init__ wants other arguments
+                error = ExecutionError(message, implementation=self.implementation, hint=hint)
+            raise error from exc
+
+
+def _reduce_plain(self: ExecutionError) -> tuple:
+    """Pickle as a plain :class:`ExecutionError` (the combined class exists only in this process)."""
+    return ExecutionError(self.message, implementation=self.implementation, node=self.node, key=self.key,
+                          hint=self.hint).__reduce__()
+
+
+@functools.cache
+def _execution_error(kind: type[BaseException]) -> type[ExecutionError]:
+    """:class:`ExecutionError` that is also a ``kind`` (plain ExecutionError where the two cannot be combined)."""
+    try:
+        return type("ExecutionError", (ExecutionError, kind), {"__module__": ExecutionError.__module__,
+                                                              "__reduce__": _reduce_plain})
+    except TypeError:  # e.g. OSError's instance layout
+        return ExecutionError
+
+
+def _failed_at(obj: nn.Module, exc: BaseException) -> str:
+    """``node 'x' (aten.mm.default)`` for the innermost line of ``obj``'s generated code in ``exc``'s traceback."""
+    code = getattr(type(obj).forward, "__code__", None)
+    lineno = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code is code:
+            lineno = line
+    lines = getattr(obj, "_lineno_map", None) or {}
+    index = lines.get(lineno) if lineno is not None else None
+    if index is None:
+        return "the graph"
+    node = list(obj.graph.nodes)[index]
+    target = node.meta.get("op_type") or getattr(node.target, "__name__", node.target)
+    return f"node {node.meta.get('ir_node', node.name)!r} ({target})"
+
+
+__all__ = ["SafePyTreeCodeGen", "calling_convention", "check_graph",
+           "install_graph", "report_errors"]

@@ -1,0 +1,89 @@
+"""Valid documents to attack, and one function that runs a document the way a user would.
+
+:func:`documents` converts a few zoo models chosen to cover every field the writers emit
+(keyword inputs and a pytree calling convention, aliases and ties, non-persistent buffers saved
+as a tensors file, a higher-order op body, stock ``torch.nn`` leaves with constructor attributes)
+and lowers one to a FlatIR. :func:`attempt` loads a document, rebuilds it on ``meta`` and on the
+CPU and calls the CPU rebuild once, and reports what came out of each step.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import ir2torch
+import torch2ir
+from common import IR, FlatIR
+from common.errors import IRError
+from tests.models.zoo import by_name
+
+#: Zoo cases whose IRs together carry every field of the module-level schema.
+IR_CASES = ("kwargs", "shared_sequential", "tied_embedding", "buffers", "no_grad_inside", "conv_net",
+            "dict_output", "transformer")
+#: Zoo case lowered to the FlatIR attacked.
+FLAT_CASE = "kwargs"
+
+
+@dataclass(frozen=True)
+class Document:
+    """A saved document (parsed JSON), the tensors file beside it, and the inputs to call it with."""
+
+    name: str
+    kind: str  # "ir" or "flat"
+    doc: dict[str, Any]
+    sidecar: bytes | None
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@cache
+def documents(tmp: str) -> tuple[Document, ...]:
+    """The attacked documents, written once per session under ``tmp``."""
+    out = []
+    for name in (*IR_CASES, FLAT_CASE):
+        case = by_name(name)
+        model = case.build()
+        args, kwargs = case.inputs()
+        kind = "flat" if name == FLAT_CASE and len(out) == len(IR_CASES) else "ir"
+        obj = torch2ir.lower(model, args, kwargs) if kind == "flat" else torch2ir.convert(model, args, kwargs)
+        path = Path(tmp) / f"{name}.{kind}.json"
+        obj.save(path)
+        sidecars = sorted(Path(tmp).glob(f"{name}.{kind}.tensors*.safetensors"))
+        out.append(Document(name, kind, json.loads(path.read_text()), sidecars[0].read_bytes() if sidecars else None,
+                            args, kwargs))
+    return tuple(out)
+
+
+def write(document: Document, doc: Any, folder: Path) -> Path:
+    """Write ``doc`` (a mutated copy of ``document.doc``) and the original tensors file into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{document.name}.{document.kind}.json"
+    path.write_text(json.dumps(doc))
+    if document.sidecar is not None and isinstance(document.doc.get("tensors"), dict):
+        name = document.doc["tensors"].get("file")
+        if isinstance(name, str):
+            (folder / name).write_bytes(document.sidecar)
+    return path
+
+
+def attempt(path: Path, document: Document) -> str:
+    """Load, rebuild on meta and on the CPU, call once: ``"ok"`` or the name of the IRError that stopped it.
+
+    Any exception that is not an :class:`IRError` propagates (the test fails on it).
+    """
+    try:
+        loaded = IR.load(path) if document.kind == "ir" else FlatIR.load(path)
+        ir2torch.convert(copy.deepcopy(loaded), device="meta")
+        model = ir2torch.convert(loaded)
+        with torch.no_grad():
+            model(*document.args, **document.kwargs)
+    except IRError as exc:
+        return type(exc).__name__
+    return "ok"

@@ -12,6 +12,7 @@ Exit codes of both tools:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -19,7 +20,10 @@ from typing import Any, NoReturn
 
 from ..errors import IRError
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "Parser", "add_common_options", "one_line", "run"]
+__all__ = [
+    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "Parser", "add_common_options", "drop_script_folder",
+    "one_line", "run",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -103,3 +107,17 @@ def run(prog: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None) 
             traceback.print_exc()
         print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
+
+
+def drop_script_folder() -> None:
+    """Take back the current folder that ``python -m`` put first on ``sys.path`` (``python -m torch2ir``).
+
+    The installed ``torch2ir`` / ``ir2torch`` commands never search the current folder for ``MODEL``;
+    this makes ``python -m`` behave the same, so a ``json.py`` or ``transformers.py`` lying there is
+    not imported by a later import. Only the entry Python added is removed: not under ``python -P``,
+    and a ``PYTHONPATH`` entry naming the folder stays. ``--import-path .`` adds it back on purpose.
+    Modules Python imported before this runs are not undone: for a folder you do not trust, use the
+    installed command or ``python -P -m``.
+    """
+    if not getattr(sys.flags, "safe_path", False) and sys.path and sys.path[0] == os.getcwd():
+        del sys.path[0]

@@ -5,7 +5,8 @@
     ir2torch show convnet.ir.json
     ir2torch render convnet.ir.json -o convnet.png --depth 2
     ir2torch render convnet.ir.json -o features.svg --impl features
-    ir2torch verify convnet.ir.json --model tests.models.zoo:ConvNet -i 2x3x16x16 --state convnet.safetensors
+    ir2torch verify convnet.ir.json --model tests.models.zoo:ConvNet --import-path . -i 2x3x16x16 \
+        --state convnet.safetensors
     ir2torch diff a.ir.json b.ir.json
 
 Every command reads both the module-level IR and the FlatIR (told apart by the file's header).

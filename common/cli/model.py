@@ -62,7 +62,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional: bool, me
         parser.add_argument("--model", required=True, metavar="MODEL", help=help_model)
     parser.add_argument("--import-path", dest="import_path", action="append", default=[], metavar="DIR",
                         help="search DIR first for MODEL's modules (repeatable; e.g. --import-path . for the "
-                        "current folder, which is not searched otherwise). Only for folders you trust")
+                        "current folder, which is not searched otherwise). Only for folders you trust.")
     parser.add_argument("--hf", action="store_true", help="MODEL is a transformers model type (bert, gpt2, ...)")
     parser.add_argument("--config", metavar="JSON",
                         help="factory keyword arguments, or with --hf config overrides (JSON object or @file.json)")

@@ -15,7 +15,7 @@ import ir2torch.cli
 import torch2ir.cli
 from common.cli.app import CommandError
 from common.cli.model import TRUST_NOTE, load_factory
-from tests.cli.helpers import BIN, command, explain, run_all
+from tests.cli.helpers import BIN, REPO, command, explain, run_all
 
 PLANTED = """\
 import pathlib
@@ -97,3 +97,15 @@ def test_a_planted_module_runs_only_with_import_path(tmp_path):
     assert results["allowed"].returncode == 0, explain(results["allowed"])
     assert (allowed / "evil.marker").read_text(encoding="utf-8") == "imported"
     assert (tmp_path / "c.json").stat().st_size > 0
+
+
+def test_the_docs_say_model_is_trusted_code_and_document_import_path():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Command line"):readme.index("## Usage")]
+    cli = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
+    for text in (section, cli):
+        words = _words(text)
+        assert "`MODEL` (`pkg.mod:factory`) imports and runs Python code, so it must be code you trust" in words
+        assert "unlike an IR file, which is only read as data" in words
+        assert "--import-path ." in words
+    assert "| `--import-path DIR` |" in cli

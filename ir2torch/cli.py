@@ -5,23 +5,38 @@
     ir2torch show convnet.ir.json
     ir2torch render convnet.ir.json -o convnet.png --depth 2
     ir2torch render convnet.ir.json -o features.svg --impl features
-    ir2torch verify convnet.ir.json --model tests.models.zoo:ConvNet -i 2x3x16x16 --state convnet.safetensors
+    ir2torch verify convnet.ir.json --model tests.models.zoo:ConvNet --import-path . -i 2x3x16x16 \
+        --state convnet.safetensors
     ir2torch diff a.ir.json b.ir.json
 
 Every command reads both the module-level IR and the FlatIR (told apart by the file's header).
-Exit codes: 0 done (verify: outputs match; diff: files equal), 1 verify found a difference or diff
-found one, 2 usage or input error (one line on stderr; ``--debug`` shows the traceback).
-This module imports nothing of ``torch2ir``.
+A file is data: reading, drawing or rebuilding it runs no code from it, and whatever goes wrong with
+it (an ``IRError`` or any other exception) ends as one line on stderr. ``--model`` of ``verify``
+imports and runs Python code and must be trusted.
+Exit codes: 0 done (verify: outputs match; diff: files equal), 1 verify found a difference (or the
+rebuilt model raised where the original ran) or diff found one, 2 usage or input error (one line on
+stderr; ``--debug`` shows the traceback). This module imports nothing of ``torch2ir``.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from common.cli.app import EXIT_FAILED, EXIT_OK, CommandError, Parser, add_common_options, run
+from common.cli.app import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CheckFailedError,
+    CommandError,
+    Parser,
+    add_common_options,
+    first_line,
+    run,
+)
 from common.cli.model import add_model_arguments, model_and_inputs
+from common.errors import IRError
 from common.progress import Progress
 
 __all__ = ["build_parser", "main"]
@@ -64,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  description="Build the original with --model, rebuild FILE with ir2torch, load the "
                                  "weights (--state, else the original's) into both, run both on the example inputs "
                                  "and print the verify table. Exit code 1 when the outputs differ.")
-    verify.add_argument("file", type=Path, metavar="FILE", help="an IR or FlatIR JSON file")
+    verify.add_argument("file", type=Path, metavar="FILE", help="an IR or FlatIR JSON file (read as data)")
     add_model_arguments(verify, positional=False, meta=False)
     verify.add_argument("--state", type=Path, metavar="FILE.safetensors", help="weights written by torch2ir --state")
     verify.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
@@ -88,10 +103,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run("ir2torch", build_parser(), argv)
 
 
+@contextmanager
+def _reading(what: str) -> Iterator[None]:
+    """Turn any exception other than an :class:`IRError` raised while handling a file into a one-line error.
+
+    A file may be damaged or crafted; whatever it makes a library raise names the file and the error's class.
+
+    Raises:
+        CommandError: the block raised an exception that is not an ``IRError`` (chained to it).
+    """
+    try:
+        yield
+    except IRError:
+        raise
+    except Exception as exc:  # a file is untrusted data: any failure of a library on it is a bad input
+        raise CommandError(f"cannot {what}: {first_line(exc)}",
+                           hint="the file may be damaged or edited; run with --debug for the traceback") from exc
+
+
 def _show(options: argparse.Namespace) -> int:
     from common.cli.summary import describe
 
-    print(describe(options.file, depth=options.depth))
+    with _reading(f"summarise {options.file}"):
+        text = describe(options.file, depth=options.depth)
+    print(text)
     return EXIT_OK
 
 
@@ -101,9 +136,9 @@ def _render(options: argparse.Namespace) -> int:
 
     fmt = format_of(options.output, options.format)  # fail on a bad suffix before loading anything
     with Progress(2, "render", enabled=not options.quiet) as bar:
-        with bar.stage("load"):
+        with bar.stage("load"), _reading(f"read {options.file}"):
             source = load_any(options.file)
-        with bar.stage("draw"):
+        with bar.stage("draw"), _reading(f"draw {options.file}"):
             options.output.parent.mkdir(parents=True, exist_ok=True)
             render(source, options.output, fmt=fmt, impl=options.impl, depth=options.depth)
     print(f"wrote {options.output}")
@@ -112,7 +147,7 @@ def _render(options: argparse.Namespace) -> int:
 
 def _verify(options: argparse.Namespace) -> int:
     from common.state_dict import load_safetensors
-    from common.verify import verify
+    from common.verify import VerificationError, verify
 
     from .converter import convert
 
@@ -122,25 +157,49 @@ def _verify(options: argparse.Namespace) -> int:
         with bar.stage("build original"):
             model, args, kwargs = model_and_inputs(options)
         with bar.stage("load weights"):
-            state = model.state_dict() if options.state is None else load_safetensors(options.state)
-            if options.state is not None:
+            if options.state is None:
+                state = model.state_dict()
+            else:
+                with _reading(f"read {options.state}"):
+                    state = load_safetensors(options.state)
                 try:
                     model.load_state_dict(state, strict=True)
                 except RuntimeError as exc:
                     raise CommandError(f"{options.state} does not fit the model built by {options.model!r}: {exc}",
                                        hint="pass the --model and --config used when the file was written") from None
-        with bar.stage("rebuild"):
+        with bar.stage("rebuild"), _reading(f"rebuild {options.file}"):
             rebuilt = convert(options.file, state)
         with bar.stage("verify"):
-            report = verify(model, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol)
+            try:
+                report = verify(model, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol)
+            except VerificationError as exc:
+                raise _forward_failed(exc, options) from exc
     print(report)
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _forward_failed(exc: Exception, options: argparse.Namespace) -> CommandError:
+    """The one-line error of a forward pass that raised in ``verify``.
+
+    The original raising means the example inputs (or the model options) are wrong: exit code 2. The
+    rebuilt model raising where the original ran means the file does not reproduce the model: the
+    check failed, exit code 1.
+    """
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    if str(exc).startswith("the rebuilt model"):  # common.verify names the side that raised first
+        return CheckFailedError(f"the model rebuilt from {options.file} raised during its forward pass, where the "
+                                f"original ran: {first_line(cause)}",
+                                hint="the file does not reproduce the model: compare it with a fresh "
+                                "torch2ir convert (ir2torch diff); --debug shows the traceback")
+    return CommandError(f"the original model {options.model!r} raised on the example inputs: {first_line(cause)}",
+                        hint="check --input (shapes, dtypes), --kwargs and --config against the model's forward")
 
 
 def _diff(options: argparse.Namespace) -> int:
     from common.cli.summary import diff
 
-    lines = diff(options.a, options.b)
+    with _reading(f"compare {options.a} with {options.b}"):
+        lines = diff(options.a, options.b)
     for line in lines:
         print(line)
     if not lines:

@@ -3,10 +3,13 @@
 ::
 
     torch2ir demo --out demo-out
-    torch2ir convert tests.models.zoo:ConvNet -i 2x3x16x16 -o convnet.ir.json --state convnet.safetensors
+    torch2ir convert tests.models.zoo:ConvNet --import-path . -i 2x3x16x16 -o convnet.ir.json \
+        --state convnet.safetensors
     torch2ir convert bert --hf --config '{"num_hidden_layers": 2}' -i 2x8:int64 -o bert.ir.json
     torch2ir lower bert --hf --meta -i 1x128:int64 -o bert.flat.json
 
+``MODEL`` imports and runs Python code and must be trusted (an IR file is only read as data); the
+current folder is searched for it only with ``--import-path .``.
 Exit codes: 0 done, 2 usage or input error (one line on stderr; ``--debug`` shows the traceback).
 This module imports nothing of ``ir2torch``; ``demo`` runs :func:`common.cli.demo.run_demo`.
 """

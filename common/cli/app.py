@@ -3,15 +3,19 @@
 Exit codes of both tools:
 
 - ``0``: done (and, for checks, the condition holds);
-- ``1``: the check failed: ``verify`` found a difference, ``diff`` found the files differ;
+- ``1``: the check failed: ``verify`` found a difference (or the rebuilt model raised where the original
+  ran: a :class:`CheckFailedError`, one line ``ir2torch: failed: ...`` on ``stderr``), ``diff`` found
+  the files differ;
 - ``2``: usage or input error: bad options, a missing or malformed file, an unknown model factory,
-  a shape that does not parse, any :class:`~common.errors.IRError`. One line goes to ``stderr``
+  a shape that does not parse, any :class:`~common.errors.IRError`, and any other exception (a file
+  is untrusted data: whatever a library raises on it is a bad input). One line goes to ``stderr``
   (``torch2ir: error: ...``, with the hint), without a traceback unless ``--debug`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -19,13 +23,20 @@ from typing import Any, NoReturn
 
 from ..errors import IRError
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CommandError", "Parser", "add_common_options", "one_line", "run"]
+__all__ = [
+    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CheckFailedError", "CommandError", "Parser", "add_common_options",
+    "drop_script_folder", "first_line", "one_line", "run",
+]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 class CommandError(IRError):
     """A usage or input error of a command (bad option value, missing file, unknown factory): exit code 2."""
+
+
+class CheckFailedError(CommandError):
+    """The check a command makes failed without a report to print (``verify``: the rebuilt model raised): exit 1."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -55,11 +66,19 @@ def add_common_options(parser: argparse.ArgumentParser, *, top: bool = False) ->
                         help="no progress bar (it is shown only on a terminal anyway)")
 
 
+def first_line(exc: BaseException) -> str:
+    """``Type: first non-empty line of the message`` of any exception (``Type`` alone for an empty message)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
 def one_line(exc: BaseException) -> str:
-    """``exc`` as one line: the message's lines joined, the hint appended as ``(hint: ...)``.
+    """``exc`` as one line: the hint appended as ``(hint: ...)``.
 
     Args:
-        exc: any exception; :class:`IRError` s keep their place (implementation, node, key) and hint.
+        exc: any exception. :class:`IRError` s keep their place (implementation, node, key), the lines of
+            their message joined, and their hint; any other exception gives its class and the first line of
+            its message (a library's message can run over many lines).
 
     Returns:
         A single line of text.
@@ -70,7 +89,7 @@ def one_line(exc: BaseException) -> str:
         where += [f"at {exc.key}"] if exc.key is not None and exc.key not in exc.message else []
         text, hint = (", ".join(where) + ": " if where else "") + exc.message, exc.hint
     else:
-        text, hint = f"{type(exc).__name__}: {exc}", "run with --debug for the traceback"
+        text, hint = first_line(exc), "run with --debug for the traceback"
     parts = [p.strip() for p in text.splitlines() if p.strip()]
     line = ""
     for part in parts:
@@ -87,7 +106,8 @@ def run(prog: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None) 
         argv: the arguments (``None``: ``sys.argv[1:]``).
 
     Returns:
-        The exit code: the command's own (0 or 1), 2 for any error, 130 when interrupted.
+        The exit code: the command's own (0 or 1), 1 for :class:`CheckFailedError`, 2 for any other error,
+        130 when interrupted.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # known before parsing, so parse errors can show their traceback too
@@ -98,8 +118,23 @@ def run(prog: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None) 
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - every error becomes one line and exit code 2
+    except Exception as exc:  # noqa: BLE001 - every error becomes one line and exit code 2 (CheckFailedError: 1)
         if debug:
             traceback.print_exc()
-        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
-        return EXIT_USAGE
+        failed = isinstance(exc, CheckFailedError)
+        print(f"{prog}: {'failed' if failed else 'error'}: {one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED if failed else EXIT_USAGE
+
+
+def drop_script_folder() -> None:
+    """Take back the current folder that ``python -m`` put first on ``sys.path`` (``python -m torch2ir``).
+
+    The installed ``torch2ir`` / ``ir2torch`` commands never search the current folder for ``MODEL``;
+    this makes ``python -m`` behave the same, so a ``json.py`` or ``transformers.py`` lying there is
+    not imported by a later import. Only the entry Python added is removed: not under ``python -P``,
+    and a ``PYTHONPATH`` entry naming the folder stays. ``--import-path .`` adds it back on purpose.
+    Modules Python imported before this runs are not undone: for a folder you do not trust, use the
+    installed command or ``python -P -m``.
+    """
+    if not getattr(sys.flags, "safe_path", False) and sys.path and sys.path[0] == os.getcwd():
+        del sys.path[0]

@@ -1,8 +1,13 @@
 """The model a command works on: ``package.module:factory`` or a ``transformers`` config name (``--hf``).
 
 - ``MODEL`` is ``package.module:factory`` (or ``path/to/file.py:factory``); ``factory`` is any
-  callable returning an ``nn.Module`` (a class, a function, ``module:Outer.build``). The current
-  folder is importable, as with ``python -m``. ``--config JSON`` passes keyword arguments to it.
+  callable returning an ``nn.Module`` (a class, a function, ``module:Outer.build``). ``--config JSON``
+  passes keyword arguments to it. ``MODEL`` imports and runs Python code, so it must be code you trust,
+  unlike an IR file, which is only read as data.
+- Modules are found on the installed import path only: the current folder is *not* searched, so a
+  ``json.py`` or ``torch.py`` lying in it cannot shadow a real module. ``--import-path DIR``
+  (repeatable) puts ``DIR`` first on ``sys.path`` for the rest of the command, e.g. ``--import-path .``
+  to reach ``tests.models.zoo`` from a source checkout.
 - With ``--hf``, ``MODEL`` is a ``transformers`` model type (``bert``, ``gpt2``, ``llama``): the model
   is ``AutoModel.from_config(AutoConfig.for_model(MODEL, **config))`` with random weights, built
   offline. ``--config JSON`` overrides config fields (``{"num_hidden_layers": 2}``); ``use_cache`` is
@@ -21,7 +26,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +36,14 @@ from torch import nn
 from .app import CommandError
 from .inputs import make_inputs, parse_input, parse_json_option
 
-__all__ = ["add_model_arguments", "build_model", "load_factory", "model_and_inputs"]
+__all__ = ["TRUST_NOTE", "add_import_path", "add_model_arguments", "build_model", "load_factory",
+           "model_and_inputs"]
 
 _SPEC_HINT = "write MODEL as package.module:factory (a callable returning an nn.Module), or a config name with --hf"
+
+#: One sentence on trust, shared by the ``--help`` of every option that takes a ``MODEL``.
+TRUST_NOTE = ("MODEL imports and runs Python code, so use only code you trust; an IR file, by contrast, "
+              "is only read as data")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, *, positional: bool, meta: bool) -> None:
@@ -44,11 +54,15 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional: bool, me
         positional: ``MODEL`` is a positional argument (``convert``) rather than ``--model`` (``verify``).
         meta: offer ``--meta``.
     """
-    help_model = "package.module:factory returning an nn.Module, or a transformers model type with --hf"
+    help_model = ("package.module:factory returning an nn.Module, or a transformers model type with --hf. "
+                  f"{TRUST_NOTE}.")
     if positional:
         parser.add_argument("model", metavar="MODEL", help=help_model)
     else:
         parser.add_argument("--model", required=True, metavar="MODEL", help=help_model)
+    parser.add_argument("--import-path", dest="import_path", action="append", default=[], metavar="DIR",
+                        help="search DIR first for MODEL's modules (repeatable; e.g. --import-path . for the "
+                        "current folder, which is not searched otherwise). Only for folders you trust.")
     parser.add_argument("--hf", action="store_true", help="MODEL is a transformers model type (bert, gpt2, ...)")
     parser.add_argument("--config", metavar="JSON",
                         help="factory keyword arguments, or with --hf config overrides (JSON object or @file.json)")
@@ -62,18 +76,47 @@ def add_model_arguments(parser: argparse.ArgumentParser, *, positional: bool, me
         parser.add_argument("--meta", action="store_true", help="build the model and inputs on the meta device")
 
 
-def load_factory(spec: str) -> Callable[..., Any]:
-    """The callable named by ``package.module:attr`` or ``path/file.py:attr``.
+def add_import_path(folders: Sequence[str | os.PathLike[str]]) -> None:
+    """Put ``folders`` first on ``sys.path``, in the order given (``--import-path``), as absolute paths.
+
+    This is the only way the command line adds a folder to the import path; the current folder is
+    not added unless it is one of ``folders``.
+
+    Args:
+        folders: folders the user asked to import from (relative ones are resolved against the current folder).
 
     Raises:
-        CommandError: the spec is malformed, the module cannot be imported or has no such attribute,
-            or the attribute is not callable.
+        CommandError: a folder does not exist.
+    """
+    paths = [os.path.abspath(folder) for folder in folders]
+    for given, path in zip(folders, paths):
+        if not os.path.isdir(path):
+            raise CommandError(f"--import-path {os.fspath(given)!r} is not a folder",
+                               hint="pass the folder that holds MODEL's top-level package")
+    for path in reversed(paths):
+        if path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
+
+
+def load_factory(spec: str, *, import_path: Sequence[str | os.PathLike[str]] = ()) -> Callable[..., Any]:
+    """The callable named by ``package.module:attr`` or ``path/file.py:attr``.
+
+    The module is imported from ``sys.path`` as it is, after ``import_path`` is put first (see
+    :func:`add_import_path`); the current folder is never added on its own.
+
+    Args:
+        spec: ``package.module:attr`` or ``path/file.py:attr``; it imports and runs code, so it must be trusted.
+        import_path: folders to search first (``--import-path``).
+
+    Raises:
+        CommandError: the spec is malformed, a folder of ``import_path`` is missing, the module cannot be
+            imported or has no such attribute, or the attribute is not callable.
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise CommandError(f"model {spec!r} is not of the form package.module:factory", hint=_SPEC_HINT)
-    if os.getcwd() not in sys.path:  # console scripts do not put the current folder on sys.path
-        sys.path.insert(0, os.getcwd())
+    add_import_path(import_path)
     module = _import(module_name, spec)
     target: Any = module
     for part in attr.split("."):
@@ -104,30 +147,43 @@ def _import(name: str, spec: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise CommandError(f"model factory {spec!r}: no module named {exc.name!r}",
-                               hint="check the module path, and run from the folder that holds the package") from None
+                               hint=_not_found_hint(exc.name)) from None
         raise CommandError(f"model factory {spec!r}: importing {name} failed: {exc}") from exc
 
 
+def _not_found_hint(name: str) -> str:
+    top = name.split(".")[0]
+    here = Path.cwd()
+    if (here / top).is_dir() or (here / f"{top}.py").is_file():
+        return (f"{top!r} is in the current folder, which is not searched: pass --import-path . "
+                "if you trust the code there")
+    return "check the module path, or pass --import-path DIR with the folder that holds the package"
+
+
 def build_model(spec: str, *, hf: bool = False, config: dict[str, Any] | None = None, seed: int = 0,
-                meta: bool = False) -> nn.Module:
+                meta: bool = False, import_path: Sequence[str | os.PathLike[str]] = ()) -> nn.Module:
     """Build the model of ``spec`` (see the module docstring), seeded, in eval mode.
 
     Raises:
         CommandError: the factory cannot be found, raises, or returns something other than an
-            ``nn.Module``; or ``--hf`` names an unknown model type.
+            ``nn.Module``; or ``--hf`` names an unknown model type; or a folder of ``import_path`` is missing.
     """
     config = dict(config or {})
     torch.manual_seed(seed)
     with torch.device("meta") if meta else contextlib.nullcontext():
-        model = _build_hf(spec, config) if hf else _call_factory(spec, config)
+        if hf:
+            add_import_path(import_path)
+            model = _build_hf(spec, config)
+        else:
+            model = _call_factory(spec, config, import_path)
     if not isinstance(model, nn.Module):
         raise CommandError(f"model factory {spec!r} returned a {type(model).__name__}, not an nn.Module",
                            hint=_SPEC_HINT)
     return model.eval()
 
 
-def _call_factory(spec: str, config: dict[str, Any]) -> Any:
-    factory = load_factory(spec)
+def _call_factory(spec: str, config: dict[str, Any], import_path: Sequence[str | os.PathLike[str]]) -> Any:
+    factory = load_factory(spec, import_path=import_path)
     try:
         return factory(**config)
     except Exception as exc:  # a user's factory may fail in any way; say which one failed
@@ -174,5 +230,6 @@ def model_and_inputs(options: argparse.Namespace) -> tuple[nn.Module, tuple[Any,
     if options.vocab < 1:
         raise CommandError(f"--vocab must be at least 1, got {options.vocab}")
     args, kwargs = make_inputs(specs, seed=options.seed, vocab=options.vocab, meta=meta, extra=extra)
-    model = build_model(options.model, hf=options.hf, config=config, seed=options.seed, meta=meta)
+    model = build_model(options.model, hf=options.hf, config=config, seed=options.seed, meta=meta,
+                        import_path=getattr(options, "import_path", ()))
     return model, args, kwargs

@@ -18,18 +18,20 @@ def command(tool: str, *args: str) -> list[str]:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTHONPATH", None)  # the commands must work from the installed package and the current folder
+    env.pop("PYTHONPATH", None)  # the commands must work from the installed package (+ --import-path)
     return env
 
 
-def run(cmd: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
-    """Run one command from the repository root (stdout/stderr are pipes, so not terminals)."""
-    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout, check=False)
+def run(cmd: list[str], timeout: float = 180, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """Run one command from ``cwd``, the repository root by default (stdout/stderr are pipes, not terminals)."""
+    return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def run_all(cmds: dict[str, list[str]], timeout: float = 180) -> dict[str, subprocess.CompletedProcess]:
-    """Start every command at once, wait for all; torch's start-up time is then paid in parallel."""
-    procs = {name: subprocess.Popen(cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def run_all(
+    cmds: dict[str, list[str]], timeout: float = 180, cwd: Path = REPO
+) -> dict[str, subprocess.CompletedProcess]:
+    """Start every command at once from ``cwd``, wait for all; torch's start-up time is then paid in parallel."""
+    procs = {name: subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True) for name, cmd in cmds.items()}
     done = {}
     for name, proc in procs.items():

@@ -28,7 +28,8 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 def test_convert_show_verify_diff_as_subprocesses(tmp_path):
     ir_path, state = tmp_path / "out" / "convnet.ir.json", tmp_path / "out" / "convnet.safetensors"
-    converted = run(command("torch2ir", "convert", MODEL, "-i", IMAGE, "-o", ir_path, "--state", state))
+    converted = run(command("torch2ir", "convert", MODEL, "-i", IMAGE, "-o", ir_path, "--state", state,
+                            "--import-path", "."))
     assert converted.returncode == 0, explain(converted)
     assert f"wrote {ir_path}" in converted.stdout and converted.stderr == ""  # no bar: stderr is not a terminal
     doc = json.loads(ir_path.read_text(encoding="utf-8"))
@@ -42,7 +43,8 @@ def test_convert_show_verify_diff_as_subprocesses(tmp_path):
 
     results = run_all({
         "show": [str(BIN / "ir2torch"), "show", str(ir_path)],  # the installed console script
-        "verify_changed": command("ir2torch", "verify", other, "--model", MODEL, "-i", IMAGE, "--state", state),
+        "verify_changed": command("ir2torch", "verify", other, "--model", MODEL, "-i", IMAGE, "--state", state,
+                                  "--import-path", "."),
         "diff": command("ir2torch", "diff", ir_path, other),
     })
     show = results["show"]

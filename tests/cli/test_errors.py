@@ -30,7 +30,8 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path):
     results = run_all({
         "missing file": command("ir2torch", "show", tmp_path / "missing.ir.json"),
         "malformed JSON": command("ir2torch", "show", malformed),
-        "unknown factory": command("torch2ir", "convert", "tests.models.zoo:NoSuchModel", "-i", "2x8", "-o", out),
+        "unknown factory": command("torch2ir", "convert", "tests.models.zoo:NoSuchModel", "-i", "2x8", "-o", out,
+                                   "--import-path", "."),
         "shape syntax": command("torch2ir", "convert", SMALL, "-i", "2x8x", "-o", out),
     })
     expected = {

@@ -136,6 +136,10 @@ class StateDictError(IRError):
     """A state dict does not fit the rebuilt model (missing, unexpected or mis-shaped keys)."""
 
 
+class ResourceBudgetError(IRError):
+    """Rebuilding would allocate more memory than the budget allows (nothing was allocated)."""
+
+
 __all__ = [
     "ArgumentMismatchError",
     "ConversionError",
@@ -150,6 +154,7 @@ __all__ = [
     "MissingImplementationError",
     "NodeTypeMismatchError",
     "RegistryError",
+    "ResourceBudgetError",
     "StateDictError",
     "UnknownNodeKindError",
     "UnsafeTargetError",

@@ -119,16 +119,21 @@ def remap_state_dict(
             problems.append(f"{found}: {why}")
             continue
         out[new_key] = state_dict[found]
-    if strict:
-        problems = missing + problems
-        if refuse_unknown:
-            known = known_keys(ir)
-            unknown = [k for k in state_dict if k not in known]
-            problems += [f"{k}: unexpected key (no recorded state entry of the IR)" for k in unknown]
-    if problems:
+    unknown: list[str] = []
+    if strict and refuse_unknown:
+        known = known_keys(ir)
+        unknown = [f"{k}: unexpected key (no recorded state entry of the IR)" for k in state_dict if k not in known]
+    if not strict:
+        missing = []
+    listed = missing + unknown + problems
+    if listed:
+        counts = [f"{len(lines)} {what}" for lines, what in (
+            (missing, "entries of the IR are missing from the state dict"),
+            (unknown, "keys of the state dict are no recorded state entry"),
+            (problems, "tensors do not fit their records")) if lines]
         raise StateDictError(
-            f"the state dict does not fit the IR ({len(problems)} problems):\n  " + "\n  ".join(problems),
-            key=problems[0].split(":", 1)[0],
+            "; ".join(counts) + ":\n  " + "\n  ".join(listed),
+            key=listed[0].split(":", 1)[0],
             hint="pass the original model's state dict (for an IR you rewrote: remap_state_dict(state_dict, ir), "
                  "which keeps only the IR's entries), or strict=False to leave missing entries uninitialised "
                  "and ignore unknown keys",

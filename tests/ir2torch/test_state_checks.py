@@ -118,7 +118,7 @@ def test_strict_refuses_every_unknown_key():
         ir2torch.convert(ir, {**model.state_dict(), **extra})
     for key in extra:
         assert f"{key}: unexpected key (no recorded state entry of the IR)" in str(info.value)
-    assert "3 problems" in str(info.value)
+    assert "3 keys of the state dict are no recorded state entry" in str(info.value)
 
 
 def test_non_strict_ignores_unknown_keys_and_never_sets_them():

@@ -153,6 +153,10 @@ class ExecutionError(IRError):
     """
 
 
+class ResourceBudgetError(IRError):
+    """Rebuilding would allocate more memory than the budget allows (nothing was allocated)."""
+
+
 __all__ = [
     "ArgumentMismatchError",
     "BuildError",
@@ -169,6 +173,7 @@ __all__ = [
     "MissingImplementationError",
     "NodeTypeMismatchError",
     "RegistryError",
+    "ResourceBudgetError",
     "StateDictError",
     "UnknownNodeKindError",
     "UnsafeNameError",

@@ -46,37 +46,97 @@ def state_entries(ir: IR) -> dict[str, tuple[str, str]]:
     return out
 
 
-def remap_state_dict(state_dict: Mapping[str, torch.Tensor], ir: IR, *, strict: bool = True) -> dict[str, Any]:
+def _source(impl: Any, key: str) -> str:
+    source = impl.meta.get("source", key)
+    return source if isinstance(source, str) else key
+
+
+def known_keys(ir: IR) -> set[str]:
+    """Every key under which a state dict given for ``ir`` can hold a value: each recorded state
+    entry (parameters, buffers, constants) at its original path (``meta["source"]``), at its
+    implementation's key and at each alias. Any other key is *unknown* to the IR."""
+    out: set[str] = set()
+    for key, impl in ir.items():
+        paths = (_source(impl, key), key, *impl.aliases)
+        out.update(_prefix(path) + name for name in impl.state for path in paths)
+    return out
+
+
+def record_mismatch(rec: Mapping[str, Any], tensor: Any) -> str | None:
+    """Why ``tensor`` cannot be the value of state record ``rec`` (shape, dtype), or None if it fits.
+
+    A symbolic dimension (a string) of the record matches any size.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        return f"expected a tensor, found {type(tensor).__name__}"
+    want = rec["shape"]
+    if len(want) != tensor.dim() or any(isinstance(w, int) and w != n for w, n in zip(want, tensor.shape)):
+        return f"expected shape {tuple(want)}, found {tuple(tensor.shape)}"
+    if tensor.dtype != rec["dtype"]:
+        return f"expected dtype {rec['dtype']}, found {tensor.dtype}"
+    return None
+
+
+def remap_state_dict(
+    state_dict: Mapping[str, torch.Tensor], ir: IR, *, strict: bool = True, refuse_unknown: bool = False
+) -> dict[str, Any]:
     """The original model's ``state_dict`` under the keys of the model ``ir`` rebuilds.
 
-    Entries the IR no longer has (removed modules, dropped aliases) are left out; a tied
-    entry takes the tensor of the entry it is tied to when its own key is absent. An IR
-    that records no state at all (a hand-written one) keeps the keys as they are.
+    Entries the IR no longer has (removed modules, dropped aliases) are left out, unless
+    ``refuse_unknown``; a tied entry takes the tensor of the entry it is tied to when its own
+    key is absent. Every tensor taken must have the shape and dtype its state record declares.
+    An IR that records no state at all (a hand-written one) keeps the keys as they are.
+
+    Args:
+        state_dict: the original model's state dict.
+        ir: the IR the state is for.
+        strict: refuse entries of the IR found nowhere in ``state_dict``.
+        refuse_unknown: (with ``strict``) also refuse keys of ``state_dict`` that are no
+            recorded state entry of the IR (see :func:`known_keys`).
 
     Raises:
-        StateDictError: (``strict``) entries of the IR found nowhere in ``state_dict``,
-            each listed with the keys that were tried.
+        StateDictError: tensors of the wrong shape or dtype (always), and with ``strict``
+            entries missing (each listed with the keys that were tried) or unknown keys;
+            every problem is listed in one error.
     """
     if not any(impl.state for impl in ir.values()):
         return dict(state_dict)
     out: dict[str, Any] = {}
     missing: list[str] = []
+    problems: list[str] = []
     for new_key, (key, name) in state_entries(ir).items():
         impl = ir[key]
         rec = impl.state[name]
-        source = impl.meta.get("source", key)
-        candidates = [_prefix(source) + name, new_key, *(_prefix(a) + name for a in impl.aliases)]
+        candidates = [_prefix(_source(impl, key)) + name, new_key, *(_prefix(a) + name for a in impl.aliases)]
         if isinstance(rec.get("tie"), str):
             candidates.append(rec["tie"])
         found = next((c for c in candidates if c in state_dict), None)
         if found is None:
             missing.append(f"{new_key}: not in the state dict (tried {', '.join(dict.fromkeys(candidates))})")
             continue
+        why = record_mismatch(rec, state_dict[found])
+        if why is not None:
+            problems.append(f"{found}: {why}")
+            continue
         out[new_key] = state_dict[found]
-    if missing and strict:
+    unknown: list[str] = []
+    if strict and refuse_unknown:
+        known = known_keys(ir)
+        unknown = [f"{k}: unexpected key (no recorded state entry of the IR)" for k in state_dict if k not in known]
+    if not strict:
+        missing = []
+    listed = missing + unknown + problems
+    if listed:
+        counts = [f"{len(lines)} {what}" for lines, what in (
+            (missing, "entries of the IR are missing from the state dict"),
+            (unknown, "keys of the state dict are no recorded state entry"),
+            (problems, "tensors do not fit their records")) if lines]
         raise StateDictError(
-            f"{len(missing)} entries of the IR are missing from the state dict:\n  " + "\n  ".join(missing),
-            hint="pass the original model's state dict, or strict=False to leave them uninitialised",
+            "; ".join(counts) + ":\n  " + "\n  ".join(listed),
+            key=listed[0].split(":", 1)[0],
+            hint="pass the original model's state dict (for an IR you rewrote: remap_state_dict(state_dict, ir), "
+                 "which keeps only the IR's entries), or strict=False to leave missing entries uninitialised "
+                 "and ignore unknown keys",
         )
     return out
 
@@ -137,12 +197,31 @@ def load_safetensors(path: str | os.PathLike, *, device: str | torch.device = "c
         raise StateDictError(f"no such state file: {os.fspath(path)}", key=os.fspath(path)) from None
     except (SafetensorError, OSError) as exc:
         raise StateDictError(f"cannot read {os.fspath(path)} as safetensors: {exc}", key=os.fspath(path)) from None
-    try:
-        aliases = json.loads(metadata.get(ALIASES_KEY, "{}"))
-    except ValueError:
-        raise StateDictError(f"{os.fspath(path)}: malformed {ALIASES_KEY} metadata", key=ALIASES_KEY) from None
-    for alias, kept in aliases.items():
+    for alias, kept in _read_aliases(metadata.get(ALIASES_KEY, "{}"), os.fspath(path)).items():
         if kept not in out:
             raise StateDictError(f"{os.fspath(path)}: alias {alias!r} points to missing key {kept!r}", key=alias)
+        if alias in out:
+            raise StateDictError(f"{os.fspath(path)}: alias {alias!r} is also a stored tensor", key=alias,
+                                 hint="an alias names a key the file does not store")
         out[alias] = out[kept]
     return out
+
+
+def _read_aliases(text: Any, source: str) -> dict[str, str]:
+    """The ``{alias: stored key}`` table of a weights file's metadata, checked to be exactly that.
+
+    Raises:
+        StateDictError: the metadata is not a JSON object of strings to strings.
+    """
+    hint = f"{ALIASES_KEY} must be a JSON object mapping each alias key to a stored key (strings)"
+    try:
+        aliases = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        aliases = None
+    if not isinstance(aliases, dict):
+        raise StateDictError(f"{source}: malformed {ALIASES_KEY} metadata", key=ALIASES_KEY, hint=hint)
+    for alias, kept in aliases.items():
+        if not isinstance(kept, str) or not alias:
+            raise StateDictError(f"{source}: malformed {ALIASES_KEY} entry {alias!r}: {kept!r}",
+                                 key=ALIASES_KEY, hint=hint)
+    return aliases

@@ -12,6 +12,7 @@ from torch import nn
 
 from common.errors import IRFormatError, StateDictError
 from common.ir import IR, parent_key
+from common.state_dict import record_mismatch
 
 from .rebuild import relative_path, set_submodule
 
@@ -85,19 +86,60 @@ def restore_modes(ir: IR, modules: Mapping[str, nn.Module]) -> None:
             modules[key].training = flag
 
 
+def _unsaved(rec: dict) -> bool:
+    """A record whose value is in no state dict: a non-persistent buffer or a constant, not tied."""
+    kind = rec["kind"]
+    return (kind == "constant" or (kind == "buffer" and not rec.get("persistent", True))) and "tie" not in rec
+
+
+def _put(owner: nn.Module, name: str, value: torch.Tensor, path: str) -> None:
+    """Set a buffer or plain tensor attribute ``name`` of ``owner``, never shadowing anything else."""
+    if name in owner._buffers:
+        owner._buffers[name] = value
+        return
+    current = vars(owner).get(name)
+    if not isinstance(current, torch.Tensor) and (
+        hasattr(type(owner), name) or name in owner._modules or name in owner._parameters or current is not None
+    ):
+        raise IRFormatError(f"state {path!r} would replace the attribute {name!r} of its module, not a tensor",
+                            key=path, hint="rename the state entry: it must not collide with a method or submodule")
+    setattr(owner, name, value)
+
+
 def restore_tensors(ir: IR, modules: Mapping[str, nn.Module], device: torch.device | str | None) -> None:
-    """Put back the values the IR carries for state no state dict holds."""
+    """Put back the values the IR carries (``ir.tensors``) for state no state dict holds.
+
+    Each value must be that of a recorded non-persistent buffer or constant (not tied) at
+    ``<implementation key>.<name>``, of the recorded shape and dtype; all are checked before any is set.
+
+    Raises:
+        IRFormatError: a value names no such record, or does not fit it; every problem listed.
+    """
+    records = {("" if key == "root" else key + ".") + name: rec
+               for key, impl in ir.items() for name, rec in impl.state.items()}
+    problems = []
+    for path, value in ir.tensors.items():
+        rec = records.get(path)
+        if rec is None:
+            problems.append(f"{path}: no recorded state entry has this path")
+        elif not _unsaved(rec):
+            what = f"tied to {rec['tie']!r}" if "tie" in rec else \
+                "a parameter" if rec["kind"] == "parameter" else "a persistent buffer"
+            problems.append(f"{path}: the entry is {what}; its value comes from the state dict")
+        elif (why := record_mismatch(rec, value)) is not None:
+            problems.append(f"{path}: {why}")
+    if problems:
+        raise IRFormatError(
+            f"the IR's tensors (ir.tensors, the .safetensors beside the JSON) do not fit its state records "
+            f"({len(problems)} problems):\n  " + "\n  ".join(problems),
+            key=problems[0].split(":", 1)[0],
+            hint="ir.tensors holds only values of recorded non-persistent buffers and constants, "
+                 "of the recorded shape and dtype; re-save the IR from the model",
+        )
     root = modules["root"]
     for path, value in ir.tensors.items():
         owner, name = _owner_module(root, ir, modules, path)
-        value = value if device is None else value.to(device)
-        if name in owner._buffers:
-            owner._buffers[name] = value
-        elif name in owner._parameters:
-            raise IRFormatError(f"ir.tensors holds parameter {path!r}", key=path,
-                                hint="parameters come from the state dict, not from the IR")
-        else:
-            setattr(owner, name, value)
+        _put(owner, name, value if device is None else value.to(device), path)
 
 
 def restore_unsaved(ir: IR, modules: Mapping[str, nn.Module], state: Mapping[str, torch.Tensor]) -> None:
@@ -106,13 +148,18 @@ def restore_unsaved(ir: IR, modules: Mapping[str, nn.Module], state: Mapping[str
     They are in no state dict, so they are taken from ``state`` under their original path (pass
     ``{**model.state_dict(), **dict(model.named_buffers())}``).
 
+    Each value must have its record's shape and dtype; only recorded entries are set.
+
     Raises:
-        StateDictError: such a value is in neither the IR nor ``state``; lists every one.
+        StateDictError: such a value is in neither the IR nor ``state``, or does not fit its
+            record; lists every one.
     """
-    root, missing = modules["root"], []
+    root, missing, wrong = modules["root"], [], []
+    found: list[tuple[str, torch.Tensor]] = []
     for key, impl in ir.items():
         prefix = "" if key == "root" else key + "."
         source = impl.meta.get("source", key)
+        source = source if isinstance(source, str) else key
         source_prefix = "" if source in ("", "root") else source + "."
         for name, rec in impl.state.items():
             persistent = rec["kind"] == "parameter" or (rec["kind"] == "buffer" and rec.get("persistent", True))
@@ -122,11 +169,19 @@ def restore_unsaved(ir: IR, modules: Mapping[str, nn.Module], state: Mapping[str
             if value is None:
                 missing.append(prefix + name)
                 continue
-            owner, attr = _owner_module(root, ir, modules, prefix + name)
-            if attr in owner._buffers:
-                owner._buffers[attr] = value
-            else:
-                setattr(owner, attr, value)
+            why = record_mismatch(rec, value)
+            if why is not None:
+                wrong.append(f"{prefix + name}: {why}")
+                continue
+            found.append((prefix + name, value))
+    if wrong:
+        raise StateDictError(
+            f"{len(wrong)} tensor(s) outside the state dict do not fit their records:\n  " + "\n  ".join(wrong),
+            key=wrong[0].split(":", 1)[0], hint="pass the original model's buffers",
+        )
+    for path, value in found:
+        owner, attr = _owner_module(root, ir, modules, path)
+        _put(owner, attr, value, path)
     if missing:
         raise StateDictError(
             f"no value for {len(missing)} tensor(s) outside the state dict: {', '.join(missing)} "

@@ -19,11 +19,21 @@ from common.safety import Allowlist
 from common.validate import validate
 
 from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors, restore_unsaved
+from .budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
 from .flat import Executor, build_flat_module, new_executor_registry
+from .flat_state import weight_budget
 from .rebuild import graph_module
 from .state import StateMap, load_into, read_state
 
 Builder = Callable[[Implementation], nn.Module]
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<the converter's max_bytes>"
+
+
+_CONVERTER_BUDGET: Any = _Unset()
 
 
 @dataclass(frozen=True)
@@ -50,12 +60,16 @@ class Ir2Torch:
     A :class:`~common.flat.FlatIR` is executed instead (see :mod:`ir2torch.flat`); ``executors``
     holds the executors of its ops by op name (``register`` / ``register_override``, scoped by
     ``module_path``), tried before the allow-list.
+
+    ``max_bytes`` is the memory budget of :meth:`convert` (see :mod:`ir2torch.budget`): ``"available"``
+    (default: the memory available when converting), a number of bytes, or ``None`` (no check).
     """
 
     def __init__(self) -> None:
         self.builders: Registry[str, BuilderEntry] = Registry("IR type")
         self.allowlist = Allowlist()
         self.executors: Registry[str, Executor] = new_executor_registry()
+        self.max_bytes: Budget = AVAILABLE
 
     def register(self, type: str, builder: Builder | None = None, *, state_map: StateMap | None = None) -> Any:
         """Add the builder of IR ``type`` (decorator or direct call); refuses a duplicate."""
@@ -91,6 +105,7 @@ class Ir2Torch:
         new.builders = self.builders.copy()
         new.allowlist = self.allowlist.copy()
         new.executors = self.executors.copy()
+        new.max_bytes = self.max_bytes
         return new
 
     def convert(
@@ -100,6 +115,7 @@ class Ir2Torch:
         *,
         device: torch.device | str | None = None,
         strict: bool = True,
+        max_bytes: Budget = _CONVERTER_BUDGET,
     ) -> nn.Module:
         """Rebuild the model described by ``ir``, optionally loading state.
 
@@ -113,20 +129,35 @@ class Ir2Torch:
                 ``weight_name_mapping``; the original model itself is accepted too).
             device: where parameters are created. ``"meta"`` allocates nothing; with a
                 state dict, its tensors are then assigned, not copied.
-            strict: require every entry to be present (and no unknown one).
+            strict: ``True``: every recorded state entry must be in ``state_dict`` and every key
+                of ``state_dict`` must be one (at its original path, its implementation key or an
+                alias; non-persistent buffers and constants included), else one
+                :class:`~common.errors.StateDictError` lists all of them. For an IR you rewrote
+                (modules removed), pass ``remap_state_dict(state_dict, ir)``, which keeps only its
+                entries. ``False``: missing entries stay uninitialised and unknown keys are ignored.
+                Either way, a tensor only ever lands on a recorded state entry, and must have the
+                shape and dtype recorded for it.
+            max_bytes: the memory budget (:mod:`ir2torch.budget`); default: this converter's
+                ``max_bytes`` (``"available"``: the memory available now). Checked before anything
+                is built, for every device but ``"meta"``; ``None`` disables it.
 
         Raises:
             IRError: the IR is malformed or unsafe, a type has no builder, or the state
                 dict does not fit (:class:`~common.errors.StateDictError` lists every key).
+            ResourceBudgetError: the model would allocate more than ``max_bytes`` (nothing was
+                allocated; it names the largest implementations).
         """
+        budget = self.max_bytes if isinstance(max_bytes, _Unset) else max_bytes
         flat = self._as_flat(ir)
         if flat is not None:
-            return build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
-                                     executors=self.executors)
+            with weight_budget(budget):
+                return build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
+                                         executors=self.executors)
         ir = self._as_ir(ir)
         validate(ir, allowlist=self.allowlist)
         if "root" not in ir:
             raise IRFormatError("the IR has no 'root' implementation", hint="the top-level module's key is 'root'")
+        check_budget({}, budget, target_device(device), what="implementation", measure=lambda: self.declared_sizes(ir))
         maps: dict[str, StateMap] = {}
         modules = {key: self._build_one(impl, device, maps) for key, impl in ir.items()}
         root = attach_children(ir, modules)
@@ -138,6 +169,21 @@ class Ir2Torch:
             load_into(root, ir, state, maps, strict=strict, retie=lambda: restore_state_layout(ir, modules))
             restore_unsaved(ir, modules, state)
         return root
+
+    def declared_sizes(self, ir: IR) -> dict[str, int]:
+        """Bytes each implementation of ``ir`` allocates when rebuilt, computed without allocating.
+
+        The larger of its state records and, for a type with a builder, of the parameters and
+        buffers the builder creates from ``impl.data`` when run on ``meta``.
+        """
+        sizes: dict[str, int] = {}
+        for key, impl in ir.items():
+            size = records_bytes(impl.state)
+            if impl.type in self.builders:
+                entry = self.builders.get(impl.type, impl.name)
+                size = max(size, measured_on_meta(lambda entry=entry, impl=impl: entry.build(impl)))
+            sizes[key] = size
+        return sizes
 
     def _as_flat(self, ir: Any) -> FlatIR | None:
         """``ir`` as a FlatIR when it is one or a FlatIR file's path (loaded with this converter's ops), else None."""
@@ -211,6 +257,7 @@ def convert(
     *,
     device: torch.device | str | None = None,
     strict: bool = True,
+    max_bytes: Budget = AVAILABLE,
 ) -> nn.Module:
     """Rebuild ``ir`` with a default converter (see :meth:`Ir2Torch.convert`)."""
-    return get_default_converter().convert(ir, state_dict, device=device, strict=strict)
+    return get_default_converter().convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes)

@@ -8,8 +8,10 @@ their state-dict path, so the executed module's ``state_dict()`` has the origina
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -19,10 +21,13 @@ from common.errors import StateDictError
 from common.flat import FlatIR, WeightMeta
 from common.values import dtype_from_name, dtype_name
 
+from .budget import AVAILABLE, Budget, check_budget, shape_bytes, target_device
 from .rebuild import owner_of
 from .state import read_state
 
 StateSource = Mapping[str, torch.Tensor] | str | os.PathLike | nn.Module | None
+
+_BUDGET: contextvars.ContextVar[Budget] = contextvars.ContextVar("ir2torch_flat_budget", default=AVAILABLE)
 
 _MISSING_HINT = (
     "pass the original model's state dict (or its .safetensors file); non-persistent buffers and tensor "
@@ -53,6 +58,16 @@ def module_state(model: nn.Module, keys: list[str]) -> dict[str, torch.Tensor]:
     return out
 
 
+@contextlib.contextmanager
+def weight_budget(budget: Budget) -> Iterator[None]:
+    """Within the block, :func:`resolve_weights` checks against ``budget`` (bytes, ``"available"``, None)."""
+    token = _BUDGET.set(budget)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
 def resolve_weights(
     flat: FlatIR, state: StateSource, *, device: torch.device | str | None, strict: bool
 ) -> dict[str, torch.Tensor]:
@@ -60,10 +75,18 @@ def resolve_weights(
 
     With no ``state``, weights without a value in ``flat.tensors`` are created uninitialised (on
     ``device``; ``"meta"`` allocates nothing). With a state, tensors are used as they are (no copy)
-    unless ``device`` names another real device.
+    unless ``device`` names another real device. Keys of the state that are no weight's key are
+    ignored (never attached), even with ``strict``: a FlatIR keeps only the weights its graph reads,
+    so the original model's state dict legitimately holds more (unused buffers such as
+    ``num_batches_tracked``, the second name of tied parameters), and the FlatIR does not record
+    which. Nothing is allocated before every check passed:
+    the weights to create or copy must fit the memory budget (:func:`weight_budget`, by default the
+    available memory; see :mod:`ir2torch.budget`).
 
     Raises:
-        StateDictError: (``strict``) weights missing from the state, and any of the wrong shape or dtype.
+        StateDictError: weights of the wrong shape or dtype, and (``strict``) weights missing from the
+            state; every problem listed at once.
+        ResourceBudgetError: the weights to allocate exceed the budget (names the largest).
     """
     keys = [flat.weight_name_mapping[w.name] for w in flat.weights]
     given: Mapping[str, torch.Tensor] | None
@@ -74,7 +97,7 @@ def resolve_weights(
     else:
         given = read_state(state)
     target = torch.device(device) if device is not None else None
-    out: dict[str, torch.Tensor] = {}
+    chosen: dict[str, torch.Tensor | None] = {}
     problems: list[str] = []
     for weight, key in zip(flat.weights, keys):
         tensor = given.get(key) if given is not None else None
@@ -83,24 +106,40 @@ def resolve_weights(
         if tensor is None:
             if given is not None and strict:
                 problems.append(f"{key}: missing (weight {weight.name!r}, {weight.kind})")
-                continue
-            tensor = _empty(weight, target)
         elif not isinstance(tensor, torch.Tensor):
             problems.append(f"{key}: expected a tensor, found {type(tensor).__name__}")
-            continue
         elif list(tensor.shape) != weight.shape or dtype_name(tensor.dtype) != weight.dtype:
             problems.append(f"{key}: expected {weight.dtype}{weight.shape}, found "
                             f"{dtype_name(tensor.dtype)}{list(tensor.shape)}")
-            continue
-        if target is not None and target.type != "meta" and tensor.device != target:
-            tensor = tensor.to(target)
-        out[key] = tensor
+        chosen[key] = tensor
     if problems:
         raise StateDictError(
             f"the state does not fit the FlatIR's weights ({len(problems)} problems):\n  " + "\n  ".join(problems),
             key=problems[0].split(":", 1)[0], hint=_MISSING_HINT,
         )
+    check_budget(_allocated(flat, chosen, target), _BUDGET.get(), target_device(device), what="weight")
+    out: dict[str, torch.Tensor] = {}
+    for weight, key in zip(flat.weights, keys):
+        tensor = chosen[key]
+        if tensor is None:
+            tensor = _empty(weight, target)
+        elif target is not None and target.type != "meta" and tensor.device != target:
+            tensor = tensor.to(target)
+        out[key] = tensor
     return out
+
+
+def _allocated(flat: FlatIR, chosen: Mapping[str, torch.Tensor | None], target: torch.device | None) -> dict[str, int]:
+    """Bytes by state key of the weights :func:`resolve_weights` creates, or copies to ``target``."""
+    sizes: dict[str, int] = {}
+    for weight in flat.weights:
+        key = flat.weight_name_mapping[weight.name]
+        tensor = chosen.get(key)
+        if tensor is None:
+            sizes[key] = shape_bytes(weight.shape, dtype_from_name(weight.dtype))
+        elif target is not None and target.type != "meta" and tensor.device != target:
+            sizes[key] = tensor.numel() * tensor.element_size()
+    return sizes
 
 
 def _empty(weight: WeightMeta, device: torch.device | None) -> torch.Tensor:

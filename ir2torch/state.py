@@ -54,8 +54,17 @@ def apply_state_maps(ir: IR, state: dict[str, torch.Tensor], maps: Mapping[str, 
 
 def load_into(model: nn.Module, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike,
               maps: Mapping[str, StateMap], *, strict: bool, retie: Callable[[], None]) -> None:
-    """Load ``state_dict`` (original keys) into ``model`` rebuilt from ``ir``."""
-    state = remap_state_dict(read_state(state_dict), ir, strict=strict)
+    """Load ``state_dict`` (original keys) into ``model`` rebuilt from ``ir``.
+
+    Only recorded state entries of ``ir`` are taken, each checked against its record's shape and
+    dtype. ``strict``: every entry must be present and every key of ``state_dict`` must be a
+    recorded entry (:func:`common.state_dict.known_keys`); not ``strict``: missing entries keep
+    their uninitialised values and unknown keys are ignored (never set on the model).
+
+    Raises:
+        StateDictError: the state does not fit; every problem listed at once.
+    """
+    state = remap_state_dict(read_state(state_dict), ir, strict=strict, refuse_unknown=True)
     state = apply_state_maps(ir, state, maps)
     expected = model.state_dict(keep_vars=True)
     check_state_dict(expected, state, strict=strict)

@@ -116,8 +116,12 @@ def test_remap_after_rename_and_removal():
     remapped = remap_state_dict(model.state_dict(), copy)
     assert not any(k.startswith(tuple(u + "." for u in unused)) for k in remapped)
     assert any(k.startswith(called + "_renamed.") for k in remapped)
-    rebuilt = ir2torch.convert(copy, model.state_dict())
+    with pytest.raises(StateDictError, match="unexpected key") as info:  # strict: the removed modules' keys
+        ir2torch.convert(copy, model.state_dict())
+    assert all(f"{u}.weight: unexpected key" in str(info.value) for u in unused)
+    rebuilt = ir2torch.convert(copy, remapped)  # the remap keeps only the rewritten IR's entries
     assert torch.equal(rebuilt(*args), model(*args))
+    assert torch.equal(ir2torch.convert(copy, model.state_dict(), strict=False)(*args), model(*args))
     assert isinstance(copy, IR)
 
 

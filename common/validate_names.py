@@ -90,8 +90,7 @@ def _check_convention(meta: dict[str, Any], key: str) -> None:
     kwarg_names(spec, "meta.in_spec", implementation=key)
     if meta.get("out_spec") is not None:
         load_spec(meta["out_spec"], "meta.out_spec", implementation=key)
-    check_forward_arg_names(list(meta.get("forward_arg_names") or []), implementation=key,
-                            field="meta.forward_arg_names")
+    check_forward_arg_names(meta.get("forward_arg_names", []), implementation=key, field="meta.forward_arg_names")
 
 
 def _check_tree(ir: IR) -> None:

@@ -60,8 +60,7 @@ def calling_convention(meta: dict[str, Any], implementation: str) -> SafePyTreeC
     in_spec = load_spec(meta["in_spec"], "in_spec", implementation=implementation)
     out_spec = load_spec(meta["out_spec"], "out_spec", implementation=implementation) if meta.get("out_spec") else None
     kwarg_names(in_spec, implementation=implementation)
-    names = list(meta.get("forward_arg_names") or [])
-    check_forward_arg_names(names, implementation=implementation)
+    names = check_forward_arg_names(meta.get("forward_arg_names", []), implementation=implementation)
     if not names:
         names = [f"arg_{i}" for i in range(in_spec.num_leaves)]
     return SafePyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec))

@@ -136,6 +136,11 @@ class StateDictError(IRError):
     """A state dict does not fit the rebuilt model (missing, unexpected or mis-shaped keys)."""
 
 
+class InputMismatchError(IRError):
+    """A rebuilt model or executed FlatIR was called with inputs that differ from those it was converted for
+    (shape, dtype, a dynamic size out of its range, pytree structure); ``key`` names the input."""
+
+
 __all__ = [
     "ArgumentMismatchError",
     "ConversionError",
@@ -147,6 +152,7 @@ __all__ = [
     "IRFormatError",
     "IRSerializationError",
     "IRValidationError",
+    "InputMismatchError",
     "MissingImplementationError",
     "NodeTypeMismatchError",
     "RegistryError",

@@ -20,6 +20,7 @@ from common.validate import validate
 
 from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors, restore_unsaved
 from .flat import Executor, build_flat_module, new_executor_registry
+from .guard_specs import root_guard
 from .rebuild import graph_module
 from .state import StateMap, load_into, read_state
 
@@ -100,6 +101,7 @@ class Ir2Torch:
         *,
         device: torch.device | str | None = None,
         strict: bool = True,
+        guard_inputs: bool = True,
     ) -> nn.Module:
         """Rebuild the model described by ``ir``, optionally loading state.
 
@@ -114,6 +116,10 @@ class Ir2Torch:
             device: where parameters are created. ``"meta"`` allocates nothing; with a
                 state dict, its tensors are then assigned, not copied.
             strict: require every entry to be present (and no unknown one).
+            guard_inputs: check every call's inputs against the recorded ones (shapes or dynamic
+                ranges, dtypes, structure; see :mod:`ir2torch.guards`) and raise
+                :class:`~common.errors.InputMismatchError` on a mismatch. ``False`` leaves the check out:
+                a call with other inputs then runs the graph as it is, with no guarantee of its result.
 
         Raises:
             IRError: the IR is malformed or unsafe, a type has no builder, or the state
@@ -122,13 +128,13 @@ class Ir2Torch:
         flat = self._as_flat(ir)
         if flat is not None:
             return build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
-                                     executors=self.executors)
+                                     executors=self.executors, guard_inputs=guard_inputs)
         ir = self._as_ir(ir)
         validate(ir, allowlist=self.allowlist)
         if "root" not in ir:
             raise IRFormatError("the IR has no 'root' implementation", hint="the top-level module's key is 'root'")
         maps: dict[str, StateMap] = {}
-        modules = {key: self._build_one(impl, device, maps) for key, impl in ir.items()}
+        modules = {key: self._build_one(impl, device, maps, guard_inputs) for key, impl in ir.items()}
         root = attach_children(ir, modules)
         restore_state_layout(ir, modules)
         restore_tensors(ir, modules, device if state_dict is None else None)
@@ -162,7 +168,7 @@ class Ir2Torch:
         raise TypeError(f"ir must be an IR, a dict or a file path, not {type(ir).__name__}")
 
     def _build_one(self, impl: Implementation, device: torch.device | str | None,
-                   maps: dict[str, StateMap]) -> nn.Module:
+                   maps: dict[str, StateMap], guard_inputs: bool = False) -> nn.Module:
         if impl.type in self.builders:
             entry = self.builders.get(impl.type, impl.name)
             with torch.device(device) if device is not None else contextlib.nullcontext():
@@ -174,7 +180,11 @@ class Ir2Torch:
             return module
         if impl.graph.number_of_nodes() or impl.type == "module":
             # a "module" never called has no graph: it only holds its state and children
-            return graph_module(impl, self.allowlist, device=device)
+            guard = root_guard(impl) if guard_inputs and impl.name == "root" else None
+            gm = graph_module(impl, self.allowlist, device=device, guard=guard)
+            if guard is not None:
+                guard.attach(gm)
+            return gm
         raise HandlerNotFoundError(
             f"no builder for type {impl.type!r} and no graph to rebuild it from",
             implementation=impl.name,
@@ -197,6 +207,7 @@ def convert(
     *,
     device: torch.device | str | None = None,
     strict: bool = True,
+    guard_inputs: bool = True,
 ) -> nn.Module:
     """Rebuild ``ir`` with a default converter (see :meth:`Ir2Torch.convert`)."""
-    return get_default_converter().convert(ir, state_dict, device=device, strict=strict)
+    return get_default_converter().convert(ir, state_dict, device=device, strict=strict, guard_inputs=guard_inputs)

@@ -93,11 +93,19 @@ class InputGuard:
             return graph.call_function(self, tuple(placeholders))
 
     def attach(self, module: nn.Module) -> None:
-        """Check the call's structure before ``forward`` binds it; keep the guard in ``module.meta["input_guard"]``."""
+        """Check the call's structure before ``forward`` binds it; keep the guard in ``module.meta["input_guard"]``.
+
+        A ``GraphModule``'s deepcopy drops forward hooks: a deepcopy hook registers the pre-hook on the copy.
+        """
         if self.arg_names:
             module.register_forward_pre_hook(self.check_call, with_kwargs=True)
+            if isinstance(module, fx.GraphModule):
+                module._register_deepcopy_hook(self._reattach)
         if isinstance(getattr(module, "meta", None), dict):
             module.meta["input_guard"] = self
+
+    def _reattach(self, copy: nn.Module) -> None:
+        copy.register_forward_pre_hook(self.check_call, with_kwargs=True)
 
     # -- structure (pre-hook) ------------------------------------------------------------------------------
     def check_call(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:

@@ -241,6 +241,15 @@ def test_guard_is_plain_data_named_by_a_fixed_name() -> None:
     assert targets[0] is guard and guard.__name__ == "check_inputs"
 
 
+def test_deep_copies_keep_both_checks() -> None:
+    model, new, args, kwargs = _options()
+    twice = copy.deepcopy(copy.deepcopy(new))
+    assert max_abs_diff(model(*args, **kwargs), twice(*args, **kwargs)) == 0.0
+    _raises(lambda: twice(torch.randn(3, 8), **kwargs), "(3, 8)", key="x")
+    three = (*kwargs["pair"], torch.ones(1))
+    _raises(lambda: twice(args[0], flag=True, pair=three, extra=None), "pytree structure", key="pair")
+
+
 def test_symbolic_tracing_and_reconversion_pass_through_the_guard() -> None:
     model, new = _flatten()
     x, mask = torch.randn(2, 8), torch.rand(2, 8)

@@ -157,6 +157,11 @@ class ResourceBudgetError(IRError):
     """Rebuilding would allocate more memory than the budget allows (nothing was allocated)."""
 
 
+class InputMismatchError(IRError):
+    """A rebuilt model or executed FlatIR was called with inputs that differ from those it was converted for
+    (shape, dtype, a dynamic size out of its range, pytree structure); ``key`` names the input."""
+
+
 __all__ = [
     "ArgumentMismatchError",
     "BuildError",
@@ -170,6 +175,7 @@ __all__ = [
     "IRFormatError",
     "IRSerializationError",
     "IRValidationError",
+    "InputMismatchError",
     "MissingImplementationError",
     "NodeTypeMismatchError",
     "RegistryError",

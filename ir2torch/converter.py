@@ -22,6 +22,7 @@ from .assemble import attach_children, restore_modes, restore_state_layout, rest
 from .budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
 from .flat import Executor, build_flat_module, new_executor_registry
 from .flat_state import weight_budget
+from .guard_specs import root_guard
 from .rebuild import graph_module
 from .state import StateMap, load_into, read_state
 
@@ -116,6 +117,7 @@ class Ir2Torch:
         device: torch.device | str | None = None,
         strict: bool = True,
         max_bytes: Budget = _CONVERTER_BUDGET,
+        guard_inputs: bool = True,
     ) -> nn.Module:
         """Rebuild the model described by ``ir``, optionally loading state.
 
@@ -140,6 +142,10 @@ class Ir2Torch:
             max_bytes: the memory budget (:mod:`ir2torch.budget`); default: this converter's
                 ``max_bytes`` (``"available"``: the memory available now). Checked before anything
                 is built, for every device but ``"meta"``; ``None`` disables it.
+            guard_inputs: check every call's inputs against the recorded ones (shapes or dynamic
+                ranges, dtypes, structure; see :mod:`ir2torch.guards`) and raise
+                :class:`~common.errors.InputMismatchError` on a mismatch. ``False`` leaves the check out:
+                a call with other inputs then runs the graph as it is, with no guarantee of its result.
 
         Raises:
             IRError: the IR is malformed or unsafe, a type has no builder, or the state
@@ -152,14 +158,14 @@ class Ir2Torch:
         if flat is not None:
             with weight_budget(budget):
                 return build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
-                                         executors=self.executors)
+                                         executors=self.executors, guard_inputs=guard_inputs)
         ir = self._as_ir(ir)
         validate(ir, allowlist=self.allowlist)
         if "root" not in ir:
             raise IRFormatError("the IR has no 'root' implementation", hint="the top-level module's key is 'root'")
         check_budget({}, budget, target_device(device), what="implementation", measure=lambda: self.declared_sizes(ir))
         maps: dict[str, StateMap] = {}
-        modules = {key: self._build_one(impl, device, maps) for key, impl in ir.items()}
+        modules = {key: self._build_one(impl, device, maps, guard_inputs) for key, impl in ir.items()}
         root = attach_children(ir, modules)
         restore_state_layout(ir, modules)
         restore_tensors(ir, modules, device if state_dict is None else None)
@@ -208,7 +214,7 @@ class Ir2Torch:
         raise TypeError(f"ir must be an IR, a dict or a file path, not {type(ir).__name__}")
 
     def _build_one(self, impl: Implementation, device: torch.device | str | None,
-                   maps: dict[str, StateMap]) -> nn.Module:
+                   maps: dict[str, StateMap], guard_inputs: bool = False) -> nn.Module:
         if impl.type in self.builders:
             entry = self.builders.get(impl.type, impl.name)
             try:
@@ -228,13 +234,17 @@ class Ir2Torch:
             return module
         if impl.graph.number_of_nodes() or impl.type == "module":
             # a "module" never called has no graph: it only holds its state and children
+            guard = root_guard(impl) if guard_inputs and impl.name == "root" else None
             try:
-                return graph_module(impl, self.allowlist, device=device)
+                gm = graph_module(impl, self.allowlist, device=device, guard=guard)
             except IRError:
                 raise
             except Exception as exc:
                 raise BuildError(f"cannot build the graph module: {type(exc).__name__}: {exc}",
                                  implementation=impl.name, hint="check the implementation's state records") from exc
+            if guard is not None:
+                guard.attach(gm)
+            return gm
         raise HandlerNotFoundError(
             f"no builder for type {impl.type!r} and no graph to rebuild it from",
             implementation=impl.name,
@@ -258,6 +268,8 @@ def convert(
     device: torch.device | str | None = None,
     strict: bool = True,
     max_bytes: Budget = AVAILABLE,
+    guard_inputs: bool = True,
 ) -> nn.Module:
     """Rebuild ``ir`` with a default converter (see :meth:`Ir2Torch.convert`)."""
-    return get_default_converter().convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes)
+    return get_default_converter().convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes,
+                                           guard_inputs=guard_inputs)

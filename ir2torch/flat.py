@@ -28,6 +28,7 @@ from common.values import Ref
 
 from .codegen import calling_convention, install_graph, report_errors
 from .flat_state import StateSource, attach_weights, resolve_weights
+from .guard_specs import flat_guard
 from .rebuild import _fx_name, runtime_device
 
 Executor = Callable[..., Any]
@@ -46,6 +47,7 @@ def build_flat_module(
     strict: bool = True,
     allowlist: Allowlist | None = None,
     executors: Registry[str, Executor] | None = None,
+    guard_inputs: bool = True,
 ) -> fx.GraphModule:
     """An ``nn.Module`` (``fx.GraphModule``) running ``flat`` on real tensors.
 
@@ -57,6 +59,8 @@ def build_flat_module(
         strict: require every weight without a value in ``flat.tensors`` to be in ``state``.
         allowlist: resolves op names (default: a fresh default allow-list).
         executors: executors by op name, tried before the allow-list.
+        guard_inputs: check every call's inputs against ``graph_inputs``, ``range_constraints`` and
+            ``in_spec`` (see :mod:`ir2torch.guards`); ``False`` runs any input through the graph unchecked.
 
     Returns:
         The module, in eval mode; ``forward(*args, **kwargs)`` as the original model's.
@@ -65,6 +69,7 @@ def build_flat_module(
         UnsafeTargetError: an op is neither on the allow-list nor has an executor (names the node).
         StateDictError: weights are missing or do not fit (every key listed).
         IRFormatError: the calling convention names an output type no imported library registered.
+        InputMismatchError: (when called) an input differs from the recorded ones.
     """
     allow = allowlist if allowlist is not None else Allowlist()
     registry = executors if executors is not None else new_executor_registry()
@@ -78,7 +83,12 @@ def build_flat_module(
     if flat.in_spec is not None:
         graph._codegen = calling_convention({"in_spec": flat.in_spec, "out_spec": flat.out_spec,
                                              "forward_arg_names": flat.forward_arg_names}, "root")
+    guard = flat_guard(flat) if guard_inputs else None
+    if guard is not None:
+        guard.insert(graph)
     report_errors(install_graph(gm, graph, "root"), "root")
+    if guard is not None:
+        guard.attach(gm)
     gm.meta["flat_ir"] = flat
     return gm.eval()
 

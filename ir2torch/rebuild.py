@@ -309,12 +309,13 @@ _RESERVED_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree"} | set(dir(b
 
 
 def graph_module(
-    impl: Implementation, allowlist: Allowlist, *, device: torch.device | str | None = None
+    impl: Implementation, allowlist: Allowlist, *, device: torch.device | str | None = None, guard: Any = None
 ) -> fx.GraphModule:
     """An empty-bodied ``GraphModule`` for ``impl`` running its graph.
 
     Its own parameters and buffers are created from ``impl.state`` (uninitialised, of the
-    recorded shape and dtype, on ``device``); children are attached later by the caller.
+    recorded shape and dtype, on ``device``); children are attached later by the caller. A
+    ``guard`` (:class:`~ir2torch.guards.InputGuard`) is called with the placeholders first.
     """
     gm = fx.GraphModule(nn.Module(), fx.Graph(), class_name=_class_name(impl))
     for name, rec in impl.state.items():
@@ -326,6 +327,8 @@ def graph_module(
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
     graph = _GraphBuilder(impl, allowlist).build()
+    if guard is not None:
+        guard.insert(graph)
     if "in_spec" in impl.meta:
         graph._codegen = calling_convention(impl.meta, impl.name)
     # generates the source once, with the codegen in place; failures while running name this implementation

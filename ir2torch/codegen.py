@@ -177,7 +177,7 @@ def _failed_at(obj: nn.Module, exc: BaseException) -> str:
         if frame.f_code is code:
             lineno = line
     lines = getattr(obj, "_lineno_map", None) or {}
-    index = lines.get(lineno) if lineno is not None else None
+    index = lines.get(lineno - getattr(obj, "_prologue_start", 0)) if lineno is not None else None
     if index is None:
         return "the graph"
     node = list(obj.graph.nodes)[index]

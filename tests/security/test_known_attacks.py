@@ -1,0 +1,200 @@
+"""Every class of attack found against 399138d, each as a crafted document, with the error it now gets.
+
+Each case edits a real saved document (the zoo's ``kwargs`` model, or its FlatIR) and names the
+IRError subclass that must come out of load, rebuild (meta and CPU) or the first forward, and a
+fragment of its message. Nothing may run: a marker file would appear if a payload executed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from common import IR
+from common import errors as E
+from common.safety import DEFAULT_ALLOWLIST
+from tests.security.corpus import Document, attempt, documents, write
+
+MARKER = "ATTACK_MARKER"
+RUN = f"open('{MARKER}','w')"
+
+
+def _doc(tmp: str, name: str, kind: str = "ir") -> Document:
+    return next(d for d in documents(tmp) if d.name == name and d.kind == kind)
+
+
+def _root(doc: dict) -> dict:
+    return doc["implementations"]["root"]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 0
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _set_arg(value: Any) -> Callable[[dict], None]:
+    def edit(doc: dict) -> None:
+        _root(doc)["nodes"]["mul"]["args"].append(value)
+    return edit
+
+
+def _rename_key(old: str, new: str) -> Callable[[dict], None]:
+    def edit(doc: dict) -> None:
+        impls = doc["implementations"]
+        impls[new] = impls.pop(old)
+        impls[new]["name"] = new
+        for node in _root(doc)["nodes"].values():
+            if node.get("implementation") == old:
+                node["implementation"] = new
+    return edit
+
+
+# (id, document, edit, error class, message fragment)
+IR_CASES: list[tuple[str, str, Callable[[dict], None], type, str]] = [
+    ("forward_arg_names default", "kwargs",
+     lambda d: _root(d)["meta"]["forward_arg_names"].append(f"z={RUN}"), E.UnsafeNameError, "forward_arg_names"),
+    ("in_spec keyword key", "kwargs",
+     lambda d: _root(d)["meta"].__setitem__("in_spec", _root(d)["meta"]["in_spec"].replace(
+         'scale', f"scale':{RUN},'x")), E.UnsafeNameError, "keyword argument"),
+    ("in_spec imports a module (defaultdict)", "kwargs",
+     lambda d: _root(d)["meta"].__setitem__("in_spec", json.dumps([1, {
+         "type": "collections.defaultdict", "context": json.dumps({
+             "default_factory_module": "antigravity", "default_factory_name": "x", "dict_context": []}),
+         "children_spec": []}])), E.IRFormatError, "defaultdict"),
+    ("in_spec imports a module (enum)", "kwargs",
+     lambda d: _root(d)["meta"].__setitem__("in_spec", json.dumps([1, {
+         "type": "builtins.dict", "context": json.dumps([{"__enum__": True, "fqn": "os:environ", "name": "HOME"}]),
+         "children_spec": [{"type": None, "context": None, "children_spec": []}]}])), E.IRFormatError, "enum"),
+    ("kwargs key of a function node", "kwargs",
+     lambda d: _root(d)["nodes"]["add"]["kwargs"].__setitem__(f"alpha={RUN},y", 1), E.UnsafeNameError,
+     "keyword argument"),
+    ("get_attr target", "buffers",
+     lambda d: next(n for n in _root(d)["nodes"].values() if n["type"] == "get_attr").__setitem__(
+         "implementation", f'x"),{RUN},getattr(self,"y'), E.UnsafeNameError, "get_attr target"),
+    ("call node target", "kwargs",
+     lambda d: _root(d)["nodes"]["lin"].__setitem__("target", f'x"),{RUN},getattr(self,"y'), E.UnsafeNameError,
+     "call target"),
+    ("implementation key", "kwargs", _rename_key("lin", f'lin"),{RUN},getattr(self,"y'), E.UnsafeNameError,
+     "implementation key"),
+    ("aten.__init__", "kwargs", lambda d: _root(d)["nodes"]["add"].__setitem__("implementation", "aten.__init__"),
+     E.UnsafeTargetError, "aten.__init__"),
+    ("aten.name", "kwargs", lambda d: _root(d)["nodes"]["add"].__setitem__("implementation", "aten.name"),
+     E.UnsafeTargetError, "aten.name"),
+    ("node field 'self'", "kwargs", lambda d: _root(d)["nodes"]["add"].__setitem__("self", 1), None, ""),
+    ("node field 'node_for_adding'", "kwargs",
+     lambda d: _root(d)["nodes"]["add"].__setitem__("node_for_adding", 1), None, ""),
+    ("$complex overflow", "kwargs", _set_arg({"$complex": [10**400, 0]}), E.IRFormatError, "does not fit a float"),
+    ("600-deep list", "kwargs", _set_arg(_nested(600)), E.IRFormatError, "nested more than"),
+    ("300-deep list", "kwargs", _set_arg(_nested(300)), E.IRFormatError, "nested more than"),
+    ("$device cuda", "kwargs", _set_arg({"$device": "cuda"}), E.ExecutionError, "node 'mul'"),
+    ("unknown constructor argument", "kwargs", lambda d: d["implementations"]["lin"].__setitem__("flavour", 1),
+     E.BuildError, "flavour"),
+    ("implementation key 'training'", "kwargs", _rename_key("lin", "training"), E.UnsafeNameError, "training"),
+    ("implementation key 'forward'", "kwargs", _rename_key("lin", "forward"), E.UnsafeNameError, "forward"),
+    ("implementation key '__init__'", "kwargs", _rename_key("lin", "__init__"), E.UnsafeNameError, "__init__"),
+    ("state name 'forward'", "kwargs", lambda d: d["implementations"]["lin"]["state"].__setitem__(
+        "forward", d["implementations"]["lin"]["state"].pop("weight")), E.UnsafeNameError, "forward"),
+    ("alias 'training'", "kwargs", lambda d: d["implementations"]["lin"].__setitem__("aliases", ["training"]),
+     E.UnsafeNameError, "training"),
+    ("root alias", "kwargs", lambda d: _root(d).__setitem__("aliases", ["again"]), E.CycleError, "root"),
+    ("alias inside itself", "kwargs", lambda d: d["implementations"]["lin"].__setitem__("aliases", ["lin.me"]),
+     E.CycleError, "inside itself"),
+]
+
+
+@pytest.fixture(scope="module")
+def tmp(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("attacks"))
+
+
+def _run(document: Document, doc: dict, folder: Path) -> tuple[str, str]:
+    try:
+        return attempt(write(document, doc, folder), document), ""
+    except E.IRError as exc:  # attempt() returns the name; keep the message for the assertion too
+        return type(exc).__name__, str(exc)
+
+
+def _message(document: Document, doc: dict, folder: Path) -> str:
+    """The message of the IRError the document gets, or "" when it runs."""
+    import ir2torch
+
+    path = write(document, doc, folder)
+    try:
+        loaded = IR.load(path) if document.kind == "ir" else __import__("common").FlatIR.load(path)
+        ir2torch.convert(copy.deepcopy(loaded), device="meta")
+        with torch.no_grad():
+            ir2torch.convert(loaded)(*document.args, **document.kwargs)
+    except E.IRError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+@pytest.mark.parametrize(("name", "model", "edit", "error", "fragment"), IR_CASES, ids=[c[0] for c in IR_CASES])
+def test_known_attack_gets_its_error(name: str, model: str, edit: Callable[[dict], None], error: type | None,
+                                     fragment: str, tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    document = _doc(tmp, model)
+    doc = copy.deepcopy(document.doc)
+    edit(doc)
+    outcome = attempt(write(document, doc, tmp_path / "a"), document)
+    assert not (tmp_path / MARKER).exists()
+    if error is None:  # stored as data: the model still rebuilds and runs
+        assert outcome == "ok"
+        return
+    message = _message(document, doc, tmp_path / "b")
+    assert message.startswith(f"{error.__name__}:") or isinstance(_error_of(message), error), message
+    assert fragment in message
+
+
+def _error_of(message: str) -> Any:
+    return getattr(E, message.split(":", 1)[0], None) and getattr(E, message.split(":", 1)[0])(message)
+
+
+FLAT_CASES: list[tuple[str, Callable[[dict], None], type, str]] = [
+    ("forward_arg_names default", lambda d: d["forward_arg_names"].append(f"z={RUN}"), E.UnsafeNameError,
+     "forward_arg_names"),
+    ("weight_name_mapping value", lambda d: d["weight_name_mapping"].__setitem__(
+        next(iter(d["weight_name_mapping"])), f'x"),{RUN},getattr(self,"y'), E.UnsafeNameError, "weight_name_mapping"),
+    ("keyword of a schema-less op", lambda d: d["nodes"].append({
+        "name": "extra", "op_type": "operator.add", "args": {"arg0": 1, "arg1": 2},
+        "kwargs": {f"x={RUN},y": 1}, "outputs": [{"name": "extra_out", "value": 3}]}), E.UnsafeNameError,
+     "keyword argument"),
+    ("meta.device disk", lambda d: d["meta"].__setitem__("device", "disk"), E.IRFormatError, "meta.device"),
+    ("in_spec keyword key", lambda d: d.__setitem__("in_spec", d["in_spec"].replace("scale", f"scale':{RUN},'x")),
+     E.UnsafeNameError, "keyword argument"),
+]
+
+
+@pytest.mark.parametrize(("name", "edit", "error", "fragment"), FLAT_CASES, ids=[c[0] for c in FLAT_CASES])
+def test_known_flat_attack_gets_its_error(name: str, edit: Callable[[dict], None], error: type, fragment: str,
+                                          tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    document = _doc(tmp, "kwargs", "flat")
+    doc = copy.deepcopy(document.doc)
+    edit(doc)
+    outcome = attempt(write(document, doc, tmp_path / "a"), document)
+    assert not (tmp_path / MARKER).exists()
+    assert outcome == error.__name__
+    assert fragment in _message(document, doc, tmp_path / "b")
+
+
+@pytest.mark.parametrize("name", ["aten.__init__", "aten.__setattr__", "aten.__dict__", "aten.name",
+                                  "aten.add.__call__", "aten.add.overloads", "aten.__class__"])
+def test_allowlist_resolves_operators_only(name: str) -> None:
+    assert not DEFAULT_ALLOWLIST.is_allowed(name)
+    with pytest.raises(E.UnsafeTargetError, match="not an ATen operator"):
+        DEFAULT_ALLOWLIST.resolve(name)
+
+
+@pytest.mark.parametrize("name", ["aten.add.Tensor", "aten.__and__.Tensor", "aten._to_copy.default", "aten.relu"])
+def test_allowlist_still_resolves_real_operators(name: str) -> None:
+    op = DEFAULT_ALLOWLIST.resolve(name)
+    assert isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))

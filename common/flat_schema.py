@@ -29,7 +29,7 @@ from .errors import (
 from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
-from .schema import ValueFn, expect
+from .schema import MAX_GRAPH_NODES, ValueFn, expect
 from .serialize import (
     _load_tensors,
     check_header,
@@ -147,6 +147,9 @@ def parse_flat(cls: type, d: Any, value_fn: ValueFn) -> Any:
     for key in ("graph_inputs", "graph_outputs", "weights", "nodes", "forward_arg_names"):
         expect(d.get(key, []), list, key)
         lists[key] = d.get(key, [])
+        if len(lists[key]) > MAX_GRAPH_NODES:
+            raise IRFormatError(f"'{key}' has {len(lists[key])} entries, more than {MAX_GRAPH_NODES}", key=key,
+                                hint="is the file corrupt?")
     for key in ("meta", "range_constraints", "weight_name_mapping"):
         expect(d.get(key, {}), Mapping, key)
     for key in ("in_spec", "out_spec"):

@@ -15,6 +15,11 @@ RESERVED_KEYS = ("name", "type", "nodes", "edges", "state", "aliases", "meta")
 #: Kinds of state records.
 STATE_KINDS = ("parameter", "buffer", "constant")
 
+#: Most nodes / edges one graph may have (bounds the work of loading a hostile file; a decoder layer
+#: of a 70B-parameter model has a few hundred).
+MAX_GRAPH_NODES = 1_000_000
+MAX_GRAPH_EDGES = 4_000_000
+
 Slot = int | str | tuple
 ValueFn = Callable[[Any, str], Any]
 
@@ -43,6 +48,9 @@ def parse_nodes(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
     else:
         raise IRFormatError(f"'nodes' must be a mapping or a list, got {type(raw).__name__}",
                             implementation=impl.name, key=f"{where}.nodes")
+    if len(items) > MAX_GRAPH_NODES:
+        raise IRFormatError(f"graph has {len(items)} nodes, more than {MAX_GRAPH_NODES}", implementation=impl.name,
+                            key=f"{where}.nodes", hint="is the file corrupt? (a 70B-parameter model has far fewer)")
     for name, node in items:
         nwhere = f"{where}.nodes[{name!r}]"
         if not isinstance(name, str) or not name:
@@ -88,6 +96,9 @@ def parse_edges(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
     else:
         raise IRFormatError(f"'edges' must be a mapping or a list, got {type(raw).__name__}",
                             implementation=impl.name, key=f"{where}.edges")
+    if len(items) > MAX_GRAPH_EDGES:
+        raise IRFormatError(f"graph has {len(items)} edges, more than {MAX_GRAPH_EDGES}", implementation=impl.name,
+                            key=f"{where}.edges", hint="is the file corrupt?")
     slotless: dict[str, int] = {}
     for src, dst, edge in items:
         for end in (src, dst):
@@ -135,9 +146,11 @@ def _fix_slotless_order(impl: Any, items: list, slotless: dict[str, int]) -> Non
         taken = {data["slot"] for _, _, data in impl.in_edges(dst) if isinstance(data.get("slot"), int)}
         free = (i for i in range(len(taken) + count) if i not in taken)
         used: dict[str, int] = {}
+        slotless_keys: dict[str, list] = {}
         for src in doc_order:
-            keys = [k for k, data in sorted(impl.graph[src][dst].items()) if data.get("slot") is None]
-            impl.graph[src][dst][keys[used.get(src, 0)]]["_slot"] = next(free)
+            if src not in slotless_keys:
+                slotless_keys[src] = [k for k, data in sorted(impl.graph[src][dst].items()) if data.get("slot") is None]
+            impl.graph[src][dst][slotless_keys[src][used.get(src, 0)]]["_slot"] = next(free)
             used[src] = used.get(src, 0) + 1
         for _, _, data in impl.in_edges(dst):
             if "_slot" in data:

@@ -198,3 +198,36 @@ def test_allowlist_resolves_operators_only(name: str) -> None:
 def test_allowlist_still_resolves_real_operators(name: str) -> None:
     op = DEFAULT_ALLOWLIST.resolve(name)
     assert isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
+
+
+def test_graph_size_is_bounded(tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from common import schema
+
+    document = _doc(tmp, "kwargs")
+    monkeypatch.setattr(schema, "MAX_GRAPH_NODES", 3)
+    with pytest.raises(E.IRFormatError, match="more than 3"):
+        IR.load(write(document, copy.deepcopy(document.doc), tmp_path))
+
+
+def test_many_parallel_slotless_edges_load_in_linear_time(tmp_path: Path) -> None:
+    """20 000 slotless edges from one node, one from another in between: slots assigned without a quadratic scan."""
+    import time
+
+    n = 20_000
+    nodes = {"a": {"name": "a", "type": "input", "implementation": "input"},
+             "b": {"name": "b", "type": "input", "implementation": "input"},
+             "cat": {"name": "cat", "type": "function", "implementation": "aten.add.Tensor"},
+             "output": {"name": "output", "type": "output", "implementation": "output"}}
+    edges = ([{"src": "a", "dst": "cat"}, {"src": "b", "dst": "cat"}] + [{"src": "a", "dst": "cat"}] * (n - 1)
+             + [{"src": "cat", "dst": "output"}])
+    doc = {"format": "torch2ir.ir", "format_version": 1,
+           "implementations": {"root": {"name": "root", "type": "module", "nodes": nodes, "edges": edges}}}
+    path = tmp_path / "wide.ir.json"
+    path.write_text(json.dumps(doc))
+    start = time.perf_counter()
+    ir = IR.load(path)
+    assert time.perf_counter() - start < 20  # quadratic slot assignment took minutes here
+    slots = {src: [] for src in "ab"}
+    for src, _, data in ir.root.in_edges("cat"):
+        slots[src].append(data["slot"])
+    assert slots["b"] == [1] and sorted(slots["a"]) == [0, *range(2, n + 1)]

@@ -62,11 +62,12 @@ def test_failing_forwards_as_subprocesses(files):
     })
     expected = {
         "rebuilt raises": (1, f"ir2torch: failed: the model rebuilt from {files['big_kernel']} raised during its "
-                              "forward pass, where the original ran: RuntimeError: "),
+                              "forward pass, where the original ran: ExecutionError: implementation 'root': running "
+                              "node 'features' (features) raised RuntimeError: "),
         "original raises": (2, f"ir2torch: error: the original model '{MODEL}' raised on the example inputs: "
                                "RuntimeError: "),
-        "rebuild raises": (2, f"ir2torch: error: cannot rebuild {files['zero_groups']}: ValueError: groups must be "
-                              "a positive integer (hint: "),
+        "rebuild raises": (2, "ir2torch: error: implementation 'features.0': the builder of type 'conv2d' failed: "
+                              "ValueError: groups must be a positive integer (hint: "),
     }
     for name, (code, start) in expected.items():
         result = results[name]

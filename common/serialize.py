@@ -254,12 +254,14 @@ def _tensor_bytes(tensors: Mapping[str, Any], meta_hint: str) -> bytes:
 
 
 def load_with_tensors(path: PathLike, build: Callable[[Any, str], T]) -> tuple[T, dict[str, Any]]:
-    """Read the JSON at ``path``, ``build(document, source)`` the object, then read the tensors file it names.
+    """Read the JSON at ``path`` and the tensors file it names, and ``build(document, source)`` the object.
 
     The tensors file must be a regular file (not a link) beside ``path``, with the recorded sha256
     (files without one, written before content addressing, are checked by their keys only) and
-    exactly the recorded keys. If reading it fails because a concurrent save replaced the JSON in
-    the meantime, the load starts again from the new JSON. Loading never removes files.
+    exactly the recorded keys. It is read right after the JSON (a concurrent save removes it only
+    after replacing the JSON); if reading it fails and the JSON was replaced meanwhile, the load
+    starts again from the new JSON. Errors of the document itself come before those of the
+    tensors file. Loading never removes files.
 
     Raises:
         IRFormatError: the JSON or the tensors file is missing, not a regular file, malformed, or
@@ -267,25 +269,31 @@ def load_with_tensors(path: PathLike, build: Callable[[Any, str], T]) -> tuple[T
     """
     source = os.fspath(path)
     for attempt in range(1, _LOAD_ATTEMPTS + 1):
-        raw = read_text(path)
-        doc = loads_json(raw, source=source)
+        identity = _identity(path)
+        doc = loads_json(read_text(path), source=source)
+        spec = doc.get("tensors") if isinstance(doc, Mapping) else None
+        tensors: dict[str, Any] = {}
+        failure = None
+        if spec is not None:
+            try:
+                tensors = _read_tensors(Path(path), spec, source)
+            except IRFormatError as exc:
+                failure = exc
         obj = build(doc, source)
-        spec = doc.get("tensors")
-        if spec is None:
-            return obj, {}
-        try:
-            return obj, _read_tensors(Path(path), spec, source)
-        except IRFormatError:
-            if attempt == _LOAD_ATTEMPTS or not _replaced(path, raw):
-                raise
+        if failure is None:
+            return obj, tensors
+        if attempt == _LOAD_ATTEMPTS or _identity(path) == identity:
+            raise failure
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _replaced(path: PathLike, raw: bytes) -> bool:
+def _identity(path: PathLike) -> tuple[int, ...] | None:
+    """What changes when a save replaces the file at ``path`` (even by the same bytes)."""
     try:
-        return read_text(path) != raw
-    except IRFormatError:
-        return False
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
 
 
 def _read_tensors(path: Path, spec: Any, source: str) -> dict[str, Any]:

@@ -294,28 +294,36 @@ def savers(tmp_path_factory):
     helper.close()
 
 
+def _identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_mtime_ns
+
+
 def test_kill_9_at_random_points_of_saves_never_leaves_a_mixed_pair(tmp_path, savers):
     path = tmp_path / "m.ir.json"
     irs = _pair("32 layers")  # the helper converted the same two models
     irs[0].save(path)
     rng = random.Random(4)
     rounds: Counter[str] = Counter()
-    for kill in range(60):
-        before = os.stat(path).st_ino
+    kill = 0
+    # at least 60 kills, and on until they landed at various points: after saves of either content
+    # (a loaded machine can slow the savers down), and in the middle of saves
+    while kill < 60 or min(rounds["saved 0"], rounds["saved 1"]) < 5 or rounds["interrupted"] < 5:
+        assert kill < 300, f"the kills did not land at various points of the saves: {rounds}"
+        before = _identity(path)
         pid = savers.start(path, kill % 2, 1)  # saves irs[kill % 2], then the other, and so on
         time.sleep(rng.uniform(0.0, 4 * savers.save_seconds))  # about 0 to 4 saves (a saver starts in ~1 save)
         savers.kill(pid)
         # Stronger than "consistent or IRError": the JSON on disk always names its own tensors file.
         loaded = IR.load(path)
         assert loaded == irs[0] or loaded == irs[1], f"kill {kill}: a JSON loaded with tensors not its own"
-        if os.stat(path).st_ino != before:  # the saver replaced the JSON at least once
+        if _identity(path) != before:  # the saver replaced the JSON at least once
             rounds[f"saved {int(loaded == irs[1])}"] += 1
         rounds["interrupted"] += set(_listing(tmp_path)) != set(_clean(path))  # temporary or stale files left
         if kill % 4 == 3:
             irs[kill % 2].save(path)
             assert _listing(tmp_path) == _clean(path), f"kill {kill}: the next save left debris"
-    # the kills landed at various points: after saves of either content, and in the middle of saves
-    assert rounds["saved 0"] >= 5 and rounds["saved 1"] >= 5 and rounds["interrupted"] >= 5, rounds
+        kill += 1
 
 
 def test_concurrent_saves_to_one_path_never_give_a_mixed_pair(tmp_path, savers):
@@ -324,8 +332,9 @@ def test_concurrent_saves_to_one_path_never_give_a_mixed_pair(tmp_path, savers):
     irs[0].save(path)
     pids = [savers.start(path, 0, 0), savers.start(path, 1, 0)]  # one saves irs[0] only, the other irs[1] only
     loads: Counter[str] = Counter()
-    deadline = time.monotonic() + 3.0
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+    while time.monotonic() - start < 2.0 or min(loads["0"], loads["1"]) < 5:  # 2 s, and both savers got through
+        assert time.monotonic() - start < 30.0, f"a saver never got through: {loads}"
         try:
             loaded = IR.load(path)
         except IRError:
@@ -335,7 +344,6 @@ def test_concurrent_saves_to_one_path_never_give_a_mixed_pair(tmp_path, savers):
         loads[str(int(loaded == irs[1]))] += 1
     for pid in pids:
         savers.kill(pid)
-    assert loads["0"] and loads["1"], loads
-    assert loads["error"] <= (loads["0"] + loads["1"]) // 10, loads  # retried: errors are rare at worst
+    assert loads["error"] <= (loads["0"] + loads["1"]) // 10, loads  # loads retry: errors are rare at worst
     irs[1].save(path)
     assert _listing(tmp_path) == _clean(path) and IR.load(path) == irs[1]

@@ -285,7 +285,7 @@ class FlatIR:
         return self
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the versioned, deterministic JSON file (atomically); tensors go to ``<stem>.tensors.safetensors``."""
+        """Write the versioned, deterministic JSON file; tensors go to ``<stem>.tensors.<sha256[:16]>.safetensors``."""
         from .flat_schema import save_flat
 
         return save_flat(self, path)

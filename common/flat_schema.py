@@ -3,12 +3,13 @@
 File layout (see ``docs/ir-spec.md``)::
 
     {"format": "torch2ir.flat", "format_version": 1, "meta": {...}, "graph_inputs": [...], ...,
-     "nodes": [...], "tensors": {"file": "model.flat.tensors.safetensors", "keys": [...]}}
+     "nodes": [...], "tensors": {"file": "model.flat.tensors.<sha256[:16]>.safetensors", "sha256": ...,
+                                 "keys": [...]}}
 
 The JSON rules are those of :mod:`common.serialize`: strict parsing, tagged values, deterministic
-bytes, atomic writes, tensors in a ``.safetensors`` file beside the JSON. Loading validates before
-returning: every op name must be on the allow-list (or be accepted explicitly), and nothing named
-in the document is imported or called.
+bytes, atomic writes, tensors in a content-addressed ``.safetensors`` file beside the JSON, saved
+and loaded as one unit. Loading validates before returning: every op name must be on the
+allow-list (or be accepted explicitly), and nothing named in the document is imported or called.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from .errors import (
     ArgumentMismatchError,
     DanglingEdgeError,
     IRFormatError,
-    IRSerializationError,
     IRValidationError,
     UnsafeTargetError,
 )
@@ -30,16 +30,7 @@ from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
 from .schema import MAX_GRAPH_NODES, ValueFn, expect
-from .serialize import (
-    _load_tensors,
-    check_header,
-    dumps,
-    loads_json,
-    read_text,
-    tensors_path,
-    write_tensors_atomic,
-    write_text_atomic,
-)
+from .serialize import check_header, dumps, load_with_tensors, loads_json, read_text, save_with_tensors
 from .treespec import kwarg_names, load_spec
 from .values import decode, dtype_from_name, dtype_name, encode
 
@@ -314,26 +305,26 @@ def _check_arguments(node: FlatNode, allow: Allowlist, extra_ops: frozenset[str]
 
 
 # -- files ---------------------------------------------------------------------------------
-def flat_to_document(flat: Any, tensors_file: str | None = None) -> dict[str, Any]:
-    """The JSON document of ``flat`` (plain data, values encoded)."""
+def flat_to_document(flat: Any, tensors: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON document of ``flat`` (plain data, values encoded); ``tensors`` is the entry naming its tensors file."""
     doc: dict[str, Any] = {"format": FLAT_FORMAT, "format_version": FLAT_FORMAT_VERSION}
     doc.update(flat.to_dict(value_fn=encode))
-    if flat.tensors:
-        doc["tensors"] = {"file": tensors_file, "keys": sorted(flat.tensors)}
+    if tensors is not None:
+        doc["tensors"] = dict(tensors)
     return doc
 
 
 def save_flat(flat: Any, path: str | os.PathLike) -> Path:
-    """Save ``flat`` to ``path`` (see :meth:`common.flat.FlatIR.save`); the text is built before any file is touched."""
-    sidecar = tensors_path(path) if flat.tensors else None
-    text = dumps(flat_to_document(flat, sidecar.name if sidecar else None))
-    if sidecar is not None:
-        for key, value in flat.tensors.items():
-            if value.is_meta:
-                raise IRSerializationError(f"tensor {key!r} is on the meta device and has no value to save", key=key,
-                                           hint="drop it from flat.tensors; pass its value in the state dict instead")
-        write_tensors_atomic(sidecar, flat.tensors)
-    return write_text_atomic(path, text)
+    """Save ``flat`` to ``path`` (see :meth:`common.flat.FlatIR.save`); the text is built before any file is touched.
+
+    The JSON and its tensors file are written as one unit by :func:`common.serialize.save_with_tensors`.
+
+    Raises:
+        IRSerializationError: a value cannot be written, or a tensor is on the meta device.
+        OSError: the files cannot be written.
+    """
+    return save_with_tensors(path, flat.tensors, lambda entry: dumps(flat_to_document(flat, entry)),
+                             meta_hint="drop it from flat.tensors; pass its value in the state dict instead")
 
 
 def flat_from_document(cls: type, doc: Any, *, source: str = "document") -> Any:
@@ -344,13 +335,16 @@ def flat_from_document(cls: type, doc: Any, *, source: str = "document") -> Any:
 
 
 def load_flat(cls: type, path: str | os.PathLike, allowlist: Allowlist | None, extra_ops: frozenset[str]) -> Any:
-    """Load and validate a FlatIR JSON file and its tensors file, if any."""
-    source = os.fspath(path)
-    doc = loads_json(read_text(path), source=source)
-    flat = flat_from_document(cls, doc, source=source)
-    spec = doc.get("tensors")
-    if spec is not None:
-        flat.tensors = _load_tensors(Path(path), spec, source)
+    """Load and validate a FlatIR JSON file and its tensors file, if any.
+
+    The pair is read and checked by :func:`common.serialize.load_with_tensors`.
+
+    Raises:
+        IRFormatError: the file or its tensors file is missing, malformed, or they do not belong together.
+        IRError: the FlatIR is invalid.
+    """
+    flat, tensors = load_with_tensors(path, lambda doc, source: flat_from_document(cls, doc, source=source))
+    flat.tensors = tensors
     return flat.validate(allowlist=allowlist, extra_ops=extra_ops)
 
 

@@ -2,14 +2,19 @@
 
 File layout::
 
-    {"format": "torch2ir.ir", "format_version": 1, "implementations": {<key>: <plain dict>}}
+    {"format": "torch2ir.ir", "format_version": 1, "implementations": {<key>: <plain dict>},
+     "tensors": {"file": "<stem>.tensors.<sha256[:16]>.safetensors", "sha256": <hex>, "keys": [...]}}
 
 - Values are encoded by :mod:`common.values` (tuples, dtypes, infinities are tagged);
   tensors are never inlined.
 - The same IR gives the same bytes: keys keep the IR's order, numbers and strings have
   one spelling, no timestamps or versions of the writing machine go in.
 - Writes go to a temporary file in the same folder, then ``os.replace``: a crash never
-  leaves a half-written file behind.
+  leaves a half-written file behind. The JSON and its tensors file are one unit: the tensors
+  file is content-addressed and its sha256 recorded in the JSON, saves to one path are
+  serialized by a lock and clean up after interrupted ones (:mod:`common.atomic_files`,
+  :func:`save_with_tensors`, :func:`load_with_tensors`; shared with FlatIR files).
+- Only regular files are read: a FIFO or device is refused before it is opened.
 - Loading parses plain JSON (no NaN literals, no duplicate keys), refuses unknown format
   versions, decodes values through fixed tables and validates the IR, including the
   allow-list of function names, before returning it.
@@ -17,14 +22,25 @@ File layout::
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import json
 import os
-import tempfile
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from .atomic_files import (
+    NotRegularFileError,
+    atomic_path,
+    clean_stale,
+    read_regular,
+    save_lock,
+    sidecar_name,
+    sync_folder,
+    write_bytes_atomic,
+    write_text_atomic,
+)
 from .errors import IRError, IRFormatError, IRSerializationError, UnsupportedFormatVersionError
 from .ir import IR
 from .values import decode, encode
@@ -39,37 +55,6 @@ PathLike = str | os.PathLike
 def dumps(document: Any) -> str:
     """Deterministic JSON text (UTF-8 friendly, no NaN, one node per line group)."""
     return json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-@contextlib.contextmanager
-def atomic_path(path: PathLike) -> Iterator[str]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path``, on failure it is removed."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
-        yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a written file gets the usual permissions
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomic(path: PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    return Path(path)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -102,13 +87,24 @@ def loads_json(text: str | bytes, *, source: str = "document") -> Any:
 
 
 def read_text(path: PathLike) -> bytes:
-    """Read a file's bytes, with a clear error for a missing or unreadable file."""
+    """Read a JSON file's bytes, with a clear error for a missing, unreadable or special file.
+
+    Symbolic links are followed; the target must be a regular file (a FIFO or a device is refused
+    before it is opened, so it never blocks).
+
+    Raises:
+        IRFormatError: the file is missing, not a regular file, or unreadable.
+    """
+    name = os.fspath(path)
     try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise IRFormatError(f"no such file: {os.fspath(path)}", key=os.fspath(path)) from None
-    except (IsADirectoryError, PermissionError) as exc:
-        raise IRFormatError(f"cannot read {os.fspath(path)}: {exc.strerror}", key=os.fspath(path)) from None
+        return read_regular(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise IRFormatError(f"no such file: {name}", key=name) from None
+    except NotRegularFileError as exc:
+        raise IRFormatError(f"{exc}; cannot read it as a document", key=name,
+                            hint="give the path of the JSON file written by save()") from None
+    except OSError as exc:
+        raise IRFormatError(f"cannot read {name}: {exc.strerror or exc}", key=name) from None
 
 
 def check_header(doc: Any, expected_format: str, supported: int, source: str) -> None:
@@ -130,31 +126,35 @@ def check_header(doc: Any, expected_format: str, supported: int, source: str) ->
         )
 
 
-def ir_to_document(ir: IR, tensors_file: str | None = None) -> dict[str, Any]:
-    """The JSON document of ``ir`` (plain data, values encoded)."""
+def ir_to_document(ir: IR, tensors: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON document of ``ir`` (plain data, values encoded); ``tensors`` is the entry naming its tensors file."""
     doc: dict[str, Any] = {
         "format": IR_FORMAT,
         "format_version": FORMAT_VERSION,
         "implementations": ir.to_dict(value_fn=encode, edge_list=True),
     }
-    if ir.tensors:
-        doc["tensors"] = {"file": tensors_file, "keys": sorted(ir.tensors)}
+    if tensors is not None:
+        doc["tensors"] = dict(tensors)
     return doc
 
 
-def tensors_path(path: PathLike) -> Path:
-    """Where the tensors of the IR saved at ``path`` go: ``model.ir.json`` -> ``model.ir.tensors.safetensors``."""
-    path = Path(path)
-    stem = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
-    return path.with_name(f"{stem}.tensors.safetensors")
+def tensors_path(path: PathLike, sha256: str | None = None) -> Path:
+    """The tensors file of the JSON at ``path`` whose bytes have this ``sha256``.
+
+    ``model.ir.json`` -> ``model.ir.tensors.<sha256[:16]>.safetensors``; without ``sha256``, the
+    name format_version 1 files used before content addressing: ``model.ir.tensors.safetensors``.
+    """
+    return Path(path).with_name(sidecar_name(path, sha256))
 
 
 def write_tensors_atomic(path: PathLike, tensors: Mapping[str, Any], metadata: dict[str, str] | None = None) -> Path:
-    """Save tensors to a .safetensors file through a temporary file and an atomic rename."""
+    """Save tensors to a .safetensors file through a temporary file, ``fsync`` and an atomic rename."""
     from safetensors.torch import save_file
 
     with atomic_path(path) as tmp:
         save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp, metadata=metadata)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
     return Path(path)
 
 
@@ -174,50 +174,165 @@ def ir_from_document(doc: Any, *, source: str = "document", validate: bool = Tru
 
 
 def save_ir(ir: IR, path: PathLike) -> Path:
-    """Save ``ir`` to ``path`` (atomic, deterministic); the text is built before the file is touched.
+    """Save ``ir`` to ``path`` (atomic, deterministic); the text is built before any file is touched.
 
-    Tensors held by the IR (``ir.tensors``) go to ``tensors_path(path)``, written first.
+    Tensors held by the IR (``ir.tensors``) go to a content-addressed ``.safetensors`` file beside
+    the JSON, written first; see :func:`save_with_tensors`.
+
+    Raises:
+        IRSerializationError: a value cannot be written, or a tensor is on the meta device.
+        OSError: the files cannot be written (nothing half-written is left in place).
     """
-    sidecar = tensors_path(path) if ir.tensors else None
-    text = dumps(ir_to_document(ir, sidecar.name if sidecar else None))
-    if sidecar is not None:
-        for key, value in ir.tensors.items():
-            if value.is_meta:
-                raise IRSerializationError(f"tensor {key!r} is on the meta device and has no value to save",
-                                           key=key, hint="drop it from ir.tensors or convert a model with values")
-        write_tensors_atomic(sidecar, ir.tensors)
-    return write_text_atomic(path, text)
+    return save_with_tensors(path, ir.tensors, lambda entry: dumps(ir_to_document(ir, entry)),
+                             meta_hint="drop it from ir.tensors or convert a model with values")
 
 
 def load_ir(path: PathLike, *, validate: bool = True) -> IR:
-    """Load an IR JSON file written by :func:`save_ir` (and its tensors file, if any)."""
-    source = os.fspath(path)
-    doc = loads_json(read_text(path), source=source)
-    ir = ir_from_document(doc, source=source, validate=validate)
-    spec = doc.get("tensors")
-    if spec is not None:
-        ir.tensors = _load_tensors(Path(path), spec, source)
+    """Load an IR JSON file written by :func:`save_ir` (and its tensors file, if any).
+
+    Raises:
+        IRFormatError: the file, or its tensors file, is missing, malformed, or they do not belong together.
+        IRError: the IR is invalid (with ``validate``).
+    """
+    ir, tensors = load_with_tensors(path, lambda doc, source: ir_from_document(doc, source=source, validate=validate))
+    ir.tensors = tensors
     return ir
 
 
-def _load_tensors(path: Path, spec: Any, source: str) -> dict[str, Any]:
-    if not (isinstance(spec, Mapping) and isinstance(spec.get("file"), str) and isinstance(spec.get("keys"), list)):
-        raise IRFormatError(f"{source}: 'tensors' must be {{'file': name, 'keys': [...]}}", key="tensors")
-    name = spec["file"]
+# -- the JSON and its tensors file, one unit on disk -------------------------------------------
+#: a load retries this often when a concurrent save replaced the JSON between its reads
+_LOAD_ATTEMPTS = 3
+_ENTRY_KEYS = {"file", "sha256", "keys"}
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+T = TypeVar("T")
+
+
+def save_with_tensors(path: PathLike, tensors: Mapping[str, Any], text_for: Callable[[dict[str, Any] | None], str],
+                      *, meta_hint: str) -> Path:
+    """Save a JSON document and its tensors file at ``path`` as one unit (shared by IR and FlatIR).
+
+    ``text_for(entry)`` gives the JSON text, where ``entry`` is the document's ``tensors`` entry
+    (``{"file", "sha256", "keys"}``, or None without tensors). The tensors' ``.safetensors`` bytes and
+    the text are built before any file is touched. Then, under the lock of ``path``: the tensors
+    file ``<stem>.tensors.<sha256[:16]>.safetensors`` is written, then the JSON (each atomically),
+    then stale tensors files of the stem and temporary files left by interrupted saves are removed.
+    Whatever the moment a save is killed, the JSON on disk names a tensors file with its own bytes.
+
+    Raises:
+        IRSerializationError: a tensor is on the meta device or cannot be saved, or the text cannot be built.
+        OSError: the files cannot be written.
+    """
+    path = Path(path)
+    data = _tensor_bytes(tensors, meta_hint) if tensors else None
+    entry = None
+    if data is not None:
+        digest = hashlib.sha256(data).hexdigest()
+        entry = {"file": sidecar_name(path, digest), "sha256": digest, "keys": sorted(tensors)}
+    text = text_for(entry)
+    with save_lock(path):
+        if entry is not None:
+            write_bytes_atomic(path.with_name(entry["file"]), data)
+            sync_folder(path)  # the tensors file is on disk before the JSON that names it
+        write_text_atomic(path, text)
+        sync_folder(path)
+        clean_stale(path, keep=entry["file"] if entry else None)
+    return path
+
+
+def _tensor_bytes(tensors: Mapping[str, Any], meta_hint: str) -> bytes:
+    from safetensors.torch import save
+
+    for key, value in tensors.items():
+        if value.is_meta:
+            raise IRSerializationError(f"tensor {key!r} is on the meta device and has no value to save",
+                                       key=key, hint=meta_hint)
+    try:
+        return save({k: v.detach().contiguous().cpu() for k, v in tensors.items()})
+    except (RuntimeError, ValueError) as exc:  # sparse tensors, tensors sharing memory
+        raise IRSerializationError(f"tensors cannot be saved: {str(exc).strip()}", key="tensors",
+                                   hint="save dense tensors that do not share memory (.to_dense(), .clone())") from None
+
+
+def load_with_tensors(path: PathLike, build: Callable[[Any, str], T]) -> tuple[T, dict[str, Any]]:
+    """Read the JSON at ``path`` and the tensors file it names, and ``build(document, source)`` the object.
+
+    The tensors file must be a regular file (not a link) beside ``path``, with the recorded sha256
+    (files without one, written before content addressing, are checked by their keys only) and
+    exactly the recorded keys. It is read right after the JSON (a concurrent save removes it only
+    after replacing the JSON); if reading it fails and the JSON was replaced meanwhile, the load
+    starts again from the new JSON. Errors of the document itself come before those of the
+    tensors file. Loading never removes files.
+
+    Raises:
+        IRFormatError: the JSON or the tensors file is missing, not a regular file, malformed, or
+            they do not belong together; plus whatever ``build`` raises.
+    """
+    source = os.fspath(path)
+    for attempt in range(1, _LOAD_ATTEMPTS + 1):
+        identity = _identity(path)
+        doc = loads_json(read_text(path), source=source)
+        spec = doc.get("tensors") if isinstance(doc, Mapping) else None
+        tensors: dict[str, Any] = {}
+        failure = None
+        if spec is not None:
+            try:
+                tensors = _read_tensors(Path(path), spec, source)
+            except IRFormatError as exc:
+                failure = exc
+        obj = build(doc, source)
+        if failure is None:
+            return obj, tensors
+        if attempt == _LOAD_ATTEMPTS or _identity(path) == identity:
+            raise failure
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _identity(path: PathLike) -> tuple[int, ...] | None:
+    """What changes when a save replaces the file at ``path`` (even by the same bytes)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size
+
+
+def _read_tensors(path: Path, spec: Any, source: str) -> dict[str, Any]:
+    if not (isinstance(spec, Mapping) and isinstance(spec.get("file"), str) and isinstance(spec.get("keys"), list)
+            and all(isinstance(k, str) for k in spec["keys"]) and set(spec) <= _ENTRY_KEYS):
+        raise IRFormatError(f"{source}: 'tensors' must be {{'file': name, 'sha256': hex, 'keys': [str, ...]}}",
+                            key="tensors")
+    name, digest = spec["file"], spec.get("sha256")
     if Path(name).name != name or name in ("", ".", ".."):
         raise IRFormatError(f"{source}: tensors file {name!r} must be a plain file name beside the JSON",
                             key="tensors.file")
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
+    if digest is not None and not (isinstance(digest, str) and _HEX64.fullmatch(digest)):
+        raise IRFormatError(f"{source}: tensors sha256 {digest!r} is not 64 lowercase hex digits", key="tensors.sha256")
+    file = path.with_name(name)
+    fix = f"put back the {name} written together with this JSON, or save the IR again"
     try:
-        tensors = load_file(path.with_name(name))
-    except FileNotFoundError:
+        data = read_regular(file, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
         raise IRFormatError(f"{source}: tensors file {name!r} is missing", key="tensors.file",
                             hint="keep the .safetensors file written by save() beside the JSON") from None
-    except (SafetensorError, OSError) as exc:
-        raise IRFormatError(f"{source}: tensors file {name!r} is unreadable: {exc}", key="tensors.file") from None
+    except NotRegularFileError as exc:
+        link = "replace the link by a copy of the file it points to; " if exc.kind == "symbolic link" else ""
+        raise IRFormatError(f"{source}: tensors file {os.fspath(file)} is a {exc.kind}, not a regular file; "
+                            "it is not read", key="tensors.file", hint=link + fix) from None
+    except OSError as exc:
+        raise IRFormatError(f"{source}: tensors file {name!r} is unreadable: {exc.strerror or exc}",
+                            key="tensors.file") from None
+    if digest is not None and (actual := hashlib.sha256(data).hexdigest()) != digest:
+        raise IRFormatError(f"{source}: tensors file {os.fspath(file)} does not belong to this JSON: its sha256 is "
+                            f"{actual}, the JSON records {digest}", key="tensors.sha256", hint=fix)
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    try:
+        tensors = load(data)
+    except (SafetensorError, ValueError, RuntimeError) as exc:
+        raise IRFormatError(f"{source}: tensors file {name!r} is unreadable: {exc}", key="tensors.file",
+                            hint=fix) from None
     if sorted(tensors) != sorted(spec["keys"]):
         raise IRFormatError(f"{source}: tensors file {name!r} holds {sorted(tensors)}, expected {spec['keys']}",
-                            key="tensors.keys")
+                            key="tensors.keys", hint=fix)
     return dict(tensors)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import re
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -121,22 +122,35 @@ def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str) -> f
     return gm
 
 
-def report_errors(gm: fx.GraphModule, implementation: str) -> fx.GraphModule:
+Check = Callable[[nn.Module, tuple, dict], None]
+
+
+def report_errors(gm: fx.GraphModule, implementation: str, check: Check | None = None) -> fx.GraphModule:
     """Make failures of ``gm``'s generated code raise :class:`ExecutionError` naming ``implementation``
-    and the node (instead of an exception from deep inside generated code)."""
-    type(gm)._wrapped_call = _ReportingCall(type(gm), implementation)
+    and the node (instead of an exception from deep inside generated code); run ``check(gm, args, kwargs)``
+    first on every call (the input guard's structure check), without a forward hook. Deep copies keep both.
+    """
+    _install(gm, implementation, check)
+    gm._register_deepcopy_hook(functools.partial(_install, implementation=implementation, check=check))
     return gm
+
+
+def _install(gm: fx.GraphModule, implementation: str, check: Check | None) -> None:
+    type(gm)._wrapped_call = _ReportingCall(type(gm), implementation, check)
 
 
 class _ReportingCall:
     """Replaces fx's per-class call wrapper (same cost: one frame per call) and reports errors by node."""
 
-    def __init__(self, cls: type, implementation: str) -> None:
+    def __init__(self, cls: type, implementation: str, check: Check | None) -> None:
         self.cls = cls
         self.implementation = implementation
+        self.check = check
 
     def __call__(self, obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
         try:
+            if self.check is not None:
+                self.check(obj, args, kwargs)
             return super(self.cls, obj).__call__(*args, **kwargs)
         except IRError:
             raise

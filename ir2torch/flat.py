@@ -86,7 +86,7 @@ def build_flat_module(
     guard = flat_guard(flat) if guard_inputs else None
     if guard is not None:
         guard.insert(graph)
-    report_errors(install_graph(gm, graph, "root"), "root")
+    report_errors(install_graph(gm, graph, "root"), "root", guard.check_call if guard and guard.arg_names else None)
     if guard is not None:
         guard.attach(gm)
     gm.meta["flat_ir"] = flat

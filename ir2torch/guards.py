@@ -6,7 +6,8 @@ code, or, where a reshape absorbs a wrong size, returns a silently wrong result.
 the recorded specs as plain data and refuses a call that does not fit with
 :class:`~common.errors.InputMismatchError` naming the input, what was expected and what was given:
 
-- **structure**, checked before ``forward`` binds its arguments (a forward pre-hook, :meth:`InputGuard.check_call`):
+- **structure**, checked before ``forward`` binds its arguments (:meth:`InputGuard.check_call`, run by the rebuilt
+  module's call wrapper, not a forward hook):
   missing or unexpected arguments, and nested arguments (tuples, dicts, ``None``) whose pytree structure
   differs from the recorded ``in_spec``;
 - **leaves**, checked by one ``call_function`` node right after the graph's placeholders
@@ -93,21 +94,13 @@ class InputGuard:
             return graph.call_function(self, tuple(placeholders))
 
     def attach(self, module: nn.Module) -> None:
-        """Check the call's structure before ``forward`` binds it; keep the guard in ``module.meta["input_guard"]``.
-
-        A ``GraphModule``'s deepcopy drops forward hooks: a deepcopy hook registers the pre-hook on the copy.
-        """
-        if self.arg_names:
-            module.register_forward_pre_hook(self.check_call, with_kwargs=True)
-            if isinstance(module, fx.GraphModule):
-                module._register_deepcopy_hook(self._reattach)
+        """Keep the guard in ``module.meta["input_guard"]``. The call's structure is checked by
+        :meth:`check_call`, which :func:`ir2torch.codegen.report_errors` runs before ``forward`` binds the
+        arguments (no forward hook: the rebuilt model carries no hook the original did not have)."""
         if isinstance(getattr(module, "meta", None), dict):
             module.meta["input_guard"] = self
 
-    def _reattach(self, copy: nn.Module) -> None:
-        copy.register_forward_pre_hook(self.check_call, with_kwargs=True)
-
-    # -- structure (pre-hook) ------------------------------------------------------------------------------
+    # -- structure (checked before the call binds) ---------------------------------------------------------
     def check_call(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
         """Refuse a call whose arguments do not bind to the converted forward's, or whose nested structure differs.
 

@@ -272,6 +272,7 @@ class _GraphBuilder:
                 target = _call_target(self.impl, node, attrs)
                 fx_node = self.graph.create_node("call_module", target, args, kwargs, name=name)
             fx_node.meta["ir_node"] = node
+            fx_node.meta["op_type"] = attrs.get("implementation") if kind in ("function", "get_attr") else kind
             self.env[node] = fx_node
         if not outputs_seen:
             self.graph.output(None)
@@ -332,7 +333,8 @@ def graph_module(
     if "in_spec" in impl.meta:
         graph._codegen = calling_convention(impl.meta, impl.name)
     # generates the source once, with the codegen in place; failures while running name this implementation
-    return report_errors(install_graph(gm, graph, impl.name), impl.name)
+    check = guard.check_call if guard is not None and guard.arg_names else None
+    return report_errors(install_graph(gm, graph, impl.name), impl.name, check)
 
 
 def _set_state(root: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:

@@ -63,7 +63,7 @@ def test_failing_forwards_as_subprocesses(files):
     expected = {
         "rebuilt raises": (1, f"ir2torch: failed: the model rebuilt from {files['big_kernel']} raised during its "
                               "forward pass, where the original ran: ExecutionError: implementation 'root': running "
-                              "node 'features' (features) raised RuntimeError: "),
+                              "node 'features' (sequential) raised RuntimeError: "),
         "original raises": (2, f"ir2torch: error: the original model '{MODEL}' raised on the example inputs: "
                                "RuntimeError: "),
         "rebuild raises": (2, "ir2torch: error: implementation 'features.0': the builder of type 'conv2d' failed: "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -37,10 +38,13 @@ def _case() -> tuple[nn.Module, torch.Tensor, IR]:
 
 
 def _rewrite_sidecar(path, tensors: dict[str, torch.Tensor]) -> None:
-    """Replace the sidecar of the IR saved at ``path`` by ``tensors`` (and list their keys in the JSON)."""
+    """Replace the sidecar of the IR saved at ``path`` by ``tensors`` and make the JSON agree with it (keys and
+    hash): a consistent pair crafted by whoever wrote both files, which only the state checks can refuse."""
     doc = json.loads(path.read_text())
-    save_file(tensors, str(path.with_name(doc["tensors"]["file"])))
+    sidecar = path.with_name(doc["tensors"]["file"])
+    save_file(tensors, str(sidecar))
     doc["tensors"]["keys"] = sorted(tensors)
+    doc["tensors"]["sha256"] = hashlib.sha256(sidecar.read_bytes()).hexdigest()
     path.write_text(json.dumps(doc))
 
 

@@ -104,7 +104,9 @@ def measured_on_meta(build: Callable[[], nn.Module]) -> int:
 
 
 def human(size: int) -> str:
-    """``size`` bytes in readable units."""
+    """``size`` bytes in readable units (sizes beyond a float's range, from a crafted file, in exponent form)."""
+    if size >= 1024**6 * 10**6:
+        return f"more than 10^{len(str(size)) - 1} B"
     value = float(size)
     for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
         if value < 1024 or unit == "PB":

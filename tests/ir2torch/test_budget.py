@@ -147,3 +147,10 @@ def test_flat_ir_weights_go_through_the_budget():
     assert all(p.is_meta for p in ir2torch.convert(flat, device="meta", max_bytes=0).parameters())
     built = ir2torch.convert(flat, max_bytes=None)
     assert built.get_parameter("0.weight").shape == (16, 8)
+
+
+def test_a_declared_size_beyond_a_float_is_refused_with_its_order_of_magnitude():
+    ir = torch2ir.convert(nn.Linear(2, 2), (torch.zeros(1, 2),))
+    ir.root.state["bias"]["shape"] = [10**400]
+    with pytest.raises(ResourceBudgetError, match=r"more than 10\^400 B"):
+        ir2torch.convert(ir)

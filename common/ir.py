@@ -39,8 +39,13 @@ from .schema import (
 )
 from .values import values_equal
 
-__all__ = ["IR", "NODE_KINDS", "RESERVED_KEYS", "STATE_KINDS", "Implementation", "ImplementationNotFound", "parent_key",
-           "slot_path"]
+__all__ = ["IR", "NODE_KINDS", "ORIGINAL_CLASS_KEY", "RESERVED_KEYS", "STATE_KINDS", "Implementation",
+           "ImplementationNotFound", "parent_key", "slot_path"]
+
+#: Key, in a rebuilt ``fx.GraphModule``'s ``meta``, of the original module's class (``meta["class"]`` of its
+#: implementation): a rebuilt module converted again keeps the class it stands for.
+ORIGINAL_CLASS_KEY = "torch2ir.class"
+
 
 class Implementation:
     """One module instance of the IR: attributes, graph, state records.

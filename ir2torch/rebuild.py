@@ -27,7 +27,7 @@ import torch
 from torch import fx, nn
 
 from common.errors import ArgumentMismatchError, IRValidationError
-from common.ir import Implementation, slot_path
+from common.ir import ORIGINAL_CLASS_KEY, Implementation, slot_path
 from common.names import sanitize
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
@@ -319,6 +319,8 @@ def graph_module(
     ``guard`` (:class:`~ir2torch.guards.InputGuard`) is called with the placeholders first.
     """
     gm = fx.GraphModule(nn.Module(), fx.Graph(), class_name=_class_name(impl))
+    if isinstance(impl.meta.get("class"), str):
+        gm.meta[ORIGINAL_CLASS_KEY] = impl.meta["class"]
     for name, rec in impl.state.items():
         shape = [int(s) if isinstance(s, int) else 1 for s in rec["shape"]]
         tensor = torch.empty(shape, dtype=rec["dtype"], device=device)

@@ -15,9 +15,10 @@ import inspect
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+from unittest import mock
 
 import torch
-from torch import nn
+from torch import fx, nn
 
 from common.errors import ConversionError
 
@@ -35,6 +36,29 @@ def traced_mode(model: nn.Module, training: bool = False) -> Iterator[None]:
     finally:
         for module, flag in flags:
             module.training = flag
+
+
+class _NotAGraphModule:
+    """Stands in for ``fx.GraphModule`` in the tracer's "inline it without a module-stack entry" check."""
+
+
+@contextlib.contextmanager
+def graph_module_scopes(model: nn.Module) -> Iterator[None]:
+    """Make export's non-strict tracer record module-stack entries for registered ``fx.GraphModule`` children.
+
+    The tracer (``_ModuleStackTracer.call_module`` of torch 2.13) inlines every ``GraphModule`` call without a
+    stack entry: it expects graph modules only as bodies of higher-order ops, which are not registered
+    submodules. A model rebuilt by ir2torch is made of registered graph modules, and without their entries
+    their ops would land in the nearest ancestor's graph: a re-converted model would silently come out flat.
+    Unregistered graph modules are still inlined (the tracer finds no path for them and traces through).
+    """
+    if not any(isinstance(m, fx.GraphModule) for m in model.modules()):
+        yield
+        return
+    from torch.fx.experimental import proxy_tensor
+
+    with mock.patch.object(proxy_tensor, "GraphModule", _NotAGraphModule):
+        yield
 
 
 def outermost_handled(model: nn.Module, is_handled: Callable[[nn.Module], bool]) -> list[str]:
@@ -93,7 +117,7 @@ def export(
     last: Exception | None = None
     for attempt in attempts:
         try:
-            with traced_mode(model), warnings.catch_warnings():
+            with traced_mode(model), graph_module_scopes(model), warnings.catch_warnings():
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
                 ep = torch.export.export(

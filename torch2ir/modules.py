@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
+from torch import fx, nn
 
 from common.errors import IRSerializationError
-from common.ir import IR, Implementation
+from common.ir import IR, ORIGINAL_CLASS_KEY, Implementation
 from common.values import encode
 
 from .tensormeta import state_record
@@ -88,7 +88,7 @@ class ModuleTable:
     def _implementation(self, key: str, module: nn.Module, called: bool) -> Implementation:
         cls = type(module)
         # "source": the original module path; rewrites keep it so the original state dict can be remapped
-        meta = {"class": class_name(cls), "training": module.training, "source": key}
+        meta = {"class": original_class(module), "training": module.training, "source": key}
         if self.is_leaf(module):
             try:
                 data = self.converter.attributes(module)
@@ -128,3 +128,14 @@ class ModuleTable:
                 if tie != prefix + name:
                     rec["tie"] = tie
                 records[name] = rec
+
+
+def original_class(module: nn.Module) -> str:
+    """The class a module stands for: its own, or, for a module rebuilt by ir2torch from a graph, the class
+    recorded in the IR it was rebuilt from (so converting a rebuilt model gives back the same IR)."""
+    recorded = getattr(module, "meta", None)
+    if isinstance(module, fx.GraphModule) and isinstance(recorded, dict):
+        name = recorded.get(ORIGINAL_CLASS_KEY)
+        if isinstance(name, str):
+            return name
+    return class_name(type(module))

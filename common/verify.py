@@ -158,8 +158,7 @@ def verify(
     if difference is not None:
         report.ok = False
         report.structure_mismatch = (
-            f"{difference}; the original returns {type(out_o).__name__} with {len(leaves_o)} leaves "
-            f"{_short(paths_o)}, the rebuilt model {type(out_r).__name__} with {len(leaves_r)} leaves {_short(paths_r)}"
+            f"{difference}; leaves of the original {_short(paths_o)}, of the rebuilt model {_short(paths_r)}"
         )
     if len(leaves_o) == len(leaves_r):
         for path, a, b in zip(paths_o, leaves_o, leaves_r):
@@ -324,7 +323,8 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def _short(items: list[str], most: int = 12) -> str:
-    return "[" + ", ".join(items[:most]) + (f", ... ({len(items) - most} more)]" if len(items) > most else "]")
+    """``(a, b, ...)``: at most ``most`` items, then how many more."""
+    return "(" + ", ".join(items[:most]) + (f", ... {len(items) - most} more)" if len(items) > most else ")")
 
 
 def _kind(leaf: Any) -> str:

@@ -1,7 +1,8 @@
 """Check that a rebuilt model computes what the original computes, and find where it stops doing so.
 
 :func:`verify` runs both models on the same inputs, compares their outputs leaf by leaf (over torch
-pytrees, so tuples, dicts and transformers ``ModelOutput`` s all work) and, through forward hooks on every
+pytrees, so tuples, dicts, named tuples, transformers ``ModelOutput`` s and any type registered with
+``torch.utils._pytree`` all work, with or without a ``flatten_with_keys_fn``) and, through forward hooks on every
 module, names the first module call of the original whose output the rebuilt model does not reproduce::
 
     report = verify(model, rebuilt, (ids,), {"attention_mask": mask})
@@ -16,6 +17,7 @@ in the report but not compared.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,11 +36,15 @@ class VerificationError(IRError):
 
 @dataclass
 class OutputRecord:
-    """The comparison of one output leaf: its pytree ``path`` (e.g. ``"[0]"``, ``"['logits']"``)."""
+    """The comparison of one output leaf: its pytree ``path`` (e.g. ``"[0]"``, ``"['logits']"``, ``".sample"``).
+
+    Types registered with torch's pytree without a ``flatten_with_keys_fn`` name a child by the item or
+    dataclass field it is, else by its index (``"[0]"``).
+    """
 
     path: str
     shape: tuple[int, ...] | None  # None for a non-tensor leaf
-    dtype: str  # the tensor dtype, or the Python type name of a non-tensor leaf
+    dtype: str  # the tensor dtype or the Python type name of a non-tensor leaf; "original -> rebuilt" if they differ
     max_abs_diff: float | None  # None for a non-tensor leaf (compared with ==)
     ok: bool
 
@@ -115,8 +121,12 @@ def verify(
 ) -> VerifyReport:
     """Run ``original`` and ``rebuilt`` on ``args``/``kwargs`` under ``torch.no_grad()`` and compare them.
 
-    Tensors are equal when ``torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)`` holds and their
-    dtypes agree; other leaves when ``a == b``. Each model gets its own clone of the input tensors, and the
+    Outputs may be any pytree: nested tuples, lists, dicts, named tuples, dataclass-style model outputs and
+    types registered with ``torch.utils._pytree.register_pytree_node`` (with or without keys). Outputs of a
+    different structure fail with ``structure_mismatch`` naming the first place they differ. Tensors are equal
+    when ``torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)`` holds and their dtypes agree; other
+    leaves (``None``, ints, strings, ...) when they have the same type and ``a == b`` (two float NaNs are
+    equal). Each model gets its own clone of the input tensors, and the
     models are run as they are: in train mode, dropout draws random numbers, so both runs start from the
     same random state (``seed``), and batch norm updates its running statistics in both models. The global
     random state is restored afterwards. Every hook installed is removed again, even when a model raises.
@@ -142,20 +152,20 @@ def verify(
     out_r, calls_r = _run("rebuilt", rebuilt, args, kwargs, seed)
 
     report = VerifyReport(ok=True, max_abs_diff=0.0)
-    paths_o, leaves_o, spec_o = _flatten(out_o)
-    paths_r, leaves_r, spec_r = _flatten(out_r)
-    if spec_o != spec_r:
+    paths_o, leaves_o = _flatten(out_o)
+    paths_r, leaves_r = _flatten(out_r)
+    difference = _structure_difference(out_o, out_r)
+    if difference is not None:
         report.ok = False
         report.structure_mismatch = (
-            f"the original returns {type(out_o).__name__} with {len(leaves_o)} leaves {paths_o}, "
-            f"the rebuilt model {type(out_r).__name__} with {len(leaves_r)} leaves {paths_r}"
+            f"{difference}; leaves of the original {_short(paths_o)}, of the rebuilt model {_short(paths_r)}"
         )
     if len(leaves_o) == len(leaves_r):
         for path, a, b in zip(paths_o, leaves_o, leaves_r):
             ok, diff = _compare_leaf(a, b, atol, rtol)
             tensor = isinstance(a, torch.Tensor)
             shape = tuple(a.shape) if tensor else None
-            dtype = str(a.dtype) if tensor else type(a).__name__
+            dtype = _kind(a) if _kind(a) == _kind(b) else f"{_kind(a)} -> {_kind(b)}"
             report.outputs.append(OutputRecord(path, shape, dtype, diff if tensor else None, ok))
             report.ok = report.ok and ok
             if tensor:
@@ -171,7 +181,7 @@ def verify(
         if (path, n) not in rebuilt_by_key:
             continue
         other = rebuilt_by_key[path, n]
-        if pytree.tree_structure(output) != pytree.tree_structure(other):
+        if _structure_difference(output, other) is not None:
             report.skipped_keys.append(_call_key(path, n))  # e.g. a rebuilt module returning only the outputs used
             continue
         report.calls_compared += 1
@@ -225,10 +235,101 @@ def _snapshot(tree: Any) -> Any:
     return pytree.tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, tree)
 
 
-def _flatten(tree: Any) -> tuple[list[str], list[Any], pytree.TreeSpec]:
-    """Leaf paths (``keystr``), leaves and spec of ``tree``."""
-    with_path, spec = pytree.tree_flatten_with_path(tree)
-    return [pytree.keystr(p) for p, _ in with_path], [leaf for _, leaf in with_path], spec
+def _node(tree: Any) -> tuple[type, Any, list[Any], list[pytree.KeyEntry]] | None:
+    """``(node type, context, children, child keys)`` of a pytree container; ``None`` for a leaf.
+
+    Keys come from the type's ``flatten_with_keys_fn``. A type registered without one (diffusers'
+    ``BaseOutput``, a plain registered dataclass) names a child by the mapping item or dataclass field that
+    *is* that child (checked by identity, never guessed), else by its index.
+    """
+    if pytree.tree_is_leaf(tree):
+        return None
+    typ = pytree._get_node_type(tree)
+    handler = pytree.SUPPORTED_NODES[typ]
+    children, context = handler.flatten_fn(tree)
+    children = list(children)
+    keys: list[pytree.KeyEntry] | None = None
+    if handler.flatten_with_keys_fn is not None:
+        keys = [key for key, _ in handler.flatten_with_keys_fn(tree)[0]]
+    if keys is None or len(keys) != len(children):
+        keys = _fallback_keys(tree, children)
+    return typ, context, children, keys
+
+
+def _fallback_keys(tree: Any, children: list[Any]) -> list[pytree.KeyEntry]:
+    """Keys of a node whose type has no key function: its items or fields if they are its children, else indices."""
+    if isinstance(tree, Mapping):
+        items = list(tree.items())
+        if len(items) == len(children) and all(value is child for (_, value), child in zip(items, children)):
+            return [pytree.MappingKey(key) for key, _ in items]
+    if dataclasses.is_dataclass(tree):
+        names = [f.name for f in dataclasses.fields(tree)]
+        if len(names) == len(children) and all(getattr(tree, n) is child for n, child in zip(names, children)):
+            return [pytree.GetAttrKey(n) for n in names]
+    return [pytree.SequenceKey(i) for i in range(len(children))]
+
+
+def _flatten(tree: Any) -> tuple[list[str], list[Any]]:
+    """Leaf paths (``keystr``) and leaves of ``tree``, in ``tree_leaves`` order."""
+    paths: list[str] = []
+    leaves: list[Any] = []
+
+    def walk(node: Any, path: tuple[pytree.KeyEntry, ...]) -> None:
+        parts = _node(node)
+        if parts is None:
+            paths.append(pytree.keystr(path))
+            leaves.append(node)
+            return
+        for key, child in zip(parts[3], parts[2]):
+            walk(child, (*path, key))
+
+    walk(tree, ())
+    return paths, leaves
+
+
+def _structure_difference(a: Any, b: Any, path: tuple[pytree.KeyEntry, ...] = ()) -> str | None:
+    """Where the pytree structures of ``a`` and ``b`` first differ (``"at output['x']: ..."``), or ``None``."""
+    node_a, node_b = _node(a), _node(b)
+    if node_a is None and node_b is None:
+        return None
+    same = (
+        node_a is not None and node_b is not None and node_a[0] is node_b[0]
+        and len(node_a[2]) == len(node_b[2]) and _equal(node_a[1], node_b[1])
+    )
+    if not same:
+        desc_a, desc_b = _describe(a, node_a), _describe(b, node_b)
+        if desc_a == desc_b:  # same type and children: the contexts differ
+            desc_a, desc_b = f"{desc_a} (context {node_a[1]!r:.80})", f"{desc_b} (context {node_b[1]!r:.80})"
+        return f"at output{pytree.keystr(path)}: the original has {desc_a}, the rebuilt model {desc_b}"
+    for key, x, y in zip(node_a[3], node_a[2], node_b[2]):
+        found = _structure_difference(x, y, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _describe(tree: Any, node: tuple[type, Any, list[Any], list[pytree.KeyEntry]] | None) -> str:
+    if node is None:
+        return f"a {_kind(tree)} leaf"
+    n, keys = len(node[2]), [pytree.keystr((k,)) for k in node[3]]
+    return f"{type(tree).__name__} with {n} {'child' if n == 1 else 'children'} {_short(keys)}"
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError, RuntimeError):  # e.g. arrays whose == is elementwise
+        return a is b
+
+
+def _short(items: list[str], most: int = 12) -> str:
+    """``(a, b, ...)``: at most ``most`` items, then how many more."""
+    return "(" + ", ".join(items[:most]) + (f", ... {len(items) - most} more)" if len(items) > most else ")")
+
+
+def _kind(leaf: Any) -> str:
+    """The tensor dtype of a leaf, or the Python type name of a non-tensor leaf."""
+    return str(leaf.dtype) if isinstance(leaf, torch.Tensor) else type(leaf).__name__
 
 
 def _compare_leaves(xs: list[Any], ys: list[Any], atol: float, rtol: float) -> tuple[bool, float]:
@@ -241,7 +342,7 @@ def _compare_leaves(xs: list[Any], ys: list[Any], atol: float, rtol: float) -> t
 
 
 def _compare_leaf(a: Any, b: Any, atol: float, rtol: float) -> tuple[bool, float]:
-    """Whether two leaves match and their max abs diff (0.0 for equal non-tensors, inf for mismatched kinds)."""
+    """Whether two leaves match and their max abs diff (0.0 for equal non-tensors, inf for differing kinds/types)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape:
             return False, math.inf
@@ -250,8 +351,10 @@ def _compare_leaf(a: Any, b: Any, atol: float, rtol: float) -> tuple[bool, float
         if a.dtype != b.dtype:
             return False, diff
         return bool(torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)), diff
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or type(a) is not type(b):
         return False, math.inf
+    if isinstance(a, float) and math.isnan(a) and math.isnan(b):
+        return True, 0.0
     try:
         equal = bool(a == b)
     except (TypeError, ValueError, RuntimeError):  # e.g. arrays whose == is elementwise

@@ -30,7 +30,9 @@ def assert_roundtrip(
 
     The model is run as it is. In train mode both forward passes start from ``seed`` (dropout draws the same
     numbers), and afterwards the state of both models must still be equal (batch-norm running statistics
-    updated alike); the original's buffers are updated by that step, as any forward pass would.
+    updated alike); the original's buffers are updated by that step, as any forward pass would. Outputs may be
+    any pytree :func:`common.verify.verify` compares (types registered without ``flatten_with_keys_fn`` too);
+    converting a model whose output is a custom type needs that type registered with a ``serialized_type_name``.
 
     Args:
         model: the original model (its parameters are left untouched).

@@ -79,8 +79,10 @@ def direct_op(overload: Any) -> Any:
 
 def run_with_grad_enabled(enabled: bool, body: Any, *args: Any) -> Any:
     """``wrap_with_set_grad_enabled(enabled, body, *args)`` run directly: the higher-order op's own dispatch
-    costs more than its body in a small model (Llama's rotary embedding)."""
-    with torch.set_grad_enabled(enabled):
+    costs more than its body in a small model (Llama's rotary embedding). ``no_grad``/``enable_grad`` switch
+    the mode once (``set_grad_enabled`` switches it on construction and again on entry, which export would
+    record as an extra, empty region when the rebuilt model is converted again)."""
+    with torch.enable_grad() if enabled else torch.no_grad():
         return body(*args)
 
 

@@ -15,7 +15,15 @@ from common.errors import ConversionError, IRError
 from common.ir import IR, NODE_KINDS, Implementation
 from common.validate import validate
 
-from .frontend import RNN_WARNING, export, graph_module_scopes, needs_signature, outermost_handled, traced_mode
+from .frontend import (
+    RNN_WARNING,
+    export,
+    export_root,
+    graph_module_scopes,
+    needs_signature,
+    outermost_handled,
+    traced_mode,
+)
 from .hierarchy import Hierarchy, Problem
 from .modules import ModuleTable
 from .tensormeta import state_record
@@ -95,7 +103,7 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
     try:
         with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
-            ep = torch.export.export(model, tuple(args), dict(kwargs or {}), strict=strict,
+            ep = torch.export.export(export_root(model), tuple(args), dict(kwargs or {}), strict=strict,
                                      dynamic_shapes=dynamic_shapes,
                                      preserve_module_call_signature=tuple(_preserved(model, table)))
         train_h = Hierarchy(ep, table)

@@ -61,6 +61,23 @@ def graph_module_scopes(model: nn.Module) -> Iterator[None]:
         yield
 
 
+def export_root(model: nn.Module) -> nn.Module:
+    """What to hand to ``torch.export`` for ``model``: the model itself, or for an ``fx.GraphModule`` root
+    (a model rebuilt by ir2torch) a plain-module view of it.
+
+    Export runs a ``GraphModule`` root through an ``fx.Interpreter`` and skips ``preserve_module_call_signature``
+    for it, so the call signatures of its leaves would be lost. The view shares the root's ``__dict__``
+    (parameters, buffers, children, flags) and runs the root's generated ``forward``: same paths, same code.
+    """
+    if not isinstance(model, fx.GraphModule):
+        return model
+    view_cls = type(type(model).__name__, (nn.Module,), {"forward": type(model).forward,
+                                                         "__module__": type(model).__module__})
+    view = nn.Module.__new__(view_cls)
+    view.__dict__ = model.__dict__
+    return view
+
+
 def outermost_handled(model: nn.Module, is_handled: Callable[[nn.Module], bool]) -> list[str]:
     """Paths of handled modules that are not inside another handled module (root excluded)."""
     out: list[str] = []
@@ -121,7 +138,7 @@ def export(
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
                 ep = torch.export.export(
-                    model, tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                    export_root(model), tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve_module_call_signature=attempt,
                 )
             return ep

@@ -21,6 +21,7 @@ from .hooks import check_hooked_frames, check_hooks, hook_scopes, relocate_hook_
 from .modules import ModuleTable
 from .tensormeta import state_record
 from .train_record import TrainOps, reads_training, record_train_ops
+from .train_updates import check_train_updates
 from .training import (
     RANDOM_OPS,
     TrainModeWarning,
@@ -77,6 +78,7 @@ def build_ir(
         _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
     elif any(reads_training(type(m)) for m in table.module_of_key.values() if not table.is_leaf(m)):
         _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
+    check_train_updates(ir, model, args, kwargs, table, ep)
     _keep_tensors(ir, table, ep.constants)
     try:
         validate(ir)

@@ -25,9 +25,11 @@ from .frontend import (
     traced_mode,
 )
 from .hierarchy import Hierarchy, Problem
+from .hooks import check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
 from .modules import ModuleTable
 from .tensormeta import state_record
 from .train_record import TrainOps, reads_training, record_train_ops
+from .train_updates import check_train_updates
 from .training import (
     RANDOM_OPS,
     TrainModeWarning,
@@ -44,18 +46,22 @@ def build_ir(
     dynamic_shapes: Any,
 ) -> IR:
     table = ModuleTable(model, converter)
+    hook_problems, hooked = check_hooks(model, table)
+    _raise(hook_problems)
     if table.is_leaf(model):  # the whole model is one handled module (nn.LSTM, ...)
         ir = table.build(called=set())
         _raise(table.errors)
         _keep_tensors(ir, table, {})
         return ir
-    ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                preserve=_preserved(model, table))
+    with hook_scopes(model, hooked):
+        ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                    preserve=_preserved(model, table))
+    relocate_hook_ops(ep)
     hierarchy = Hierarchy(ep, table)
     frames = list(hierarchy.graph_frames())
     called = {table.key(f.path) or "root" for f in frames}
     ir = table.build(called)
-    problems: list[Problem] = [*table.errors]
+    problems: list[Problem] = [*table.errors, *check_hooked_frames(hierarchy, hooked)]
     for frame in frames:
         key = table.key(frame.path) or "root"
         if key not in ir:
@@ -77,9 +83,10 @@ def build_ir(
     _raise(problems)
     _calling_convention(ir.root, ep)
     if has_graph_dropout(ir):
-        _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes)
+        _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
     elif any(reads_training(type(m)) for m in table.module_of_key.values() if not table.is_leaf(m)):
         _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
+    check_train_updates(ir, model, args, kwargs, table, ep)
     _keep_tensors(ir, table, ep.constants)
     try:
         validate(ir)
@@ -90,7 +97,7 @@ def build_ir(
 
 
 def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
-                 kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any) -> None:
+                 kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any, hooked: list[str]) -> None:
     """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`).
 
     First an eager run on meta copies (:func:`~torch2ir.train_record.record_train_ops`, a fraction of an
@@ -101,11 +108,13 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
         _apply_train(ir, table, hierarchy, fast)
         return
     try:
-        with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings():
+        with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings(), \
+                hook_scopes(model, hooked):
             warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
             ep = torch.export.export(export_root(model), tuple(args), dict(kwargs or {}), strict=strict,
                                      dynamic_shapes=dynamic_shapes,
                                      preserve_module_call_signature=tuple(_preserved(model, table)))
+        relocate_hook_ops(ep)
         train_h = Hierarchy(ep, table)
     except Exception as exc:  # noqa: BLE001 - the eval IR stays valid; say why train mode may differ
         ir.root.meta["train_trace"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"

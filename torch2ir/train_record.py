@@ -146,8 +146,10 @@ def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | 
 
 
 @contextlib.contextmanager
-def _on_meta(model: nn.Module) -> Iterator[None]:
+def _on_meta(model: nn.Module) -> Iterator[dict[int, torch.Tensor]]:
     """Swap every parameter and buffer of ``model`` for a ``meta`` copy, and put the very same objects back.
+
+    Yields ``{id(original tensor): its meta copy}`` (a copy's ``_version`` counts in-place writes to it).
 
     Each module's own ``_parameters`` / ``_buffers`` entries are swapped once per module object, so a module
     registered under several names and weights tied between modules stay shared (one meta copy per tensor).
@@ -170,7 +172,7 @@ def _on_meta(model: nn.Module) -> Iterator[None]:
                     if t is not None:
                         saved.append((table, name, t))
                         table[name] = on_meta(t)
-        yield
+        yield copies
     finally:
         for table, name, t in reversed(saved):
             table[name] = t

@@ -1,0 +1,139 @@
+"""Buffers updated only in train mode outside handled leaves: flagged with ``TrainModeWarning`` at conversion."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import ir2torch
+import torch2ir
+from common.testing.roundtrip import assert_roundtrip
+from torch2ir.training import TrainModeWarning
+
+U = "0.parametrizations.weight.0._u"
+V = "0.parametrizations.weight.0._v"
+
+
+def _spectral() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    torch.nn.utils.parametrizations.spectral_norm(model[0])
+    return model
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+
+
+def _train_warnings(model: nn.Module, x: torch.Tensor | None = None) -> tuple[list[str], object]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ir = torch2ir.convert(model, (_x() if x is None else x,))
+    return [str(w.message) for w in caught if issubclass(w.category, TrainModeWarning)], ir
+
+
+def test_spectral_norm_power_iteration_is_flagged_naming_module_and_buffers() -> None:
+    model = _spectral().train()
+    messages, ir = _train_warnings(model)
+    assert len(messages) == 1
+    assert "0.parametrizations.weight.0 (_u)" in messages[0] and "0.parametrizations.weight.0 (_v)" in messages[0]
+    assert ir.root.meta["train_buffers"] == [U, V]
+    # what the warning is about: a train-mode step updates the original's _u, never the rebuild's
+    rebuilt = ir2torch.convert(ir, model.state_dict()).train()
+    u0 = model.state_dict()[U].clone()
+    model(_x())
+    rebuilt(_x())
+    assert not torch.equal(model.state_dict()[U], u0)
+    assert torch.equal(rebuilt.state_dict()[U], u0)
+
+
+@pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")  # assert_roundtrip converts again
+def test_spectral_norm_in_eval_mode_round_trips_exactly_and_is_still_flagged() -> None:
+    model = _spectral()
+    model(_x())  # one train step: _u and _v are not their initial values
+    model.eval()
+    messages, _ = _train_warnings(model)
+    assert len(messages) == 1 and "(_u)" in messages[0]  # the rebuild's train mode would still differ
+    _, _, report = assert_roundtrip(model, (_x(),), atol=0, rtol=0)
+    assert report.max_abs_diff == 0.0
+
+
+def test_a_python_step_counter_only_in_train_mode_is_flagged() -> None:
+    class Counted(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.training:
+                self.steps.add_(1)
+            return self.lin(x)
+
+    model = nn.Sequential(Counted(), nn.ReLU()).train()
+    messages, ir = _train_warnings(model)
+    assert len(messages) == 1 and "0 (steps)" in messages[0]
+    assert ir.root.meta["train_buffers"] == ["0.steps"]
+    assert int(model[0].steps) == 0  # the meta pass left the real buffer alone
+
+
+def test_updates_the_rebuild_replays_are_not_flagged() -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.norm = nn.BatchNorm1d(4)
+            self.register_buffer("scale", torch.ones(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.norm(self.lin(x))  # BatchNorm updates its running stats: a handled leaf, rebuilt as itself
+            return nn.functional.dropout(y * self.scale, 0.1, self.training)
+
+    model = nn.Sequential(Block(), nn.ReLU()).train()
+    messages, ir = _train_warnings(model)
+    assert messages == [] and "train_buffers" not in ir.root.meta
+    assert_roundtrip(model, (_x(),))
+
+
+def test_eager_qat_observer_updates_are_in_the_graph_and_not_flagged() -> None:
+    from tests.torch2ir.test_hooks import _qat_model
+
+    class Wrapped(nn.Module):  # reads `training`, so the train pass runs and sees the observers' writes
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = _qat_model()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return nn.functional.dropout(self.inner(x), 0.1, self.training)
+
+    from torch2ir.modules import ModuleTable
+    from torch2ir.train_updates import train_only_updates, written_in_graph
+
+    model = Wrapped().train()
+    messages, ir = _train_warnings(model, torch.randn(2, 3, 6, 6))
+    assert messages == [] and "train_buffers" not in ir.root.meta
+    ep = torch.export.export(model, (torch.randn(2, 3, 6, 6),), strict=False)
+    assert "inner.norm.activation_post_process.scale" in written_in_graph(ep)
+    table = ModuleTable(model, torch2ir.get_default_converter())
+    assert train_only_updates(model, (torch.randn(2, 3, 6, 6),), None, table, ep) == []
+
+
+@pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+def test_failed_meta_pass_is_recorded_not_guessed() -> None:
+    class NeedsValues(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+            self.register_buffer("seen", torch.zeros(4))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.training:
+                self.seen.copy_(x.detach().mean(0))
+                _ = x.tolist()  # a value a meta tensor does not have: the meta pass fails
+            return self.lin(x)
+
+    _, ir = _train_warnings(nn.Sequential(NeedsValues(), nn.ReLU()).train())
+    assert ir.root.meta["train_buffers"].startswith("not checked")

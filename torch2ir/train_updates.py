@@ -1,0 +1,106 @@
+"""Buffers a model updates only in train mode, outside its handled leaves.
+
+The IR follows the eval-mode trace. A handled leaf updates its own buffers in train mode as its rebuilt class
+does (``nn.BatchNorm2d``'s running statistics), and an in-place op of the eval trace (eager QAT's
+``fused_moving_avg_obs_fake_quant`` updating observer statistics) is replayed in both modes. What neither
+covers is a buffer written only when ``self.training`` is set, in Python the trace never saw:
+``torch.nn.utils.parametrizations.spectral_norm`` runs its power iteration and updates ``_u`` / ``_v`` only in
+train mode. The rebuild never updates them, so its train mode differs: :func:`check_train_updates` finds such
+buffers with the cheap meta-tensor train pass (:func:`torch2ir.train_record._on_meta`: in-place writes show as
+version-counter bumps of the meta copies) and warns with :class:`~torch2ir.training.TrainModeWarning`.
+
+The pass runs only when a module outside the handled leaves reads ``training`` and holds such buffers in its
+own module tree (the usual place of a train-only update), so most models never pay for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from common.ir import IR
+
+from .frontend import outermost_handled, traced_mode
+from .modules import ModuleTable
+from .train_record import _on_meta, reads_training
+from .training import TrainModeWarning
+
+
+def _outside_leaves(model: nn.Module, table: ModuleTable) -> list[tuple[str, nn.Module]]:
+    """``(path, module)`` of every module that is neither a handled leaf nor inside one."""
+    leaves = outermost_handled(model, table.is_leaf)
+    return [(p, m) for p, m in model.named_modules()
+            if not any(p == leaf or p.startswith(leaf + ".") for leaf in leaves)]
+
+
+def written_in_graph(ep: torch.export.ExportedProgram) -> set[str]:
+    """Buffers the exported (eval) graph writes: by in-place ops (mutable schema arguments) or as outputs."""
+    buffers = ep.graph_signature.inputs_to_buffers
+    written = set(ep.graph_signature.buffers_to_mutate.values())
+    for node in ep.graph.nodes:
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is None:
+            continue
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is None or not arg.alias_info.is_write:
+                continue
+            value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+            if isinstance(value, torch.fx.Node) and value.name in buffers:
+                written.add(buffers[value.name])
+    return written
+
+
+def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, table: ModuleTable,
+                       ep: torch.export.ExportedProgram) -> list[str] | None:
+    """Names of the buffers outside handled leaves that a train-mode forward writes and the eval graph does not.
+
+    Returns:
+        the buffer names (``[]`` when the check is not needed), or ``None`` when the train pass failed.
+    """
+    outside = _outside_leaves(model, table)
+    candidates: dict[int, str] = {}
+    for path, module in outside:
+        for name, buf in module._buffers.items():
+            if buf is not None:
+                candidates.setdefault(id(buf), f"{path}.{name}" if path else name)
+    readers = [p for p, m in outside if reads_training(type(m))]
+    if not any(r == "" or name.startswith(r + ".") for r in readers for name in candidates.values()):
+        return []  # no module that reads `training` holds such a buffer: skip the pass
+    try:
+        from torch._export.utils import _compiling_state_context
+    except ImportError:  # pragma: no cover - older torch
+        _compiling_state_context = contextlib.nullcontext  # type: ignore[assignment]
+    try:
+        meta = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (tuple(args), dict(kwargs or {})))
+        with _on_meta(model) as copies, traced_mode(model, training=True), _compiling_state_context():
+            before = {i: copies[i]._version for i in candidates if i in copies}
+            model(*meta[0], **meta[1])
+            changed = [candidates[i] for i, v in before.items() if copies[i]._version != v]
+    except Exception:  # noqa: BLE001 - data-dependent code and the like: the check cannot be made
+        return None
+    in_graph = written_in_graph(ep)
+    return [name for name in changed if name not in in_graph]
+
+
+def check_train_updates(ir: IR, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
+                        table: ModuleTable, ep: torch.export.ExportedProgram) -> None:
+    """Warn (:class:`TrainModeWarning`) about buffers only train mode updates, and record them in
+    ``ir.root.meta["train_buffers"]`` (or why they could not be looked for)."""
+    updated = train_only_updates(model, args, kwargs, table, ep)
+    if updated is None:
+        ir.root.meta["train_buffers"] = "not checked: the train-mode pass on meta tensors failed"
+        return
+    if not updated:
+        return
+    ir.root.meta["train_buffers"] = updated
+    owners = ", ".join(f"{name.rpartition('.')[0] or 'root'} ({name.rpartition('.')[2]})" for name in updated)
+    warnings.warn(
+        f"torch2ir: the rebuilt model's train mode will differ from the original's: buffers updated only in train "
+        f"mode, by Python code the eval-mode trace does not hold, are not updated by the rebuild: {owners} "
+        "(e.g. spectral_norm's power iteration); eval mode is exact", TrainModeWarning, stacklevel=6)

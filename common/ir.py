@@ -39,12 +39,17 @@ from .schema import (
 )
 from .values import values_equal
 
-__all__ = ["IR", "NODE_KINDS", "ORIGINAL_CLASS_KEY", "RESERVED_KEYS", "STATE_KINDS", "Implementation",
-           "ImplementationNotFound", "parent_key", "slot_path"]
+__all__ = ["CARRIED_NOTES", "IR", "NODE_KINDS", "NOTES_KEY", "ORIGINAL_CLASS_KEY", "RESERVED_KEYS", "STATE_KINDS",
+           "Implementation", "ImplementationNotFound", "parent_key", "slot_path"]
 
 #: Key, in a rebuilt ``fx.GraphModule``'s ``meta``, of the original module's class (``meta["class"]`` of its
 #: implementation): a rebuilt module converted again keeps the class it stands for.
 ORIGINAL_CLASS_KEY = "torch2ir.class"
+#: Key, in a rebuilt root's ``meta``, of the notes of the root implementation that describe the original
+#: model's train mode (:data:`CARRIED_NOTES`): the rebuilt model stands for the original, and converting it
+#: again records the same notes instead of describing the rebuild's own (deterministic) train mode.
+NOTES_KEY = "torch2ir.notes"
+CARRIED_NOTES = ("train_trace", "train_buffers")
 
 
 class Implementation:

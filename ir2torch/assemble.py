@@ -48,7 +48,8 @@ def _owner_module(root: nn.Module, ir: IR, modules: Mapping[str, nn.Module], pat
 
 
 def restore_state_layout(ir: IR, modules: Mapping[str, nn.Module]) -> None:
-    """Recorded dtypes, then ties (a tied entry becomes the very tensor it is tied to)."""
+    """Recorded dtypes and ``requires_grad`` flags (a builder makes every parameter trainable; a frozen one of
+    the original stays frozen), then ties (a tied entry becomes the very tensor it is tied to)."""
     root = modules["root"]
     for key, impl in ir.items():
         module = modules[key]
@@ -59,6 +60,10 @@ def restore_state_layout(ir: IR, modules: Mapping[str, nn.Module]) -> None:
                 converted = tensor.detach().to(rec["dtype"])
                 table[name] = nn.Parameter(converted, tensor.requires_grad) if rec["kind"] == "parameter" \
                     else converted
+            wanted = rec.get("requires_grad")
+            if rec["kind"] == "parameter" and isinstance(wanted, bool) and isinstance(table.get(name), nn.Parameter) \
+                    and table[name].requires_grad != wanted:
+                table[name].requires_grad_(wanted)
     for key, impl in ir.items():
         module = modules[key]
         for name, rec in impl.state.items():

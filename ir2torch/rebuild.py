@@ -27,7 +27,7 @@ import torch
 from torch import fx, nn
 
 from common.errors import ArgumentMismatchError, IRValidationError
-from common.ir import ORIGINAL_CLASS_KEY, Implementation, slot_path
+from common.ir import CARRIED_NOTES, NOTES_KEY, ORIGINAL_CLASS_KEY, Implementation, slot_path
 from common.names import sanitize
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
@@ -323,6 +323,9 @@ def graph_module(
     gm = fx.GraphModule(nn.Module(), fx.Graph(), class_name=_class_name(impl))
     if isinstance(impl.meta.get("class"), str):
         gm.meta[ORIGINAL_CLASS_KEY] = impl.meta["class"]
+    notes = {k: impl.meta[k] for k in CARRIED_NOTES if k in impl.meta} if impl.name == "root" else {}
+    if notes:
+        gm.meta[NOTES_KEY] = notes
     for name, rec in impl.state.items():
         shape = [int(s) if isinstance(s, int) else 1 for s in rec["shape"]]
         tensor = torch.empty(shape, dtype=rec["dtype"], device=device)

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import nn
+from torch import fx, nn
 from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError, IRError
-from common.ir import IR, NODE_KINDS, Implementation
+from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
 from common.validate import validate
 
 from .frontend import (
@@ -87,6 +87,7 @@ def build_ir(
     elif any(reads_training(type(m)) for m in table.module_of_key.values() if not table.is_leaf(m)):
         _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
     check_train_updates(ir, model, args, kwargs, table, ep)
+    _carried_notes(ir, model)
     _keep_tensors(ir, table, ep.constants)
     try:
         validate(ir)
@@ -94,6 +95,19 @@ def build_ir(
         raise ConversionError(f"the converter produced an invalid IR: {exc}", implementation=exc.implementation,
                               node=exc.node, hint="this is a torch2ir bug; please report it with the model") from exc
     return ir
+
+
+def _carried_notes(ir: IR, model: nn.Module) -> None:
+    """A model rebuilt by ir2torch stands for the original: its root carries the original's train-mode notes,
+    which replace the ones computed for the rebuild (whose train mode is the eval trace's, by construction)."""
+    recorded = getattr(model, "meta", None)
+    notes = recorded.get(NOTES_KEY) if isinstance(model, fx.GraphModule) and isinstance(recorded, dict) else None
+    if not isinstance(notes, dict):
+        return
+    for key in CARRIED_NOTES:
+        ir.root.meta.pop(key, None)
+        if key in notes:
+            ir.root.meta[key] = notes[key]
 
 
 def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,

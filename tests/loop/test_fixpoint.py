@@ -7,15 +7,19 @@ second round changes nothing. Random models from :mod:`common.testing` (200 per 
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
-from torch import fx
+from torch import fx, nn
 
 import ir2torch
 import torch2ir
 from common.testing import models_and_inputs
 from tests.conftest import examples
 from tests.models.zoo import ZOO
+from torch2ir.training import TrainModeWarning
 
 
 def _round(model, args, kwargs):
@@ -49,3 +53,29 @@ def test_zoo_models_reach_a_fixpoint_in_one_round(case):
     # and a second round changes nothing
     third = torch2ir.convert(ir2torch.convert(again, rebuilt.state_dict()), args, kwargs)
     assert third == again, _differences(again, third)
+
+
+def test_frozen_parameters_of_handled_leaves_stay_frozen():
+    """A builder makes parameters trainable; the rebuild restores each recorded requires_grad flag."""
+    model = nn.Sequential(nn.Embedding(10, 4), nn.Linear(4, 2))
+    model[0].weight.requires_grad_(False)
+    ids = torch.tensor([[1, 2, 3]])
+    ir, rebuilt, again = _round(model.eval(), (ids,), {})
+    flags = {k: p.requires_grad for k, p in model.named_parameters()}
+    assert {k: p.requires_grad for k, p in rebuilt.named_parameters()} == flags
+    assert flags["0.weight"] is False
+    assert again == ir
+
+
+@pytest.mark.parametrize("name", ["beit_droppath", "whisper_encoder"])
+def test_real_models_with_train_notes_and_frozen_weights_reach_a_fixpoint(name):
+    """DropPath (train-only randomness, noted in the root's meta) and Whisper (frozen positions)."""
+    from tests.real.corpus import CORPUS
+
+    arch = next(a for a in CORPUS if a.name == name)
+    model = arch.build()
+    args, kwargs = arch.inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainModeWarning)
+        ir, _, again = _round(model, args, kwargs)
+    assert again == ir, _differences(ir, again)

@@ -62,6 +62,7 @@ def build_ir(
     called = {table.key(f.path) or "root" for f in frames}
     ir = table.build(called)
     problems: list[Problem] = [*table.errors, *check_hooked_frames(hierarchy, hooked)]
+    differing: set[str] = set()
     for frame in frames:
         key = table.key(frame.path) or "root"
         if key not in ir:
@@ -71,9 +72,13 @@ def build_ir(
         else:
             again = Implementation(key, ir[key].type)
             hierarchy.build_graph(frame, again)
-            if _shape_of(again) != _shape_of(ir[key]):
-                problems.append((key, f"module is called {len(hierarchy.frames_by_path[frame.path])} times and "
-                                 "its calls trace to different graphs (e.g. different input shapes)",
+            if _shape_of(again) != _shape_of(ir[key]) and key not in differing:
+                differing.add(key)
+                paths = [p for p in hierarchy.frames_by_path if (table.key(p) or "root") == key]
+                count = sum(len(hierarchy.frames_by_path[p]) for p in paths)
+                under = f" (as {', '.join(repr(p) for p in paths)})" if len(paths) > 1 else ""
+                problems.append((key, f"module is called {count} times{under} and its calls trace to different "
+                                 "graphs (e.g. different input shapes)",
                                  "call it with inputs of the same shapes, or give its class a handler"))
     problems += hierarchy.problems
     _real_sequentials(ir, table)

@@ -79,3 +79,26 @@ def test_real_models_with_train_notes_and_frozen_weights_reach_a_fixpoint(name):
         warnings.simplefilter("ignore", TrainModeWarning)
         ir, _, again = _round(model, args, kwargs)
     assert again == ir, _differences(ir, again)
+
+
+class _SharedAcrossShapes(nn.Module):
+    """One Linear-ReLU block registered under two names and called on inputs of two shapes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Flatten(0))
+        self.again = self.block
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.block(x), self.again(y)
+
+
+def test_a_module_whose_calls_differ_is_refused_once_with_every_call_counted():
+    from common.errors import ConversionError
+
+    model = _SharedAcrossShapes().eval()
+    with pytest.raises(ConversionError) as info:
+        torch2ir.convert(model, (torch.zeros(2, 4), torch.zeros(3, 2, 4)))
+    message = str(info.value)
+    assert message.count("calls trace to different graphs") == 1
+    assert "called 2 times (as 'block', 'again')" in message

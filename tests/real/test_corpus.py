@@ -1,8 +1,8 @@
 """The real-architecture corpus round-trips exactly (see tests/real/corpus.py and docs/supported.md).
 
 Each passing architecture: convert, JSON save/load, rebuild, load the original state dict, outputs equal,
-same module paths and state-dict keys, every handled module rebuilt as its own class (``assert_roundtrip``);
-then the same in train mode (same seed, same dropout masks, same batch-norm statistics after the step).
+same module paths and state-dict keys, every handled module rebuilt as its own class (``assert_roundtrip``),
+and the rebuilt model converts back to the same IR (the loop closes); then the same in train mode (same seed, same dropout masks, same batch-norm statistics after the step).
 """
 
 from __future__ import annotations
@@ -35,9 +35,12 @@ def test_eval_mode_round_trip_is_exact(arch):
     args, kwargs = arch.inputs()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TrainModeWarning)  # about train mode only; eval is checked here
-        _, rebuilt, report = assert_roundtrip(model, args, kwargs)
+        ir, rebuilt, report = assert_roundtrip(model, args, kwargs)
+        again = torch2ir.convert(rebuilt, args, kwargs)
     assert report.max_abs_diff <= 1e-5, report
     assert not rebuilt.training
+    # the loop closes: the rebuilt model converts back to the IR it was rebuilt from
+    assert again == ir, sorted(k for k in ir if k not in again or ir[k] != again[k])
 
 
 @pytest.mark.parametrize("arch", [a for a in CORPUS if not a.train_differs], ids=_ids)

@@ -2,7 +2,8 @@
 
 Each passing architecture: convert, JSON save/load, rebuild, load the original state dict, outputs equal,
 same module paths and state-dict keys, every handled module rebuilt as its own class (``assert_roundtrip``),
-and the rebuilt model converts back to the same IR (the loop closes); then the same in train mode (same seed, same dropout masks, same batch-norm statistics after the step).
+and the rebuilt model converts back to the same IR (the loop closes); then the same in train mode (same seed,
+same dropout masks, same batch-norm statistics after the step).
 """
 
 from __future__ import annotations

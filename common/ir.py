@@ -52,6 +52,10 @@ NOTES_KEY = "torch2ir.notes"
 CARRIED_NOTES = ("train_trace", "train_buffers")
 
 
+#: Most per-call graphs one implementation may have.
+MAX_VARIANTS = 64
+
+
 class Implementation:
     """One module instance of the IR: attributes, graph, state records.
 
@@ -83,6 +87,20 @@ class Implementation:
         self.state: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (state or {}).items()}
         self.aliases: list[str] = list(aliases or [])
         self.meta: dict[str, Any] = dict(meta or {})
+        #: further graphs of a module whose calls trace differently (a call node's ``variant`` picks one;
+        #: absent or 0: ``graph``); each shares this implementation's name, type and state
+        self.variants: list[Implementation] = []
+
+    def add_variant(self) -> Implementation:
+        """Append an empty per-call graph (returned; fill its ``graph``) and return it."""
+        variant = Implementation(self.name, self.type)
+        variant.state = self.state
+        self.variants.append(variant)
+        return variant
+
+    def graphs(self) -> list[Implementation]:
+        """This implementation and its variants: every graph a call of it may run."""
+        return [self, *self.variants]
 
     # -- building graphs -----------------------------------------------------------------
     def add_node(self, name: str, type: str, implementation: str | None = None, /, **fields: Any) -> str:
@@ -165,6 +183,9 @@ class Implementation:
         if self.state:
             out["state"] = {k: {f: value_fn(v, f"{where}.state.{k}.{f}") for f, v in rec.items()}
                             for k, rec in self.state.items()}
+        if self.variants:
+            out["variants"] = [{k: v for k, v in variant.to_dict(value_fn=value_fn, edge_list=edge_list).items()
+                                if k in ("nodes", "edges")} for variant in self.variants]
         if self.aliases:
             out["aliases"] = list(self.aliases)
         if self.meta:
@@ -199,6 +220,20 @@ class Implementation:
         parse_nodes(impl, d.get("nodes", {}), value_fn, where)
         parse_edges(impl, d.get("edges", {}), value_fn, where)
         impl.state = parse_state(d.get("state", {}), value_fn, where, key)
+        variants = d.get("variants", [])
+        if not isinstance(variants, list) or len(variants) > MAX_VARIANTS:
+            raise IRFormatError(f"'variants' must be a list of at most {MAX_VARIANTS} graphs", implementation=key,
+                                key=f"{where}.variants")
+        for i, raw in enumerate(variants):
+            vwhere = f"{where}.variants[{i}]"
+            expect(raw, Mapping, vwhere, key)
+            extra = set(raw) - {"nodes", "edges"}
+            if extra:
+                raise IRFormatError(f"a variant has unknown fields {sorted(map(str, extra))}", implementation=key,
+                                    key=vwhere, hint="a variant holds 'nodes' and 'edges' only")
+            variant = impl.add_variant()
+            parse_nodes(variant, raw.get("nodes", {}), value_fn, vwhere)
+            parse_edges(variant, raw.get("edges", {}), value_fn, vwhere)
         aliases = d.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
             raise IRFormatError("'aliases' must be a list of module paths", implementation=key, key=f"{where}.aliases")
@@ -214,7 +249,8 @@ class Implementation:
         edges = sorted(
             ((u, v, repr(sorted(d.items(), key=lambda kv: kv[0]))) for u, v, d in self.graph.edges(data=True)),
         )
-        return (self.name, self.type, self.data, nodes, edges, self.state, self.aliases, self.meta)
+        variants = [v._canonical()[3:5] for v in self.variants]
+        return (self.name, self.type, self.data, nodes, edges, self.state, self.aliases, self.meta, variants)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Implementation):

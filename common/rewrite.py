@@ -44,7 +44,9 @@ def rename_implementation(ir: IR, old: str, new: str) -> IR:
     for impl in impls:
         was = impl.name
         impl.name = _moved(was, old, new)
-        for _, attrs in impl.graph.nodes(data=True):
+        for variant in impl.variants:
+            variant.name = impl.name
+        for _, attrs in (item for graph in impl.graphs() for item in graph.graph.nodes(data=True)):
             target = attrs.get("implementation")
             if attrs["type"] in NODE_KINDS or not isinstance(target, str):
                 continue

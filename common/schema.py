@@ -11,7 +11,7 @@ from .errors import DanglingEdgeError, IRFormatError
 #: Node types that are not calls of another implementation.
 NODE_KINDS = ("input", "output", "function", "get_attr")
 #: Keys of an implementation's plain dict that are not attributes (``data``).
-RESERVED_KEYS = ("name", "type", "nodes", "edges", "state", "aliases", "meta")
+RESERVED_KEYS = ("name", "type", "nodes", "edges", "state", "aliases", "meta", "variants")
 #: Kinds of state records.
 STATE_KINDS = ("parameter", "buffer", "constant")
 

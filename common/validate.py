@@ -59,8 +59,9 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
     calls = nx.DiGraph()
     for key, impl in ir.items():
         calls.add_node(key)
-        for callee in _validate_graph(ir, impl, allow):
-            calls.add_edge(key, callee)
+        for graph in impl.graphs():
+            for callee in _validate_graph(ir, graph, allow):
+                calls.add_edge(key, callee)
     if not nx.is_directed_acyclic_graph(calls):
         cycle = [u for u, _ in nx.find_cycle(calls)]
         raise CycleError(
@@ -165,6 +166,12 @@ def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any
             hint += f" (or did you mean node kind {kind_near[0]!r}?)"
         raise MissingImplementationError(f"node calls implementation {target!r}, which the IR does not hold",
                                          implementation=name, node=node, hint=hint)
+    variant = impl.node(node).get("variant", 0)
+    if isinstance(variant, bool) or not isinstance(variant, int) or not 0 <= variant <= len(ir[target].variants):
+        raise IRValidationError(
+            f"node calls graph variant {variant!r} of {target!r}, which has {len(ir[target].variants)} variants",
+            implementation=name, node=node, hint="'variant' is 1..len(variants) of the callee, or absent",
+        )
     if ir[target].type != ntype:
         raise NodeTypeMismatchError(
             f"node has type {ntype!r} but implementation {target!r} has type {ir[target].type!r}",

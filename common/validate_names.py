@@ -55,7 +55,8 @@ def check_names(ir: IR) -> None:
                 check_attr_path(rec["tie"], f"state[{name!r}].tie", implementation=key)
         for alias in impl.aliases:
             check_attr_path(alias, "alias", implementation=key)
-        _check_graph_names(impl, key)
+        for graph in impl.graphs():
+            _check_graph_names(graph, key)
         if "in_spec" in impl.meta or "out_spec" in impl.meta or "forward_arg_names" in impl.meta:
             _check_convention(impl.meta, key)
     _check_tree(ir)

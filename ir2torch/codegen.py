@@ -125,32 +125,57 @@ def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str) -> f
 Check = Callable[[nn.Module, tuple, dict], None]
 
 
-def report_errors(gm: fx.GraphModule, implementation: str, check: Check | None = None) -> fx.GraphModule:
+#: Instance attribute through which a caller picks the per-call graph of its next call of a module.
+VARIANT_ATTR = "_ir_variant"
+
+
+def select_variant(module: nn.Module, variant: int) -> None:
+    """Make ``module``'s next call run its per-call graph ``variant`` (called by the parent's generated code
+    right before the call; a module without variants, such as a user's replacement, ignores it)."""
+    module.__dict__[VARIANT_ATTR] = variant
+
+
+def compile_variant(graph: fx.Graph, implementation: str) -> Callable[..., Any]:
+    """The generated ``forward(self, ...)`` of a per-call graph, through the same checks as every graph."""
+    holder = install_graph(fx.GraphModule(nn.Module(), fx.Graph(), class_name="Variant"), graph, implementation)
+    return type(holder).forward
+
+
+def report_errors(gm: fx.GraphModule, implementation: str, check: Check | None = None,
+                  variants: list[Callable[..., Any]] | None = None) -> fx.GraphModule:
     """Make failures of ``gm``'s generated code raise :class:`ExecutionError` naming ``implementation``
     and the node (instead of an exception from deep inside generated code); run ``check(gm, args, kwargs)``
-    first on every call (the input guard's structure check), without a forward hook. Deep copies keep both.
+    first on every call (the input guard's structure check), without a forward hook; run the per-call graph
+    a caller selected (:func:`select_variant`) among ``variants``. Deep copies keep all three.
     """
-    _install(gm, implementation, check)
-    gm._register_deepcopy_hook(functools.partial(_install, implementation=implementation, check=check))
+    variants = list(variants or [])
+    _install(gm, implementation, check, variants)
+    gm._register_deepcopy_hook(functools.partial(_install, implementation=implementation, check=check,
+                                                 variants=variants))
     return gm
 
 
-def _install(gm: fx.GraphModule, implementation: str, check: Check | None) -> None:
-    type(gm)._wrapped_call = _ReportingCall(type(gm), implementation, check)
+def _install(gm: fx.GraphModule, implementation: str, check: Check | None,
+             variants: list[Callable[..., Any]]) -> None:
+    type(gm)._wrapped_call = _ReportingCall(type(gm), implementation, check, variants)
 
 
 class _ReportingCall:
     """Replaces fx's per-class call wrapper (same cost: one frame per call) and reports errors by node."""
 
-    def __init__(self, cls: type, implementation: str, check: Check | None) -> None:
+    def __init__(self, cls: type, implementation: str, check: Check | None,
+                 variants: list[Callable[..., Any]]) -> None:
         self.cls = cls
         self.implementation = implementation
         self.check = check
+        self.variants = variants
 
     def __call__(self, obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
         try:
             if self.check is not None:
                 self.check(obj, args, kwargs)
+            if self.variants and obj.__dict__.get(VARIANT_ATTR):
+                return self._call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
             return super(self.cls, obj).__call__(*args, **kwargs)
         except IRError:
             raise
@@ -165,6 +190,15 @@ class _ReportingCall:
             except Exception:  # noqa: BLE001 - an exception class whose __init__ wants other arguments
                 error = ExecutionError(message, implementation=self.implementation, hint=hint)
             raise error from exc
+
+    def _call_variant(self, obj: nn.Module, variant: int, args: tuple, kwargs: dict) -> Any:
+        """One call through ``nn.Module.__call__`` (hooks, tracers' module scopes) running per-call graph
+        ``variant``: the instance's ``forward`` is that graph's for the duration of the call."""
+        obj.__dict__["forward"] = self.variants[variant - 1].__get__(obj)
+        try:
+            return super(self.cls, obj).__call__(*args, **kwargs)
+        finally:
+            obj.__dict__.pop("forward", None)
 
 
 def _reduce_plain(self: ExecutionError) -> tuple:
@@ -199,5 +233,5 @@ def _failed_at(obj: nn.Module, exc: BaseException) -> str:
     return f"node {node.meta.get('ir_node', node.name)!r} ({target})"
 
 
-__all__ = ["SafePyTreeCodeGen", "calling_convention", "check_graph",
-           "install_graph", "report_errors"]
+__all__ = ["VARIANT_ATTR", "SafePyTreeCodeGen", "calling_convention", "check_graph", "compile_variant",
+           "install_graph", "report_errors", "select_variant"]

@@ -216,6 +216,10 @@ class Ir2Torch:
     def _build_one(self, impl: Implementation, device: torch.device | str | None,
                    maps: dict[str, StateMap], guard_inputs: bool = False) -> nn.Module:
         if impl.type in self.builders:
+            if impl.variants:
+                raise BuildError(f"type {impl.type!r} is built by its builder, which has one forward, but the IR "
+                                 f"gives it {len(impl.variants) + 1} per-call graphs", implementation=impl.name,
+                                 hint="only modules rebuilt from their graphs can run per-call graphs")
             entry = self.builders.get(impl.type, impl.name)
             try:
                 with torch.device(device) if device is not None else contextlib.nullcontext():

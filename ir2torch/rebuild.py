@@ -32,7 +32,7 @@ from common.names import sanitize
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
 
-from .codegen import calling_convention, install_graph, report_errors
+from .codegen import calling_convention, compile_variant, install_graph, report_errors, select_variant
 
 #: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
 #: at every ``.to(...)``; eager PyTorch never runs them, so a rebuilt graph leaves them out when nothing uses them.
@@ -272,6 +272,8 @@ class _GraphBuilder:
                 fx_node = self.graph.create_node("get_attr", attrs["implementation"], name=name)
             else:
                 target = _call_target(self.impl, node, attrs)
+                if attrs.get("variant"):  # this call runs one of the callee's per-call graphs
+                    self.graph.call_function(select_variant, (self.graph.get_attr(target), attrs["variant"]))
                 fx_node = self.graph.create_node("call_module", target, args, kwargs, name=name)
             fx_node.meta["ir_node"] = node
             fx_node.meta["op_type"] = attrs.get("implementation") if kind in ("function", "get_attr") else kind
@@ -341,7 +343,8 @@ def graph_module(
         graph._codegen = calling_convention(impl.meta, impl.name)
     # generates the source once, with the codegen in place; failures while running name this implementation
     check = guard.check_call if guard is not None and guard.arg_names else None
-    return report_errors(install_graph(gm, graph, impl.name), impl.name, check)
+    variants = [compile_variant(_GraphBuilder(v, allowlist).build(), impl.name) for v in impl.variants]
+    return report_errors(install_graph(gm, graph, impl.name), impl.name, check, variants)
 
 
 def _set_state(root: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:

@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import networkx as nx
 import torch
 from torch import fx, nn
 from torch.utils import _pytree as pytree
@@ -24,14 +25,16 @@ from .frontend import (
     outermost_handled,
     traced_mode,
 )
-from .hierarchy import Hierarchy, Problem
+from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
 from .modules import ModuleTable
 from .tensormeta import state_record
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
 from .training import (
+    DROPOUT_OPS,
     RANDOM_OPS,
+    SDPA,
     TrainModeWarning,
     apply_train_trace,
     has_graph_dropout,
@@ -62,24 +65,7 @@ def build_ir(
     called = {table.key(f.path) or "root" for f in frames}
     ir = table.build(called)
     problems: list[Problem] = [*table.errors, *check_hooked_frames(hierarchy, hooked)]
-    differing: set[str] = set()
-    for frame in frames:
-        key = table.key(frame.path) or "root"
-        if key not in ir:
-            continue
-        if ir[key].graph.number_of_nodes() == 0:
-            hierarchy.build_graph(frame, ir[key])
-        else:
-            again = Implementation(key, ir[key].type)
-            hierarchy.build_graph(frame, again)
-            if _shape_of(again) != _shape_of(ir[key]) and key not in differing:
-                differing.add(key)
-                paths = [p for p in hierarchy.frames_by_path if (table.key(p) or "root") == key]
-                count = sum(len(hierarchy.frames_by_path[p]) for p in paths)
-                under = f" (as {', '.join(repr(p) for p in paths)})" if len(paths) > 1 else ""
-                problems.append((key, f"module is called {count} times{under} and its calls trace to different "
-                                 "graphs (e.g. different input shapes)",
-                                 "call it with inputs of the same shapes, or give its class a handler"))
+    _per_call_graphs(ir, table, hierarchy, frames, problems)
     problems += hierarchy.problems
     _real_sequentials(ir, table)
     _sync_call_types(ir)
@@ -174,13 +160,60 @@ def _preserved(model: nn.Module, table: ModuleTable) -> list[str]:
     return [p for p in outermost_handled(model, table.is_leaf) if needs_signature(model.get_submodule(p))]
 
 
+def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: list[Frame],
+                     problems: list[Problem]) -> None:
+    """Each module's graph, and one further graph (a variant) per distinct way its calls trace.
+
+    Every call is written to a graph of its own; modules are then settled children first, so a parent's
+    graphs already say which variant of each child they call (``variant`` on the call node) when the
+    parent's calls are compared. Calls whose graphs have the same structure share one graph.
+    """
+    written: dict[int, Implementation] = {}
+    for frame in frames:
+        key = table.key(frame.path) or "root"
+        if key in ir:
+            written[id(frame)] = Implementation(key, ir[key].type)
+            hierarchy.build_graph(frame, written[id(frame)])
+    by_key: dict[str, list[Frame]] = {}
+    inside = nx.DiGraph()  # key -> keys called (at any depth) from one of its calls
+    for frame in frames:
+        if id(frame) in written:
+            key = written[id(frame)].name
+            by_key.setdefault(key, []).append(frame)
+            inside.add_node(key)
+            for outer in list(frame.chain())[1:]:
+                if id(outer) in written:
+                    inside.add_edge(written[id(outer)].name, key)
+    for key in reversed(list(nx.topological_sort(inside))):  # a module after every module its calls call
+        frame = by_key[key][0]
+        shapes: list[list[tuple]] = []
+        for call in by_key[key]:
+            shape = _shape_of(written[id(call)])
+            if shape not in shapes:
+                shapes.append(shape)
+                if len(shapes) > 1:
+                    ir[key].add_variant().graph = written[id(call)].graph
+            index = shapes.index(shape)
+            if index and id(call) in hierarchy.call_nodes:
+                graph, node = hierarchy.call_nodes[id(call)]
+                graph.graph.nodes[node]["variant"] = index
+        ir[key].graph = written[id(frame)].graph
+        if len(shapes) > 1 and any(a.get("implementation") in (*DROPOUT_OPS, SDPA) for v in ir[key].variants
+                                   for _, a in v.graph.nodes(data=True)):
+            problems.append((key, f"module is called {len(by_key[key])} times, its calls trace to different "
+                             "graphs, and one of them holds dropout: train mode could not be matched per call",
+                             "call it the same way each time, or give its class a handler"))
+
+
 def _real_sequentials(ir: IR, table: ModuleTable) -> None:
     """A called ``nn.Sequential`` whose graph just chains its children in order is rebuilt
     as a real ``nn.Sequential`` (indexable), its graph kept for reading."""
     for key, impl in ir.items():
         module = table.module_of_key[key]
-        if type(module) is not nn.Sequential or impl.type != "module" or not len(module):
+        if type(module) is not nn.Sequential or impl.type != "module" or not len(module) or impl.variants:
             continue
+        if any(attrs.get("variant") for _, attrs in impl.graph.nodes(data=True)):
+            continue  # a real Sequential cannot tell a child which of its per-call graphs to run
         names = impl.nodes
         kinds = [impl.node(n)["type"] for n in names]
         if kinds[0] != "input" or kinds[-1] != "output" or kinds.count("input") != 1:
@@ -198,8 +231,8 @@ def _real_sequentials(ir: IR, table: ModuleTable) -> None:
 
 def _sync_call_types(ir: IR) -> None:
     """Call nodes carry the type of the implementation they call."""
-    for impl in ir.values():
-        for _, attrs in impl.graph.nodes(data=True):
+    for graph in (g for impl in ir.values() for g in impl.graphs()):
+        for _, attrs in graph.graph.nodes(data=True):
             target = attrs.get("implementation")
             if attrs["type"] not in NODE_KINDS and target in ir:
                 attrs["type"] = ir[target].type
@@ -218,7 +251,7 @@ def _shape_of(impl: Implementation) -> list[tuple]:
     index = {n: i for i, n in enumerate(impl.graph.nodes)}
     out = []
     for node, attrs in impl.graph.nodes(data=True):
-        out.append((attrs["type"], attrs.get("implementation"), repr(attrs.get("meta")),
+        out.append((attrs["type"], attrs.get("implementation"), attrs.get("variant", 0), repr(attrs.get("meta")),
                     sorted((index[u], repr(d)) for u, _, d in impl.in_edges(node)),
                     repr(_strip_refs(attrs.get("args"))), repr(_strip_refs(attrs.get("kwargs")))))
     return out

@@ -89,6 +89,8 @@ class Hierarchy:
         self.frame_of: dict[fx.Node, Frame] = {}
         self.frames_by_path: dict[str, list[Frame]] = {}
         self.signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.signature is not None}
+        #: id of a non-leaf child frame -> (graph that calls it, name of the call node)
+        self.call_nodes: dict[int, tuple[Implementation, str]] = {}
         self._assign_frames()
         self._compute_flows()
         self._align_repeated_calls()
@@ -313,6 +315,7 @@ class _GraphWriter:
         else:
             args = [self.ref(v) for v in child.inputs]
             add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra)
+            self.h.call_nodes[id(child)] = (self.impl, name)
             outputs = list(child.outputs)
             for i, value in enumerate(outputs):
                 self.env[value] = Ref(name, None if len(outputs) == 1 else i)

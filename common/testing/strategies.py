@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from common.ir import IR, NODE_KINDS, Implementation
+from common.ir import IR, NODE_KINDS, RESERVED_KEYS, Implementation
 from common.names import is_component, is_identifier
 from common.serialize import ir_to_document
 from common.values import Ref
@@ -152,7 +152,7 @@ def irs(draw: st.DrawFn) -> IR:
     return ir
 
 
-_RESERVED = {"name", "type", "nodes", "edges", "state", "aliases", "meta"}
+_RESERVED = set(RESERVED_KEYS)
 
 
 @st.composite

@@ -93,12 +93,10 @@ class _SharedAcrossShapes(nn.Module):
         return self.block(x), self.again(y)
 
 
-def test_a_module_whose_calls_differ_is_refused_once_with_every_call_counted():
-    from common.errors import ConversionError
-
+def test_a_module_called_under_two_names_with_two_shapes_gets_a_graph_per_call():
     model = _SharedAcrossShapes().eval()
-    with pytest.raises(ConversionError) as info:
-        torch2ir.convert(model, (torch.zeros(2, 4), torch.zeros(3, 2, 4)))
-    message = str(info.value)
-    assert message.count("calls trace to different graphs") == 1
-    assert "called 2 times (as 'block', 'again')" in message
+    args = (torch.randn(2, 4), torch.randn(3, 2, 4))
+    ir, rebuilt, again = _round(model, args, {})
+    assert len(ir["block"].variants) == 1 and ir["block"].aliases == ["again"]
+    assert all(torch.equal(a, b) for a, b in zip(rebuilt(*args), model(*args)))
+    assert again == ir, _differences(ir, again)

@@ -199,17 +199,10 @@ CORPUS: list[Arch] = [
     ),
 ]
 
+# the rotary embedding is called twice with different graphs (global and sliding-window attention): per-call graphs
+CORPUS.append(_arch("modernbert", "ModernBertModel", "text encoder", text._modernbert, configs._text_inputs))
+
 UNSUPPORTED: list[Arch] = [
-    _arch(
-        "modernbert",
-        "ModernBertModel",
-        "text encoder",
-        text._modernbert,
-        configs._text_inputs,
-        reason="the rotary embedding is called twice with different graphs (global and sliding-window attention); "
-        "one graph per module is recorded",
-        match="calls trace to different graphs",
-    ),
     _arch(
         "mixtral",
         "MixtralForCausalLM",

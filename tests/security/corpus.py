@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 import ir2torch
 import torch2ir
@@ -24,9 +25,38 @@ from common import IR, FlatIR
 from common.errors import IRError
 from tests.models.zoo import by_name
 
-#: Zoo cases whose IRs together carry every field of the module-level schema.
+#: Zoo cases (and :data:`EXTRA` ones) whose IRs together carry every field of the module-level schema.
 IR_CASES = ("kwargs", "shared_sequential", "tied_embedding", "buffers", "no_grad_inside", "conv_net",
-            "dict_output", "transformer")
+            "dict_output", "transformer", "per_call")
+
+
+class _Gate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, flag: bool) -> torch.Tensor:
+        return torch.relu(self.lin(x)) if flag else torch.sigmoid(self.lin(x))
+
+
+class _PerCall(nn.Module):
+    """A module called twice with different graphs: its IR has ``variants`` and a call node ``variant``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = _Gate()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.n(x, True) + self.n(x, False)
+
+
+def _per_call() -> tuple[nn.Module, tuple, dict]:
+    torch.manual_seed(0)
+    return _PerCall().eval(), (torch.randn(2, 4),), {}
+
+
+#: Cases that are not in the zoo: name -> () -> (model, args, kwargs).
+EXTRA = {"per_call": _per_call}
 #: Zoo case lowered to the FlatIR attacked.
 FLAT_CASE = "kwargs"
 
@@ -48,9 +78,12 @@ def documents(tmp: str) -> tuple[Document, ...]:
     """The attacked documents, written once per session under ``tmp``."""
     out = []
     for name in (*IR_CASES, FLAT_CASE):
-        case = by_name(name)
-        model = case.build()
-        args, kwargs = case.inputs()
+        if name in EXTRA:
+            model, args, kwargs = EXTRA[name]()
+        else:
+            case = by_name(name)
+            model = case.build()
+            args, kwargs = case.inputs()
         kind = "flat" if name == FLAT_CASE and len(out) == len(IR_CASES) else "ir"
         obj = torch2ir.lower(model, args, kwargs) if kind == "flat" else torch2ir.convert(model, args, kwargs)
         path = Path(tmp) / f"{name}.{kind}.json"

@@ -192,6 +192,7 @@ FLAT_NAME_FIELDS = {
     "in_spec": "pytree spec, keyword names identifiers",
     "out_spec": "pytree spec",
     "meta.device": "a device torch knows",
+    "meta.unread_state[]": "data (compared with state-dict keys, never used as a name)",
 }
 
 
@@ -212,6 +213,9 @@ def check_flat_names(flat: Any) -> None:
         kwarg_names(load_spec(flat.in_spec, "in_spec"))
     if flat.out_spec is not None:
         load_spec(flat.out_spec, "out_spec")
+    unread = flat.meta.get("unread_state")
+    if unread is not None and not (isinstance(unread, list) and all(isinstance(k, str) for k in unread)):
+        raise IRFormatError("meta.unread_state must be a list of state-dict keys", key="meta.unread_state")
     device = flat.meta.get("device")
     if device is not None:
         import torch

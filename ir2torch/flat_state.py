@@ -75,17 +75,18 @@ def resolve_weights(
 
     With no ``state``, weights without a value in ``flat.tensors`` are created uninitialised (on
     ``device``; ``"meta"`` allocates nothing). With a state, tensors are used as they are (no copy)
-    unless ``device`` names another real device. Keys of the state that are no weight's key are
-    ignored (never attached), even with ``strict``: a FlatIR keeps only the weights its graph reads,
-    so the original model's state dict legitimately holds more (unused buffers such as
-    ``num_batches_tracked``, the second name of tied parameters), and the FlatIR does not record
-    which. Nothing is allocated before every check passed:
+    unless ``device`` names another real device. A FlatIR keeps only the weights its graph reads, so the
+    original model's state dict legitimately holds more (unused buffers such as ``num_batches_tracked``, the
+    second name of tied parameters); lowering records those keys in ``meta["unread_state"]``, and with
+    ``strict`` any key that is neither a weight's nor one of them is refused. Keys that are no weight's are
+    never attached. (A FlatIR without ``unread_state``, written before it was recorded, cannot tell: its
+    unknown keys are ignored.) Nothing is allocated before every check passed:
     the weights to create or copy must fit the memory budget (:func:`weight_budget`, by default the
     available memory; see :mod:`ir2torch.budget`).
 
     Raises:
         StateDictError: weights of the wrong shape or dtype, and (``strict``) weights missing from the
-            state; every problem listed at once.
+            state or unknown keys in it; every problem listed at once.
         ResourceBudgetError: the weights to allocate exceed the budget (names the largest).
     """
     keys = [flat.weight_name_mapping[w.name] for w in flat.weights]
@@ -99,6 +100,11 @@ def resolve_weights(
     target = torch.device(device) if device is not None else None
     chosen: dict[str, torch.Tensor | None] = {}
     problems: list[str] = []
+    unread = flat.meta.get("unread_state")
+    if strict and given is not None and not isinstance(state, nn.Module) and isinstance(unread, list):
+        known = {*keys, *unread, *flat.tensors}
+        problems += [f"{key}: unexpected (no weight of the FlatIR and not a key the model had)"
+                     for key in given if key not in known]
     for weight, key in zip(flat.weights, keys):
         tensor = given.get(key) if given is not None else None
         if tensor is None:

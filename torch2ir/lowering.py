@@ -81,7 +81,13 @@ def lower(
         "decomposition": decomposition,
         "device": str(_trace_device(model, args, kwargs)),
     }
-    return flat_from_program(ep, model, meta)
+    flat = flat_from_program(ep, model, meta)
+    # state-dict keys the graph does not read (unused buffers, the second name of a tied parameter): a
+    # rebuild with strict=True accepts exactly these besides the weights', and refuses any other key
+    names = {*model.state_dict(), *(n for n, _ in model.named_parameters(remove_duplicate=False)),
+             *(n for n, _ in model.named_buffers(remove_duplicate=False))}  # non-persistent buffers too
+    flat.meta["unread_state"] = sorted(names - set(flat.weight_name_mapping.values()))
+    return flat
 
 
 def _decompose(ep: torch.export.ExportedProgram, decompose: Any, name: str) -> tuple[Any, str]:

@@ -152,9 +152,12 @@ def test_flat_ir_weights_are_checked_and_unknown_keys_never_attached():
     model, x, _ = _case()
     flat = torch2ir.lower(model, (x,))
     state = {**model.state_dict(), "emb.forward": torch.zeros(1)}
-    rebuilt = ir2torch.convert(flat, state)
+    with pytest.raises(StateDictError, match="emb.forward: unexpected"):
+        ir2torch.convert(flat, state)
+    rebuilt = ir2torch.convert(flat, state, strict=False)
     assert "emb.forward" not in rebuilt.state_dict() and not isinstance(getattr(rebuilt, "emb", None), torch.Tensor)
     assert torch.equal(rebuilt(x), model(x))
+    assert torch.equal(ir2torch.convert(flat, model.state_dict())(x), model(x))  # every key the model had
     with pytest.raises(StateDictError, match=r"lin.weight: expected float32\[4, 4\], found float32\[4, 5\]"):
         ir2torch.convert(flat, {**model.state_dict(), "lin.weight": torch.zeros(4, 5)})
     missing = {k: v for k, v in model.state_dict().items() if k != "lin.bias"}

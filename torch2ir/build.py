@@ -73,11 +73,12 @@ def build_ir(
     _mutations(ep, hierarchy, problems)
     _raise(problems)
     _calling_convention(ir.root, ep)
+    recorded = None  # the train-mode meta pass, when one ran: its writes serve the train-update check too
     if has_graph_dropout(ir):
-        _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
+        recorded = _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
     elif any(reads_training(type(m)) for m in table.module_of_key.values() if not table.is_leaf(m)):
-        _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
-    check_train_updates(ir, model, args, kwargs, table, ep)
+        recorded = _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
+    check_train_updates(ir, model, args, kwargs, table, ep, recorded)
     _carried_notes(ir, model)
     _keep_tensors(ir, table, ep.constants)
     try:
@@ -102,16 +103,18 @@ def _carried_notes(ir: IR, model: nn.Module) -> None:
 
 
 def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
-                 kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any, hooked: list[str]) -> None:
+                 kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any,
+                 hooked: list[str]) -> TrainOps | None:
     """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`).
 
     First an eager run on meta copies (:func:`~torch2ir.train_record.record_train_ops`, a fraction of an
     export's cost); when it fails or its dropout ops do not line up with the eval trace's, a real export.
+    Returns the meta pass's record (None when it failed).
     """
     fast = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS)
     if fast is not None and not unaligned(hierarchy, fast, table):
         _apply_train(ir, table, hierarchy, fast)
-        return
+        return fast
     try:
         with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings(), \
                 hook_scopes(model, hooked):
@@ -123,14 +126,15 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
         train_h = Hierarchy(ep, table)
     except Exception as exc:  # noqa: BLE001 - the eval IR stays valid; say why train mode may differ
         ir.root.meta["train_trace"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        return
+        return fast
     _apply_train(ir, table, hierarchy, train_ops_of(train_h))
+    return fast
 
 
 def _check_train_randomness(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
-                            kwargs: Mapping[str, Any] | None) -> None:
+                            kwargs: Mapping[str, Any] | None) -> TrainOps | None:
     """No dropout op to mark, but some module reads ``training``: only look for train-only randomness
-    (DropPath, LayerDrop) with the cheap meta pass alone.
+    (DropPath, LayerDrop) with the cheap meta pass alone; returns its record (None when it failed).
 
     A second export would double the conversion time of every such model for a warning, so when the meta pass
     cannot run, ``meta["train_trace"]`` says the check was not made instead.
@@ -140,6 +144,7 @@ def _check_train_randomness(ir: IR, table: ModuleTable, hierarchy: Hierarchy, mo
         ir.root.meta["train_trace"] = "not checked: the train-mode pass on meta tensors failed"
     elif train_only_randomness(hierarchy, train, table):
         _apply_train(ir, table, hierarchy, train)
+    return train
 
 
 def _apply_train(ir: IR, table: ModuleTable, hierarchy: Hierarchy, train: TrainOps) -> None:

@@ -66,6 +66,8 @@ class TrainOps:
 
     dropouts: dict[str, list[Any]] = field(default_factory=dict)
     randoms: dict[str, int] = field(default_factory=dict)
+    #: ids of the original parameters/buffers whose meta copies the train-mode pass wrote in place
+    written: set[int] = field(default_factory=set)
 
 
 def _positional(names: tuple[str, ...], args: tuple, kwargs: Mapping[str, Any]) -> tuple:
@@ -134,9 +136,11 @@ def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | 
                nn.modules.module.register_module_forward_hook(post, always_call=True)]
     try:
         meta = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (tuple(args), dict(kwargs or {})))
-        with _on_meta(model), traced_mode(model, training=True), _compiling_state_context(), \
+        with _on_meta(model) as copies, traced_mode(model, training=True), _compiling_state_context(), \
                 _Recorder(current, random_names, ops):
+            before = {i: t._version for i, t in copies.items()}
             model(*meta[0], **meta[1])
+            ops.written = {i for i, version in before.items() if copies[i]._version != version}
     except Exception:  # noqa: BLE001 - any failure: the caller falls back to an exported train trace
         return None
     finally:

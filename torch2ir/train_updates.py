@@ -28,7 +28,7 @@ from common.ir import IR
 
 from .frontend import outermost_handled, traced_mode
 from .modules import ModuleTable
-from .train_record import _on_meta, reads_training
+from .train_record import TrainOps, _on_meta, reads_training
 from .training import TrainModeWarning
 
 
@@ -57,8 +57,11 @@ def written_in_graph(ep: torch.export.ExportedProgram) -> set[str]:
 
 
 def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, table: ModuleTable,
-                       ep: torch.export.ExportedProgram) -> list[str] | None:
+                       ep: torch.export.ExportedProgram, recorded: TrainOps | None = None) -> list[str] | None:
     """Names of the buffers outside handled leaves that a train-mode forward writes and the eval graph does not.
+
+    ``recorded``: the result of the train-mode meta pass conversion already made for dropout and train-only
+    randomness (:func:`~torch2ir.train_record.record_train_ops`), whose writes are used instead of a second pass.
 
     Returns:
         the buffer names (``[]`` when the check is not needed), or ``None`` when the train pass failed.
@@ -72,6 +75,8 @@ def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] 
     readers = [p for p, m in outside if reads_training(type(m))]
     if not any(r == "" or name.startswith(r + ".") for r in readers for name in candidates.values()):
         return []  # no module that reads `training` holds such a buffer: skip the pass
+    if recorded is not None:
+        return [name for i, name in candidates.items() if i in recorded.written and name not in written_in_graph(ep)]
     try:
         from torch._export.utils import _compiling_state_context
     except ImportError:  # pragma: no cover - older torch
@@ -89,10 +94,11 @@ def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] 
 
 
 def check_train_updates(ir: IR, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
-                        table: ModuleTable, ep: torch.export.ExportedProgram) -> None:
+                        table: ModuleTable, ep: torch.export.ExportedProgram, recorded: TrainOps | None = None) -> None:
     """Warn (:class:`TrainModeWarning`) about buffers only train mode updates, and record them in
-    ``ir.root.meta["train_buffers"]`` (or why they could not be looked for)."""
-    updated = train_only_updates(model, args, kwargs, table, ep)
+    ``ir.root.meta["train_buffers"]`` (or why they could not be looked for); ``recorded``: see
+    :func:`train_only_updates`."""
+    updated = train_only_updates(model, args, kwargs, table, ep, recorded)
     if updated is None:
         ir.root.meta["train_buffers"] = "not checked: the train-mode pass on meta tensors failed"
         return

@@ -292,17 +292,21 @@ class FlatIR:
 
     @classmethod
     def load(
-        cls, path: str | os.PathLike, *, allowlist: Allowlist | None = None, extra_ops: Iterable[str] = ()
+        cls, path: str | os.PathLike, *, allowlist: Allowlist | None = None, extra_ops: Iterable[str] = (),
+        allow: Iterable[str] | None = None,
     ) -> FlatIR:
         """Read a file written by :meth:`save`, validating it (see :meth:`validate`) before returning.
 
+        ``allow``: operators of other namespaces to accept besides ``allowlist`` (``"transformers::*"``).
+
         Raises:
             IRFormatError: the file is not a FlatIR JSON file of a supported version.
-            UnsafeTargetError: an op name is outside the allow-list (nothing is imported or called).
+            UnsafeTargetError: an op name is outside the allow-list (nothing is imported or called); the ops
+                a file records as needed are all listed, with the ``allow=`` to pass.
         """
         from .flat_schema import load_flat
 
-        return load_flat(cls, path, allowlist, frozenset(extra_ops))
+        return load_flat(cls, path, (allowlist or Allowlist()).extended(allow), frozenset(extra_ops))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FlatIR):

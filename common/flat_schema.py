@@ -30,7 +30,15 @@ from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
 from .schema import MAX_GRAPH_NODES, ValueFn, expect
-from .serialize import check_header, dumps, load_with_tensors, loads_json, read_text, save_with_tensors
+from .serialize import (
+    check_header,
+    check_required_ops,
+    dumps,
+    load_with_tensors,
+    loads_json,
+    read_text,
+    save_with_tensors,
+)
 from .treespec import kwarg_names, load_spec
 from .values import decode, dtype_from_name, dtype_name, encode
 
@@ -313,6 +321,9 @@ def flat_to_document(flat: Any, tensors: Mapping[str, Any] | None = None) -> dic
     """The JSON document of ``flat`` (plain data, values encoded); ``tensors`` is the entry naming its tensors file."""
     doc: dict[str, Any] = {"format": FLAT_FORMAT, "format_version": FLAT_FORMAT_VERSION}
     doc.update(flat.to_dict(value_fn=encode))
+    ops = DEFAULT_ALLOWLIST.required(node.op_type for node in flat.nodes)
+    if ops:  # operators a loader must opt in to (or have executors for), named up front
+        doc["ops"] = ops
     if tensors is not None:
         doc["tensors"] = dict(tensors)
     return doc
@@ -331,10 +342,14 @@ def save_flat(flat: Any, path: str | os.PathLike) -> Path:
                              meta_hint="drop it from flat.tensors; pass its value in the state dict instead")
 
 
-def flat_from_document(cls: type, doc: Any, *, source: str = "document") -> Any:
-    """A FlatIR from a parsed JSON document (header checked, values decoded; not yet validated)."""
+def flat_from_document(cls: type, doc: Any, *, source: str = "document", allowlist: Allowlist | None = None,
+                       extra_ops: frozenset[str] = frozenset()) -> Any:
+    """A FlatIR from a parsed JSON document (header checked, recorded ``ops`` allowed, values decoded; not yet
+    validated)."""
     check_header(doc, FLAT_FORMAT, FLAT_FORMAT_VERSION, source)
-    body = {k: v for k, v in doc.items() if k not in ("format", "format_version", "tensors")}
+    check_required_ops({"ops": [o for o in doc.get("ops", []) if o not in extra_ops]}
+                       if isinstance(doc.get("ops", []), list) else doc, allowlist, source)
+    body = {k: v for k, v in doc.items() if k not in ("format", "format_version", "tensors", "ops")}
     return cls.from_dict(body, value_fn=decode)
 
 
@@ -347,7 +362,8 @@ def load_flat(cls: type, path: str | os.PathLike, allowlist: Allowlist | None, e
         IRFormatError: the file or its tensors file is missing, malformed, or they do not belong together.
         IRError: the FlatIR is invalid.
     """
-    flat, tensors = load_with_tensors(path, lambda doc, source: flat_from_document(cls, doc, source=source))
+    flat, tensors = load_with_tensors(path, lambda doc, source: flat_from_document(
+        cls, doc, source=source, allowlist=allowlist, extra_ops=extra_ops))
     flat.tensors = tensors
     return flat.validate(allowlist=allowlist, extra_ops=extra_ops)
 

@@ -353,11 +353,16 @@ class IR(MutableMapping[str, Implementation]):
         return save_ir(self, path)
 
     @classmethod
-    def load(cls, path: Any) -> IR:
-        """Read an IR JSON file; refuses unknown versions and unsafe function names."""
+    def load(cls, path: Any, *, allow: Any = None) -> IR:
+        """Read an IR JSON file; refuses unknown versions and unsafe function names.
+
+        ``allow``: operators of other namespaces to accept (``["transformers::grouped_mm_fallback"]``,
+        ``"quantized_decomposed::*"``); a file that needs others is refused, listing them.
+        """
+        from .safety import Allowlist
         from .serialize import load_ir
 
-        return load_ir(path)
+        return load_ir(path, allowlist=Allowlist().extended(allow))
 
     def validate(self, **kwargs: Any) -> IR:
         """Run :func:`common.validate.validate` on this IR and return it."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -84,25 +84,64 @@ def _resolve_python(name: str) -> Callable:
     raise AssertionError(name)  # unreachable: names come from PYTHON_FUNCTIONS
 
 
+#: An opt-in pattern: ``"ns::op"``, ``"ns::op.overload"`` or ``"ns::*"``.
+_PATTERN = re.compile(rf"^({_IDENT})::(\*|{_IDENT})(?:\.({_IDENT}))?$")
+#: How an IR names an operator of another namespace: ``"ns.op.overload"`` (as ``str(OpOverload)``).
+_CUSTOM = re.compile(rf"^({_IDENT})\.({_IDENT})(?:\.({_IDENT}))?$")
+
+
 class Allowlist:
     """Which function names an IR may use, and how each resolves to a callable.
 
-    A fresh instance allows the defaults; :meth:`allow` adds a name bound to an explicit
-    callable, for one converter only (copies are independent).
+    A fresh instance allows the defaults. :meth:`allow` opts in to more, for one converter or
+    loader only (copies are independent): operators of other namespaces by name or pattern
+    (``"transformers::grouped_mm_fallback"``, ``"quantized_decomposed::*"``), resolved only among
+    the operators already registered in this process (``torch.ops.<ns>.<op>``), never by importing
+    anything; or a name bound to an explicit callable.
     """
 
     def __init__(self) -> None:
         self._extra: dict[str, Callable] = {}
+        self._patterns: set[tuple[str, str, str | None]] = set()
 
-    def allow(self, name: str, fn: Callable) -> None:
-        """Allow ``name`` in IRs handled by this allow-list, resolving to ``fn``."""
-        if not callable(fn):
-            raise TypeError(f"allow({name!r}, fn): fn must be callable")
-        self._extra[name] = fn
+    def allow(self, name: str, fn: Callable | None = None) -> Allowlist:
+        """Allow ``name`` in IRs handled by this allow-list; returns ``self``.
+
+        Args:
+            name: an operator pattern (``"ns::op"``, ``"ns::op.overload"``, ``"ns::*"``), or, with ``fn``,
+                any name an IR may use for ``fn``.
+            fn: the callable ``name`` resolves to (omit for an operator pattern).
+
+        Raises:
+            UnsafeTargetError: ``name`` is not an operator pattern (and no ``fn`` is given).
+            TypeError: ``fn`` is not callable.
+        """
+        if fn is not None:
+            if not callable(fn):
+                raise TypeError(f"allow({name!r}, fn): fn must be callable")
+            self._extra[name] = fn
+            return self
+        match = _PATTERN.match(name) if isinstance(name, str) else None
+        if match is None:
+            raise UnsafeTargetError(f"{name!r} is not an operator pattern", key="allow",
+                                    hint="write 'namespace::op', 'namespace::op.overload' or 'namespace::*'")
+        self._patterns.add((match.group(1), match.group(2), match.group(3)))
+        return self
+
+    def extended(self, allow: Iterable[str] | None) -> Allowlist:
+        """A copy that also allows the operator patterns of ``allow`` (``self`` when there are none)."""
+        names = [allow] if isinstance(allow, str) else list(allow or [])
+        if not names:
+            return self
+        new = self.copy()
+        for name in names:
+            new.allow(name)
+        return new
 
     def copy(self) -> Allowlist:
         new = Allowlist()
         new._extra = dict(self._extra)
+        new._patterns = set(self._patterns)
         return new
 
     def is_allowed(self, name: object) -> bool:
@@ -112,7 +151,20 @@ class Allowlist:
         if name in self._extra or name in PYTHON_FUNCTIONS or name in HIGHER_ORDER_OPS:
             return True
         match = _ATEN.match(name)
-        return bool(match) and _aten_overload(match.group(1), match.group(2)) is not None
+        if match:
+            return _aten_overload(match.group(1), match.group(2)) is not None
+        return self._custom(name) is not None
+
+    def _custom(self, name: str) -> Any:
+        """The registered ``OpOverload``/``OpOverloadPacket`` an opted-in ``ns.op[.overload]`` names, else None."""
+        match = _CUSTOM.match(name)
+        if match is None:
+            return None
+        ns, op, overload = match.groups()
+        if not any(p_ns == ns and p_op in ("*", op) and p_over in (None, overload) for p_ns, p_op, p_over
+                   in self._patterns):
+            return None
+        return registered_op(ns, op, overload)
 
     def check(self, name: object, *, implementation: str | None = None, node: str | None = None) -> None:
         """Raise :class:`UnsafeTargetError` unless ``name`` is allowed."""
@@ -121,6 +173,12 @@ class Allowlist:
         if isinstance(name, str) and _ATEN.match(name):
             message = f"{name!r} is not an ATen operator known to this torch ({torch.__version__})"
             hint = "check the op name and overload (torch.ops.aten.<op>.<overload>)"
+        elif isinstance(name, str) and _CUSTOM.match(name):
+            ns, op = name.split(".")[:2]
+            message = f"operator {name!r} is not on the allow-list and will not be resolved or called"
+            hint = (f"if you trust it, opt in: allow=['{ns}::{op}'] (or '{ns}::*') on convert/load, "
+                    f"--allow-op {ns}::{op} on the command line; the operator must be registered in this process "
+                    "(import the library that defines it first): nothing is imported for you")
         else:
             message = f"function {name!r} is not on the allow-list and will not be imported or called"
             hint = (
@@ -139,8 +197,13 @@ class Allowlist:
         if name in HIGHER_ORDER_OPS:
             return getattr(torch.ops.higher_order, name.split(".", 1)[1])
         match = _ATEN.match(name)
-        assert match is not None
+        if match is None:
+            return self._custom(name)
         return _aten_overload(match.group(1), match.group(2))  # type: ignore[return-value]
+
+    def required(self, names: Iterable[str]) -> list[str]:
+        """The names of ``names`` this allow-list does not allow (sorted, without duplicates)."""
+        return sorted({n for n in names if not self.is_allowed(n)})
 
 
 def _aten_overload(op: str, overload: str | None) -> Any:
@@ -156,6 +219,45 @@ def _aten_overload(op: str, overload: str | None) -> Any:
             return None
         packet = getattr(torch.ops.aten, op)
     except Exception:  # noqa: BLE001 - an unknown op raises AttributeError or RuntimeError
+        return None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return None
+    if overload is None:
+        return packet
+    if overload not in packet.overloads():
+        return None
+    found = getattr(packet, overload, None)
+    return found if isinstance(found, torch._ops.OpOverload) else None
+
+
+def required_ops_error(missing: list[str], what: str) -> UnsafeTargetError:
+    """The error for operators that are not allowed: lists them and the opt-in to pass."""
+    patterns = sorted({"::".join(n.split(".")[:2]) if _CUSTOM.match(n) and not n.startswith("aten.") else n
+                       for n in missing})
+    return UnsafeTargetError(
+        f"{what} operators outside the allow-list: {', '.join(missing)}",
+        key="ops",
+        hint=f"if you trust them, pass allow={patterns} (command line: "
+        + " ".join(f"--allow-op {p}" for p in patterns) + "); they must be registered in this process "
+        "(import the library that defines them first): nothing is imported for you",
+    )
+
+
+def registered_op(ns: str, op: str, overload: str | None) -> Any:
+    """``torch.ops.<ns>.<op>[.<overload>]`` if the dispatcher has that operator, else None.
+
+    The dispatcher's schema table is asked first (a pure lookup); only then are the namespace and
+    operator read from ``torch.ops``, and only an ``_OpNamespace`` / ``OpOverloadPacket`` / ``OpOverload``
+    is accepted (``torch.ops.import_module`` or ``torch.ops.load_library`` are functions, never reached).
+    """
+    try:
+        if ns.startswith("_") or not torch._C._jit_get_schemas_for_operator(f"{ns}::{op}"):
+            return None
+        namespace = getattr(torch.ops, ns)
+        if not isinstance(namespace, torch._ops._OpNamespace):
+            return None
+        packet = getattr(namespace, op)
+    except Exception:  # noqa: BLE001 - unknown names raise AttributeError or RuntimeError
         return None
     if not isinstance(packet, torch._ops.OpOverloadPacket):
         return None

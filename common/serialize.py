@@ -43,7 +43,8 @@ from .atomic_files import (
 )
 from .errors import IRError, IRFormatError, IRSerializationError, UnsupportedFormatVersionError
 from .ir import IR
-from .values import decode, encode
+from .safety import DEFAULT_ALLOWLIST, Allowlist, required_ops_error
+from .values import Subgraph, decode, encode, iter_values
 
 IR_FORMAT = "torch2ir.ir"
 #: Version written by this library; files of versions 1..FORMAT_VERSION are read.
@@ -133,9 +134,45 @@ def ir_to_document(ir: IR, tensors: Mapping[str, Any] | None = None) -> dict[str
         "format_version": FORMAT_VERSION,
         "implementations": ir.to_dict(value_fn=encode, edge_list=True),
     }
+    ops = DEFAULT_ALLOWLIST.required(function_names(ir))
+    if ops:  # operators a loader must opt in to: named up front, so a load can list them all at once
+        doc["ops"] = ops
     if tensors is not None:
         doc["tensors"] = dict(tensors)
     return doc
+
+
+def function_names(ir: IR) -> set[str]:
+    """Every function name ``ir`` calls, in every graph, variant and higher-order-op body."""
+    names: set[str] = set()
+
+    def visit(impl: Any) -> None:
+        for _, attrs in impl.graph.nodes(data=True):
+            if attrs.get("type") == "function" and isinstance(attrs.get("implementation"), str):
+                names.add(attrs["implementation"])
+            for _, value in iter_values([attrs.get("args", []), attrs.get("kwargs", {})]):
+                if isinstance(value, Subgraph):
+                    visit(value.impl)
+
+    for impl in ir.values():
+        for graph in impl.graphs():
+            visit(graph)
+    return names
+
+
+def check_required_ops(doc: Mapping[str, Any], allowlist: Allowlist | None, source: str) -> None:
+    """Refuse a document whose recorded ``ops`` the loader does not allow, listing all of them.
+
+    Raises:
+        IRFormatError: ``ops`` is not a list of names.
+        UnsafeTargetError: operators outside ``allowlist``, with the ``allow=`` to pass.
+    """
+    ops = doc.get("ops", [])
+    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops) or len(ops) > 10_000:
+        raise IRFormatError(f"{source}: 'ops' must be a list of operator names", key="ops")
+    missing = (allowlist or DEFAULT_ALLOWLIST).required(ops)
+    if missing:
+        raise required_ops_error(missing, f"{source} calls")
 
 
 def tensors_path(path: PathLike, sha256: str | None = None) -> Path:
@@ -158,18 +195,20 @@ def write_tensors_atomic(path: PathLike, tensors: Mapping[str, Any], metadata: d
     return Path(path)
 
 
-def ir_from_document(doc: Any, *, source: str = "document", validate: bool = True) -> IR:
-    """Build (and by default validate) an IR from a parsed JSON document."""
+def ir_from_document(doc: Any, *, source: str = "document", validate: bool = True,
+                     allowlist: Allowlist | None = None) -> IR:
+    """Build (and by default validate, against ``allowlist``) an IR from a parsed JSON document."""
     check_header(doc, IR_FORMAT, FORMAT_VERSION, source)
     impls = doc.get("implementations")
     if not isinstance(impls, Mapping):
         raise IRFormatError(f"{source} has no 'implementations' object", key=source)
-    extra = set(doc) - {"format", "format_version", "implementations", "tensors"}
+    extra = set(doc) - {"format", "format_version", "implementations", "tensors", "ops"}
     if extra:
         raise IRFormatError(f"{source} has unknown top-level keys {sorted(extra)}", key=source)
+    check_required_ops(doc, allowlist, source)
     ir = IR.from_dict(impls, value_fn=decode)
     if validate:
-        ir.validate()
+        ir.validate(allowlist=allowlist)
     return ir
 
 
@@ -187,14 +226,17 @@ def save_ir(ir: IR, path: PathLike) -> Path:
                              meta_hint="drop it from ir.tensors or convert a model with values")
 
 
-def load_ir(path: PathLike, *, validate: bool = True) -> IR:
+def load_ir(path: PathLike, *, validate: bool = True, allowlist: Allowlist | None = None) -> IR:
     """Load an IR JSON file written by :func:`save_ir` (and its tensors file, if any).
 
     Raises:
         IRFormatError: the file, or its tensors file, is missing, malformed, or they do not belong together.
+        UnsafeTargetError: the file calls operators ``allowlist`` (default: the default allow-list) does not
+            allow; all of them are listed, with the ``allow=`` to pass.
         IRError: the IR is invalid (with ``validate``).
     """
-    ir, tensors = load_with_tensors(path, lambda doc, source: ir_from_document(doc, source=source, validate=validate))
+    ir, tensors = load_with_tensors(
+        path, lambda doc, source: ir_from_document(doc, source=source, validate=validate, allowlist=allowlist))
     ir.tensors = tensors
     return ir
 

@@ -31,6 +31,7 @@ from common.cli.app import (
     CheckFailedError,
     CommandError,
     Parser,
+    add_allow_op,
     add_common_options,
     first_line,
     run,
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "parameters, inputs and the module tree of an IR or FlatIR file.")
     show.add_argument("file", type=Path, metavar="FILE", help="an IR or FlatIR JSON file")
     _depth(show)
+    add_allow_op(show)
     add_common_options(show)
     show.set_defaults(func=_show)
 
@@ -72,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--impl", metavar="KEY", help="draw this implementation's graph (FlatIR: this module's ops)")
     render.add_argument("--format", choices=("png", "svg", "dot", "mermaid"), help="override the suffix")
     _depth(render)
+    add_allow_op(render)
     add_common_options(render)
     render.set_defaults(func=_render)
 
@@ -84,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--state", type=Path, metavar="FILE.safetensors", help="weights written by torch2ir --state")
     verify.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     verify.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
+    add_allow_op(verify)
     add_common_options(verify)
     verify.set_defaults(func=_verify)
 
@@ -93,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "they differ, 0 when they are equal.")
     diff.add_argument("a", type=Path, metavar="A", help="the first file")
     diff.add_argument("b", type=Path, metavar="B", help="the second file")
+    add_allow_op(diff)
     add_common_options(diff)
     diff.set_defaults(func=_diff)
     return parser
@@ -125,7 +130,7 @@ def _show(options: argparse.Namespace) -> int:
     from common.cli.summary import describe
 
     with _reading(f"summarise {options.file}"):
-        text = describe(options.file, depth=options.depth)
+        text = describe(options.file, depth=options.depth, allow=options.allow_op)
     print(text)
     return EXIT_OK
 
@@ -137,7 +142,7 @@ def _render(options: argparse.Namespace) -> int:
     fmt = format_of(options.output, options.format)  # fail on a bad suffix before loading anything
     with Progress(2, "render", enabled=not options.quiet) as bar:
         with bar.stage("load"), _reading(f"read {options.file}"):
-            source = load_any(options.file)
+            source = load_any(options.file, allow=options.allow_op)
         with bar.stage("draw"), _reading(f"draw {options.file}"):
             options.output.parent.mkdir(parents=True, exist_ok=True)
             render(source, options.output, fmt=fmt, impl=options.impl, depth=options.depth)
@@ -168,7 +173,7 @@ def _verify(options: argparse.Namespace) -> int:
                     raise CommandError(f"{options.state} does not fit the model built by {options.model!r}: {exc}",
                                        hint="pass the --model and --config used when the file was written") from None
         with bar.stage("rebuild"), _reading(f"rebuild {options.file}"):
-            rebuilt = convert(options.file, state)
+            rebuilt = convert(options.file, state, allow=options.allow_op)
         with bar.stage("verify"):
             try:
                 report = verify(model, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol)
@@ -199,7 +204,7 @@ def _diff(options: argparse.Namespace) -> int:
     from common.cli.summary import diff
 
     with _reading(f"compare {options.a} with {options.b}"):
-        lines = diff(options.a, options.b)
+        lines = diff(options.a, options.b, allow=options.allow_op)
     for line in lines:
         print(line)
     if not lines:

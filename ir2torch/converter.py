@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,6 +118,7 @@ class Ir2Torch:
         strict: bool = True,
         max_bytes: Budget = _CONVERTER_BUDGET,
         guard_inputs: bool = True,
+        allow: Iterable[str] | None = None,
     ) -> nn.Module:
         """Rebuild the model described by ``ir``, optionally loading state.
 
@@ -146,6 +147,9 @@ class Ir2Torch:
                 ranges, dtypes, structure; see :mod:`ir2torch.guards`) and raise
                 :class:`~common.errors.InputMismatchError` on a mismatch. ``False`` leaves the check out:
                 a call with other inputs then runs the graph as it is, with no guarantee of its result.
+            allow: operators of other namespaces to accept besides this converter's allow-list
+                (``"transformers::grouped_mm_fallback"``, ``"quantized_decomposed::*"``); resolved only
+                among operators registered in this process.
 
         Raises:
             IRError: the IR is malformed or unsafe, a type has no builder, or the state
@@ -153,6 +157,11 @@ class Ir2Torch:
             ResourceBudgetError: the model would allocate more than ``max_bytes`` (nothing was
                 allocated; it names the largest implementations).
         """
+        if allow:
+            worker = self.copy()
+            worker.allowlist = self.allowlist.extended(allow)
+            return worker.convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes,
+                                  guard_inputs=guard_inputs)
         budget = self.max_bytes if isinstance(max_bytes, _Unset) else max_bytes
         flat = self._as_flat(ir)
         if flat is not None:
@@ -208,7 +217,7 @@ class Ir2Torch:
         if isinstance(ir, (str, os.PathLike)):
             from common.serialize import load_ir
 
-            return load_ir(ir, validate=False)
+            return load_ir(ir, validate=False, allowlist=self.allowlist)
         if isinstance(ir, Mapping):
             return IR.from_dict(ir)
         raise TypeError(f"ir must be an IR, a dict or a file path, not {type(ir).__name__}")
@@ -273,7 +282,8 @@ def convert(
     strict: bool = True,
     max_bytes: Budget = AVAILABLE,
     guard_inputs: bool = True,
+    allow: Iterable[str] | None = None,
 ) -> nn.Module:
     """Rebuild ``ir`` with a default converter (see :meth:`Ir2Torch.convert`)."""
     return get_default_converter().convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes,
-                                           guard_inputs=guard_inputs)
+                                           guard_inputs=guard_inputs, allow=allow)

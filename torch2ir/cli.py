@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from common.cli.app import EXIT_OK, CommandError, Parser, add_common_options, run
+from common.cli.app import EXIT_OK, CommandError, Parser, add_allow_op, add_common_options, run
 from common.cli.model import add_model_arguments, model_and_inputs
 from common.progress import Progress
 
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(convert, positional=True, meta=True)
     convert.add_argument("-o", "--output", required=True, type=Path, metavar="FILE", help="the IR JSON file to write")
     convert.add_argument("--state", type=Path, metavar="FILE.safetensors", help="also write the model's weights")
+    add_allow_op(convert)
     add_common_options(convert)
     convert.set_defaults(func=_convert)
 
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     lower.add_argument("-o", "--output", required=True, type=Path, metavar="FILE", help="the FlatIR JSON file to write")
     lower.add_argument("--decompose", action="store_true", help="decompose to the core ATen op set")
     lower.add_argument("--state", type=Path, metavar="FILE.safetensors", help="also write the model's weights")
+    add_allow_op(lower)
     add_common_options(lower)
     lower.set_defaults(func=_lower)
     return parser
@@ -96,7 +98,7 @@ def _convert(options: argparse.Namespace) -> int:
         with bar.stage("build model"):
             model, args, kwargs = model_and_inputs(options)
         with bar.stage("export + convert"):
-            ir = convert(model, args, kwargs)
+            ir = convert(model, args, kwargs, allow=options.allow_op)
         with bar.stage("save IR"):
             ir.save(options.output)
         if options.state is not None:
@@ -119,7 +121,7 @@ def _lower(options: argparse.Namespace) -> int:
         with bar.stage("build model"):
             model, args, kwargs = model_and_inputs(options)
         with bar.stage("export + lower"):
-            flat = lower(model, args, kwargs, decompose=options.decompose)
+            flat = lower(model, args, kwargs, decompose=options.decompose, allow=options.allow_op)
         with bar.stage("save FlatIR"):
             flat.save(options.output)
         if options.state is not None:

@@ -8,7 +8,7 @@ registered with ``type=``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from torch import nn
@@ -17,6 +17,7 @@ from common.errors import RegistryError
 from common.flat import FlatIR
 from common.ir import IR, NODE_KINDS
 from common.registry import Registry
+from common.safety import Allowlist
 
 from .build import build_ir
 from .modules import CONTAINER_TYPES, GRAPH_TYPE
@@ -44,6 +45,8 @@ class Torch2Ir:
     def __init__(self) -> None:
         self.handlers: Registry[type, Handler] = Registry("module class")
         self._types: dict[type, str] = {}
+        #: operators an IR of this converter may call (the defaults; opt in with ``.allowlist.allow("ns::op")``)
+        self.allowlist = Allowlist()
 
     def register(self, cls: type[nn.Module], handler: Handler | None = None, *, type: str | None = None) -> Any:
         """Add the handler of module class ``cls``; refuses a class that already has one.
@@ -113,19 +116,23 @@ class Torch2Ir:
         *,
         strict: bool = False,
         dynamic_shapes: Any = None,
+        allow: Iterable[str] | None = None,
     ) -> IR:
         """Convert ``model`` called as ``model(*args, **kwargs)`` into the module-level IR.
 
-        Works on models and inputs on the ``meta`` device (no weight is allocated).
+        Works on models and inputs on the ``meta`` device (no weight is allocated). ``allow``: operators
+        of other namespaces to accept besides this converter's allow-list (``"transformers::*"``).
 
         Raises:
             ConversionError: torch.export failed, or the model has constructs the IR cannot
-                hold; every construct found is listed, with its module path.
+                hold; every construct found is listed, with its module path (operators outside the
+                allow-list are listed with the ``allow=`` to pass).
         """
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, not {type(model).__name__}")
         args = args if isinstance(args, tuple) else (args,)
-        return build_ir(self, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes)
+        return build_ir(self, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                        allowlist=self.allowlist.extended(allow))
 
     def lower(
         self,
@@ -135,17 +142,20 @@ class Torch2Ir:
         *,
         decompose: bool | Mapping[Any, Any] = False,
         dynamic_shapes: Any = None,
+        allow: Iterable[str] | None = None,
     ) -> FlatIR:
         """Lower ``model`` to the ATen-level :class:`~common.flat.FlatIR` (see :func:`torch2ir.lowering.lower`;
-        module handlers play no part there)."""
+        module handlers play no part there; the ops must be on this converter's allow-list or in ``allow``)."""
         from .lowering import lower
 
-        return lower(model, args, kwargs, decompose=decompose, dynamic_shapes=dynamic_shapes)
+        return lower(model, args, kwargs, decompose=decompose, dynamic_shapes=dynamic_shapes, allow=allow,
+                     allowlist=self.allowlist)
 
     def copy(self) -> Torch2Ir:
         new = type(self)()
         new.handlers = self.handlers.copy()
         new._types = dict(self._types)
+        new.allowlist = self.allowlist.copy()
         return new
 
 
@@ -165,6 +175,8 @@ def convert(
     *,
     strict: bool = False,
     dynamic_shapes: Any = None,
+    allow: Iterable[str] | None = None,
 ) -> IR:
     """Convert ``model`` with a default converter (see :meth:`Torch2Ir.convert`)."""
-    return get_default_converter().convert(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes)
+    return get_default_converter().convert(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                                           allow=allow)

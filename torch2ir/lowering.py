@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -30,7 +30,7 @@ from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError, IRError
 from common.flat import FlatIR, FlatNode, ValueMeta, WeightMeta
-from common.safety import function_name
+from common.safety import Allowlist, function_name, required_ops_error
 from common.values import Ref, dtype_name, encode, iter_refs
 
 from .frontend import export
@@ -50,6 +50,8 @@ def lower(
     *,
     decompose: bool | Mapping[Any, Any] = False,
     dynamic_shapes: Any = None,
+    allow: Iterable[str] | None = None,
+    allowlist: Allowlist | None = None,
 ) -> FlatIR:
     """Lower ``model(*args, **kwargs)`` to a :class:`~common.flat.FlatIR`.
 
@@ -62,6 +64,9 @@ def lower(
             ``torch.export.default_decompositions()`` with the ops to keep deleted) decomposes through it.
         dynamic_shapes: as for ``torch.export.export``; symbolic sizes are then recorded as strings
             (``"s0"``) and their ranges in ``range_constraints``.
+        allow: operators of other namespaces to accept (``"transformers::grouped_mm_fallback"``,
+            ``"quantized_decomposed::*"``), on top of ``allowlist`` (default: the default allow-list).
+        allowlist: the :class:`~common.safety.Allowlist` the ops must be on.
 
     Returns:
         The FlatIR of the traced graph.
@@ -82,6 +87,7 @@ def lower(
         "device": str(_trace_device(model, args, kwargs)),
     }
     flat = flat_from_program(ep, model, meta)
+    check_ops(flat.nodes, (allowlist or Allowlist()).extended(allow))
     # state-dict keys the graph does not read (unused buffers, the second name of a tied parameter): a
     # rebuild with strict=True accepts exactly these besides the weights', and refuses any other key
     names = {*model.state_dict(), *(n for n, _ in model.named_parameters(remove_duplicate=False)),
@@ -355,3 +361,15 @@ def _bound(value: Any) -> int | str:
         return int(value)
     except (TypeError, ValueError):
         return str(value)  # "oo" / "int_oo": unbounded
+
+
+def check_ops(nodes: Iterable[Any], allowlist: Allowlist) -> None:
+    """Refuse a lowered graph that calls operators outside ``allowlist``, naming all of them at once.
+
+    Raises:
+        ConversionError: (from an ``UnsafeTargetError``) lists the operators and the ``allow=`` to pass.
+    """
+    missing = allowlist.required(node.op_type for node in nodes)
+    if missing:
+        error = required_ops_error(missing, "the model calls")
+        raise ConversionError(error.message, hint=error.hint) from error

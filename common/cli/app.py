@@ -24,7 +24,8 @@ from typing import Any, NoReturn
 from ..errors import IRError
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CheckFailedError", "CommandError", "Parser", "add_common_options",
+    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CheckFailedError", "CommandError", "Parser", "add_allow_op",
+    "add_common_options",
     "drop_script_folder", "first_line", "one_line", "run",
 ]
 
@@ -138,3 +139,10 @@ def drop_script_folder() -> None:
     """
     if not getattr(sys.flags, "safe_path", False) and sys.path and sys.path[0] == os.getcwd():
         del sys.path[0]
+
+
+def add_allow_op(parser: argparse.ArgumentParser) -> None:
+    """``--allow-op NAMESPACE::OP`` / ``NAMESPACE::*`` (repeatable): operators of other namespaces to accept."""
+    parser.add_argument("--allow-op", dest="allow_op", action="append", default=[], metavar="NS::OP",
+                        help="accept the operator NS::OP (or every operator of NS with NS::*) besides the default "
+                        "allow-list; it must be registered by a library already imported (repeatable)")

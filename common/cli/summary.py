@@ -23,8 +23,9 @@ from .app import CommandError
 __all__ = ["describe", "diff", "load_any"]
 
 
-def load_any(path: str | os.PathLike) -> IR | FlatIR:
-    """Load an IR or FlatIR file, whichever its header names (both are validated on load).
+def load_any(path: str | os.PathLike, *, allow: list[str] | None = None) -> IR | FlatIR:
+    """Load an IR or FlatIR file, whichever its header names (both are validated on load); ``allow``:
+    operators of other namespaces to accept (``--allow-op``).
 
     Raises:
         IRFormatError: the file is missing, not JSON, or not valid for its format.
@@ -32,9 +33,9 @@ def load_any(path: str | os.PathLike) -> IR | FlatIR:
     """
     fmt = document_format(path)
     if fmt == FLAT_FORMAT:
-        return FlatIR.load(path)
+        return FlatIR.load(path, allow=allow)
     if fmt in (IR_FORMAT, None):  # None: not an object, or no header; the IR loader says which
-        return IR.load(path)
+        return IR.load(path, allow=allow)
     raise CommandError(f"{os.fspath(path)} has format {fmt!r}: neither {IR_FORMAT!r} nor {FLAT_FORMAT!r}",
                        hint="pass a file written by torch2ir convert or torch2ir lower")
 
@@ -69,7 +70,7 @@ def _tree_lines(tree: Any, annotate: Any) -> list[str]:
     return lines
 
 
-def describe(path: str | os.PathLike, *, depth: int | None = None) -> str:
+def describe(path: str | os.PathLike, *, depth: int | None = None, allow: list[str] | None = None) -> str:
     """The summary ``ir2torch show`` prints: header, counts, inputs, parameters and the module tree.
 
     Args:
@@ -79,7 +80,7 @@ def describe(path: str | os.PathLike, *, depth: int | None = None) -> str:
     Raises:
         IRError: the file cannot be loaded (see :func:`load_any`).
     """
-    source = load_any(path)
+    source = load_any(path, allow=allow)
     size = Path(path).stat().st_size
     if isinstance(source, FlatIR):
         head = [f"file             {Path(path).name} ({FLAT_FORMAT}, {size} bytes)"]
@@ -204,7 +205,7 @@ def _walk(a: Any, b: Any, path: str, out: list[str]) -> None:
         out.append(f"{path}: {_short(a)} -> {_short(b)}")
 
 
-def diff(path_a: str | os.PathLike, path_b: str | os.PathLike) -> list[str]:
+def diff(path_a: str | os.PathLike, path_b: str | os.PathLike, *, allow: list[str] | None = None) -> list[str]:
     """The differences between two IR (or two FlatIR) files, one line each.
 
     Lines: ``- KEY (type)`` for an implementation only in A, ``+ KEY (type)`` only in B, and
@@ -218,7 +219,7 @@ def diff(path_a: str | os.PathLike, path_b: str | os.PathLike) -> list[str]:
         IRError: a file cannot be loaded.
         CommandError: one file is an IR and the other a FlatIR.
     """
-    a, b = load_any(path_a), load_any(path_b)
+    a, b = load_any(path_a, allow=allow), load_any(path_b, allow=allow)
     if type(a) is not type(b):
         raise CommandError(f"cannot compare a {type(a).__name__} ({os.fspath(path_a)}) with a "
                            f"{type(b).__name__} ({os.fspath(path_b)})", hint="diff two files of the same format")

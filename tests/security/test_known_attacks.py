@@ -231,3 +231,18 @@ def test_many_parallel_slotless_edges_load_in_linear_time(tmp_path: Path) -> Non
     for src, _, data in ir.root.in_edges("cat"):
         slots[src].append(data["slot"])
     assert slots["b"] == [1] and sorted(slots["a"]) == [0, *range(2, n + 1)]
+
+
+@pytest.mark.parametrize("ops", [f"x={RUN}", [f'x"),{RUN},getattr(self,"y'], [1, 2], ["os.system"], ["aten.__init__"],
+                                 ["import_module.os.default"], ["x"] * 20_000])
+def test_hostile_required_ops_field_is_refused(ops: Any, tmp: str, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The top-level ``ops`` list (operators a file needs) is data: checked against the allow-list, never run."""
+    monkeypatch.chdir(tmp_path)
+    for kind in ("ir", "flat"):
+        document = _doc(tmp, "kwargs", kind)
+        doc = copy.deepcopy(document.doc)
+        doc["ops"] = ops
+        outcome = attempt(write(document, doc, tmp_path / kind), document)
+        assert outcome in ("IRFormatError", "UnsafeTargetError"), outcome
+    assert not (tmp_path / MARKER).exists()

@@ -231,16 +231,23 @@ def _aten_overload(op: str, overload: str | None) -> Any:
 
 
 def required_ops_error(missing: list[str], what: str) -> UnsafeTargetError:
-    """The error for operators that are not allowed: lists them and the opt-in to pass."""
-    patterns = sorted({"::".join(n.split(".")[:2]) if _CUSTOM.match(n) and not n.startswith("aten.") else n
-                       for n in missing})
-    return UnsafeTargetError(
-        f"{what} operators outside the allow-list: {', '.join(missing)}",
-        key="ops",
-        hint=f"if you trust them, pass allow={patterns} (command line: "
-        + " ".join(f"--allow-op {p}" for p in patterns) + "); they must be registered in this process "
-        "(import the library that defines them first): nothing is imported for you",
-    )
+    """The error for names that are not allowed: the registered operators among them with the opt-in to pass,
+    and the rest (``os.system``: not an operator at all) as names that are never imported or called."""
+    ops = [n for n in missing if (m := _CUSTOM.match(n)) and not n.startswith("aten.") and registered_op(*m.groups())]
+    others = [n for n in missing if n not in ops]
+    parts = []
+    if ops:
+        parts.append(f"operators that are not on the allow-list: {', '.join(ops)}")
+    if others:
+        parts.append(f"names that are not on the allow-list and are no operator registered in this process (they "
+                     f"will not be imported or called): {', '.join(others)}")
+    patterns = sorted({"::".join(n.split(".")[:2]) for n in ops})
+    hint = ("if you trust the operators, pass allow=" + str(patterns) + " (command line: "
+            + " ".join(f"--allow-op {p}" for p in patterns) + ")") if ops else \
+        "an IR may call ATen operators, the listed torch/operator functions and opted-in registered operators only"
+    if others and ops:
+        hint += "; the other names cannot be allowed this way"
+    return UnsafeTargetError(f"{what} {'; and '.join(parts)}", key="ops", hint=hint)
 
 
 def registered_op(ns: str, op: str, overload: str | None) -> Any:

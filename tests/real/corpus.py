@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -34,10 +35,11 @@ class Arch:
     train_differs: str = ""  # why train mode is not equivalent ("" when it is)
     reason: str = ""  # for UNSUPPORTED: why conversion fails
     match: str = ""  # for UNSUPPORTED: a substring of the ConversionError message
+    allow: tuple[str, ...] = ()  # operators of other namespaces this architecture needs (opt-in)
 
 
 def _arch(
-    name: str, label: str, kind: str, build: Callable[[], nn.Module], inputs: Callable[[], Inputs], **extra: str
+    name: str, label: str, kind: str, build: Callable[[], nn.Module], inputs: Callable[[], Inputs], **extra: Any
 ) -> Arch:
     return Arch(name, label, kind, seeded(build), inputs, **extra)
 
@@ -201,6 +203,9 @@ CORPUS: list[Arch] = [
 
 # the rotary embedding is called twice with different graphs (global and sliding-window attention): per-call graphs
 CORPUS.append(_arch("modernbert", "ModernBertModel", "text encoder", text._modernbert, configs._text_inputs))
+# the default experts kernel is transformers' custom op grouped_mm_fallback: converts with the namespace opted in
+CORPUS.append(_arch("mixtral_grouped_mm", "MixtralForCausalLM", "text decoder", decoders._mixtral,
+                    configs._text_inputs, allow=("transformers::grouped_mm_fallback",)))
 
 UNSUPPORTED: list[Arch] = [
     _arch(
@@ -209,8 +214,9 @@ UNSUPPORTED: list[Arch] = [
         "text decoder",
         decoders._mixtral,
         configs._text_inputs,
-        reason='the default experts kernel is the custom op `transformers::grouped_mm_fallback`, not on the allow-list '
-        '(`_experts_implementation="batched_mm"` works: mixtral_batched)',
+        reason='the default experts kernel is the custom op `transformers::grouped_mm_fallback`, not on the default '
+        'allow-list: opt in with `allow=["transformers::grouped_mm_fallback"]` (mixtral_grouped_mm), or use '
+        '`_experts_implementation="batched_mm"` (mixtral_batched)',
         match="grouped_mm_fallback",
     ),
     _arch(

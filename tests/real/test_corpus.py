@@ -30,14 +30,24 @@ def _ids(arch: Arch) -> str:
     return arch.name
 
 
+def _converters(arch: Arch) -> dict:
+    """A converter and a rebuilder that have opted in to the operators ``arch`` needs (defaults otherwise)."""
+    converter, rebuilder = torch2ir.get_default_converter(), ir2torch.get_default_converter()
+    for pattern in arch.allow:
+        converter.allowlist.allow(pattern)
+        rebuilder.allowlist.allow(pattern)
+    return {"converter": converter, "rebuilder": rebuilder}
+
+
 @pytest.mark.parametrize("arch", CORPUS, ids=_ids)
 def test_eval_mode_round_trip_is_exact(arch):
     model = arch.build()
     args, kwargs = arch.inputs()
+    converters = _converters(arch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TrainModeWarning)  # about train mode only; eval is checked here
-        ir, rebuilt, report = assert_roundtrip(model, args, kwargs)
-        again = torch2ir.convert(rebuilt, args, kwargs)
+        ir, rebuilt, report = assert_roundtrip(model, args, kwargs, **converters)
+        again = converters["converter"].convert(rebuilt, args, kwargs)
     assert report.max_abs_diff <= 1e-5, report
     assert not rebuilt.training
     # the loop closes: the rebuilt model converts back to the IR it was rebuilt from
@@ -52,13 +62,15 @@ def test_train_mode_round_trip_is_exact(arch):
         with torch.no_grad():
             copy.deepcopy(model)(*args, **kwargs)
     except ValueError as exc:  # batch norm on one value per channel: the rebuild must refuse alike
-        rebuilt = ir2torch.convert(torch2ir.convert(model.eval(), args, kwargs), model.state_dict()).train()
+        pair = _converters(arch)
+        rebuilt = pair["rebuilder"].convert(pair["converter"].convert(model.eval(), args, kwargs),
+                                            model.state_dict()).train()
         with pytest.raises(ValueError, match=re.escape(str(exc)[:40])):
             rebuilt(*args, **kwargs)
         return
     with warnings.catch_warnings():
         warnings.simplefilter("error", TrainModeWarning)
-        _, rebuilt, report = assert_roundtrip(model, args, kwargs)
+        _, rebuilt, report = assert_roundtrip(model, args, kwargs, **_converters(arch))
     assert report.max_abs_diff <= 1e-5, report
     assert rebuilt.training
 

@@ -35,6 +35,7 @@ from .schema import (
     parse_edges,
     parse_nodes,
     parse_state,
+    parse_variants,
     slot_path,
 )
 from .values import values_equal
@@ -50,10 +51,6 @@ ORIGINAL_CLASS_KEY = "torch2ir.class"
 #: again records the same notes instead of describing the rebuild's own (deterministic) train mode.
 NOTES_KEY = "torch2ir.notes"
 CARRIED_NOTES = ("train_trace", "train_buffers")
-
-
-#: Most per-call graphs one implementation may have.
-MAX_VARIANTS = 64
 
 
 class Implementation:
@@ -220,20 +217,7 @@ class Implementation:
         parse_nodes(impl, d.get("nodes", {}), value_fn, where)
         parse_edges(impl, d.get("edges", {}), value_fn, where)
         impl.state = parse_state(d.get("state", {}), value_fn, where, key)
-        variants = d.get("variants", [])
-        if not isinstance(variants, list) or len(variants) > MAX_VARIANTS:
-            raise IRFormatError(f"'variants' must be a list of at most {MAX_VARIANTS} graphs", implementation=key,
-                                key=f"{where}.variants")
-        for i, raw in enumerate(variants):
-            vwhere = f"{where}.variants[{i}]"
-            expect(raw, Mapping, vwhere, key)
-            extra = set(raw) - {"nodes", "edges"}
-            if extra:
-                raise IRFormatError(f"a variant has unknown fields {sorted(map(str, extra))}", implementation=key,
-                                    key=vwhere, hint="a variant holds 'nodes' and 'edges' only")
-            variant = impl.add_variant()
-            parse_nodes(variant, raw.get("nodes", {}), value_fn, vwhere)
-            parse_edges(variant, raw.get("edges", {}), value_fn, vwhere)
+        parse_variants(impl, d.get("variants", []), value_fn, where)
         aliases = d.get("aliases", [])
         if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
             raise IRFormatError("'aliases' must be a list of module paths", implementation=key, key=f"{where}.aliases")

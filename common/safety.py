@@ -207,27 +207,9 @@ class Allowlist:
 
 
 def _aten_overload(op: str, overload: str | None) -> Any:
-    """``torch.ops.aten.<op>.<overload>`` (or the packet), or None when it is not an operator.
-
-    The name is first looked up in the dispatcher's table of schemas (a pure lookup); only then is
-    the attribute read, and only an ``OpOverloadPacket`` / ``OpOverload`` is ever returned, so names
-    of the namespace object's own attributes (``aten.__init__``, ``aten.name``) resolve to nothing
-    and nothing is called on them.
-    """
-    try:
-        if not torch._C._jit_get_schemas_for_operator(f"aten::{op}"):
-            return None
-        packet = getattr(torch.ops.aten, op)
-    except Exception:  # noqa: BLE001 - an unknown op raises AttributeError or RuntimeError
-        return None
-    if not isinstance(packet, torch._ops.OpOverloadPacket):
-        return None
-    if overload is None:
-        return packet
-    if overload not in packet.overloads():
-        return None
-    found = getattr(packet, overload, None)
-    return found if isinstance(found, torch._ops.OpOverload) else None
+    """``torch.ops.aten.<op>.<overload>`` (or the packet), or None when it is not an operator (see
+    :func:`registered_op`: ``aten.__init__`` or ``aten.name`` resolve to nothing and nothing is called on them)."""
+    return registered_op("aten", op, overload)
 
 
 def required_ops_error(missing: list[str], what: str) -> UnsafeTargetError:

@@ -190,3 +190,24 @@ def parse_state(raw: Any, value_fn: ValueFn, where: str, impl: str) -> dict[str,
                                 key=rwhere, hint="use a torch.dtype (in JSON: {'$dtype': 'float32'})")
         out[name] = rec
     return out
+
+
+#: Most per-call graphs one implementation may have.
+MAX_VARIANTS = 64
+
+
+def parse_variants(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
+    """Parse an implementation's ``variants`` (its per-call graphs, ``[{"nodes", "edges"}, ...]``) into it."""
+    if not isinstance(raw, list) or len(raw) > MAX_VARIANTS:
+        raise IRFormatError(f"'variants' must be a list of at most {MAX_VARIANTS} graphs", implementation=impl.name,
+                            key=f"{where}.variants")
+    for i, graph in enumerate(raw):
+        vwhere = f"{where}.variants[{i}]"
+        expect(graph, Mapping, vwhere, impl.name)
+        extra = set(graph) - {"nodes", "edges"}
+        if extra:
+            raise IRFormatError(f"a variant has unknown fields {sorted(map(str, extra))}", implementation=impl.name,
+                                key=vwhere, hint="a variant holds 'nodes' and 'edges' only")
+        variant = impl.add_variant()
+        parse_nodes(variant, graph.get("nodes", {}), value_fn, vwhere)
+        parse_edges(variant, graph.get("edges", {}), value_fn, vwhere)

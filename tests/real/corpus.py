@@ -20,7 +20,7 @@ from torch import nn
 from tests.models.case import Inputs, seeded
 from tests.models.real import REAL
 from tests.models.zoo import by_name
-from tests.real import configs, decoders, text, vision_audio
+from tests.real import configs, decoders, moe, text, vision_audio
 
 
 @dataclass(frozen=True)
@@ -206,6 +206,8 @@ CORPUS.append(_arch("modernbert", "ModernBertModel", "text encoder", text._moder
 # the default experts kernel is transformers' custom op grouped_mm_fallback: converts with the namespace opted in
 CORPUS.append(_arch("mixtral_grouped_mm", "MixtralForCausalLM", "text decoder", decoders._mixtral,
                     configs._text_inputs, allow=("transformers::grouped_mm_fallback",)))
+CORPUS.extend(_arch(name, label, "text decoder", build, configs._text_inputs, train_differs=differs,
+                    allow=("transformers::grouped_mm_fallback",)) for name, (label, build, differs) in moe.MOE.items())
 
 UNSUPPORTED: list[Arch] = [
     _arch(

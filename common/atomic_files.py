@@ -154,6 +154,31 @@ def save_lock(path: PathLike) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+@contextlib.contextmanager
+def try_save_lock(path: PathLike) -> Iterator[bool]:
+    """Take :func:`save_lock`'s lock without waiting and without creating the lock file; yields whether it
+    was taken (False: no save ever ran here, a save holds it, or the file cannot be opened)."""
+    if fcntl is None:  # pragma: no cover
+        yield False
+        return
+    path = Path(path)
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path.with_name(f".{path.name}.lock"), flags)
+    except OSError:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
 def sidecar_stem(path: PathLike) -> str:
     """The stem of the tensors files of the JSON at ``path``: ``model.ir.json`` -> ``model.ir``."""
     name = Path(path).name
@@ -193,4 +218,4 @@ def clean_stale(path: PathLike, keep: str | None) -> list[str]:
 
 
 __all__ = ["NotRegularFileError", "atomic_path", "clean_stale", "read_regular", "save_lock", "sidecar_name",
-           "sidecar_stem", "sync_folder", "write_bytes_atomic", "write_text_atomic"]
+           "sidecar_stem", "sync_folder", "try_save_lock", "write_bytes_atomic", "write_text_atomic"]

@@ -38,6 +38,7 @@ from .atomic_files import (
     save_lock,
     sidecar_name,
     sync_folder,
+    try_save_lock,
     write_bytes_atomic,
     write_text_atomic,
 )
@@ -303,7 +304,8 @@ def load_with_tensors(path: PathLike, build: Callable[[Any, str], T]) -> tuple[T
     exactly the recorded keys. It is read right after the JSON (a concurrent save removes it only
     after replacing the JSON); if reading it fails and the JSON was replaced meanwhile, the load
     starts again from the new JSON. Errors of the document itself come before those of the
-    tensors file. Loading never removes files.
+    tensors file. After a successful load, what an interrupted save left beside ``path`` is
+    removed if no save is under way (:func:`clean_after_load`).
 
     Raises:
         IRFormatError: the JSON or the tensors file is missing, not a regular file, malformed, or
@@ -323,10 +325,30 @@ def load_with_tensors(path: PathLike, build: Callable[[Any, str], T]) -> tuple[T
                 failure = exc
         obj = build(doc, source)
         if failure is None:
+            clean_after_load(path)
             return obj, tensors
         if attempt == _LOAD_ATTEMPTS or _identity(path) == identity:
             raise failure
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def clean_after_load(path: PathLike) -> list[str]:
+    """Remove temp files and stale tensors files of ``path`` if no save of it is under way; return their names.
+
+    Only when the save lock file exists (a save ran here) and can be taken at once: a save in progress
+    holds it, so nothing it is writing is touched. The JSON is read again under the lock to learn which
+    tensors file it names now. A read-only folder, or any other obstacle, just skips the cleanup.
+    """
+    try:
+        with try_save_lock(path) as locked:
+            if not locked:
+                return []
+            doc = loads_json(read_text(path), source=os.fspath(path))
+            spec = doc.get("tensors") if isinstance(doc, Mapping) else None
+            keep = spec.get("file") if isinstance(spec, Mapping) and isinstance(spec.get("file"), str) else None
+            return clean_stale(path, keep)
+    except (OSError, IRError):
+        return []
 
 
 def _identity(path: PathLike) -> tuple[int, ...] | None:

@@ -227,11 +227,40 @@ def test_next_save_removes_what_interrupted_saves_left_and_nothing_else(tmp_path
         (tmp_path / name).write_bytes(b"x")
     (tmp_path / "m.tensors.fedcba9876543210.safetensors").mkdir()  # a folder is never removed
     kept = sorted([*others, "m.tensors.fedcba9876543210.safetensors"])
-    assert _load(kind, path) == a  # a load ignores them and removes nothing
-    assert _listing(tmp_path) == sorted([*_clean(path), *debris, *kept])
     b.save(path)
     assert _listing(tmp_path) == sorted([*_clean(path), *kept])
     assert _load(kind, path) == b
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_load_removes_what_interrupted_saves_left_unless_a_save_is_under_way(tmp_path, kind):
+    a, _ = _pair(kind)
+    path = a.save(tmp_path / "m.json")
+    debris = [".m.json.k2j4_x9a.tmp", ".m.tensors.0123456789abcdef.safetensors.abc123.tmp",
+              "m.tensors.0123456789abcdef.safetensors"]
+    for name in debris:
+        (tmp_path / name).write_bytes(b"x")
+    from common.atomic_files import save_lock
+
+    with save_lock(path):  # a save holds the lock: the load must not touch files that save may be writing
+        assert _load(kind, path) == a
+    assert _listing(tmp_path) == sorted([*_clean(path), *debris])
+    assert _load(kind, path) == a  # no save under way: the leftovers go, the pair stays
+    assert _listing(tmp_path) == _clean(path)
+    assert _load(kind, path) == a
+
+
+def test_a_load_in_a_read_only_folder_removes_nothing_and_succeeds(tmp_path):
+    a, _ = _pair("ir")
+    path = a.save(tmp_path / "m.json")
+    (tmp_path / ".m.json.k2j4_x9a.tmp").write_bytes(b"x")
+    tmp_path.chmod(0o555)
+    try:
+        assert _load("ir", path) == a
+        if os.geteuid() != 0:  # root writes anywhere: only for others is the folder really read-only
+            assert (tmp_path / ".m.json.k2j4_x9a.tmp").exists()
+    finally:
+        tmp_path.chmod(0o755)
 
 
 def test_saving_without_tensors_removes_the_old_tensors_file(tmp_path):
@@ -314,12 +343,14 @@ def test_kill_9_at_random_points_of_saves_never_leaves_a_mixed_pair(tmp_path, sa
         pid = savers.start(path, kill % 2, 1)  # saves irs[kill % 2], then the other, and so on
         time.sleep(rng.uniform(0.0, 4 * savers.save_seconds))  # about 0 to 4 saves (a saver starts in ~1 save)
         savers.kill(pid)
+        left = set(_listing(tmp_path)) != set(_clean(path))  # temporary or stale files left by the kill
+        rounds["interrupted"] += left
         # Stronger than "consistent or IRError": the JSON on disk always names its own tensors file.
         loaded = IR.load(path)
         assert loaded == irs[0] or loaded == irs[1], f"kill {kill}: a JSON loaded with tensors not its own"
+        assert set(_listing(tmp_path)) == set(_clean(path)), f"kill {kill}: the load left the leftovers"
         if _identity(path) != before:  # the saver replaced the JSON at least once
             rounds[f"saved {int(loaded == irs[1])}"] += 1
-        rounds["interrupted"] += set(_listing(tmp_path)) != set(_clean(path))  # temporary or stale files left
         if kill % 4 == 3:
             irs[kill % 2].save(path)
             assert _listing(tmp_path) == _clean(path), f"kill {kill}: the next save left debris"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import activation, attention, conv, dropout, embedding, linear, norm, pooling, recurrent, shape
+from . import activation, attention, conv, distance, dropout, embedding, linear, loss, norm, pooling, recurrent, shape
 
 
 def register_defaults(converter: Any) -> None:
@@ -22,3 +22,5 @@ def register_defaults(converter: Any) -> None:
     shape.register(converter)
     recurrent.register(converter)
     attention.register(converter)
+    distance.register(converter)
+    loss.register(converter)

@@ -45,6 +45,23 @@ def _module_types() -> list[str]:
     only_built = sorted(built - emitted)
     lines += ["", "Types only ir2torch builds (containers rebuilt as real `torch.nn` containers): "
               + ", ".join(f"`{t}`" for t in only_built) + "."]
+    return [*lines, "", *_exclusions()]
+
+
+def _exclusions() -> list[str]:
+    from torch2ir.handlers import EXCLUDED
+
+    lines = [
+        "### Public `torch.nn` classes without a handler",
+        "",
+        "Deliberately (`torch2ir.handlers.EXCLUDED`; a test fails on any public `torch.nn` module class that has",
+        "neither a handler pair nor an entry here):",
+        "",
+        "| class | reason |",
+        "|---|---|",
+    ]
+    for cls in sorted(EXCLUDED, key=lambda c: c.__name__):
+        lines.append(f"| `torch.nn.{cls.__name__}` | {EXCLUDED[cls]} |")
     return lines
 
 

@@ -8,7 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import activation, attention, containers, conv, dropout, embedding, linear, norm, pooling, recurrent, shape
+from . import (
+    activation,
+    attention,
+    containers,
+    conv,
+    distance,
+    dropout,
+    embedding,
+    linear,
+    loss,
+    norm,
+    pooling,
+    recurrent,
+    shape,
+)
 
 
 def register_defaults(converter: Any) -> None:
@@ -23,4 +37,6 @@ def register_defaults(converter: Any) -> None:
     shape.register(converter)
     recurrent.register(converter)
     attention.register(converter)
+    distance.register(converter)
+    loss.register(converter)
     containers.register(converter)

@@ -22,6 +22,7 @@ TABLE: dict[str, type[nn.Module]] = {
     "groupnorm": nn.GroupNorm,
     "rmsnorm": nn.RMSNorm,
     "localresponsenorm": nn.LocalResponseNorm,
+    "crossmaplrn2d": nn.CrossMapLRN2d,
 }
 
 

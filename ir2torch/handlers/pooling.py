@@ -1,4 +1,4 @@
-"""Builders of pooling layers (max, average, adaptive and power-average pooling)."""
+"""Builders of pooling layers (max, average, adaptive and power-average pooling, max unpooling)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ TABLE: dict[str, type[nn.Module]] = {
     "lppool1d": nn.LPPool1d,
     "lppool2d": nn.LPPool2d,
     "lppool3d": nn.LPPool3d,
+    "maxunpool1d": nn.MaxUnpool1d,
+    "maxunpool2d": nn.MaxUnpool2d,
+    "maxunpool3d": nn.MaxUnpool3d,
 }
 
 

@@ -1,4 +1,4 @@
-"""Builders of recurrent layers (LSTM, GRU, RNN)."""
+"""Builders of recurrent layers (LSTM, GRU, RNN) and their cells."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ TABLE: dict[str, type[nn.Module]] = {
     "lstm": nn.LSTM,
     "gru": nn.GRU,
     "rnn": nn.RNN,
+    "lstmcell": nn.LSTMCell,
+    "grucell": nn.GRUCell,
+    "rnncell": nn.RNNCell,
 }
 
 

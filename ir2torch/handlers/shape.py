@@ -1,4 +1,4 @@
-"""Builders of shape-changing layers (upsampling, pixel/channel shuffles, padding)."""
+"""Builders of shape-changing layers (upsampling, pixel/channel shuffles, padding, fold/unfold)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ TABLE: dict[str, type[nn.Module]] = {
     "circularpad1d": nn.CircularPad1d,
     "circularpad2d": nn.CircularPad2d,
     "circularpad3d": nn.CircularPad3d,
+    "fold": nn.Fold,
+    "unfold": nn.Unfold,
 }
 
 

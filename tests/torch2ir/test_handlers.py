@@ -20,6 +20,7 @@ import ir2torch
 import torch2ir
 from common.ir import Implementation
 from common.values import decode, encode, values_equal
+from tests.torch2ir.more_cases import CASES as MORE_CASES
 from torch2ir.modules import CONTAINER_TYPES
 
 Inputs = Callable[[], tuple[Any, ...]]
@@ -195,6 +196,7 @@ CASES: list[tuple[nn.Module, Inputs, tuple]] = [
         (),
     ),
     (nn.MultiheadAttention(8, 4), randn((3, 2, 8), (4, 2, 8), (4, 2, 8)), ()),
+    *MORE_CASES,
 ]
 
 

@@ -25,6 +25,7 @@ TABLE: dict[type[nn.Module], tuple[str, ...]] = {
     nn.GroupNorm: ("num_groups", "num_channels", "eps", "affine", "bias"),
     nn.RMSNorm: ("normalized_shape", "eps", "elementwise_affine"),
     nn.LocalResponseNorm: ("size", "alpha", "beta", "k"),
+    nn.CrossMapLRN2d: ("size", "alpha", "beta", "k"),
 }
 
 

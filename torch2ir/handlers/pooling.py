@@ -1,4 +1,4 @@
-"""Handlers of pooling layers (max, average, adaptive and power-average pooling)."""
+"""Handlers of pooling layers (max, average, adaptive and power-average pooling, max unpooling)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ _MAX = ("kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_
 _AVG = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad")
 _AVG_DIVISOR = (*_AVG, "divisor_override")
 _LP = ("norm_type", "kernel_size", "stride", "ceil_mode")
+_UNPOOL = ("kernel_size", "stride", "padding")
 
 TABLE: dict[type[nn.Module], tuple[str, ...]] = {
     nn.MaxPool1d: _MAX,
@@ -33,6 +34,9 @@ TABLE: dict[type[nn.Module], tuple[str, ...]] = {
     nn.LPPool1d: _LP,
     nn.LPPool2d: _LP,
     nn.LPPool3d: _LP,
+    nn.MaxUnpool1d: _UNPOOL,
+    nn.MaxUnpool2d: _UNPOOL,
+    nn.MaxUnpool3d: _UNPOOL,
 }
 
 

@@ -1,4 +1,4 @@
-"""Handlers of shape-changing layers (upsampling, pixel/channel shuffles, padding)."""
+"""Handlers of shape-changing layers (upsampling, pixel/channel shuffles, padding, fold/unfold)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ TABLE: dict[type[nn.Module], tuple[str, ...]] = {
     nn.CircularPad1d: _PAD,
     nn.CircularPad2d: _PAD,
     nn.CircularPad3d: _PAD,
+    nn.Fold: ("output_size", "kernel_size", "dilation", "padding", "stride"),
+    nn.Unfold: ("kernel_size", "dilation", "padding", "stride"),
 }
 
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .errors import UnsafeTargetError
+from .errors import IRFormatError, UnsafeTargetError
+from .values import Subgraph, iter_values
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _ATEN = re.compile(rf"^aten\.({_IDENT})(?:\.({_IDENT}))?$")
@@ -290,3 +291,36 @@ def check_target(name: object, **where: str | None) -> None:
 def resolve_target(name: str, **where: str | None) -> Callable:
     """Resolve ``name`` through the default allow-list (see :meth:`Allowlist.resolve`)."""
     return DEFAULT_ALLOWLIST.resolve(name, **where)
+
+
+def function_names(ir: Any) -> set[str]:
+    """Every function name ``ir`` calls, in every graph, variant and higher-order-op body."""
+    names: set[str] = set()
+
+    def visit(impl: Any) -> None:
+        for _, attrs in impl.graph.nodes(data=True):
+            if attrs.get("type") == "function" and isinstance(attrs.get("implementation"), str):
+                names.add(attrs["implementation"])
+            for _, value in iter_values([attrs.get("args", []), attrs.get("kwargs", {})]):
+                if isinstance(value, Subgraph):
+                    visit(value.impl)
+
+    for impl in ir.values():
+        for graph in impl.graphs():
+            visit(graph)
+    return names
+
+
+def check_required_ops(doc: Mapping[str, Any], allowlist: Allowlist | None, source: str) -> None:
+    """Refuse a document whose recorded ``ops`` the loader does not allow, listing all of them.
+
+    Raises:
+        IRFormatError: ``ops`` is not a list of names.
+        UnsafeTargetError: operators outside ``allowlist``, with the ``allow=`` to pass.
+    """
+    ops = doc.get("ops", [])
+    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops) or len(ops) > 10_000:
+        raise IRFormatError(f"{source}: 'ops' must be a list of operator names", key="ops")
+    missing = (allowlist or DEFAULT_ALLOWLIST).required(ops)
+    if missing:
+        raise required_ops_error(missing, f"{source} calls")

@@ -44,8 +44,8 @@ from .atomic_files import (
 )
 from .errors import IRError, IRFormatError, IRSerializationError, UnsupportedFormatVersionError
 from .ir import IR
-from .safety import DEFAULT_ALLOWLIST, Allowlist, required_ops_error
-from .values import Subgraph, decode, encode, iter_values
+from .safety import DEFAULT_ALLOWLIST, Allowlist, check_required_ops, function_names
+from .values import decode, encode
 
 IR_FORMAT = "torch2ir.ir"
 #: Version written by this library; files of versions 1..FORMAT_VERSION are read.
@@ -141,39 +141,6 @@ def ir_to_document(ir: IR, tensors: Mapping[str, Any] | None = None) -> dict[str
     if tensors is not None:
         doc["tensors"] = dict(tensors)
     return doc
-
-
-def function_names(ir: IR) -> set[str]:
-    """Every function name ``ir`` calls, in every graph, variant and higher-order-op body."""
-    names: set[str] = set()
-
-    def visit(impl: Any) -> None:
-        for _, attrs in impl.graph.nodes(data=True):
-            if attrs.get("type") == "function" and isinstance(attrs.get("implementation"), str):
-                names.add(attrs["implementation"])
-            for _, value in iter_values([attrs.get("args", []), attrs.get("kwargs", {})]):
-                if isinstance(value, Subgraph):
-                    visit(value.impl)
-
-    for impl in ir.values():
-        for graph in impl.graphs():
-            visit(graph)
-    return names
-
-
-def check_required_ops(doc: Mapping[str, Any], allowlist: Allowlist | None, source: str) -> None:
-    """Refuse a document whose recorded ``ops`` the loader does not allow, listing all of them.
-
-    Raises:
-        IRFormatError: ``ops`` is not a list of names.
-        UnsafeTargetError: operators outside ``allowlist``, with the ``allow=`` to pass.
-    """
-    ops = doc.get("ops", [])
-    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops) or len(ops) > 10_000:
-        raise IRFormatError(f"{source}: 'ops' must be a list of operator names", key="ops")
-    missing = (allowlist or DEFAULT_ALLOWLIST).required(ops)
-    if missing:
-        raise required_ops_error(missing, f"{source} calls")
 
 
 def tensors_path(path: PathLike, sha256: str | None = None) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import networkx as nx
@@ -14,9 +14,8 @@ from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError, IRError
 from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
-from common.safety import Allowlist, required_ops_error
+from common.safety import Allowlist, function_names, required_ops_error
 from common.validate import validate
-from common.values import Subgraph, iter_values
 
 from .frontend import (
     RNN_WARNING,
@@ -84,8 +83,7 @@ def build_ir(
     _carried_notes(ir, model)
     _keep_tensors(ir, table, ep.constants)
     allowlist = allowlist or Allowlist()
-    missing = allowlist.required(a["implementation"] for impl in ir.values() for g in impl.graphs()
-                                 for a in _function_nodes(g))
+    missing = allowlist.required(function_names(ir))
     if missing:
         error = required_ops_error(missing, "the model calls")
         raise ConversionError(error.message, hint=error.hint) from error
@@ -95,16 +93,6 @@ def build_ir(
         raise ConversionError(f"the converter produced an invalid IR: {exc}", implementation=exc.implementation,
                               node=exc.node, hint="this is a torch2ir bug; please report it with the model") from exc
     return ir
-
-
-def _function_nodes(impl: Implementation) -> Iterator[dict[str, Any]]:
-    """Attributes of every function node of ``impl``'s graph and of the bodies of its higher-order ops."""
-    for _, attrs in impl.graph.nodes(data=True):
-        if attrs["type"] == "function":
-            yield attrs
-        for _, value in iter_values([attrs.get("args", []), attrs.get("kwargs", {})]):
-            if isinstance(value, Subgraph):
-                yield from _function_nodes(value.impl)
 
 
 def _carried_notes(ir: IR, model: nn.Module) -> None:

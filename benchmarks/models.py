@@ -37,12 +37,14 @@ class ModelSpec:
         build: ``build(device) -> model`` in eval mode, created under ``torch.manual_seed(0)``.
         inputs: ``inputs(batch, device) -> (args, kwargs)``.
         kind: ``"text"`` or ``"image"``.
+        allow: operators of other namespaces the model calls (the opt-in passed to convert and rebuild).
     """
 
     name: str
     build: Callable[[str | None], nn.Module]
     inputs: Callable[[int, str | None], Inputs]
     kind: str
+    allow: tuple[str, ...] = ()
 
 
 def _seeded(factory: Callable[[], nn.Module], device: str | None) -> nn.Module:
@@ -119,9 +121,26 @@ def llama(*, layers: int, hidden: int, intermediate: int, heads: int, kv_heads: 
         attn_implementation="eager"))
 
 
-def _small(name: str, factory: Callable[[], nn.Module], kind: str) -> ModelSpec:
+def _moe(config_name: str, model_name: str, **experts: int) -> Callable[[], nn.Module]:
+    """A small mixture-of-experts decoder with its default experts kernel (``transformers::grouped_mm_fallback``)."""
+
+    def build() -> nn.Module:
+        import transformers
+
+        config = getattr(transformers, config_name)(
+            num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=64, **experts, **_TEXT)
+        return getattr(transformers, model_name)(config)
+
+    return build
+
+
+def _small(name: str, factory: Callable[[], nn.Module], kind: str, allow: tuple[str, ...] = ()) -> ModelSpec:
     inputs = text_inputs if kind == "text" else image_inputs
-    return ModelSpec(name, lambda device=None: _seeded(factory, device), inputs, kind)
+    return ModelSpec(name, lambda device=None: _seeded(factory, device), inputs, kind, allow)
+
+
+_GROUPED_MM = ("transformers::grouped_mm_fallback",)
 
 
 #: The small-config models of the convert / forward / ONNX scenarios, by name.
@@ -133,6 +152,14 @@ SMALL: dict[str, ModelSpec] = {
         _small("llama", _llama, "text"),
         _small("resnet", _resnet, "image"),
         _small("mobilenet_v2", _mobilenet_v2, "image"),
+        _small("mixtral", _moe("MixtralConfig", "MixtralForCausalLM", num_local_experts=4, num_experts_per_tok=2),
+               "text", _GROUPED_MM),
+        _small("qwen2_moe", _moe("Qwen2MoeConfig", "Qwen2MoeForCausalLM", num_experts=4, num_experts_per_tok=2,
+                                 moe_intermediate_size=32, shared_expert_intermediate_size=32), "text", _GROUPED_MM),
+        _small("qwen3_moe", _moe("Qwen3MoeConfig", "Qwen3MoeForCausalLM", num_experts=4, num_experts_per_tok=2,
+                                 moe_intermediate_size=32), "text", _GROUPED_MM),
+        _small("olmoe", _moe("OlmoeConfig", "OlmoeForCausalLM", num_experts=4, num_experts_per_tok=2), "text",
+               _GROUPED_MM),
     )
 }
 

@@ -39,13 +39,15 @@ from benchmarks.measure import RESULT_MARK, ROOT, run_child
 
 SCENARIOS = ("convert", "scale", "rebuild_load", "forward", "onnx", "sweep")
 ALL_MODELS = ("bert", "gpt2", "llama", "resnet", "mobilenet_v2")
+#: Mixture-of-experts decoders with their default experts kernel (the transformers operator opted in).
+MOE_MODELS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 
 #: Parameters of each scenario in the full and the quick run.
 FULL: dict[str, dict[str, Any]] = {
-    "convert": {"models": ALL_MODELS, "rounds": 7, "warmup": 1},
+    "convert": {"models": ALL_MODELS + MOE_MODELS, "rounds": 7, "warmup": 1},
     "scale": {"layers": 32, "rounds": 3, "warmup": 1, "rss_ops": ("export", "convert", "lower")},
     "rebuild_load": {"layers": 12, "rounds": 5, "warmup": 1},
-    "forward": {"models": ALL_MODELS, "batches": [1, 8], "rounds": 15},
+    "forward": {"models": ALL_MODELS + MOE_MODELS, "batches": [1, 8], "rounds": 15},
     "onnx": {"models": ALL_MODELS, "rounds": 3, "warmup": 1},
     "sweep": {"layers": [2, 8, 32], "rounds": 5, "warmup": 1},
 }
@@ -186,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="reduced run (fewer models, rounds, layers): < 1 min")
     parser.add_argument("--only", help=f"comma-separated scenarios among {', '.join(SCENARIOS)}")
-    parser.add_argument("--models", help=f"comma-separated small models among {', '.join(ALL_MODELS)}")
+    parser.add_argument("--models", help=f"comma-separated small models among {', '.join(ALL_MODELS + MOE_MODELS)}")
     parser.add_argument("--output", type=Path, help="Markdown file to write (default: benchmarks/results.md, "
                         "or benchmarks/results-quick.md for --quick / --only)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -199,8 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown scenario(s) {', '.join(unknown)}; choose among {', '.join(SCENARIOS)}")
     models = [m.strip() for m in args.models.split(",")] if args.models else None
-    if models and set(models) - set(ALL_MODELS):
-        parser.error(f"unknown model(s) {', '.join(sorted(set(models) - set(ALL_MODELS)))}")
+    if models and set(models) - set(ALL_MODELS + MOE_MODELS):
+        parser.error(f"unknown model(s) {', '.join(sorted(set(models) - set(ALL_MODELS + MOE_MODELS)))}")
     config = QUICK if args.quick else FULL
     output = args.output or ROOT / "benchmarks" / ("results.md" if not (args.quick or args.only or models)
                                                    else "results-quick.md")

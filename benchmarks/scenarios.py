@@ -78,7 +78,7 @@ def task_convert(model: str, rounds: int, warmup: int) -> dict[str, Any]:
         torch.export.unflatten(state["ep"])
 
     def convert() -> None:
-        state["ir"] = torch2ir.convert(m, args, kwargs)
+        state["ir"] = torch2ir.convert(m, args, kwargs, allow=spec.allow)
 
     series = interleaved({"export": export, "unflatten": unflatten, "convert": convert}, rounds=rounds,
                          warmup=warmup)
@@ -112,7 +112,8 @@ def task_forward(model: str, batches: list[int], rounds: int) -> dict[str, Any]:
         m = spec.build(None)
         args, kwargs = spec.inputs(batch, None)
         ep = torch.export.export(m, args, kwargs, strict=False)
-        rebuilt = ir2torch.convert(torch2ir.convert(m, args, kwargs), m.state_dict()).eval()
+        rebuilt = ir2torch.convert(torch2ir.convert(m, args, kwargs, allow=spec.allow), m.state_dict(),
+                                   allow=spec.allow).eval()
         modules: dict[str, Callable[..., Any]] = {
             "eager": m, "rebuilt": rebuilt, "unflatten": torch.export.unflatten(ep), "ep_module": ep.module(),
         }

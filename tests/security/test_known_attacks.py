@@ -246,3 +246,18 @@ def test_hostile_required_ops_field_is_refused(ops: Any, tmp: str, tmp_path: Pat
         outcome = attempt(write(document, doc, tmp_path / kind), document)
         assert outcome in ("IRFormatError", "UnsafeTargetError"), outcome
     assert not (tmp_path / MARKER).exists()
+
+
+@pytest.mark.parametrize("unread", [f"x={RUN}", [f'x"),{RUN},getattr(self,"y'], [1], {"a": 1}, ["forward", "__init__"]])
+def test_hostile_unread_state_field_is_data(unread: Any, tmp: str, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """FlatIR ``meta.unread_state`` (state keys the graph does not read) is compared with keys, never run or used
+    as a name: a malformed one is an IRFormatError, strings load and run as plain data."""
+    monkeypatch.chdir(tmp_path)
+    document = _doc(tmp, "kwargs", "flat")
+    doc = copy.deepcopy(document.doc)
+    doc["meta"]["unread_state"] = unread
+    outcome = attempt(write(document, doc, tmp_path / "f"), document)
+    well_formed = isinstance(unread, list) and all(isinstance(k, str) for k in unread)
+    assert outcome == ("ok" if well_formed else "IRFormatError"), outcome
+    assert not (tmp_path / MARKER).exists()

@@ -11,6 +11,7 @@ and the hierarchy falls back to data-flow inputs and outputs for that module.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 from collections.abc import Iterator
@@ -180,8 +181,13 @@ def _resolve(leaves: list[Leaf], by_name: dict[str, Any], placeholders: list[Any
 
 
 def _has_dict(spec: pytree.TreeSpec) -> bool:
-    return spec.type in (dict, __import__("collections").OrderedDict, __import__("collections").defaultdict) or \
+    return spec.type in (dict, collections.OrderedDict, collections.defaultdict) or \
         any(_has_dict(c) for c in spec.children())
+
+
+def _plain(spec: pytree.TreeSpec) -> bool:
+    """Arguments a call node can carry as they are: tuples, lists, str-keyed dicts, None and leaves."""
+    return spec.is_leaf() or (spec.type in (tuple, list, dict, type(None)) and all(map(_plain, spec.children())))
 
 
 def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: list[CallRecord]) -> dict[int, Signature]:
@@ -207,7 +213,7 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
             continue
         inputs = _resolve(rec.in_leaves, by_name, placeholders)
         outputs = _resolve(rec.out_leaves, by_name, placeholders)
-        if inputs is None or outputs is None or _has_dict(rec.out_spec):
+        if inputs is None or outputs is None or _has_dict(rec.out_spec) or not _plain(rec.in_spec):
             continue
         try:
             encode([v for v in (*inputs, *outputs) if not isinstance(v, torch.fx.Node)], "signature")

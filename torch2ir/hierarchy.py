@@ -137,14 +137,22 @@ class Hierarchy:
                 frame.items.append(node)
 
     # -- 2. flows ------------------------------------------------------------------------
+    def outer_value(self, value: fx.Node, consumer: Frame) -> fx.Node:
+        """The value ``consumer`` reads for ``value``: a no-op ``.to()`` computed in another module's call is the
+        very tensor it was applied to (the tracer names later uses of that tensor after the ``to``)."""
+        while value in self.same_as and self.frame_of[value] not in consumer.chain():
+            value = self.same_as[value]
+        return value
+
     def _compute_flows(self) -> None:
+        self.same_as = {n: n.args[0] for n in self.ep.graph.nodes if _noop_to(n)}
         for node in self.ep.graph.nodes:
             if node.op not in ("call_function", "output"):
                 continue
             consumer = self.frame_of[node]
             for value in node.all_input_nodes:
                 if value.op != "get_attr":
-                    self._flow(value, consumer)
+                    self._flow(self.outer_value(value, consumer), consumer)
         by_name = {n.name: n for n in self.ep.graph.nodes}
         for frames in self.frames_by_path.values():
             for frame in frames:
@@ -298,6 +306,8 @@ class _GraphWriter:
             target = self.frame.state_reads[value]
             name = self.impl.add_node(self.name(target), "get_attr", target, meta=value_meta(value.meta.get("val")))
             self.env[value] = Ref(name)
+        if value not in self.env:
+            value = self.h.outer_value(value, self.frame)
         try:
             return self.env[value]
         except KeyError:
@@ -457,6 +467,23 @@ def default_target(caller: str, callee: str) -> str | None:
     if caller == "root":
         return callee
     return callee[len(caller) + 1 :] if callee.startswith(caller + ".") else None
+
+
+_TO = frozenset({"to.dtype", "to.device", "to.dtype_layout", "to.other"})
+
+
+def _noop_to(node: fx.Node) -> bool:
+    """A ``.to()`` that returned its input itself (same dtype, device and shape; no copy or format asked)."""
+    op = node.target
+    if node.op != "call_function" or getattr(op, "namespace", None) != "aten" or \
+            f"{getattr(op, '_opname', '')}.{getattr(op, '_overloadname', '')}" not in _TO:
+        return False
+    src = node.args[0] if node.args else None
+    if not isinstance(src, fx.Node) or node.kwargs.get("copy") or node.kwargs.get("memory_format") is not None:
+        return False
+    a, b = src.meta.get("val"), node.meta.get("val")
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and \
+        a.device == b.device and a.shape == b.shape and a.stride() == b.stride()
 
 
 class _Unplaced(Exception):

@@ -37,14 +37,34 @@ class CallRecord:
     in_spec: pytree.TreeSpec
     out_leaves: list[Leaf] = field(default_factory=list)
     out_spec: pytree.TreeSpec | None = None
-    last_node: str | None = None  # the last tracer node created by the call (ties the call to its frame)
+    created: list[str] = field(default_factory=list)  # tracer nodes the call created, last first (tie it to its frame)
+    start: Any = None  # the tracer's last node when the call began
+
+
+_SIGNATURES: dict[Any, inspect.Signature] = {}
+
+
+def forward_signature(module: nn.Module) -> inspect.Signature:
+    """``inspect.signature(module.forward)``, cached by the function (``forward`` of the class, usually).
+
+    Raises:
+        TypeError, ValueError: no signature can be read.
+    """
+    forward = module.forward
+    fn = getattr(forward, "__func__", None)
+    if fn is None or "forward" in module.__dict__:
+        return inspect.signature(forward)
+    sig = _SIGNATURES.get(fn)
+    if sig is None:
+        sig = _SIGNATURES[fn] = inspect.signature(forward)
+    return sig
 
 
 def arg_names(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> list[str] | None:
     """``forward_arg_names`` of a call: the parameter name of each positional argument (``name_i`` for the
     items of ``*args``), then the keyword names; None when they cannot be found or do not bind."""
     try:
-        sig = inspect.signature(module.forward)
+        sig = forward_signature(module)
         sig.bind(*args, **kwargs)
     except (TypeError, ValueError):
         return None
@@ -55,6 +75,16 @@ def arg_names(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> list[st
     names += [f"{star}_{i}" for i in range(len(args) - len(names))]
     names.extend(kwargs)
     return names if len(set(names)) == len(names) else None
+
+
+def in_signature_order(module: nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments in the order of ``forward``'s parameters (those ``**kwargs`` takes last, as passed), so
+    the rebuilt ``forward`` lists its parameters as the original does."""
+    try:
+        order = {name: i for i, name in enumerate(forward_signature(module).parameters)}
+    except (TypeError, ValueError):
+        return kwargs
+    return dict(sorted(kwargs.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 class _Recorder:
@@ -96,9 +126,12 @@ class _Recorder:
 
     def pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
         tracer = self._tracer()
+        kwargs = in_signature_order(module, kwargs)
         leaves, spec = pytree.tree_flatten((args, kwargs))
         record = CallRecord(id(module), arg_names(module, args, kwargs), [self._leaf(v, tracer) for v in leaves],
                             spec)
+        if tracer is not None and len(tracer.graph.nodes):
+            record.start = next(iter(reversed(tracer.graph.nodes)))
         self.calls.append(record)
         self.open.setdefault(id(module), []).append(record)
 
@@ -110,8 +143,12 @@ class _Recorder:
         tracer = self._tracer()
         leaves, record.out_spec = pytree.tree_flatten(out)
         record.out_leaves = [self._leaf(v, tracer) for v in leaves]
-        if tracer is not None and len(tracer.graph.nodes):
-            record.last_node = next(iter(reversed(tracer.graph.nodes))).name
+        if tracer is not None:
+            for node in reversed(tracer.graph.nodes):
+                if node is record.start:
+                    break
+                record.created.append(node.name)
+        record.start = None
 
 
 def signature_targets(model: nn.Module, table: Any) -> list[nn.Module]:
@@ -204,8 +241,8 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     out: dict[int, Signature] = {}
     for rec in calls:
-        node = by_name.get(rec.last_node) if rec.last_node else None
-        if node is None or node not in frame_of or rec.names is None or rec.out_spec is None:
+        node = next((by_name[n] for n in rec.created if n in by_name and by_name[n] in frame_of), None)
+        if node is None or rec.names is None or rec.out_spec is None:
             continue
         frame = next((f for f in frame_of[node].chain() if f.path and module_of(f) is not None
                       and id(module_of(f)) == rec.module_id), None)

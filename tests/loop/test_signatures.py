@@ -159,7 +159,7 @@ def test_a_user_module_with_the_same_signature_can_replace_a_rebuilt_one():
 def test_the_rebuilt_parent_calls_its_child_as_the_original_did():
     model = Net().eval()
     seen = []
-    ir, rebuilt = _convert(model, (torch.randn(2, 4),), {})
+    _, rebuilt = _convert(model, (torch.randn(2, 4),), {})
     rebuilt.block.register_forward_pre_hook(lambda _m, a, k: seen.append((len(a), sorted(k), k["scale"])),
                                             with_kwargs=True)
     rebuilt(torch.randn(2, 4))

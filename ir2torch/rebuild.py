@@ -343,7 +343,12 @@ def graph_module(
         graph._codegen = calling_convention(impl.meta, impl.name)
     # generates the source once, with the codegen in place; failures while running name this implementation
     check = guard.check_call if guard is not None and guard.arg_names else None
-    variants = [compile_variant(_GraphBuilder(v, allowlist).build(), impl.name) for v in impl.variants]
+    variants = []
+    for variant in impl.variants:  # per-call graphs share the module's calling convention
+        vgraph = _GraphBuilder(variant, allowlist).build()
+        if "in_spec" in impl.meta:
+            vgraph._codegen = calling_convention(impl.meta, impl.name)
+        variants.append(compile_variant(vgraph, impl.name))
     return report_errors(install_graph(gm, graph, impl.name), impl.name, check, variants)
 
 

@@ -29,6 +29,7 @@ from .frontend import (
 from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
 from .modules import ModuleTable
+from .signatures import record_calls, signature_targets
 from .tensormeta import state_record
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
@@ -57,11 +58,11 @@ def build_ir(
         _raise(table.errors)
         _keep_tensors(ir, table, {})
         return ir
-    with hook_scopes(model, hooked):
+    with hook_scopes(model, hooked), record_calls(signature_targets(model, table)) as calls:
         ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                    preserve=_preserved(model, table))
+                    preserve=_preserved(model, table), on_attempt=calls.clear)
     relocate_hook_ops(ep)
-    hierarchy = Hierarchy(ep, table)
+    hierarchy = Hierarchy(ep, table, calls)
     frames = list(hierarchy.graph_frames())
     called = {table.key(f.path) or "root" for f in frames}
     ir = table.build(called)
@@ -74,6 +75,7 @@ def build_ir(
     _mutations(ep, hierarchy, problems)
     _raise(problems)
     _calling_convention(ir.root, ep)
+    _module_conventions(ir, table, hierarchy, frames)
     recorded = None  # the train-mode meta pass, when one ran: its writes serve the train-update check too
     if has_graph_dropout(ir):
         recorded = _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
@@ -312,6 +314,16 @@ def _calling_convention(root: Implementation, ep: torch.export.ExportedProgram) 
         root.meta["range_constraints"] = {
             str(sym): [_bound(r.lower), _bound(r.upper)] for sym, r in ep.range_constraints.items()
         }
+
+
+def _module_conventions(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: list[Frame]) -> None:
+    """Each module written with its recorded call signature takes and returns what the original did."""
+    for frame in frames:
+        sig = hierarchy.signed.get(id(frame))
+        key = table.key(frame.path)
+        if sig is not None and key is not None and key in ir:
+            ir[key].meta.update(in_spec=pytree.treespec_dumps(sig.in_spec),
+                                out_spec=pytree.treespec_dumps(sig.out_spec), forward_arg_names=list(sig.names))
 
 
 def _bound(value: Any) -> int | str:

@@ -122,6 +122,7 @@ def export(
     strict: bool,
     dynamic_shapes: Any,
     preserve: list[str],
+    on_attempt: Callable[[], None] | None = None,
 ) -> torch.export.ExportedProgram:
     """Export ``model``, preserving leaf signatures when export can (else without them).
 
@@ -133,6 +134,8 @@ def export(
     attempts = [tuple(dict.fromkeys(preserve)), ()] if preserve else [()]
     last: Exception | None = None
     for attempt in attempts:
+        if on_attempt is not None:
+            on_attempt()  # forget what a failed attempt recorded
         try:
             with traced_mode(model), graph_module_scopes(model), warnings.catch_warnings():
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import fx
+from torch import fx, nn
 from torch.utils import _pytree as pytree
 
 from common.errors import IRSerializationError
@@ -32,6 +32,7 @@ from common.values import Ref, Subgraph, encode
 
 from .graphs import add_node_with_edges, flat_implementation
 from .modules import ModuleTable
+from .signatures import CallRecord, Signature, match_calls
 from .tensormeta import value_meta
 
 Problem = tuple[str, str, str]  # (implementation, message, hint)
@@ -73,7 +74,8 @@ def _strip_root(stack: dict[str, tuple[str, Any]]) -> list[tuple[str, str]]:
 class Hierarchy:
     """Frames, flows and graphs of one exported program."""
 
-    def __init__(self, ep: torch.export.ExportedProgram, table: ModuleTable) -> None:
+    def __init__(self, ep: torch.export.ExportedProgram, table: ModuleTable,
+                 calls: list[CallRecord] | None = None) -> None:
         self.ep = ep
         self.table = table
         self.problems: list[Problem] = []
@@ -92,7 +94,11 @@ class Hierarchy:
         #: id of a non-leaf child frame -> (graph that calls it, name of the call node)
         self.call_nodes: dict[int, tuple[Implementation, str]] = {}
         self._assign_frames()
+        #: id of a non-leaf frame -> its recorded call signature (only frames written with it)
+        self.signed: dict[int, Signature] = {}
+        found = match_calls(ep.graph, self.frame_of, self._module_of, calls or [])
         self._compute_flows()
+        self._sign(found)
         self._align_repeated_calls()
 
     # -- 1. frames -----------------------------------------------------------------------
@@ -131,14 +137,22 @@ class Hierarchy:
                 frame.items.append(node)
 
     # -- 2. flows ------------------------------------------------------------------------
+    def outer_value(self, value: fx.Node, consumer: Frame) -> fx.Node:
+        """The value ``consumer`` reads for ``value``: a no-op ``.to()`` computed in another module's call is the
+        very tensor it was applied to (the tracer names later uses of that tensor after the ``to``)."""
+        while value in self.same_as and self.frame_of[value] not in consumer.chain():
+            value = self.same_as[value]
+        return value
+
     def _compute_flows(self) -> None:
+        self.same_as = {n: n.args[0] for n in self.ep.graph.nodes if _noop_to(n)}
         for node in self.ep.graph.nodes:
             if node.op not in ("call_function", "output"):
                 continue
             consumer = self.frame_of[node]
             for value in node.all_input_nodes:
                 if value.op != "get_attr":
-                    self._flow(value, consumer)
+                    self._flow(self.outer_value(value, consumer), consumer)
         by_name = {n.name: n for n in self.ep.graph.nodes}
         for frames in self.frames_by_path.values():
             for frame in frames:
@@ -146,6 +160,49 @@ class Hierarchy:
                 for arg in sig.inputs if sig is not None else ():
                     if getattr(arg, "name", None) in by_name:  # a leaf may ignore an argument it is given
                         self._flow(by_name[arg.name], frame)
+
+    def _module_of(self, frame: Frame) -> nn.Module | None:
+        key = self.table.key(frame.path)
+        return self.table.module_of_key.get(key) if key else None
+
+    def _sign(self, found: dict[int, Signature]) -> None:
+        """Keep the signatures of modules whose every call was recorded with one convention and reads nothing
+        but its arguments; then make each signed call's arguments and results flow like used values."""
+        by_key: dict[str, list[Frame]] = {}
+        for frames in self.frames_by_path.values():
+            for frame in frames:
+                if not frame.leaf:
+                    by_key.setdefault(self.table.key(frame.path) or "", []).append(frame)
+        for frames in by_key.values():
+            sigs = [found.get(id(f)) for f in frames]
+            if any(s is None for s in sigs) or len({s.convention() for s in sigs}) != 1:  # type: ignore[union-attr]
+                continue
+            if all(self._fits(f, s) for f, s in zip(frames, sigs)):  # type: ignore[arg-type]
+                self.signed.update({id(f): s for f, s in zip(frames, sigs)})  # type: ignore[misc]
+        frames_by_id = {id(f): f for fs in self.frames_by_path.values() for f in fs}
+        for fid, sig in self.signed.items():
+            frame = frames_by_id[fid]
+            for value in sig.inputs:
+                if isinstance(value, fx.Node):
+                    self._flow(value, frame)
+            for value in sig.outputs:
+                if isinstance(value, fx.Node) and value not in sig.inputs:
+                    for inner in self.frame_of[value].chain():
+                        if inner is frame:
+                            break
+                        inner.outputs.setdefault(value)
+        for fid, sig in self.signed.items():
+            if not self._fits(frames_by_id[fid], sig):
+                self.problems.append((self.table.key(frames_by_id[fid].path) or "root", "module reads or returns a "
+                                      "value it neither receives as an argument nor computes",
+                                      "pass the value as an argument"))
+
+    def _fits(self, frame: Frame, sig: Signature) -> bool:
+        ins = {v for v in sig.inputs if isinstance(v, fx.Node)}
+        outs = {v for v in sig.outputs if isinstance(v, fx.Node)}
+        if any(v.name in self.state_fqn for v in ins) or not set(frame.inputs) <= ins or not set(frame.outputs) <= outs:
+            return False
+        return all(v in ins or frame in self.frame_of.get(v, self.root).chain() for v in outs)
 
     def _align_repeated_calls(self) -> None:
         """Give every call of a module the same outputs, in graph order.
@@ -249,6 +306,8 @@ class _GraphWriter:
             target = self.frame.state_reads[value]
             name = self.impl.add_node(self.name(target), "get_attr", target, meta=value_meta(value.meta.get("val")))
             self.env[value] = Ref(name)
+        if value not in self.env:
+            value = self.h.outer_value(value, self.frame)
         try:
             return self.env[value]
         except KeyError:
@@ -269,7 +328,15 @@ class _GraphWriter:
 
     def write(self) -> None:
         frame = self.frame
-        inputs = self.h.user_inputs if frame is self.h.root else list(frame.inputs)
+        sig = self.h.signed.get(id(frame))
+        if sig is not None:
+            for label, value in zip(input_labels(sig), sig.inputs):
+                node = value if isinstance(value, fx.Node) else None
+                name = self.impl.add_node(self.name(label), "input", "input",
+                                          meta=value_meta(node.meta.get("val") if node is not None else None))
+                if node is not None:
+                    self.env.setdefault(node, Ref(name))
+        inputs = self.h.user_inputs if frame is self.h.root else [] if sig is not None else list(frame.inputs)
         for value in inputs:
             name = self.impl.add_node(self.name(value.name), "input", "input", meta=value_meta(value.meta.get("val")))
             self.env[value] = Ref(name)
@@ -310,8 +377,15 @@ class _GraphWriter:
         extra = {} if rel == default_target(self.impl.name, callee) else {"target": rel}
         ctype = self.h.table.converter.type_of(type(self.h.table.module_of_key[callee])) if child.leaf else "module"
         name = self.name(rel if child.call_index == 0 else f"{rel}@{child.call_index}")
+        sig = self.h.signed.get(id(child))
         if child.leaf:
             self.leaf_call(child, callee, ctype, name, extra)
+        elif sig is not None:
+            leaves = [self.ref(v) if isinstance(v, fx.Node) else v for v in sig.inputs]
+            call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
+            add_node_with_edges(self.impl, name, ctype, callee, call_args, call_kwargs, **extra)
+            self.h.call_nodes[id(child)] = (self.impl, name)
+            self._bind_outputs(name, sig.out_spec, [v if isinstance(v, fx.Node) else None for v in sig.outputs])
         else:
             args = [self.ref(v) for v in child.inputs]
             add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra)
@@ -370,10 +444,22 @@ class _GraphWriter:
             sig = self.h.ep.graph_signature
             user = [v for v in out_node.args[0] if not isinstance(v, fx.Node) or v.name in sig.user_outputs]
             value = [self.template(v) for v in user]
+        elif id(self.frame) in self.h.signed:
+            value = [self.ref(v) if isinstance(v, fx.Node) else v for v in self.h.signed[id(self.frame)].outputs]
         else:
             outs = [self.ref(v) for v in self.frame.outputs]
             value = outs[0] if len(outs) == 1 else tuple(outs)
         add_node_with_edges(self.impl, "output", "output", "output", [value], {})
+
+
+def input_labels(sig: Signature) -> list[str]:
+    """A name per leaf of a signed call's arguments: the parameter's name, ``name_i`` inside a structure."""
+    labels: list[str] = []
+    args_spec, kwargs_spec = sig.in_spec.children()
+    for name, spec in zip(sig.names, [*args_spec.children(), *kwargs_spec.children()]):
+        count = spec.num_leaves
+        labels += [name] if count == 1 and spec.is_leaf() else [f"{name}_{i}" for i in range(count)]
+    return labels
 
 
 def default_target(caller: str, callee: str) -> str | None:
@@ -381,6 +467,23 @@ def default_target(caller: str, callee: str) -> str | None:
     if caller == "root":
         return callee
     return callee[len(caller) + 1 :] if callee.startswith(caller + ".") else None
+
+
+_TO = frozenset({"to.dtype", "to.device", "to.dtype_layout", "to.other"})
+
+
+def _noop_to(node: fx.Node) -> bool:
+    """A ``.to()`` that returned its input itself (same dtype, device and shape; no copy or format asked)."""
+    op = node.target
+    if node.op != "call_function" or getattr(op, "namespace", None) != "aten" or \
+            f"{getattr(op, '_opname', '')}.{getattr(op, '_overloadname', '')}" not in _TO:
+        return False
+    src = node.args[0] if node.args else None
+    if not isinstance(src, fx.Node) or node.kwargs.get("copy") or node.kwargs.get("memory_format") is not None:
+        return False
+    a, b = src.meta.get("val"), node.meta.get("val")
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and \
+        a.device == b.device and a.shape == b.shape and a.stride() == b.stride()
 
 
 class _Unplaced(Exception):

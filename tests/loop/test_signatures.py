@@ -1,0 +1,166 @@
+"""Every rebuilt module keeps the original's call signature (#14 point 2).
+
+A module rebuilt from its graph takes the arguments its original was called with (names in the order of the
+original ``forward``'s parameters), the parent calls it as the original parent did, and it returns the original
+output structure. So any rebuilt module can be replaced by a deep copy of the original module, or by a user's
+module with the same signature, and the model's outputs stay exact.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import warnings
+
+import pytest
+import torch
+from torch import fx, nn
+from torch.utils import _pytree as pytree
+
+import ir2torch
+import torch2ir
+from tests.models.zoo import ZOO
+from tests.real.corpus import CORPUS
+from torch2ir.training import TrainModeWarning
+
+
+def _exact(a, b) -> bool:
+    la, sa = pytree.tree_flatten(a)
+    lb, sb = pytree.tree_flatten(b)
+    return sa == sb and all(
+        torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(la, lb, strict=True))
+
+
+def _first_calls(model: nn.Module, args, kwargs) -> dict[str, tuple[tuple, dict]]:
+    """``path -> (args, kwargs)`` of the first call of every module (plain PyTorch, no torch2ir)."""
+    seen: dict[str, tuple[tuple, dict]] = {}
+    handles = []
+    for path, module in model.named_modules():
+        def pre(_m, a, k, path=path):
+            seen.setdefault(path, (a, k))
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen
+
+
+def _traced_parameters(module: nn.Module, args: tuple, kwargs: dict) -> list[str]:
+    """Names of the original ``forward``'s parameters that the call gave a value, in the signature's order
+    (``*args`` items as ``name_i``, ``**kwargs`` keys last)."""
+    params = inspect.signature(module.forward).parameters
+    bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+    names: list[str] = []
+    for name, param in params.items():
+        if name not in bound:
+            continue
+        if param.kind is param.VAR_POSITIONAL:
+            names += [f"{name}_{i}" for i in range(len(bound[name]))]
+        elif param.kind is param.VAR_KEYWORD:
+            names += list(bound[name])
+        else:
+            names.append(name)
+    return names
+
+
+def _graph_modules(ir) -> list[str]:
+    return [k for k, impl in ir.items() if k != "root" and impl.type == "module" and impl.graph.number_of_nodes()]
+
+
+def _convert(model, args, kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TrainModeWarning)
+        ir = torch2ir.convert(model, args, kwargs)
+    return ir, ir2torch.convert(ir, model.state_dict())
+
+
+def _check_swaps(model: nn.Module, args, kwargs) -> None:
+    model.eval()
+    ir, rebuilt = _convert(model, args, kwargs)
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+        assert _exact(expected, rebuilt(*args, **kwargs))
+    calls = _first_calls(model, args, kwargs)
+    for path in _graph_modules(ir):
+        # the signature: the traced part of the original's
+        got = list(inspect.signature(rebuilt.get_submodule(path).forward).parameters)
+        assert got == _traced_parameters(model.get_submodule(path), *calls[path]), path
+        # the original module swapped in
+        swapped = copy.deepcopy(rebuilt)
+        parent, _, name = path.rpartition(".")
+        setattr(swapped.get_submodule(parent), name, copy.deepcopy(model.get_submodule(path)))
+        with torch.no_grad():
+            assert _exact(expected, swapped(*args, **kwargs)), path
+
+
+@pytest.mark.parametrize("case", ZOO, ids=lambda c: c.name)
+def test_zoo_modules_keep_their_signature_and_can_be_swapped_for_the_original(case):
+    args, kwargs = case.inputs()
+    _check_swaps(case.build(), args, kwargs)
+
+
+_CORPUS = [a for a in CORPUS if a.name in ("bert", "llama", "vit", "t5_encoder", "whisper_encoder",
+                                             "convnext", "roberta")]
+
+
+@pytest.mark.parametrize("arch", _CORPUS, ids=lambda a: a.name)
+def test_real_modules_keep_their_signature_and_can_be_swapped_for_the_original(arch):
+    args, kwargs = arch.inputs()
+    _check_swaps(arch.build(), args, kwargs)
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, *, scale: float = 1.0, mask: torch.Tensor | None = None) -> tuple:
+        y = self.lin(x) * scale
+        if mask is not None:
+            y = y * mask
+        return y, x.sum()
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, total = self.block(x, mask=x > 0, scale=2.0)
+        return y + total
+
+
+class UserBlock(nn.Module):
+    """A user's module with Block's signature and another body."""
+
+    def forward(self, x: torch.Tensor, *, scale: float = 1.0, mask: torch.Tensor | None = None) -> tuple:
+        return x * scale * mask, x.mean()
+
+
+def test_a_user_module_with_the_same_signature_can_replace_a_rebuilt_one():
+    model = Net().eval()
+    x = torch.randn(2, 4)
+    ir, rebuilt = _convert(model, (x,), {})
+    block = rebuilt.block
+    assert isinstance(block, fx.GraphModule)
+    assert list(inspect.signature(block.forward).parameters) == ["x", "scale", "mask"]
+    assert ir["block"].meta["forward_arg_names"] == ["x", "scale", "mask"]
+    out = block(x, scale=2.0, mask=x > 0)
+    assert isinstance(out, tuple) and len(out) == 2  # the original output structure
+    rebuilt.block = UserBlock()
+    model.block = UserBlock()
+    assert torch.equal(rebuilt(x), model(x))
+
+
+def test_the_rebuilt_parent_calls_its_child_as_the_original_did():
+    model = Net().eval()
+    seen = []
+    _, rebuilt = _convert(model, (torch.randn(2, 4),), {})
+    rebuilt.block.register_forward_pre_hook(lambda _m, a, k: seen.append((len(a), sorted(k), k["scale"])),
+                                            with_kwargs=True)
+    rebuilt(torch.randn(2, 4))
+    assert seen == [(1, ["mask", "scale"], 2.0)]

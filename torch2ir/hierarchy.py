@@ -96,7 +96,8 @@ class Hierarchy:
         self._assign_frames()
         #: id of a non-leaf frame -> its recorded call signature (only frames written with it)
         self.signed: dict[int, Signature] = {}
-        found = match_calls(ep.graph, self.frame_of, self._module_of, calls or [])
+        found = match_calls(ep.graph, self.frame_of, self._module_of, calls or [],
+                            len(sig.inputs_to_parameters) + len(sig.inputs_to_buffers))
         self._compute_flows()
         self._sign(found)
         self._align_repeated_calls()
@@ -175,6 +176,10 @@ class Hierarchy:
                     by_key.setdefault(self.table.key(frame.path) or "", []).append(frame)
         for frames in by_key.values():
             sigs = [found.get(id(f)) for f in frames]
+            for f, s in zip(frames, sigs):
+                if s is not None and f.parent is not None:  # a no-op .to() across the call is its source
+                    s.inputs = [self.outer_value(v, f) if isinstance(v, fx.Node) else v for v in s.inputs]
+                    s.outputs = [self.outer_value(v, f.parent) if isinstance(v, fx.Node) else v for v in s.outputs]
             if any(s is None for s in sigs) or len({s.convention() for s in sigs}) != 1:  # type: ignore[union-attr]
                 continue
             if all(self._fits(f, s) for f, s in zip(frames, sigs)):  # type: ignore[arg-type]
@@ -200,7 +205,10 @@ class Hierarchy:
     def _fits(self, frame: Frame, sig: Signature) -> bool:
         ins = {v for v in sig.inputs if isinstance(v, fx.Node)}
         outs = {v for v in sig.outputs if isinstance(v, fx.Node)}
-        if any(v.name in self.state_fqn for v in ins) or not set(frame.inputs) <= ins or not set(frame.outputs) <= outs:
+        # a parameter passed as an argument comes from outside: the module must not hold that tensor itself
+        held = any(self.table.local_name(frame.path, self.state_fqn[v.name]) is not None
+                   for v in ins if v.name in self.state_fqn)
+        if held or not set(frame.inputs) <= ins or not set(frame.outputs) <= outs:
             return False
         return all(v in ins or frame in self.frame_of.get(v, self.root).chain() for v in outs)
 
@@ -245,10 +253,12 @@ class Hierarchy:
     def _flow(self, value: fx.Node, consumer: Frame) -> None:
         fqn = self.state_fqn.get(value.name)
         if fqn is not None:
-            if consumer.leaf and consumer.owns(fqn):
+            if consumer.leaf and self.table.owns(consumer.path, fqn):
                 return  # a leaf's own weights stay inside the leaf
-            source = next(f for f in consumer.chain() if not f.leaf and f.owns(fqn))
-            source.state_reads.setdefault(value, source.relative(fqn))
+            # the innermost module holding the tensor reads it, under its own name for it (a tied weight)
+            source, local = next((f, n) for f in consumer.chain() if not f.leaf
+                                 for n in [self.table.local_name(f.path, fqn)] if n is not None)
+            source.state_reads.setdefault(value, source.relative(local))
         else:
             producer = self.frame_of[value]
             if producer is consumer:

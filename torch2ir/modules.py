@@ -40,6 +40,8 @@ class ModuleTable:
         self.module_of_key: dict[str, nn.Module] = {}
         self.errors: list[tuple[str, str, str]] = []
         self._owned: dict[str, set[int]] = {}
+        self._names: dict[int, list[str]] | None = None  # id(tensor) -> its names, built on first use
+        self._tensor_of: dict[str, int] = {}
         first: dict[int, str] = {}
         for path, module in model.named_modules(remove_duplicate=False):
             key = path or "root"
@@ -73,6 +75,20 @@ class ModuleTable:
             return False
         tensor = holder._parameters.get(name, holder._buffers.get(name))
         return tensor is not None and id(tensor) in self._owned[key]
+
+    def local_name(self, path: str, fqn: str) -> str | None:
+        """The name under ``path`` of the parameter or buffer ``fqn`` names (itself, or a name it is tied to there),
+        or None when no module at or below ``path`` holds that tensor."""
+        if not path or fqn.startswith(path + "."):
+            return fqn
+        if self._names is None:
+            self._names = {}
+            for name, tensor in (*self.model.named_parameters(remove_duplicate=False),
+                                 *self.model.named_buffers(remove_duplicate=False)):
+                self._names.setdefault(id(tensor), []).append(name)
+            self._tensor_of = {n: t for t, names in self._names.items() for n in names}
+        names = self._names.get(self._tensor_of.get(fqn, -1), ())
+        return next((n for n in names if n.startswith(path + ".")), None)
 
     def build(self, called: set[str]) -> IR:
         """Implementations of every module (graphs are filled in by the hierarchy)."""

@@ -4,8 +4,8 @@
 passes (+47% on BERT when done for every non-leaf module). Instead a forward pre-hook and a forward hook on
 every non-leaf module record, for each call, the pytree structure of ``(args, kwargs)`` and of the result,
 and for each leaf either a constant or the tracer's graph node that computes the tensor (found through the
-proxy mode's tensor tracker). The tracer's node names survive into ``ep.graph`` (placeholders are renamed:
-they are matched by position); a name that does not, or whose value differs, makes the call *unrecorded*
+proxy mode's tensor tracker). Export keeps the tracer's node objects in ``ep.graph`` (placeholders are renamed
+in place); a node that is gone (dead code), or whose value differs, makes the call *unrecorded*
 and the hierarchy falls back to data-flow inputs and outputs for that module.
 """
 
@@ -22,8 +22,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-#: A leaf of a recorded call: ("node", tracer node name), ("input", placeholder position), ("const", value),
-#: or ("unknown", reason) when it cannot be carried.
+#: A leaf of a recorded call: ("node", (tracer node, (shape, dtype))), ("const", value), or ("unknown", reason)
+#: when it cannot be carried.
 Leaf = tuple[str, Any]
 
 
@@ -37,7 +37,7 @@ class CallRecord:
     in_spec: pytree.TreeSpec
     out_leaves: list[Leaf] = field(default_factory=list)
     out_spec: pytree.TreeSpec | None = None
-    created: list[str] = field(default_factory=list)  # tracer nodes the call created, last first (tie it to its frame)
+    created: list[Any] = field(default_factory=list)  # tracer nodes the call created, last first (tie it to its frame)
     start: Any = None  # the tracer's last node when the call began
 
 
@@ -92,7 +92,6 @@ class _Recorder:
         self.targets = targets
         self.calls: list[CallRecord] = []
         self.open: dict[int, list[CallRecord]] = {}
-        self.placeholder_index: dict[str, int] = {}
 
     def _tracer(self) -> Any:
         from torch.fx.experimental import proxy_tensor
@@ -111,15 +110,8 @@ class _Recorder:
             slot = proxy_tensor.get_proxy_slot(inner, tracer, None)
             if slot is None:
                 return ("unknown", "tensor not traced")
-            node = slot.proxy.node
-            check = (tuple(value.shape), value.dtype)
-            if node.op == "placeholder":
-                if not self.placeholder_index:
-                    phs = [n.name for n in tracer.graph.nodes if n.op == "placeholder"]
-                    self.placeholder_index = {n: i for i, n in enumerate(phs)}
-                index = self.placeholder_index.get(node.name)
-                return ("unknown", "placeholder") if index is None else ("input", (index, check))
-            return ("node", (node.name, check))
+            node = slot.proxy.node  # the very node export's graph keeps (placeholders are renamed in place)
+            return ("node", (node, (tuple(value.shape), value.dtype)))
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return ("unknown", "symbolic value")
         return ("const", value)
@@ -147,7 +139,7 @@ class _Recorder:
             for node in reversed(tracer.graph.nodes):
                 if node is record.start:
                     break
-                record.created.append(node.name)
+                record.created.append(node)
         record.start = None
 
 
@@ -198,23 +190,50 @@ class Signature:
         return (tuple(self.names), self.in_spec, self.out_spec)
 
 
-def _resolve(leaves: list[Leaf], by_name: dict[str, Any], placeholders: list[Any]) -> list[Any] | None:
-    from torch import fx
+class _Nodes:
+    """Finds in export's graph the node a tracer node became: itself (export usually keeps the tracer's graph),
+    else the node of the same name in the copy export made, matching placeholders (renamed) by position: state
+    placeholders first, user inputs last, with lifted constants between them in export's graph."""
 
-    out: list[Any] = []
-    for kind, value in leaves:
-        if kind == "const":
-            out.append(value)
-            continue
-        if kind == "unknown":
+    def __init__(self, graph: Any, state_count: int) -> None:
+        self.graph = graph
+        self.by_name = {n.name: n for n in graph.nodes}
+        self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        self.state_count = state_count
+        self._old: dict[int, dict[Any, int]] = {}
+
+    def find(self, node: Any) -> Any:
+        if node.graph is self.graph:
+            return None if node._erased else node
+        if node.op != "placeholder":
+            return self.by_name.get(node.name)
+        index = self._old.get(id(node.graph))
+        if index is None:
+            index = self._old[id(node.graph)] = {n: i for i, n in
+                                                 enumerate(n for n in node.graph.nodes if n.op == "placeholder")}
+        i = index.get(node)
+        if i is None:
             return None
-        ref, (shape, dtype) = value
-        node = by_name.get(ref) if kind == "node" else (placeholders[ref] if ref < len(placeholders) else None)
-        val = node.meta.get("val") if isinstance(node, fx.Node) else None
-        if not isinstance(val, torch.Tensor) or tuple(val.shape) != shape or val.dtype != dtype:
-            return None
-        out.append(node)
-    return out
+        j = i if i < self.state_count else i + len(self.placeholders) - len(index)
+        return self.placeholders[j] if 0 <= j < len(self.placeholders) else None
+
+    def resolve(self, leaves: list[Leaf]) -> list[Any] | None:
+        """The leaves as nodes of the graph and constants; None when a tensor's node is not in the graph any
+        more (dead code) or holds another value."""
+        out: list[Any] = []
+        for kind, value in leaves:
+            if kind == "const":
+                out.append(value)
+                continue
+            if kind == "unknown":
+                return None
+            traced, (shape, dtype) = value
+            node = self.find(traced)
+            val = node.meta.get("val") if node is not None else None
+            if not isinstance(val, torch.Tensor) or tuple(val.shape) != shape or val.dtype != dtype:
+                return None
+            out.append(node)
+        return out
 
 
 def _has_dict(spec: pytree.TreeSpec) -> bool:
@@ -227,29 +246,30 @@ def _plain(spec: pytree.TreeSpec) -> bool:
     return spec.is_leaf() or (spec.type in (tuple, list, dict, type(None)) and all(map(_plain, spec.children())))
 
 
-def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: list[CallRecord]) -> dict[int, Signature]:
+def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: list[CallRecord],
+                state_count: int) -> dict[int, Signature]:
     """``{id(frame): Signature}`` for every recorded call whose frame and leaves are found in ``graph``.
 
-    ``module_of(frame)`` is the module a frame calls. A call is tied to the innermost frame of its module
-    around the last node the call created; calls that created no node, or whose values cannot be found, are
-    left out (their frames keep data-flow inputs and outputs).
+    ``module_of(frame)`` is the module a frame calls; ``state_count`` the number of parameter and buffer
+    placeholders. A call is tied to the innermost frame of its module around the last node the call created;
+    calls that created no node, or whose values cannot be found, are left out (their frames keep data-flow
+    inputs and outputs).
     """
     from common.errors import IRSerializationError
     from common.values import encode
 
-    by_name = {n.name: n for n in graph.nodes}
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    nodes = _Nodes(graph, state_count)
     out: dict[int, Signature] = {}
     for rec in calls:
-        node = next((by_name[n] for n in rec.created if n in by_name and by_name[n] in frame_of), None)
+        node = next((m for m in map(nodes.find, rec.created) if m is not None and m in frame_of), None)
         if node is None or rec.names is None or rec.out_spec is None:
             continue
         frame = next((f for f in frame_of[node].chain() if f.path and module_of(f) is not None
                       and id(module_of(f)) == rec.module_id), None)
         if frame is None or frame.leaf or id(frame) in out:
             continue
-        inputs = _resolve(rec.in_leaves, by_name, placeholders)
-        outputs = _resolve(rec.out_leaves, by_name, placeholders)
+        inputs = nodes.resolve(rec.in_leaves)
+        outputs = nodes.resolve(rec.out_leaves)
         if inputs is None or outputs is None or _has_dict(rec.out_spec) or not _plain(rec.in_spec):
             continue
         try:

@@ -6,6 +6,7 @@ In memory an IR holds ordinary Python values: numbers, strings, lists, tuples, d
 edges fill. JSON has no tuples, dtypes or infinities, so :func:`encode` tags them::
 
     (3, 3)            -> {"$tuple": [3, 3]}
+    torch.Size([2, 3]) -> {"$size": [2, 3]}
     torch.float16     -> {"$dtype": "float16"}
     float("inf")      -> {"$float": "inf"}
     Ref("x", 0)       -> {"$ref": "x", "index": 0}
@@ -93,7 +94,7 @@ _FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 TAGS = (
     "$tuple", "$dict", "$dtype", "$device", "$memory_format", "$layout",
-    "$float", "$complex", "$slice", "$ellipsis", "$ref", "$graph", "$training",
+    "$float", "$complex", "$slice", "$ellipsis", "$ref", "$graph", "$training", "$size",
 )  # fmt: skip
 
 
@@ -143,7 +144,9 @@ def encode(value: Any, where: str = "value") -> JSONValue:
         return {"$training": True}
     if isinstance(value, list):
         return [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, tuple):  # includes torch.Size and named tuples
+    if isinstance(value, torch.Size):
+        return {"$size": [int(v) for v in value]}
+    if isinstance(value, tuple):  # includes named tuples
         return {"$tuple": [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]}
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("$") for k in value):
@@ -247,6 +250,11 @@ def _tagged(value: dict[str, Any], where: str, depth: int) -> Any:
         return slice(*parts)
     if tag == "$ellipsis":
         return Ellipsis
+    if tag == "$size":
+        if not isinstance(raw, list) or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
+                                                 for v in raw):
+            raise IRFormatError("$size takes a list of non-negative 64-bit integers", key=where)
+        return torch.Size(raw)
     if tag == "$training":
         return TRAINING
     if tag == "$graph":

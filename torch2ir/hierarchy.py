@@ -16,6 +16,7 @@ the chain of module calls it ran in (``"L__self__blk@1"`` marks a second call). 
 
 from __future__ import annotations
 
+import collections
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -431,21 +432,25 @@ class _GraphWriter:
         self._bind_outputs(name, sig.out_spec, outs)
 
     def _bind_outputs(self, name: str, spec: pytree.TreeSpec, outs: list[fx.Node | None]) -> None:
+        """Bind the values a call returns (``outs``, leaves of ``spec``) to the call node, unpacking nested
+        structures with ``getitem`` nodes (by key in a dict, by position otherwise)."""
         if spec.is_leaf():
             if outs[0] is not None:
                 self.env[outs[0]] = Ref(name)
             return
+        keyed = spec.type in (dict, collections.OrderedDict)
         position = 0
         for i, child in enumerate(spec.children()):
             count = child.num_leaves
             chunk = outs[position : position + count]
             position += count
-            if child.is_leaf():
-                if chunk and chunk[0] is not None:
-                    self.env[chunk[0]] = Ref(name, i)
-            elif any(o is not None for o in chunk):
+            if not any(o is not None for o in chunk):
+                continue
+            if child.is_leaf() and not keyed:
+                self.env[chunk[0]] = Ref(name, i)  # type: ignore[index]
+            else:
                 sub = add_node_with_edges(self.impl, self.name(f"{name}_{i}"), "function", "operator.getitem",
-                                          [Ref(name), i], {})
+                                          [Ref(name), spec.context[i] if keyed else i], {})
                 self._bind_outputs(sub, child, chunk)
 
     def output(self) -> None:

@@ -87,6 +87,11 @@ def in_signature_order(module: nn.Module, kwargs: dict[str, Any]) -> dict[str, A
     return dict(sorted(kwargs.items(), key=lambda item: order.get(item[0], len(order))))
 
 
+def _is_size(value: Any) -> bool:
+    """A ``torch.Size`` is one constant (its type kept), not a tuple of ints; one with symbolic sizes is not."""
+    return isinstance(value, torch.Size) and all(type(v) is int for v in value)
+
+
 class _Recorder:
     def __init__(self, targets: dict[int, nn.Module]) -> None:
         self.targets = targets
@@ -119,7 +124,7 @@ class _Recorder:
     def pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
         tracer = self._tracer()
         kwargs = in_signature_order(module, kwargs)
-        leaves, spec = pytree.tree_flatten((args, kwargs))
+        leaves, spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_size)
         record = CallRecord(id(module), arg_names(module, args, kwargs), [self._leaf(v, tracer) for v in leaves],
                             spec)
         if tracer is not None and len(tracer.graph.nodes):
@@ -133,7 +138,7 @@ class _Recorder:
             return
         record = stack.pop()
         tracer = self._tracer()
-        leaves, record.out_spec = pytree.tree_flatten(out)
+        leaves, record.out_spec = pytree.tree_flatten(out, is_leaf=_is_size)
         record.out_leaves = [self._leaf(v, tracer) for v in leaves]
         if tracer is not None:
             for node in reversed(tracer.graph.nodes):
@@ -236,14 +241,16 @@ class _Nodes:
         return out
 
 
-def _has_dict(spec: pytree.TreeSpec) -> bool:
-    return spec.type in (dict, collections.OrderedDict, collections.defaultdict) or \
-        any(_has_dict(c) for c in spec.children())
-
-
-def _plain(spec: pytree.TreeSpec) -> bool:
-    """Arguments a call node can carry as they are: tuples, lists, str-keyed dicts, None and leaves."""
-    return spec.is_leaf() or (spec.type in (tuple, list, dict, type(None)) and all(map(_plain, spec.children())))
+def _plain(spec: pytree.TreeSpec, keyed: bool = False) -> bool:
+    """Structures a call node can carry as they are: tuples, lists, str-keyed dicts, None and leaves; for results
+    (``keyed``) any registered container whose items are unpacked by position, dicts by key."""
+    if spec.is_leaf():
+        return True
+    if spec.type in (dict, collections.OrderedDict):
+        ok = all(isinstance(k, str) for k in spec.context)
+    else:
+        ok = keyed or spec.type in (tuple, list, type(None))
+    return ok and all(_plain(c, keyed) for c in spec.children())
 
 
 def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: list[CallRecord],
@@ -270,7 +277,7 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
             continue
         inputs = nodes.resolve(rec.in_leaves)
         outputs = nodes.resolve(rec.out_leaves)
-        if inputs is None or outputs is None or _has_dict(rec.out_spec) or not _plain(rec.in_spec):
+        if inputs is None or outputs is None or not _plain(rec.out_spec, keyed=True) or not _plain(rec.in_spec):
             continue
         try:
             encode([v for v in (*inputs, *outputs) if not isinstance(v, torch.fx.Node)], "signature")

@@ -27,6 +27,7 @@ def test_encode_decode_round_trip_through_json(value):
         ({"$a": 1}, {"$dict": [["$a", 1]]}),
         (slice(None, 3), {"$slice": [None, 3, None]}),
         (torch.channels_last, {"$memory_format": "channels_last"}),
+        (torch.Size([2, 3]), {"$size": [2, 3]}),
     ],
 )
 def test_encoding_is_readable(value, encoded):
@@ -45,3 +46,14 @@ def test_objects_outside_the_domain_are_refused():
         encode({"w": torch.ones(2)})
     with pytest.raises(IRSerializationError, match="object"):
         encode(object())
+
+
+def test_a_size_comes_back_as_a_size_not_a_tuple():
+    back = decode(json.loads(json.dumps(encode({"resolution": torch.Size([4, 4])}))))
+    assert type(back["resolution"]) is torch.Size and back["resolution"] == (4, 4)
+
+
+@pytest.mark.parametrize("raw", [[2**63], [-1], [1.0], [True], "3", [[1]]])
+def test_a_bad_size_is_a_format_error(raw):
+    with pytest.raises(IRFormatError, match=r"\$size takes"):
+        decode({"$size": raw})

@@ -64,7 +64,7 @@ _TAGGED = st.sampled_from([
     {"$complex": [10**400, 0]}, {"$device": "cuda"}, {"$device": "disk"}, {"$dtype": "float32"}, {"$dtype": "no"},
     {"$tuple": [1, 2]}, {"$ref": "x"}, {"$ref": "output", "index": 7}, {"$slice": [0, "a", None]},
     {"$graph": {"name": "g", "type": "module"}}, {"$float": "inf"}, {"$training": True}, {"$dict": [[[1], 2]]},
-    {"$unknown": 1},
+    {"$unknown": 1}, {"$size": [2**64]}, {"$size": [-1]}, {"$size": "3"}, {"$size": [True]},
 ]).map(copy.deepcopy)  # drawn objects are shared between examples; mutations must not reach them
 _VALUES = st.one_of(_SCALARS, _TAGGED, st.integers(300, 700).map(_nested),
                     st.lists(_SCALARS, max_size=4), st.dictionaries(st.text(max_size=6), _SCALARS, max_size=3))

@@ -92,6 +92,8 @@ IR_CASES: list[tuple[str, str, Callable[[dict], None], type, str]] = [
     ("node field 'node_for_adding'", "kwargs",
      lambda d: _root(d)["nodes"]["add"].__setitem__("node_for_adding", 1), None, ""),
     ("$complex overflow", "kwargs", _set_arg({"$complex": [10**400, 0]}), E.IRFormatError, "does not fit a float"),
+    ("$size overflow", "kwargs", _set_arg({"$size": [2**64]}), E.IRFormatError, "$size takes"),
+    ("$size of floats", "kwargs", _set_arg({"$size": [1.5]}), E.IRFormatError, "$size takes"),
     ("600-deep list", "kwargs", _set_arg(_nested(600)), E.IRFormatError, "nested more than"),
     ("300-deep list", "kwargs", _set_arg(_nested(300)), E.IRFormatError, "nested more than"),
     ("$device cuda", "kwargs", _set_arg({"$device": "cuda"}), E.ExecutionError, "node 'mul'"),

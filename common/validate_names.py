@@ -24,6 +24,7 @@ import networkx as nx
 from .errors import CycleError, IRFormatError, UnsafeNameError
 from .ir import IR, Implementation, slot_path
 from .names import check_attr_path, check_forward_arg_names, check_identifier
+from .parameters import parse_parameters
 from .treespec import kwarg_names, load_spec
 from .values import Subgraph, iter_values
 
@@ -40,6 +41,7 @@ NAME_FIELDS = {
     "meta.forward_arg_names[]": "identifier (not a name generated code uses)",
     "meta.in_spec": "pytree spec, keyword names identifiers",
     "meta.out_spec": "pytree spec",
+    "meta.parameters[][0]": "identifier (not a name generated code uses)",
 }
 
 
@@ -57,7 +59,7 @@ def check_names(ir: IR) -> None:
             check_attr_path(alias, "alias", implementation=key)
         for graph in impl.graphs():
             _check_graph_names(graph, key)
-        if "in_spec" in impl.meta or "out_spec" in impl.meta or "forward_arg_names" in impl.meta:
+        if any(k in impl.meta for k in ("in_spec", "out_spec", "forward_arg_names", "parameters")):
             _check_convention(impl.meta, key)
     _check_tree(ir)
 
@@ -91,7 +93,10 @@ def _check_convention(meta: dict[str, Any], key: str) -> None:
     kwarg_names(spec, "meta.in_spec", implementation=key)
     if meta.get("out_spec") is not None:
         load_spec(meta["out_spec"], "meta.out_spec", implementation=key)
-    check_forward_arg_names(meta.get("forward_arg_names", []), implementation=key, field="meta.forward_arg_names")
+    names = check_forward_arg_names(meta.get("forward_arg_names", []), implementation=key,
+                                    field="meta.forward_arg_names")
+    if "parameters" in meta:
+        parse_parameters(meta["parameters"], names, implementation=key)
 
 
 def _check_tree(ir: IR) -> None:

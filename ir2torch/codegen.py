@@ -29,6 +29,7 @@ from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
 
 from common.errors import ExecutionError, IRError, IRFormatError, UnsafeNameError
 from common.names import check_forward_arg_names
+from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import kwarg_names, load_spec
 
 _COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
@@ -43,16 +44,47 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
     names and be shadowed by an argument inside the generated function.
     """
 
+    def __init__(self, pytree_info: _PyTreeInfo, parameters: list[Param] | None = None) -> None:
+        super().__init__(pytree_info)
+        self.parameters = list(parameters or [])
+
+    @staticmethod
+    def _default_name(index: int) -> str:
+        return f"_ir_default_{index}"
+
     def _gen_python_code(self, nodes: Any, root_module: str, namespace: Any, **kwargs: Any) -> Any:
         for name in self.pytree_info.orig_args:
             namespace.create_name(name, None)
-        return super()._gen_python_code(nodes, root_module, namespace, **kwargs)
+        defaults = {self._default_name(i): p.default for i, p in enumerate(self.parameters)
+                    if p.default is not NO_DEFAULT}
+        for name in defaults:
+            namespace.create_name(name, None)
+        code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
+        code.globals.update(defaults)
+        return code
+
+    def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str, *, expanded_def: bool = False) -> str:
+        """The ``def`` line: the recorded parameters with their kinds and defaults, when there are some."""
+        if not self.parameters:
+            return super().gen_fn_def(free_vars, maybe_return_annotation, expanded_def=expanded_def)
+        parts = ["self"]
+        for i, param in enumerate(self.parameters):
+            if param.kind is KINDS["keyword_only"] and "*" not in parts:
+                parts.append("*")
+            parts.append(param.name if param.default is NO_DEFAULT else f"{param.name}={self._default_name(i)}")
+            following = self.parameters[i + 1].kind if i + 1 < len(self.parameters) else None
+            if param.kind is KINDS["positional_only"] and following is not KINDS["positional_only"]:
+                parts.append("/")
+        line = f"def {self._func_name}({', '.join(parts)}){maybe_return_annotation}:"
+        if free_vars:
+            line += self.gen_var_bindings(self.pytree_info.orig_args, free_vars, expanded_def)
+        return line
 
 
 def calling_convention(meta: dict[str, Any], implementation: str) -> SafePyTreeCodeGen:
     r"""The codegen that makes a rebuilt module take the original ``(*args, **kwargs)`` and return
     the original output structure (tuples, dicts, ``ModelOutput``\ s), from ``in_spec``,
-    ``out_spec`` and ``forward_arg_names`` of ``meta``.
+    ``out_spec``, ``forward_arg_names`` and (for a submodule) ``parameters`` of ``meta``.
 
     Raises:
         IRFormatError: a spec is unreadable or names an output type no imported library registered.
@@ -64,7 +96,9 @@ def calling_convention(meta: dict[str, Any], implementation: str) -> SafePyTreeC
     names = check_forward_arg_names(meta.get("forward_arg_names", []), implementation=implementation)
     if not names:
         names = [f"arg_{i}" for i in range(in_spec.num_leaves)]
-    return SafePyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec))
+    params = parse_parameters(meta["parameters"], names, implementation=implementation) \
+        if "parameters" in meta else None
+    return SafePyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec), params)
 
 
 def _check_text(value: Any, pattern: re.Pattern[str], what: str, implementation: str, node: str) -> None:

@@ -33,6 +33,7 @@ from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
 
 from .codegen import calling_convention, compile_variant, install_graph, report_errors, select_variant
+from .signature_check import SignatureCheck
 
 #: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
 #: at every ``.to(...)``; eager PyTorch never runs them, so a rebuilt graph leaves them out when nothing uses them.
@@ -343,6 +344,12 @@ def graph_module(
         graph._codegen = calling_convention(impl.meta, impl.name)
     # generates the source once, with the codegen in place; failures while running name this implementation
     check = guard.check_call if guard is not None and guard.arg_names else None
+    if check is None and "parameters" in impl.meta:
+        codegen = graph._codegen
+        inputs = [impl.node(n).get("meta") for n in impl.nodes if impl.node(n)["type"] == "input"]
+        constants = [(i, m) for i, m in enumerate(inputs) if m is None or type(m) in (bool, int, float, str)]
+        check = SignatureCheck(codegen.parameters, codegen.pytree_info.in_spec,  # type: ignore[attr-defined]
+                               constants)
     variants = []
     for variant in impl.variants:  # per-call graphs share the module's calling convention
         vgraph = _GraphBuilder(variant, allowlist).build()

@@ -324,6 +324,8 @@ def _module_conventions(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames
         if sig is not None and key is not None and key in ir:
             ir[key].meta.update(in_spec=pytree.treespec_dumps(sig.in_spec),
                                 out_spec=pytree.treespec_dumps(sig.out_spec), forward_arg_names=list(sig.names))
+            if sig.parameters is not None:
+                ir[key].meta["parameters"] = [list(p) for p in sig.parameters]
 
 
 def _bound(value: Any) -> int | str:

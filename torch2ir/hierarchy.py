@@ -343,8 +343,11 @@ class _GraphWriter:
         if sig is not None:
             for label, value in zip(input_labels(sig), sig.inputs):
                 node = value if isinstance(value, fx.Node) else None
-                name = self.impl.add_node(self.name(label), "input", "input",
-                                          meta=value_meta(node.meta.get("val") if node is not None else None))
+                # a constant's input records its value: the rebuilt module refuses another one
+                plain = value is None or type(value) in (bool, int, float, str)
+                meta = value_meta(node.meta.get("val")) if node is not None else \
+                    value if plain else {"python": type(value).__name__}
+                name = self.impl.add_node(self.name(label), "input", "input", meta=meta)
                 if node is not None:
                     self.env.setdefault(node, Ref(name))
         inputs = self.h.user_inputs if frame is self.h.root else [] if sig is not None else list(frame.inputs)

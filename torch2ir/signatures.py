@@ -33,6 +33,7 @@ class CallRecord:
 
     module_id: int
     names: list[str] | None  # forward_arg_names: positional parameter names, then keyword names
+    parameters: list[list[Any]] | None  # meta["parameters"]: the original forward's, kinds and defaults
     in_leaves: list[Leaf]
     in_spec: pytree.TreeSpec
     out_leaves: list[Leaf] = field(default_factory=list)
@@ -87,6 +88,44 @@ def in_signature_order(module: nn.Module, kwargs: dict[str, Any]) -> dict[str, A
     return dict(sorted(kwargs.items(), key=lambda item: order.get(item[0], len(order))))
 
 
+_KIND_NAMES = {inspect.Parameter.POSITIONAL_ONLY: "positional_only",
+               inspect.Parameter.POSITIONAL_OR_KEYWORD: "positional_or_keyword",
+               inspect.Parameter.KEYWORD_ONLY: "keyword_only"}
+
+
+def parameters(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> list[list[Any]] | None:
+    """``meta["parameters"]`` of a call (see :mod:`common.parameters`): every parameter of the original
+    ``forward`` with its kind and default, the items of ``**kwargs`` as keyword-only parameters; None when the
+    call fills ``*args`` or a default is not an IR value (the rebuilt ``forward`` then lists the traced
+    arguments only)."""
+    from common.errors import IRSerializationError
+    from common.values import encode
+
+    try:
+        sig = forward_signature(module)
+        bound = sig.bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return None
+    out: list[list[Any]] = []
+    for param in sig.parameters.values():
+        if param.kind is param.VAR_POSITIONAL:
+            if bound.get(param.name):
+                return None
+            continue
+        if param.kind is param.VAR_KEYWORD:
+            out += [[name, "keyword_only"] for name in bound.get(param.name, {})]
+            continue
+        item = [param.name, _KIND_NAMES[param.kind]]
+        if param.default is not param.empty:
+            try:
+                encode(param.default, param.name)
+            except IRSerializationError:
+                return None
+            item.append(param.default)
+        out.append(item)
+    return out
+
+
 def _is_size(value: Any) -> bool:
     """A ``torch.Size`` is one constant (its type kept), not a tuple of ints; one with symbolic sizes is not."""
     return isinstance(value, torch.Size) and all(type(v) is int for v in value)
@@ -125,8 +164,8 @@ class _Recorder:
         tracer = self._tracer()
         kwargs = in_signature_order(module, kwargs)
         leaves, spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_size)
-        record = CallRecord(id(module), arg_names(module, args, kwargs), [self._leaf(v, tracer) for v in leaves],
-                            spec)
+        record = CallRecord(id(module), arg_names(module, args, kwargs), parameters(module, args, kwargs),
+                            [self._leaf(v, tracer) for v in leaves], spec)
         if tracer is not None and len(tracer.graph.nodes):
             record.start = next(iter(reversed(tracer.graph.nodes)))
         self.calls.append(record)
@@ -190,9 +229,12 @@ class Signature:
     inputs: list[Any]  # fx.Node or constant
     out_spec: pytree.TreeSpec
     outputs: list[Any]
+    parameters: list[list[Any]] | None = None
 
     def convention(self) -> tuple:
-        return (tuple(self.names), self.in_spec, self.out_spec)
+        from common.values import encode
+
+        return (tuple(self.names), self.in_spec, self.out_spec, repr(encode(self.parameters)))
 
 
 class _Nodes:
@@ -285,5 +327,5 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
             pytree.treespec_dumps(rec.out_spec)
         except (IRSerializationError, TypeError, ValueError, NotImplementedError):
             continue
-        out[id(frame)] = Signature(rec.names, rec.in_spec, inputs, rec.out_spec, outputs)
+        out[id(frame)] = Signature(rec.names, rec.in_spec, inputs, rec.out_spec, outputs, rec.parameters)
     return out

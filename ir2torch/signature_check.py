@@ -1,0 +1,111 @@
+"""The call check of a rebuilt submodule that keeps its original ``forward`` signature.
+
+A submodule's graph was traced for one way of calling it: the arguments its parent gave (``in_spec``) and
+the defaults of the parameters it left out. Its rebuilt ``forward`` shows the original signature, so a
+caller may bind the arguments differently (by name instead of position): that is accepted. Leaving out an
+argument the trace was given, or giving a parameter that was left at its default another value, would run
+a graph traced for something else; :class:`SignatureCheck` refuses both with
+:class:`~common.errors.InputMismatchError`. The parent's own call (the traced way) takes one comparison.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from common.errors import InputMismatchError
+from common.parameters import NO_DEFAULT, Param
+from common.values import values_equal
+
+_HINT = "call the module as the converted model did, or convert again with this call"
+
+
+class SignatureCheck:
+    """Runs before a rebuilt submodule's ``forward`` binds its arguments (:func:`ir2torch.codegen.report_errors`)."""
+
+    def __init__(self, parameters: list[Param], in_spec: pytree.TreeSpec,
+                 constants: list[tuple[int, Any]] | None = None) -> None:
+        args_kwargs = in_spec.type is tuple and in_spec.num_children == 2 and in_spec.child(1).type is dict
+        self.count = in_spec.child(0).num_children if args_kwargs else in_spec.num_children
+        self.keywords = frozenset(in_spec.child(1).context if args_kwargs else ())
+        self.parameters = parameters
+        self.signature = inspect.Signature([
+            inspect.Parameter(p.name, p.kind, default=p.default) for p in parameters])
+        # constants the trace specialised on, by flat leaf index: top-level ones are read directly
+        self.constants = list(constants or [])
+        tops = [*in_spec.child(0).children(), *in_spec.child(1).children()] if args_kwargs else in_spec.children()
+        keys = [*range(self.count), *(in_spec.child(1).context if args_kwargs else [])]
+        first, self._direct, self._nested = 0, [], False
+        index = {}
+        for key, spec in zip(keys, tops):
+            if spec.is_leaf():
+                index[first] = key
+            first += spec.num_leaves
+        for leaf, value in self.constants:
+            if leaf in index:
+                self._direct.append((index[leaf], value))
+            else:
+                self._nested = True
+        self.in_spec = in_spec
+        self.args_kwargs = args_kwargs
+
+    def __call__(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Raises:
+            InputMismatchError: the arguments do not bind, a traced argument is missing, a constant the trace
+                specialised on differs, or a parameter the trace left at its default has another value.
+        """
+        if len(args) == self.count and kwargs.keys() == self.keywords:  # the traced way of calling
+            for key, value in self._direct:
+                given = args[key] if isinstance(key, int) else kwargs[key]
+                if type(given) is not type(value) or given != value:
+                    raise InputMismatchError(f"argument {self._name(key)!r} is {_short(given)}; the model was "
+                                             f"converted with {_short(value)}", key=self._name(key), hint=_HINT)
+            if self._nested:
+                leaves = pytree.tree_leaves((args, kwargs) if self.args_kwargs else args)
+                for leaf, value in self.constants:
+                    if leaf < len(leaves) and not _same(leaves[leaf], value):
+                        raise InputMismatchError(f"a nested argument is {_short(leaves[leaf])}; the model was "
+                                                 f"converted with {_short(value)}", hint=_HINT)
+            return
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InputMismatchError(f"{exc}; the rebuilt forward is {self.signature}", hint=_HINT) from None
+        arguments = bound.arguments
+        for param in self.parameters:
+            if param.traced and param.name not in arguments:
+                raise InputMismatchError(f"argument {param.name!r} was given when the model was converted; this "
+                                         "call leaves it at its default", key=param.name, hint=_HINT)
+            if not param.traced and param.name in arguments and param.default is not NO_DEFAULT and \
+                    not _same(arguments[param.name], param.default):
+                raise InputMismatchError(f"{param.name}={_short(arguments[param.name])} differs from the default "
+                                         f"{_short(param.default)} the model was converted with", key=param.name,
+                                         hint=_HINT)
+        # the traced arguments, bound the traced way: their constants are checked as above
+        traced = [p.name for p in self.parameters if p.traced]
+        positional = tuple(arguments[n] for n in traced[: self.count])
+        self(module, positional, {n: arguments[n] for n in traced[self.count:]})
+
+    def _name(self, key: int | str) -> str:
+        if isinstance(key, str):
+            return key
+        traced = [p.name for p in self.parameters if p.traced]
+        return traced[key] if key < len(traced) else f"args[{key}]"
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return bool(values_equal(value, default))
+    except Exception:  # noqa: BLE001 - a tensor or other object compared with a plain default
+        return False
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+__all__ = ["SignatureCheck"]

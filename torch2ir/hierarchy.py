@@ -97,8 +97,7 @@ class Hierarchy:
         self._assign_frames()
         #: id of a non-leaf frame -> its recorded call signature (only frames written with it)
         self.signed: dict[int, Signature] = {}
-        found = match_calls(ep.graph, self.frame_of, self._module_of, calls or [],
-                            len(sig.inputs_to_parameters) + len(sig.inputs_to_buffers))
+        found = match_calls(ep.graph, self.frame_of, self._module_of, calls or [])
         self._compute_flows()
         self._sign(found)
         self._align_repeated_calls()

@@ -5,7 +5,8 @@ passes (+47% on BERT when done for every non-leaf module). Instead a forward pre
 every non-leaf module record, for each call, the pytree structure of ``(args, kwargs)`` and of the result,
 and for each leaf either a constant or the tracer's graph node that computes the tensor (found through the
 proxy mode's tensor tracker). Export keeps the tracer's node objects in ``ep.graph`` (placeholders are renamed
-in place); a node that is gone (dead code), or whose value differs, makes the call *unrecorded*
+in place) or copies them with their ``meta``, where a stamp finds them; a node that is gone (dead code), or
+whose value differs, makes the call *unrecorded*
 and the hierarchy falls back to data-flow inputs and outputs for that module.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import inspect
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +138,7 @@ class _Recorder:
         self.targets = targets
         self.calls: list[CallRecord] = []
         self.open: dict[int, list[CallRecord]] = {}
+        self.known: dict[tuple, tuple[list[str] | None, list[list[Any]] | None]] = {}
 
     def _tracer(self) -> Any:
         from torch.fx.experimental import proxy_tensor
@@ -154,7 +157,7 @@ class _Recorder:
             slot = proxy_tensor.get_proxy_slot(inner, tracer, None)
             if slot is None:
                 return ("unknown", "tensor not traced")
-            node = slot.proxy.node  # the very node export's graph keeps (placeholders are renamed in place)
+            node = _stamp(slot.proxy.node)  # export's graph keeps it, or a copy of it with the same meta
             return ("node", (node, (tuple(value.shape), value.dtype)))
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return ("unknown", "symbolic value")
@@ -164,8 +167,14 @@ class _Recorder:
         tracer = self._tracer()
         kwargs = in_signature_order(module, kwargs)
         leaves, spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_size)
-        record = CallRecord(id(module), arg_names(module, args, kwargs), parameters(module, args, kwargs),
-                            [self._leaf(v, tracer) for v in leaves], spec)
+        # names and parameters depend on the forward and on which arguments are given, not on their values
+        forward = getattr(module.forward, "__func__", None)
+        key = (forward if forward is not None and "forward" not in module.__dict__ else id(module), len(args),
+               tuple(kwargs))
+        known = self.known.get(key)
+        if known is None:
+            known = self.known[key] = (arg_names(module, args, kwargs), parameters(module, args, kwargs))
+        record = CallRecord(id(module), known[0], known[1], [self._leaf(v, tracer) for v in leaves], spec)
         if tracer is not None and len(tracer.graph.nodes):
             record.start = next(iter(reversed(tracer.graph.nodes)))
         self.calls.append(record)
@@ -183,7 +192,7 @@ class _Recorder:
             for node in reversed(tracer.graph.nodes):
                 if node is record.start:
                     break
-                record.created.append(node)
+                record.created.append(_stamp(node))
         record.start = None
 
 
@@ -237,32 +246,33 @@ class Signature:
         return (tuple(self.names), self.in_spec, self.out_spec, repr(encode(self.parameters)))
 
 
+#: ``node.meta`` key stamping the tracer nodes a call record refers to: export's passes copy ``meta`` with
+#: the nodes when they copy a graph, so a stamped node is found again even when it was renamed.
+STAMP = "torch2ir.traced"
+_stamps = itertools.count()
+
+
+def _stamp(node: Any) -> Any:
+    node.meta.setdefault(STAMP, next(_stamps))
+    return node
+
+
 class _Nodes:
     """Finds in export's graph the node a tracer node became: itself (export usually keeps the tracer's graph),
-    else the node of the same name in the copy export made, matching placeholders (renamed) by position: state
-    placeholders first, user inputs last, with lifted constants between them in export's graph."""
+    else the node carrying its stamp in the copy export made."""
 
-    def __init__(self, graph: Any, state_count: int) -> None:
+    def __init__(self, graph: Any) -> None:
         self.graph = graph
-        self.by_name = {n.name: n for n in graph.nodes}
-        self.placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-        self.state_count = state_count
-        self._old: dict[int, dict[Any, int]] = {}
+        self.by_stamp: dict[int, Any] = {}
+        for node in graph.nodes:
+            stamp = node.meta.pop(STAMP, None)
+            if stamp is not None:
+                self.by_stamp.setdefault(stamp, node)
 
     def find(self, node: Any) -> Any:
         if node.graph is self.graph:
             return None if node._erased else node
-        if node.op != "placeholder":
-            return self.by_name.get(node.name)
-        index = self._old.get(id(node.graph))
-        if index is None:
-            index = self._old[id(node.graph)] = {n: i for i, n in
-                                                 enumerate(n for n in node.graph.nodes if n.op == "placeholder")}
-        i = index.get(node)
-        if i is None:
-            return None
-        j = i if i < self.state_count else i + len(self.placeholders) - len(index)
-        return self.placeholders[j] if 0 <= j < len(self.placeholders) else None
+        return self.by_stamp.get(node.meta.get(STAMP, -1))
 
     def resolve(self, leaves: list[Leaf]) -> list[Any] | None:
         """The leaves as nodes of the graph and constants; None when a tensor's node is not in the graph any
@@ -295,19 +305,17 @@ def _plain(spec: pytree.TreeSpec, keyed: bool = False) -> bool:
     return ok and all(_plain(c, keyed) for c in spec.children())
 
 
-def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: list[CallRecord],
-                state_count: int) -> dict[int, Signature]:
+def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: list[CallRecord]) -> dict[int, Signature]:
     """``{id(frame): Signature}`` for every recorded call whose frame and leaves are found in ``graph``.
 
-    ``module_of(frame)`` is the module a frame calls; ``state_count`` the number of parameter and buffer
-    placeholders. A call is tied to the innermost frame of its module around the last node the call created;
-    calls that created no node, or whose values cannot be found, are left out (their frames keep data-flow
-    inputs and outputs).
+    ``module_of(frame)`` is the module a frame calls. A call is tied to the innermost frame of its module
+    around the last node the call created; calls that created no node, or whose values cannot be found (dead
+    code), are left out (their frames keep data-flow inputs and outputs).
     """
     from common.errors import IRSerializationError
     from common.values import encode
 
-    nodes = _Nodes(graph, state_count)
+    nodes = _Nodes(graph)
     out: dict[int, Signature] = {}
     for rec in calls:
         node = next((m for m in map(nodes.find, rec.created) if m is not None and m in frame_of), None)

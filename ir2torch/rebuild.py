@@ -185,6 +185,8 @@ class _GraphBuilder:
             return self.device()
         if isinstance(value, list):
             return [self.substitute(v) for v in value]
+        if isinstance(value, torch.Size):  # generated code would spell it as a plain tuple
+            return self.graph.call_function(torch.Size, (list(value),))
         if isinstance(value, tuple):
             return tuple(self.substitute(v) for v in value)
         if isinstance(value, dict):

@@ -349,7 +349,9 @@ def graph_module(
     if check is None and "parameters" in impl.meta:
         codegen = graph._codegen
         inputs = [impl.node(n).get("meta") for n in impl.nodes if impl.node(n)["type"] == "input"]
-        constants = [(i, m) for i, m in enumerate(inputs) if m is None or type(m) in (bool, int, float, str)]
+        # per-call graphs differ in their constants: the parent's choice of graph stands for the check
+        constants = [] if impl.variants else \
+            [(i, m) for i, m in enumerate(inputs) if m is None or type(m) in (bool, int, float, str)]
         check = SignatureCheck(codegen.parameters, codegen.pytree_info.in_spec,  # type: ignore[attr-defined]
                                constants)
     variants = []

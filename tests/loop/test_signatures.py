@@ -48,20 +48,16 @@ def _first_calls(model: nn.Module, args, kwargs) -> dict[str, tuple[tuple, dict]
     return seen
 
 
-def _traced_parameters(module: nn.Module, args: tuple, kwargs: dict) -> list[str]:
-    """Names of the original ``forward``'s parameters that the call gave a value, in the signature's order
-    (``*args`` items as ``name_i``, ``**kwargs`` keys last)."""
-    params = inspect.signature(module.forward).parameters
-    bound = inspect.signature(module.forward).bind(*args, **kwargs).arguments
+def _shown(module: nn.Module, args: tuple, kwargs: dict) -> list[str]:
+    """Parameter names a rebuilt ``forward`` shows for this call of ``module``: the original's, with the items
+    ``**kwargs`` received as named parameters (an unfilled ``*args`` / ``**kwargs`` left out)."""
+    sig = inspect.signature(module.forward)
+    bound = sig.bind(*args, **kwargs).arguments
     names: list[str] = []
-    for name, param in params.items():
-        if name not in bound:
-            continue
-        if param.kind is param.VAR_POSITIONAL:
-            names += [f"{name}_{i}" for i in range(len(bound[name]))]
-        elif param.kind is param.VAR_KEYWORD:
-            names += list(bound[name])
-        else:
+    for name, param in sig.parameters.items():
+        if param.kind is param.VAR_KEYWORD:
+            names += list(bound.get(name, {}))
+        elif param.kind is not param.VAR_POSITIONAL:
             names.append(name)
     return names
 
@@ -85,9 +81,9 @@ def _check_swaps(model: nn.Module, args, kwargs) -> None:
         assert _exact(expected, rebuilt(*args, **kwargs))
     calls = _first_calls(model, args, kwargs)
     for path in _graph_modules(ir):
-        # the signature: the traced part of the original's
+        # the signature: the original's
         got = list(inspect.signature(rebuilt.get_submodule(path).forward).parameters)
-        assert got == _traced_parameters(model.get_submodule(path), *calls[path]), path
+        assert got == _shown(model.get_submodule(path), *calls[path]), path
         # the original module swapped in
         swapped = copy.deepcopy(rebuilt)
         parent, _, name = path.rpartition(".")
@@ -147,7 +143,7 @@ def test_a_user_module_with_the_same_signature_can_replace_a_rebuilt_one():
     ir, rebuilt = _convert(model, (x,), {})
     block = rebuilt.block
     assert isinstance(block, fx.GraphModule)
-    assert list(inspect.signature(block.forward).parameters) == ["x", "scale", "mask"]
+    assert str(inspect.signature(block.forward)) == "(x, *, scale=1.0, mask=None)"
     assert ir["block"].meta["forward_arg_names"] == ["x", "scale", "mask"]
     out = block(x, scale=2.0, mask=x > 0)
     assert isinstance(out, tuple) and len(out) == 2  # the original output structure
@@ -164,3 +160,69 @@ def test_the_rebuilt_parent_calls_its_child_as_the_original_did():
                                             with_kwargs=True)
     rebuilt(torch.randn(2, 4))
     assert seen == [(1, ["mask", "scale"], 2.0)]
+
+
+class Every(nn.Module):
+    """Every kind of parameter; the parent passes some by position, some by name, and leaves two at default."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x, /, y, mode="sum", *, scale=1.0, mask=None, **extra):
+        out = self.lin(x) * scale + y
+        out = out if mask is None else out * mask
+        return out + extra["bias"] if mode == "sum" else out
+
+
+class EveryParent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Every()
+
+    def forward(self, x):
+        return self.block(x, x * 2, scale=3.0, bias=x)
+
+
+def _every():
+    torch.manual_seed(0)
+    model, x = EveryParent().eval(), torch.randn(2, 4)
+    ir, rebuilt = _convert(model, (x,), {})
+    return model, x, ir, rebuilt
+
+
+def test_the_rebuilt_forward_has_the_original_kinds_and_defaults():
+    model, x, ir, rebuilt = _every()
+    assert str(inspect.signature(rebuilt.block.forward)) == "(x, /, y, mode='sum', *, scale=1.0, mask=None, bias)"
+    assert ir["block"].meta["parameters"][2] == ["mode", "positional_or_keyword", "sum"]
+    with torch.no_grad():
+        # bound another way than the parent did, with the traced values: same result
+        assert torch.equal(rebuilt.block(x, y=x * 2, bias=x, scale=3.0, mode="sum"), model.block(x, x * 2, scale=3.0,
+                                                                                                bias=x))
+        assert torch.equal(rebuilt(x), model(x))
+
+
+def test_the_signature_survives_a_json_round_trip(tmp_path):
+    model, x, ir, _ = _every()
+    ir.save(tmp_path / "m.ir.json")
+    again = ir2torch.convert(type(ir).load(tmp_path / "m.ir.json"), model.state_dict())
+    assert str(inspect.signature(again.block.forward)) == "(x, /, y, mode='sum', *, scale=1.0, mask=None, bias)"
+    with torch.no_grad():
+        assert torch.equal(again(x), model(x))
+
+
+@pytest.mark.parametrize(("call", "fragment"), [
+    (lambda b, x: b(x, x * 2, scale=2.0, bias=x), "'scale' is 2.0; the model was converted with 3.0"),
+    (lambda b, x: b(x, x * 2, "mean", scale=3.0, bias=x), "mode='mean' differs from the default 'sum'"),
+    (lambda b, x: b(x, x * 2, scale=3.0, bias=x, mask=x), "mask=tensor"),
+    (lambda b, x: b(x, x * 2, bias=x), "'scale' was given when the model was converted"),
+    (lambda b, x: b(x=x, y=x, scale=3.0, bias=x), "positional only"),
+    (lambda b, x: b(x, x, scale=3.0, bias=x, other=1), "unexpected keyword"),
+])
+def test_a_call_the_graph_was_not_traced_for_is_refused(call, fragment):
+    from common.errors import InputMismatchError
+
+    _, x, _, rebuilt = _every()
+    with pytest.raises(InputMismatchError, match=None) as info:
+        call(rebuilt.block, x)
+    assert fragment in str(info.value), str(info.value)

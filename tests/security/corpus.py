@@ -27,7 +27,7 @@ from tests.models.zoo import by_name
 
 #: Zoo cases (and :data:`EXTRA` ones) whose IRs together carry every field of the module-level schema.
 IR_CASES = ("kwargs", "shared_sequential", "tied_embedding", "buffers", "no_grad_inside", "conv_net",
-            "dict_output", "transformer", "per_call")
+            "dict_output", "transformer", "per_call", "signed")
 
 
 class _Gate(nn.Module):
@@ -55,8 +55,35 @@ def _per_call() -> tuple[nn.Module, tuple, dict]:
     return _PerCall().eval(), (torch.randn(2, 4),), {}
 
 
+class _Signed(nn.Module):
+    """A submodule whose rebuilt forward keeps its signature: ``meta.parameters`` with every kind and defaults."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, /, y: torch.Tensor, mode: str = "sum", *, scale: float = 1.0,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.lin(x) * scale + y
+        return out if mask is None else out * mask
+
+
+class _SignedParent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _Signed()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x, x, scale=2.0)
+
+
+def _signed() -> tuple[nn.Module, tuple, dict]:
+    torch.manual_seed(0)
+    return _SignedParent().eval(), (torch.randn(2, 4),), {}
+
+
 #: Cases that are not in the zoo: name -> () -> (model, args, kwargs).
-EXTRA = {"per_call": _per_call}
+EXTRA = {"per_call": _per_call, "signed": _signed}
 #: Zoo case lowered to the FlatIR attacked.
 FLAT_CASE = "kwargs"
 

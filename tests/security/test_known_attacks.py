@@ -57,8 +57,26 @@ def _rename_key(old: str, new: str) -> Callable[[dict], None]:
     return edit
 
 
+def _params(edit: Callable[[list], None]) -> Callable[[dict], None]:
+    def apply(doc: dict) -> None:
+        edit(doc["implementations"]["block"]["meta"]["parameters"])
+    return apply
+
+
 # (id, document, edit, error class, message fragment)
 IR_CASES: list[tuple[str, str, Callable[[dict], None], type, str]] = [
+    ("parameter name with code", "signed", _params(lambda p: p[0].__setitem__(0, f"z={RUN}")), E.UnsafeNameError,
+     "parameters"),
+    ("parameter kind var_keyword", "signed", _params(lambda p: p[0].__setitem__(1, "var_keyword")),
+     E.IRFormatError, "unknown kind"),
+    ("keyword-only before positional", "signed", _params(lambda p: p.insert(0, p.pop())), E.IRFormatError,
+     "comes after"),
+    ("traced parameter dropped", "signed", _params(lambda p: p.pop(0)), E.IRFormatError, "miss a traced"),
+    ("untraced parameter without default", "signed", _params(lambda p: p.append(["extra", "keyword_only"])),
+     E.IRFormatError, "no default"),
+    ("parameter default is a code string", "signed", _params(lambda p: p[2].__setitem__(2, RUN)), None, ""),
+    ("parameters not a list", "signed", _params(lambda p: p.clear() or p.append("x")), E.IRFormatError,
+     "is not [name, kind]"),
     ("forward_arg_names default", "kwargs",
      lambda d: _root(d)["meta"]["forward_arg_names"].append(f"z={RUN}"), E.UnsafeNameError, "forward_arg_names"),
     ("in_spec keyword key", "kwargs",

@@ -17,11 +17,12 @@ rebuilt model recurse forever.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import networkx as nx
 
-from .errors import CycleError, IRFormatError, UnsafeNameError
+from .errors import CycleError, IRError, IRFormatError, UnsafeNameError
 from .ir import IR, Implementation, slot_path
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .parameters import parse_parameters
@@ -85,14 +86,30 @@ def _check_graph_names(impl: Implementation, key: str) -> None:
                 _check_graph_names(value.impl, key)
 
 
+@functools.lru_cache(maxsize=4096)
+def _readable_spec(text: str, field: str) -> bool:
+    """True when ``text`` reads as a pytree spec (with identifier keyword names for an ``in_spec``); the
+    repeated layers of a model share their spec texts, so each is read once. Failures are not cached."""
+    spec = load_spec(text, field)
+    if field == "meta.in_spec":
+        kwarg_names(spec, field)
+    return True
+
+
 def _check_convention(meta: dict[str, Any], key: str) -> None:
     if not isinstance(meta.get("in_spec"), str):
         raise IRFormatError("a calling convention needs 'in_spec' (a pytree spec string)", implementation=key,
                             key="meta.in_spec", hint="keep in_spec, out_spec and forward_arg_names together")
-    spec = load_spec(meta["in_spec"], "meta.in_spec", implementation=key)
-    kwarg_names(spec, "meta.in_spec", implementation=key)
-    if meta.get("out_spec") is not None:
-        load_spec(meta["out_spec"], "meta.out_spec", implementation=key)
+    for field in ("in_spec", "out_spec"):
+        text = meta.get(field)
+        if text is None:
+            continue
+        try:
+            _readable_spec(text, f"meta.{field}")
+        except (IRError, TypeError):  # again, for the error naming this implementation
+            spec = load_spec(text, f"meta.{field}", implementation=key)
+            if field == "in_spec":
+                kwarg_names(spec, "meta.in_spec", implementation=key)
     names = check_forward_arg_names(meta.get("forward_arg_names", []), implementation=key,
                                     field="meta.forward_arg_names")
     if "parameters" in meta:

@@ -304,21 +304,34 @@ def decode(value: JSONValue, where: str = "value", *, _depth: int = 0) -> Any:
     raise IRFormatError(f"unexpected {type(value).__name__} in document", key=where)
 
 
-def iter_refs(value: Any, path: tuple = ()):
-    """Yield ``(path, Ref)`` for every :class:`Ref` inside a nested args/kwargs value."""
-    yield from ((p, v) for p, v in iter_values(value, path) if isinstance(v, Ref))
+def iter_refs(value: Any, path: tuple = ()) -> list[tuple[tuple, Ref]]:
+    """``(path, Ref)`` for every :class:`Ref` inside a nested args/kwargs value."""
+    return [(p, v) for p, v in iter_values(value, path) if isinstance(v, Ref)]
 
 
-def iter_values(value: Any, path: tuple = ()):
-    """Yield ``(path, leaf)`` for every leaf inside a nested args/kwargs value."""
+def iter_values(value: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:
+    """``(path, leaf)`` for every leaf inside a nested args/kwargs value, in order (one list, no generator
+    frames: this runs over every argument of every node when an IR is validated)."""
+    out: list[tuple[tuple, Any]] = []
+    _collect(value, path, out)
+    return out
+
+
+def _collect(value: Any, path: tuple, out: list[tuple[tuple, Any]]) -> None:
     if isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            yield from iter_values(v, (*path, i))
+            if isinstance(v, (list, tuple, dict)):
+                _collect(v, (*path, i), out)
+            else:
+                out.append(((*path, i), v))
     elif isinstance(value, dict):
         for k, v in value.items():
-            yield from iter_values(v, (*path, k))
+            if isinstance(v, (list, tuple, dict)):
+                _collect(v, (*path, k), out)
+            else:
+                out.append(((*path, k), v))
     else:
-        yield path, value
+        out.append((path, value))
 
 
 def values_equal(a: Any, b: Any) -> bool:

@@ -199,6 +199,9 @@ def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: l
                     inside.add_edge(written[id(outer)].name, key)
     for key in reversed(list(nx.topological_sort(inside))):  # a module after every module its calls call
         frame = by_key[key][0]
+        ir[key].graph = written[id(frame)].graph
+        if len(by_key[key]) == 1:
+            continue  # one call, one graph
         shapes: list[list[tuple]] = []
         for call in by_key[key]:
             shape = _shape_of(written[id(call)])
@@ -210,7 +213,6 @@ def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: l
             if index and id(call) in hierarchy.call_nodes:
                 graph, node = hierarchy.call_nodes[id(call)]
                 graph.graph.nodes[node]["variant"] = index
-        ir[key].graph = written[id(frame)].graph
         if len(shapes) > 1 and any(a.get("implementation") in (*DROPOUT_OPS, SDPA) for v in ir[key].variants
                                    for _, a in v.graph.nodes(data=True)):
             problems.append((key, f"module is called {len(by_key[key])} times, its calls trace to different "
@@ -322,8 +324,7 @@ def _module_conventions(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames
         sig = hierarchy.signed.get(id(frame))
         key = table.key(frame.path)
         if sig is not None and key is not None and key in ir:
-            ir[key].meta.update(in_spec=pytree.treespec_dumps(sig.in_spec),
-                                out_spec=pytree.treespec_dumps(sig.out_spec), forward_arg_names=list(sig.names))
+            ir[key].meta.update(in_spec=sig.in_text, out_spec=sig.out_text, forward_arg_names=list(sig.names))
             if sig.parameters is not None:
                 ir[key].meta["parameters"] = [list(p) for p in sig.parameters]
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import inspect
 import itertools
 from collections.abc import Iterator
@@ -24,8 +25,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
-#: A leaf of a recorded call: ("node", (tracer node, (shape, dtype))), ("const", value), or ("unknown", reason)
-#: when it cannot be carried.
+#: A leaf of a recorded call: ("node", tracer node), ("const", value), or ("unknown", reason) when it cannot be
+#: carried.
 Leaf = tuple[str, Any]
 
 
@@ -128,6 +129,15 @@ def parameters(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> list[l
     return out
 
 
+@functools.cache
+def _tracing() -> tuple[type, Any]:
+    """``FunctionalTensor`` and ``get_proxy_slot`` (imported on first use: tracing internals)."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+    from torch.fx.experimental.proxy_tensor import get_proxy_slot
+
+    return FunctionalTensor, get_proxy_slot
+
+
 def _is_size(value: Any) -> bool:
     """A ``torch.Size`` is one constant (its type kept), not a tuple of ints; one with symbolic sizes is not."""
     return isinstance(value, torch.Size) and all(type(v) is int for v in value)
@@ -139,6 +149,7 @@ class _Recorder:
         self.calls: list[CallRecord] = []
         self.open: dict[int, list[CallRecord]] = {}
         self.known: dict[tuple, tuple[list[str] | None, list[list[Any]] | None]] = {}
+        self.specs: dict[Any, pytree.TreeSpec] = {}
 
     def _tracer(self) -> Any:
         from torch.fx.experimental import proxy_tensor
@@ -150,23 +161,39 @@ class _Recorder:
         if isinstance(value, torch.Tensor):
             if tracer is None:
                 return ("unknown", "no tracer")
-            from torch._subclasses.functional_tensor import FunctionalTensor
-            from torch.fx.experimental import proxy_tensor
-
-            inner = torch._from_functional_tensor(value.elem) if isinstance(value, FunctionalTensor) else value
-            slot = proxy_tensor.get_proxy_slot(inner, tracer, None)
+            functional, get_proxy_slot = _tracing()
+            inner = torch._from_functional_tensor(value.elem) if isinstance(value, functional) else value
+            slot = get_proxy_slot(inner, tracer, None)
             if slot is None:
                 return ("unknown", "tensor not traced")
-            node = _stamp(slot.proxy.node)  # export's graph keeps it, or a copy of it with the same meta
-            return ("node", (node, (tuple(value.shape), value.dtype)))
+            # export's graph keeps the node, or a copy of it with the same meta (the tensor's shape is not read
+            # here: under the tracer's modes every attribute read of a tensor is a dispatched call)
+            return ("node", _stamp(slot.proxy.node))
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return ("unknown", "symbolic value")
         return ("const", value)
 
+    def _flatten(self, value: Any) -> tuple[list[Any], pytree.TreeSpec]:
+        """``tree_flatten`` (a ``torch.Size`` is one leaf), without its cost for the common cases: tensors only,
+        by position, or one tensor."""
+        if type(value) is tuple and len(value) == 2 and type(value[1]) is dict and not value[1] and \
+                type(value[0]) is tuple and all(isinstance(a, torch.Tensor) for a in value[0]):
+            key: Any = len(value[0])
+            leaves = list(value[0])
+        elif isinstance(value, torch.Tensor):
+            key, leaves = "tensor", [value]
+        else:
+            return pytree.tree_flatten(value, is_leaf=_is_size)
+        spec = self.specs.get(key)
+        if spec is None:
+            spec = self.specs[key] = pytree.tree_structure(value, is_leaf=_is_size)
+        return leaves, spec
+
     def pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
         tracer = self._tracer()
-        kwargs = in_signature_order(module, kwargs)
-        leaves, spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_size)
+        if len(kwargs) > 1:
+            kwargs = in_signature_order(module, kwargs)
+        leaves, spec = self._flatten((args, kwargs))
         # names and parameters depend on the forward and on which arguments are given, not on their values
         forward = getattr(module.forward, "__func__", None)
         key = (forward if forward is not None and "forward" not in module.__dict__ else id(module), len(args),
@@ -176,7 +203,7 @@ class _Recorder:
             known = self.known[key] = (arg_names(module, args, kwargs), parameters(module, args, kwargs))
         record = CallRecord(id(module), known[0], known[1], [self._leaf(v, tracer) for v in leaves], spec)
         if tracer is not None and len(tracer.graph.nodes):
-            record.start = next(iter(reversed(tracer.graph.nodes)))
+            record.start = tracer.graph._root.prev  # the last node so far
         self.calls.append(record)
         self.open.setdefault(id(module), []).append(record)
 
@@ -186,14 +213,18 @@ class _Recorder:
             return
         record = stack.pop()
         tracer = self._tracer()
-        leaves, record.out_spec = pytree.tree_flatten(out, is_leaf=_is_size)
+        leaves, record.out_spec = self._flatten(out)
         record.out_leaves = [self._leaf(v, tracer) for v in leaves]
-        if tracer is not None:
-            for node in reversed(tracer.graph.nodes):
-                if node is record.start:
-                    break
+        if tracer is not None:  # the last nodes the call created: one that export keeps ties the call to its frame
+            node = tracer.graph._root.prev
+            while node is not record.start and node.op != "root" and len(record.created) < CREATED:
                 record.created.append(_stamp(node))
+                node = node.prev
         record.start = None
+
+
+#: How many of the last nodes a call created are kept to find its frame (export may drop the very last ones).
+CREATED = 16
 
 
 def signature_targets(model: nn.Module, table: Any) -> list[nn.Module]:
@@ -239,11 +270,11 @@ class Signature:
     out_spec: pytree.TreeSpec
     outputs: list[Any]
     parameters: list[list[Any]] | None = None
+    in_text: str = ""  # the specs as ``treespec_dumps`` writes them
+    out_text: str = ""
 
     def convention(self) -> tuple:
-        from common.values import encode
-
-        return (tuple(self.names), self.in_spec, self.out_spec, repr(encode(self.parameters)))
+        return (tuple(self.names), self.in_text, self.out_text, repr(self.parameters))
 
 
 #: ``node.meta`` key stamping the tracer nodes a call record refers to: export's passes copy ``meta`` with
@@ -284,10 +315,8 @@ class _Nodes:
                 continue
             if kind == "unknown":
                 return None
-            traced, (shape, dtype) = value
-            node = self.find(traced)
-            val = node.meta.get("val") if node is not None else None
-            if not isinstance(val, torch.Tensor) or tuple(val.shape) != shape or val.dtype != dtype:
+            node = self.find(value)
+            if node is None or not isinstance(node.meta.get("val"), torch.Tensor):
                 return None
             out.append(node)
         return out
@@ -316,6 +345,7 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
     from common.values import encode
 
     nodes = _Nodes(graph)
+    dumps: dict[pytree.TreeSpec, str] = {}  # repeated layers share their specs
     out: dict[int, Signature] = {}
     for rec in calls:
         node = next((m for m in map(nodes.find, rec.created) if m is not None and m in frame_of), None)
@@ -331,9 +361,9 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
             continue
         try:
             encode([v for v in (*inputs, *outputs) if not isinstance(v, torch.fx.Node)], "signature")
-            pytree.treespec_dumps(rec.in_spec)
-            pytree.treespec_dumps(rec.out_spec)
+            texts = [dumps.get(spec) or dumps.setdefault(spec, pytree.treespec_dumps(spec))
+                     for spec in (rec.in_spec, rec.out_spec)]
         except (IRSerializationError, TypeError, ValueError, NotImplementedError):
             continue
-        out[id(frame)] = Signature(rec.names, rec.in_spec, inputs, rec.out_spec, outputs, rec.parameters)
+        out[id(frame)] = Signature(rec.names, rec.in_spec, inputs, rec.out_spec, outputs, rec.parameters, *texts)
     return out

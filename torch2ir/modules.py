@@ -16,6 +16,7 @@ from torch import fx, nn
 
 from common.errors import IRSerializationError
 from common.ir import IR, ORIGINAL_CLASS_KEY, Implementation
+from common.quant import hook_to_data, qconfig_to_data
 from common.values import encode
 
 from .tensormeta import state_record
@@ -89,6 +90,7 @@ class ModuleTable:
         cls = type(module)
         # "source": the original module path; rewrites keep it so the original state dict can be remapped
         meta = {"class": original_class(module), "training": module.training, "source": key}
+        self._quant_meta(key, module, meta)
         if self.is_leaf(module):
             try:
                 data = self.converter.attributes(module)
@@ -105,6 +107,20 @@ class ModuleTable:
         if cls in CONTAINER_TYPES and not called:
             return Implementation(key, CONTAINER_TYPES[cls], meta=meta)
         return Implementation(key, GRAPH_TYPE, meta=meta)
+
+    def _quant_meta(self, key: str, module: nn.Module, meta: dict[str, Any]) -> None:
+        """``meta["qconfig"]`` of a module with a ``qconfig`` and ``meta["observer_hook"]`` of a handled leaf
+        with the observer hook of ``torch.ao.quantization.prepare`` (see :mod:`common.quant`)."""
+        qconfig = getattr(module, "qconfig", None)
+        if qconfig is not None:
+            try:
+                meta["qconfig"] = qconfig_to_data(qconfig)
+            except ValueError as exc:
+                self.errors.append((key, f"{type(module).__name__}.qconfig cannot be recorded: {exc}",
+                                    "use observers and fake-quantize classes of torch.ao.quantization (common.quant."
+                                    "CLASSES) in the qconfig, or set qconfig = None before converting"))
+        if self.is_leaf(module) and (hook := hook_to_data(module)) is not None:
+            meta["observer_hook"] = hook
 
     def _record_state(self, ir: IR) -> None:
         owner: dict[int, str] = {}

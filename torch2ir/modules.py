@@ -123,6 +123,11 @@ class ModuleTable:
             meta["observer_hook"] = hook
 
     def _record_state(self, ir: IR) -> None:
+        """Parameters and buffers of every module. A buffer is recorded persistent only when the model's
+        ``state_dict()`` really holds it: a library that keeps registered buffers out of its state dict (brevitas'
+        constants, by ``_save_to_state_dict`` overrides) gets them recorded as non-persistent, so their values
+        travel with the IR (``ir.tensors``) and a rebuild from ``state_dict()`` has them, or names them."""
+        saved = set(self.model.state_dict(keep_vars=True))
         owner: dict[int, str] = {}
         for key, module in self.module_of_key.items():
             prefix = "" if key == "root" else key + "."
@@ -138,7 +143,7 @@ class ModuleTable:
             for name, buf in module._buffers.items():
                 if buf is None:
                     continue
-                persistent = name not in module._non_persistent_buffers_set
+                persistent = name not in module._non_persistent_buffers_set and prefix + name in saved
                 rec = state_record(buf, "buffer", persistent=persistent)
                 tie = owner.setdefault(id(buf), prefix + name)
                 if tie != prefix + name:

@@ -58,7 +58,7 @@ def build_ir(
         _raise(table.errors)
         _keep_tensors(ir, table, {})
         return ir
-    with hook_scopes(model, hooked), record_calls(signature_targets(model, table)) as calls:
+    with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls:
         ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve=_preserved(model, table), on_attempt=calls.clear)
     relocate_hook_ops(ep)
@@ -125,7 +125,7 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
         return fast
     try:
         with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings(), \
-                hook_scopes(model, hooked):
+                hook_scopes(model, hooked, table):
             warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
             ep = torch.export.export(export_root(model), tuple(args), dict(kwargs or {}), strict=strict,
                                      dynamic_shapes=dynamic_shapes,

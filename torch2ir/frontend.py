@@ -28,9 +28,15 @@ RNN_WARNING = r"The tensor attributes .*_flat_weights"
 
 @contextlib.contextmanager
 def traced_mode(model: nn.Module, training: bool = False) -> Iterator[None]:
-    """Put every module in eval (or train) mode, restoring each one's own flag afterwards."""
+    """Put every module in eval (or train) mode, restoring each one's own flag afterwards.
+
+    The flags are set, not switched with ``Module.train``: a model exported by ``torch.export`` (a PT2E
+    ``prepare_pt2e`` / ``convert_pt2e`` result) refuses ``train()`` / ``eval()``, and its graph computes what
+    it was exported with whatever its flag says, so the trace records what the model really computes.
+    """
     flags = [(m, m.training) for m in model.modules()]
-    model.train(training)
+    for module, _ in flags:
+        module.training = training
     try:
         yield
     finally:

@@ -61,7 +61,8 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
     float64), and the BatchNorm goes. Eval semantics: the result computes the model in eval mode.
 
     Pairs that cannot be folded exactly are left alone and listed in ``skipped`` of the result
-    (a module called twice, a BatchNorm without running statistics, a Linear whose output is not 2-d).
+    (a module called twice, a BatchNorm without running statistics, a Linear whose output is not 2-d),
+    and so is every other BatchNorm left, with what it follows.
 
     Returns:
         ``(new_ir, new_state)`` with ``changes`` (one line per fold) and ``skipped``.
@@ -86,8 +87,23 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
         replace_nodes(s, match, type=conv.type, key=conv_key, data={**conv.data, "bias": True}, state_fn=fold,
                       meta=meta, split=None, record=True, pass_name=None)
     result = Rewritten(*s.finish(), s.changes)
-    result.skipped = skipped
+    result.skipped = skipped + _not_after_a_layer(result.ir, skipped)
     return result
+
+
+def _not_after_a_layer(ir: IR, skipped: list[str]) -> list[str]:
+    """The batch norms left that were not already reported: what each one follows."""
+    out = []
+    for ref_key, refs in call_sites(ir).items():
+        if ir[ref_key].type not in NORMS or any(line.split(" -> ")[1].startswith(ref_key + ":") for line in skipped):
+            continue
+        for ref in refs:
+            graph = graph_of(ir, ref)
+            before = [graph.node(u)["type"] if graph.node(u)["type"] != "function" else graph.node(u)["implementation"]
+                      for u, _, _ in graph.in_edges(ref.node)]
+            out.append(f"{ref_key}: follows {', '.join(before) or 'nothing'}, not a Conv1d/2d/3d or Linear "
+                       "(a subclass is a 'module', rebuilt from its graph)")
+    return out
 
 
 __all__ = ["CONVS", "NORMS", "fold_batchnorm"]

@@ -14,7 +14,7 @@ from tests.rewrite.helpers import corpus_model
 
 @pytest.fixture(scope="module")
 def resnet(tmp_path_factory):
-    model, args, kwargs, ir = corpus_model("resnet")
+    model, args, _, ir = corpus_model("resnet")
     folder = tmp_path_factory.mktemp("cli")
     ir.save(folder / "in.ir.json")
     save_safetensors(model.state_dict(), folder / "in.safetensors")

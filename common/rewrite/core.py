@@ -214,16 +214,6 @@ def fresh_name(taken: Iterable[str], base: str) -> str:
     return f"{base}_{n}"
 
 
-def reorder(ir: IR, keys: list[str]) -> IR:
-    """A new :class:`IR` holding ``ir``'s implementations in the order of ``keys`` (and its tensors).
-
-    The order matters: containers (``nn.Sequential``) get their children in IR order.
-    """
-    out = IR([ir[k] for k in keys])
-    out.tensors = ir.tensors
-    return out
-
-
 def position_after(keys: list[str], key: str) -> int:
     """Index right after ``key`` and everything below it in ``keys`` (``len(keys)`` if absent)."""
     last = -1

@@ -1,4 +1,4 @@
-"""The ``ir2torch`` command line: ``show``, ``render``, ``verify`` and ``diff`` (reference: ``docs/cli.md``).
+"""The ``ir2torch`` command line: ``show``, ``render``, ``verify``, ``diff``, ``rewrite`` (see ``docs/cli.md``).
 
 ::
 
@@ -100,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_allow_op(diff)
     add_common_options(diff)
     diff.set_defaults(func=_diff)
+
+    from .cli_rewrite import add_rewrite_command
+
+    add_rewrite_command(commands)
     return parser
 
 

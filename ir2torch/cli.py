@@ -46,6 +46,9 @@ __all__ = ["build_parser", "main"]
 def _depth(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", type=int, metavar="N",
                         help="fold modules deeper than N into their ancestor (root is depth 0)")
+    parser.add_argument("--no-collapse", dest="collapse", action="store_false",
+                        help="show every block of a run of identical blocks (by default layers.0-31 are one "
+                        "'0-31 x32' entry)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,7 +133,7 @@ def _show(options: argparse.Namespace) -> int:
     from common.cli.summary import describe
 
     with _reading(f"summarise {options.file}"):
-        text = describe(options.file, depth=options.depth, allow=options.allow_op)
+        text = describe(options.file, depth=options.depth, allow=options.allow_op, collapse=options.collapse)
     print(text)
     return EXIT_OK
 
@@ -145,7 +148,8 @@ def _render(options: argparse.Namespace) -> int:
             source = load_any(options.file, allow=options.allow_op)
         with bar.stage("draw"), _reading(f"draw {options.file}"):
             options.output.parent.mkdir(parents=True, exist_ok=True)
-            render(source, options.output, fmt=fmt, impl=options.impl, depth=options.depth)
+            render(source, options.output, fmt=fmt, impl=options.impl, depth=options.depth,
+                   collapse=options.collapse)
     print(f"wrote {options.output}")
     return EXIT_OK
 

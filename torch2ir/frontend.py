@@ -158,6 +158,9 @@ def export_hint(exc: BaseException | None) -> str:
     if "DataDependent" in kind or "data-dependent" in text or "data dependent" in text:
         return ("Python control flow on a tensor's value cannot be traced: use torch.cond, or make the branch "
                 "depend on shapes only")
+    if "cache_utils" in text:  # transformers' DynamicCache & co. in the output
+        return ("the model returns its key/value cache (a transformers Cache object): build it with "
+                "use_cache=False in its config, or pass use_cache=False in kwargs")
     if "pytree" in text:
         return "the model returns or takes a type torch.export cannot flatten: register it as a pytree node"
     return ("check the example inputs (shapes, dtypes, which arguments) against the model's forward: it raised "

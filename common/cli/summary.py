@@ -6,12 +6,16 @@ Both work on either kind of file, told apart by the JSON header's ``format``: th
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ..errors import IRFormatError
 from ..flat import FlatIR
 from ..flat_schema import FLAT_FORMAT, document_format
 from ..ir import IR
@@ -26,12 +30,32 @@ __all__ = ["describe", "diff", "load_any"]
 
 def load_any(path: str | os.PathLike, *, allow: list[str] | None = None) -> IR | FlatIR:
     """Load an IR or FlatIR file, whichever its header names (both are validated on load); ``allow``:
-    operators of other namespaces to accept (``--allow-op``).
+    operators of other namespaces to accept (``--allow-op``). A file whose pytree spec names a transformers
+    output class is read again after importing transformers' output classes, if transformers is installed.
 
     Raises:
         IRFormatError: the file is missing, not JSON, or not valid for its format.
         CommandError: the header names neither format.
     """
+    try:
+        return _load(path, allow)
+    except IRFormatError as exc:
+        if "'transformers." not in exc.message or not _import_transformers():
+            raise
+    return _load(path, allow)  # once more, with transformers' output classes registered
+
+
+def _import_transformers() -> bool:
+    """Import ``transformers.modeling_outputs`` (a fixed module, never a name from the file) when installed and not
+    imported yet, so an IR of a transformers model, whose output spec names its ``ModelOutput`` class, can be read.
+    Returns whether it was imported now."""
+    if "transformers" in sys.modules or importlib.util.find_spec("transformers") is None:
+        return False
+    importlib.import_module("transformers.modeling_outputs")
+    return True
+
+
+def _load(path: str | os.PathLike, allow: list[str] | None) -> IR | FlatIR:
     fmt = document_format(path)
     if fmt == FLAT_FORMAT:
         return FlatIR.load(path, allow=allow)

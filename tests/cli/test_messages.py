@@ -146,3 +146,18 @@ def test_config_typos_and_checkpoint_names_are_refused_with_what_to_do(tmp_path,
                            '"intermediate_size": 16, "num_attention_heads": 2, "num_key_value_heads": 1, '
                            '"vocab_size": 20, "rope_theta": 500.0}', "-q"))
     assert accepted.returncode == 0 and "rope_theta" not in accepted.stderr, explain(accepted)
+
+
+def test_a_returned_kv_cache_gets_the_use_cache_hint():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=50)
+    assert config.use_cache  # transformers' default: the forward returns a DynamicCache
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config).eval()
+    ids = torch.zeros(1, 8, dtype=torch.long, device="meta")
+    with pytest.raises(ConversionError) as cached:
+        torch2ir.lower(model, (ids,))
+    assert "use_cache=False" in cached.value.hint and "DynamicCache" in cached.value.message
+    assert torch2ir.lower(model, (ids,), {"use_cache": False}).nodes  # the hint's fix works

@@ -112,3 +112,15 @@ def test_text_views_of_a_decoder_fold_its_layers():
     attn = ir["layers.1.self_attn"].print_readable(print_output=False)
     assert 'q_proj: "f32[1, 6, 32]" = self.q_proj(' in attn
     assert re.search(r'softmax(_\d+)?: "f32\[1, 4, 6, 6\]" = aten\.softmax\.int\(', attn), attn
+
+
+def test_print_readable_of_a_hand_built_ir_reads_arguments_from_its_edges():
+    from common import IR
+    from tests.seed import seed_dict
+
+    ir = IR.from_dict(seed_dict())  # nodes without args/kwargs or meta: the edges say what flows where
+    text = ir["root"].print_readable(print_output=False)
+    assert text.splitlines()[1:] == ["def forward(self, input_1):", "    _0 = self[0](input_1)  # custom_linear",
+                                     "    return _0"], text
+    assert "# attributes: in_features=1, out_features=2, bias=True" in ir["0"].print_readable(print_output=False)
+    assert "0  custom_linear" in str(ir)

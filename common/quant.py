@@ -49,7 +49,7 @@ ATTRIBUTES: dict[str, tuple[type, ...]] = {
     "has_customized_qrange": (bool,), "ch_axis": _INT, "averaging_constant": _NUM, "is_dynamic": (bool,),
     "is_per_channel": (bool,), "is_symmetric_quant": (bool,), "bins": _INT, "dst_nbins": _INT,
     "upsample_rate": _NUM, "eps": (*_NUM, type(None)), "scale": _NUM, "zero_point": _INT,
-    "custom_op_name": (str,), "dtype": (torch.dtype,), "compute_dtype": (torch.dtype, type(None)),
+    "custom_op": (str,), "custom_op_name": (str,), "dtype": (torch.dtype,), "compute_dtype": (torch.dtype, type(None)),
     "qscheme": (torch.qscheme, type(None)),
 }
 

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .errors import IRError
+from .treespec import load_spec
 from .values import TRAINING, Ref, Subgraph
 
 if TYPE_CHECKING:
@@ -183,13 +185,29 @@ def _annotated(name: str, meta: Any) -> str:
     return f'{name}: "{text}"' if text is not None else name
 
 
+def _structured(impl: Implementation, value: Any) -> Any:
+    """A graph's flat output list as its module returns it, where ``meta["out_spec"]`` is one value or a tuple."""
+    text = impl.meta.get("out_spec")
+    if not isinstance(text, str) or not isinstance(value, list):
+        return value
+    try:
+        spec = load_spec(text, "meta.out_spec", implementation=impl.name)
+    except IRError:
+        return value
+    if spec.is_leaf() and len(value) == 1:
+        return value[0]
+    if spec.type is tuple and spec.num_children == len(value) and all(c.is_leaf() for c in spec.children()):
+        return tuple(value)
+    return value
+
+
 def _node_line(impl: Implementation, name: str, attrs: Mapping[str, Any]) -> str:
     ntype, target = attrs.get("type", ""), str(attrs.get("implementation", ""))
     meta = attrs.get("meta")
     if ntype == "output":
         args = attrs.get("args")
         if args:
-            return f"return {_value_text(args[0])}"
+            return f"return {_value_text(_structured(impl, args[0]))}"
         return f"return {_call_args(impl, name, attrs)}"
     if ntype == "function":
         return f"{_annotated(name, meta)} = {target}({_call_args(impl, name, attrs)})"

@@ -80,6 +80,37 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
             line += self.gen_var_bindings(self.pytree_info.orig_args, free_vars, expanded_def)
         return line
 
+    def _flat_arguments(self) -> bool:
+        """Every argument is one leaf (no nested tuple/dict): flattening them is the identity."""
+        spec = self.pytree_info.in_spec
+        if spec.type is tuple and spec.num_children == 2 and spec.child(1).type is dict:
+            tops = [*spec.child(0).children(), *spec.child(1).children()]
+        else:
+            tops = spec.children()
+        return all(child.is_leaf() for child in tops) and len(tops) == len(self.pytree_info.orig_args)
+
+    def gen_var_bindings(self, fn_args: list[str], free_vars: list[str], expanded_def: bool) -> str:
+        """Bind the graph's inputs to the arguments; a plain tuple assignment when every argument is a leaf
+        (no pytree call on every forward)."""
+        if not self._flat_arguments() or len(free_vars) != len(fn_args):
+            return super().gen_var_bindings(fn_args, free_vars, expanded_def)
+        bindings = self._format_annotations(free_vars, expanded_def)
+        names = [x.split(":")[0].split("#")[0] for x in free_vars]
+        return bindings + f"""
+    {", ".join(names)}, = {", ".join(self.pytree_info.orig_args)},"""
+
+    def generate_output(self, output_args: Any, *, descs: Any = None, repr_fn: Any = None) -> str:
+        """Return the original result structure; a single value or a plain tuple is built directly."""
+        spec = self.pytree_info.out_spec if self.pytree_info is not None else None
+        if spec is not None and isinstance(output_args, (list, tuple)) and descs is None:
+            show = repr_fn or repr
+            if spec.is_leaf() and len(output_args) == 1:
+                return f"return {show(output_args[0])}"
+            if spec.type is tuple and all(c.is_leaf() for c in spec.children()) and \
+                    spec.num_children == len(output_args):
+                return f"return ({''.join(show(a) + ', ' for a in output_args)})"
+        return super().generate_output(output_args, descs=descs, repr_fn=repr_fn)
+
 
 def calling_convention(meta: dict[str, Any], implementation: str) -> SafePyTreeCodeGen:
     r"""The codegen that makes a rebuilt module take the original ``(*args, **kwargs)`` and return

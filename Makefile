@@ -12,7 +12,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(PY) pyproject.toml constraints.txt
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,lint,viz]"
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test,lint,viz,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)

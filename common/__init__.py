@@ -1,4 +1,13 @@
-"""Shared core of torch2ir / ir2torch: the IR, its files, validation, registries, safety, state."""
+"""Shared core of torch2ir / ir2torch: the IR, its files, validation, registries, safety, state.
+
+The top-level name ``common`` is generic: another distribution shipping a ``common/`` package would
+overwrite this one on install. ``torch2ir`` and ``ir2torch`` check :data:`__torch2ir_common__` on import
+and refuse, with a clear message, a ``common`` that is not this one.
+"""
+
+__version__ = "0.1.0"
+#: marker checked by ``import torch2ir`` / ``import ir2torch``: this ``common`` is the torch2ir project's
+__torch2ir_common__ = True
 
 from .errors import IRError
 from .flat import FlatIR
@@ -10,6 +19,6 @@ from .values import Ref
 from .verify import VerifyReport, verify
 
 __all__ = [
-    "FlatIR", "IR", "IRError", "Implementation", "NODE_KINDS", "Ref", "Registry", "load_safetensors",
+    "__version__", "FlatIR", "IR", "IRError", "Implementation", "NODE_KINDS", "Ref", "Registry", "load_safetensors",
     "remap_state_dict", "save_safetensors", "validate", "verify", "VerifyReport",
 ]  # fmt: skip

@@ -12,8 +12,9 @@ paths) to implementations. An implementation has
 - ``aliases``: further paths under which the same module instance is registered,
 - ``meta``: structural facts (module class, calling convention, ...).
 
-The plain nested-dict form (:meth:`IR.to_dict` / :meth:`IR.from_dict`) is the one of
-DESIGN.md; see ``docs/ir-spec.md`` for every field.
+The plain nested-dict form (:meth:`IR.to_dict` / :meth:`IR.from_dict`) is specified field by field in
+``docs/ir-spec.md``. ``str(ir)`` / ``ir.summary()`` print the module tree and ``ir[key].print_readable()``
+one graph as code (:mod:`common.textview`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .schema import (
     parse_variants,
     slot_path,
 )
+from .textview import ImplementationTextViews, IRTextViews
 from .values import values_equal
 
 __all__ = ["CARRIED_NOTES", "IR", "NODE_KINDS", "NOTES_KEY", "ORIGINAL_CLASS_KEY", "RESERVED_KEYS", "STATE_KINDS",
@@ -53,7 +55,7 @@ NOTES_KEY = "torch2ir.notes"
 CARRIED_NOTES = ("train_trace", "train_buffers")
 
 
-class Implementation:
+class Implementation(ImplementationTextViews):
     """One module instance of the IR: attributes, graph, state records.
 
     Args:
@@ -246,10 +248,10 @@ class Implementation:
                 f"{self.graph.number_of_nodes()} nodes, {self.graph.number_of_edges()} edges)")
 
 
-class IR(MutableMapping[str, Implementation]):
+class IR(IRTextViews, MutableMapping[str, Implementation]):
     """The module-level IR: implementation key -> :class:`Implementation`.
 
-    ``IR.from_dict`` accepts the plain form of DESIGN.md verbatim; ``to_dict`` returns it.
+    ``IR.from_dict`` accepts the plain form of ``docs/ir-spec.md`` verbatim; ``to_dict`` returns it.
     Saving and loading go through :mod:`common.serialize` (``ir.save`` / ``IR.load``).
     """
 
@@ -308,7 +310,7 @@ class IR(MutableMapping[str, Implementation]):
     # -- plain dict form -----------------------------------------------------------------
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, value_fn: ValueFn = _same) -> IR:
-        """Build an IR from its plain nested-dict form (the form of DESIGN.md).
+        """Build an IR from its plain nested-dict form (``docs/ir-spec.md``).
 
         Accepts edges keyed by ``(src, dst)`` / ``(src, dst, key)`` tuples or given as a
         list of ``{"src", "dst", ...}`` dicts; nodes as a mapping or a list.

@@ -97,10 +97,12 @@ def remap_state_dict(
     Raises:
         StateDictError: tensors of the wrong shape or dtype (always), and with ``strict``
             entries missing (each listed with the keys that were tried) or unknown keys;
-            every problem is listed in one error.
+            every problem is listed in one error. Always: the state dict holds entries of
+            modules a rewrite replaced (the state before the rewrite, :mod:`common.provenance`).
     """
     if not any(impl.state for impl in ir.values()):
         return dict(state_dict)
+    _refuse_consumed(state_dict, ir)
     out: dict[str, Any] = {}
     missing: list[str] = []
     problems: list[str] = []
@@ -139,6 +141,27 @@ def remap_state_dict(
                  "and ignore unknown keys",
         )
     return out
+
+
+def _refuse_consumed(state_dict: Mapping[str, Any], ir: IR) -> None:
+    """Refuse a state dict holding entries of modules a rewrite replaced (see :mod:`common.provenance`).
+
+    Raises:
+        StateDictError: it is the state of the IR before the rewrite: its unfused tensors would load silently.
+    """
+    from .provenance import consumed_sources
+
+    consumed = consumed_sources(ir)
+    if not consumed:
+        return
+    known = known_keys(ir)
+    stale = [k for k in state_dict if k not in known
+             and any(".".join(k.split(".")[:i]) in consumed for i in range(1, k.count(".") + 1))]
+    if stale:
+        raise StateDictError(
+            f"the state dict holds {len(stale)} entries of modules a rewrite replaced ({', '.join(stale[:5])}"
+            f"{', ...' if len(stale) > 5 else ''}): it is the state of the IR before the rewrite",
+            key=stale[0], hint="pass the state the rewrite returned with the IR (new_ir, new_state = ...)")
 
 
 def check_state_dict(expected: Mapping[str, torch.Tensor], given: Mapping[str, Any], *, strict: bool = True) -> None:

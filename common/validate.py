@@ -11,6 +11,7 @@
 - ``get_attr`` targets against the implementation's recorded state;
 - names (:mod:`common.validate_names`): every string that names an attribute, an argument or a
   keyword of the rebuilt model follows the rules of :mod:`common.names`, and aliases form a tree;
+- provenance (:mod:`common.provenance`): ``meta["provenance"]`` of rewritten implementations;
 - arguments: the ``Ref`` placeholders in a node's ``args``/``kwargs`` and its incoming
   edges agree one to one; without ``args``, positional slots leave no gap.
 
@@ -35,6 +36,7 @@ from .errors import (
     UnknownNodeKindError,
 )
 from .ir import IR, NODE_KINDS, Implementation, slot_path
+from .provenance import check_provenance
 from .safety import DEFAULT_ALLOWLIST, Allowlist
 from .validate_names import check_names
 from .values import Ref, Subgraph, iter_refs, iter_values
@@ -55,6 +57,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
                 implementation=key,
                 hint=f"give it another type; {', '.join(NODE_KINDS)} are reserved",
             )
+        check_provenance(key, impl.meta)
     check_names(ir)
     calls = nx.DiGraph()
     for key, impl in ir.items():

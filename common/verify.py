@@ -118,6 +118,7 @@ def verify(
     atol: float = 1e-5,
     rtol: float = 1e-5,
     seed: int | None = 0,
+    rewritten: Any = None,
 ) -> VerifyReport:
     """Run ``original`` and ``rebuilt`` on ``args``/``kwargs`` under ``torch.no_grad()`` and compare them.
 
@@ -140,6 +141,11 @@ def verify(
         rtol: relative tolerance.
         seed: ``torch.manual_seed`` applied before each forward pass (``None``: leave the random state alone,
             so train-mode models with dropout differ).
+        rewritten: the IR ``rebuilt`` was made from, when it is a rewrite of ``original``
+            (:mod:`common.rewrite`): a module that replaces original modules (a convolution with its batch norm
+            folded in) is compared with the *last* original module it replaces (the batch norm), by the
+            provenance records of the IR; where their outputs differ in shape (a fused QKV projection) the call
+            is skipped.
 
     Returns:
         A :class:`VerifyReport` on the final outputs and on the first diverging module call.
@@ -150,6 +156,13 @@ def verify(
     kwargs = dict(kwargs or {})
     out_o, calls_o = _run("original", original, args, kwargs, seed)
     out_r, calls_r = _run("rebuilt", rebuilt, args, kwargs, seed)
+    mapped: set[str] = set()
+    if rewritten is not None:
+        from .provenance import compared_paths
+
+        paths = compared_paths(rewritten)
+        mapped = {paths[p] for p, _, _ in calls_r if p in paths and paths[p] != p}
+        calls_r = [(paths.get(p, p), n, output) for p, n, output in calls_r]
 
     report = VerifyReport(ok=True, max_abs_diff=0.0)
     paths_o, leaves_o = _flatten(out_o)
@@ -181,7 +194,7 @@ def verify(
         if (path, n) not in rebuilt_by_key:
             continue
         other = rebuilt_by_key[path, n]
-        if _structure_difference(output, other) is not None:
+        if _structure_difference(output, other) is not None or (path in mapped and _shapes(output) != _shapes(other)):
             report.skipped_keys.append(_call_key(path, n))  # e.g. a rebuilt module returning only the outputs used
             continue
         report.calls_compared += 1

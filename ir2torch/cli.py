@@ -1,4 +1,4 @@
-"""The ``ir2torch`` command line: ``show``, ``render``, ``verify`` and ``diff`` (reference: ``docs/cli.md``).
+"""The ``ir2torch`` command line: ``show``, ``render``, ``verify``, ``diff``, ``rewrite`` (see ``docs/cli.md``).
 
 ::
 
@@ -37,7 +37,7 @@ from common.cli.app import (
     run,
 )
 from common.cli.model import add_model_arguments, model_and_inputs
-from common.errors import IRError
+from common.errors import IRError, StateDictError
 from common.progress import Progress
 
 __all__ = ["build_parser", "main"]
@@ -46,6 +46,9 @@ __all__ = ["build_parser", "main"]
 def _depth(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depth", type=int, metavar="N",
                         help="fold modules deeper than N into their ancestor (root is depth 0)")
+    parser.add_argument("--no-collapse", dest="collapse", action="store_false",
+                        help="show every block of a run of identical blocks (by default layers.0-31 are one "
+                        "'0-31 x32' entry)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_allow_op(diff)
     add_common_options(diff)
     diff.set_defaults(func=_diff)
+
+    from .cli_rewrite import add_rewrite_command
+
+    add_rewrite_command(commands)
     return parser
 
 
@@ -130,7 +137,7 @@ def _show(options: argparse.Namespace) -> int:
     from common.cli.summary import describe
 
     with _reading(f"summarise {options.file}"):
-        text = describe(options.file, depth=options.depth, allow=options.allow_op)
+        text = describe(options.file, depth=options.depth, allow=options.allow_op, collapse=options.collapse)
     print(text)
     return EXIT_OK
 
@@ -145,7 +152,8 @@ def _render(options: argparse.Namespace) -> int:
             source = load_any(options.file, allow=options.allow_op)
         with bar.stage("draw"), _reading(f"draw {options.file}"):
             options.output.parent.mkdir(parents=True, exist_ok=True)
-            render(source, options.output, fmt=fmt, impl=options.impl, depth=options.depth)
+            render(source, options.output, fmt=fmt, impl=options.impl, depth=options.depth,
+                   collapse=options.collapse)
     print(f"wrote {options.output}")
     return EXIT_OK
 
@@ -169,11 +177,18 @@ def _verify(options: argparse.Namespace) -> int:
                     state = load_safetensors(options.state)
                 try:
                     model.load_state_dict(state, strict=True)
-                except RuntimeError as exc:
-                    raise CommandError(f"{options.state} does not fit the model built by {options.model!r}: {exc}",
+                except RuntimeError:
+                    raise CommandError(f"{options.state} does not fit the model built by {options.model!r}: "
+                                       f"{_key_differences(model.state_dict(), state)}",
                                        hint="pass the --model and --config used when the file was written") from None
         with bar.stage("rebuild"), _reading(f"rebuild {options.file}"):
-            rebuilt = convert(options.file, state, allow=options.allow_op)
+            try:
+                rebuilt = convert(options.file, state, allow=options.allow_op)
+            except StateDictError as exc:
+                source = options.state if options.state is not None else f"the model built by {options.model!r}"
+                raise CommandError(f"the weights of {source} do not fit {options.file}: {_summary(exc.message)}",
+                                   key=exc.key, hint="pass the --model and --config (or the --state) "
+                                   f"{options.file.name} was converted from") from exc
         with bar.stage("verify"):
             try:
                 report = verify(model, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol)
@@ -181,6 +196,26 @@ def _verify(options: argparse.Namespace) -> int:
                 raise _forward_failed(exc, options) from exc
     print(report)
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _first(keys: list[str], limit: int = 3) -> str:
+    return ", ".join(keys[:limit]) + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
+
+
+def _key_differences(expected: dict, given: dict) -> str:
+    """``3 missing (a, b, c, ... (13 more)); 2 unexpected (...)``: how ``given``'s keys differ from ``expected``'s."""
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    shapes = [k for k in expected if k in given and tuple(expected[k].shape) != tuple(given[k].shape)]
+    parts = [f"{len(keys)} {what} ({_first(keys)})" for keys, what in
+             ((missing, "missing"), (unexpected, "unexpected"), (shapes, "of another shape")) if keys]
+    return "; ".join(parts) or "the keys differ"
+
+
+def _summary(message: str) -> str:
+    """A :class:`StateDictError`'s counts and its first few keys, on one line (it lists every key)."""
+    head, *listed = message.split("\n  ")
+    return f"{head} {_first([line.split(':', 1)[0] for line in listed])}" if listed else head
 
 
 def _forward_failed(exc: Exception, options: argparse.Namespace) -> CommandError:

@@ -23,6 +23,7 @@ from .budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_b
 from .flat import Executor, build_flat_module, new_executor_registry
 from .flat_state import weight_budget
 from .guard_specs import root_guard
+from .handlers.quant import restore_quantization
 from .rebuild import graph_module
 from .state import StateMap, load_into, read_state
 
@@ -176,6 +177,7 @@ class Ir2Torch:
         maps: dict[str, StateMap] = {}
         modules = {key: self._build_one(impl, device, maps, guard_inputs) for key, impl in ir.items()}
         root = attach_children(ir, modules)
+        restore_quantization(ir, modules)
         restore_state_layout(ir, modules)
         restore_tensors(ir, modules, device if state_dict is None else None)
         restore_modes(ir, modules)

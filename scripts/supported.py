@@ -32,9 +32,12 @@ def _module_types() -> list[str]:
     lines = [
         "## Module types",
         "",
-        f"{len(emitted)} `torch.nn` classes are converted to typed implementations (their attributes and state, no",
-        "graph) and rebuilt as the very same class. Any other module becomes an implementation with its own graph",
-        "(type `module`) and is rebuilt as a `torch.fx.GraphModule` at the same path.",
+        f"{len(emitted)} `torch.nn` and `torch.ao` quantization classes are converted to typed implementations (their",
+        "attributes and state, no graph) and rebuilt as the very same class. Any other module becomes an",
+        "implementation with its own graph (type `module`) and is rebuilt as a `torch.fx.GraphModule` at the same",
+        "path.",
+        "The `torch.ao` ones (observers, fake-quantize, stubs, fused and QAT layers) also carry the module's `qconfig`",
+        "and `prepare`'s observer hook as allow-listed data (`common.quant`; see extending.md, \"Quantized models\").",
         "",
         "| torch.nn module | class | IR type | ir2torch builder |",
         "|---|---|---|---|",
@@ -77,6 +80,15 @@ def _functions() -> list[str]:
         "- higher-order operators with IR subgraphs: " + ", ".join(f"`{n}`" for n in sorted(HIGHER_ORDER_OPS)) + ";",
         f"- {len(PYTHON_FUNCTIONS)} Python functions: " + ", ".join(f"`{n}`" for n in sorted(PYTHON_FUNCTIONS)) + ";",
         "- names a converter adds with `Allowlist.allow(name, fn)` (that converter only).",
+        "",
+        "Opt-in namespaces (operators other libraries register with `torch.library`, accepted only with `allow=`,",
+        "`--allow-op` or `.allowlist.allow(...)`, and resolved only among operators registered in the process):",
+        "",
+        "| namespace | registered by | for |",
+        "|---|---|---|",
+        "| `transformers::*` | `transformers` | mixture-of-experts layers (`transformers::grouped_mm_fallback`) |",
+        "| `quantized_decomposed::*` | `torch.ao` / `torchao` (PT2E) | `convert_pt2e` models: "
+        "`quantize_per_tensor`, `dequantize_per_channel`, ... |",
     ]
 
 

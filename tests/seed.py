@@ -1,4 +1,4 @@
-"""The seed IR of DESIGN.md, verbatim (tuple edge keys, attributes at the top level)."""
+"""The seed IR of docs/ir-spec.md's plain dict form, verbatim (tuple edge keys, attributes at the top level)."""
 
 import copy
 

@@ -1,4 +1,4 @@
-"""Invariants 1-3 of DESIGN.md on every zoo and real model: convert -> JSON -> rebuild -> load.
+"""The round-trip invariants on every zoo and real model: convert -> JSON -> rebuild -> load.
 
 Outputs must be *identical* (max abs diff 0: the same ATen ops run in the same order),
 with the same pytree structure, module paths, state-dict keys, real leaf classes, shared

@@ -31,6 +31,7 @@ from .hooks import check_hooked_frames, check_hooks, hook_scopes, relocate_hook_
 from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
 from .tensormeta import state_record
+from .torch_logs import torch_logs_to_debug
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
 from .training import (
@@ -58,7 +59,7 @@ def build_ir(
         _raise(table.errors)
         _keep_tensors(ir, table, {})
         return ir
-    with hook_scopes(model, hooked), record_calls(signature_targets(model, table)) as calls:
+    with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls:
         ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve=_preserved(model, table), on_attempt=calls.clear)
     relocate_hook_ops(ep)
@@ -125,7 +126,7 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
         return fast
     try:
         with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings(), \
-                hook_scopes(model, hooked):
+                hook_scopes(model, hooked, table), torch_logs_to_debug():  # a failed train trace's dumps: DEBUG only
             warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
             ep = torch.export.export(export_root(model), tuple(args), dict(kwargs or {}), strict=strict,
                                      dynamic_shapes=dynamic_shapes,

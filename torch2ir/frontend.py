@@ -22,15 +22,23 @@ from torch import fx, nn
 
 from common.errors import ConversionError
 
+from .torch_logs import torch_logs_to_debug
+
 #: torch.export's warning about RNN modules re-assigning ``_flat_weights`` while traced (harmless).
 RNN_WARNING = r"The tensor attributes .*_flat_weights"
 
 
 @contextlib.contextmanager
 def traced_mode(model: nn.Module, training: bool = False) -> Iterator[None]:
-    """Put every module in eval (or train) mode, restoring each one's own flag afterwards."""
+    """Put every module in eval (or train) mode, restoring each one's own flag afterwards.
+
+    The flags are set, not switched with ``Module.train``: a model exported by ``torch.export`` (a PT2E
+    ``prepare_pt2e`` / ``convert_pt2e`` result) refuses ``train()`` / ``eval()``, and its graph computes what
+    it was exported with whatever its flag says, so the trace records what the model really computes.
+    """
     flags = [(m, m.training) for m in model.modules()]
-    model.train(training)
+    for module, _ in flags:
+        module.training = training
     try:
         yield
     finally:
@@ -137,7 +145,7 @@ def export(
         if on_attempt is not None:
             on_attempt()  # forget what a failed attempt recorded
         try:
-            with traced_mode(model), graph_module_scopes(model), warnings.catch_warnings():
+            with traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), torch_logs_to_debug():
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
                 ep = torch.export.export(
@@ -148,9 +156,22 @@ def export(
         except Exception as exc:  # noqa: BLE001 - export raises many types; all are reported
             last = exc
     first_line = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__
-    raise ConversionError(
-        f"torch.export could not trace {name}: {type(last).__name__}: {first_line}",
-        implementation="root",
-        hint="make the model traceable by torch.export (see its error above); "
-        "data-dependent Python control flow needs torch.cond, and unsupported outputs need a pytree registration",
-    ) from last
+    raise ConversionError(f"torch.export could not trace {name}: {type(last).__name__}: {first_line}",
+                          implementation="root", hint=export_hint(last)) from last
+
+
+def export_hint(exc: BaseException | None) -> str:
+    """What to do about a failed export, from what failed: data-dependent control flow, an output type
+    export cannot flatten, or (anything else) the model raising on the example inputs."""
+    text, kind = str(exc), type(exc).__name__
+    if "DataDependent" in kind or "data-dependent" in text or "data dependent" in text:
+        return ("Python control flow on a tensor's value cannot be traced: use torch.cond, or make the branch "
+                "depend on shapes only")
+    if "cache_utils" in text:  # transformers' DynamicCache & co. in the output
+        return ("the model returns its key/value cache (a transformers Cache object): build it with "
+                "use_cache=False in its config, or pass use_cache=False in kwargs")
+    if "pytree" in text:
+        return "the model returns or takes a type torch.export cannot flatten: register it as a pytree node"
+    return ("check the example inputs (shapes, dtypes, which arguments) against the model's forward: it raised "
+            "while traced on them; if model(*inputs) runs in eager mode, torch.export cannot trace it (see the "
+            "error with --debug or its __cause__)")

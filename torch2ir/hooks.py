@@ -27,7 +27,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.ao.quantization import DeQuantStub
 from torch.nn.modules import module as _module
+
+from common.quant import CLASSES, hook_to_data
 
 from .frontend import needs_signature
 from .modules import ModuleTable
@@ -108,6 +111,8 @@ def check_hooks(model: nn.Module, table: ModuleTable) -> tuple[list[Problem], li
                              f"{type(table.module_of_key[table.key(inside) or 'root']).__name__} {inside!r}",
                              "the handled module is rebuilt as its own class without hooks; remove the hook, "
                              "or drop the handler of the enclosing class"))
+        elif leaf and hook_to_data(module) is not None:
+            continue  # torch.ao's observer hook: recorded in meta["observer_hook"] and registered on the rebuilt leaf
         elif leaf and path == "":
             problems.append((key, f"forward hook(s) {names} on the whole model, a handled "
                              f"{type(module).__name__}", "wrap the model in a module whose forward calls it"))
@@ -129,15 +134,20 @@ class _Scope(nn.Module):
 
 
 @contextlib.contextmanager
-def hook_scopes(model: nn.Module, paths: list[str]) -> Iterator[None]:
-    """While exporting: run every forward (pre-)hook of the leaves at ``paths`` inside a :class:`_Scope` call.
+def hook_scopes(model: nn.Module, paths: list[str], table: ModuleTable | None = None) -> Iterator[None]:
+    """While exporting: run every forward (pre-)hook of the leaves at ``paths`` inside a :class:`_Scope` call,
+    and trace each handled leaf of :data:`STAND_IN_TYPES` (of ``table``) as one op that records its call.
 
     Each hook is replaced in place (same handle id, so its ``with_kwargs`` / ``always_call`` flags stay) by a
     wrapper, and the scope module is registered under the leaf as :data:`SCOPE_NAME`; all is put back after.
     """
     saved: list[tuple[dict[int, Any], int, Any]] = []
     added: list[nn.Module] = []
+    stubs = [m for m in model.modules() if type(m) in STAND_IN_TYPES and "forward" not in vars(m)
+             and table is not None and table.is_leaf(m)]
     try:
+        for stub in stubs:
+            stub.forward = _marked_identity
         for path in paths:
             leaf = model.get_submodule(path)
             scope = _Scope()
@@ -154,6 +164,21 @@ def hook_scopes(model: nn.Module, paths: list[str]) -> Iterator[None]:
             hooks[handle_id] = hook
         for leaf in added:
             leaf._modules.pop(SCOPE_NAME, None)
+        for stub in stubs:
+            vars(stub).pop("forward", None)
+
+
+#: Handled leaves traced as :func:`_marked_identity`: a ``DeQuantStub`` is an identity until ``convert`` makes it a
+#: real dequantize, so its call must leave an op to be recorded by; observers and fake-quantize modules branch on
+#: their buffers' values (``observer_enabled``, an unset ``min_val``), which torch.export cannot trace. Their
+#: calls are recorded either way and the rebuild runs the real classes, so what their stand-in computes is unused.
+STAND_IN_TYPES: frozenset[type] = frozenset({DeQuantStub, *CLASSES.values()})
+
+
+def _marked_identity(x: Any) -> Any:
+    """The forward of :data:`STAND_IN_TYPES` during the export: the input, through one op (so the call is
+    recorded)."""
+    return torch.ops.aten.alias.default(x) if isinstance(x, torch.Tensor) else x
 
 
 def _scoped(scope: _Scope, hook: Any) -> Any:

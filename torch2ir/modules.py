@@ -16,6 +16,7 @@ from torch import fx, nn
 
 from common.errors import IRSerializationError
 from common.ir import IR, ORIGINAL_CLASS_KEY, Implementation
+from common.quant import hook_to_data, qconfig_to_data
 from common.values import encode
 
 from .tensormeta import state_record
@@ -105,6 +106,7 @@ class ModuleTable:
         cls = type(module)
         # "source": the original module path; rewrites keep it so the original state dict can be remapped
         meta = {"class": original_class(module), "training": module.training, "source": key}
+        self._quant_meta(key, module, meta)
         if self.is_leaf(module):
             try:
                 data = self.converter.attributes(module)
@@ -122,7 +124,26 @@ class ModuleTable:
             return Implementation(key, CONTAINER_TYPES[cls], meta=meta)
         return Implementation(key, GRAPH_TYPE, meta=meta)
 
+    def _quant_meta(self, key: str, module: nn.Module, meta: dict[str, Any]) -> None:
+        """``meta["qconfig"]`` of a module with a ``qconfig`` and ``meta["observer_hook"]`` of a handled leaf
+        with the observer hook of ``torch.ao.quantization.prepare`` (see :mod:`common.quant`)."""
+        qconfig = getattr(module, "qconfig", None)
+        if qconfig is not None:
+            try:
+                meta["qconfig"] = qconfig_to_data(qconfig)
+            except ValueError as exc:
+                self.errors.append((key, f"{type(module).__name__}.qconfig cannot be recorded: {exc}",
+                                    "use observers and fake-quantize classes of torch.ao.quantization (common.quant."
+                                    "CLASSES) in the qconfig, or set qconfig = None before converting"))
+        if self.is_leaf(module) and (hook := hook_to_data(module)) is not None:
+            meta["observer_hook"] = hook
+
     def _record_state(self, ir: IR) -> None:
+        """Parameters and buffers of every module. A buffer is recorded persistent only when the model's
+        ``state_dict()`` really holds it: a library that keeps registered buffers out of its state dict (brevitas'
+        constants, by ``_save_to_state_dict`` overrides) gets them recorded as non-persistent, so their values
+        travel with the IR (``ir.tensors``) and a rebuild from ``state_dict()`` has them, or names them."""
+        saved = set(self.model.state_dict(keep_vars=True))
         owner: dict[int, str] = {}
         for key, module in self.module_of_key.items():
             prefix = "" if key == "root" else key + "."
@@ -138,7 +159,7 @@ class ModuleTable:
             for name, buf in module._buffers.items():
                 if buf is None:
                     continue
-                persistent = name not in module._non_persistent_buffers_set
+                persistent = name not in module._non_persistent_buffers_set and prefix + name in saved
                 rec = state_record(buf, "buffer", persistent=persistent)
                 tie = owner.setdefault(id(buf), prefix + name)
                 if tie != prefix + name:

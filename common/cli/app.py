@@ -9,27 +9,36 @@ Exit codes of both tools:
 - ``2``: usage or input error: bad options, a missing or malformed file, an unknown model factory,
   a shape that does not parse, any :class:`~common.errors.IRError`, and any other exception (a file
   is untrusted data: whatever a library raises on it is a bad input). One line goes to ``stderr``
-  (``torch2ir: error: ...``, with the hint), without a traceback unless ``--debug`` is given.
+  (``torch2ir: error: ...``, with the hint), without a traceback unless ``--debug`` is given;
+- ``141`` (128 + SIGPIPE, as for any Unix tool): the reader of ``stdout`` went away
+  (``ir2torch show big.flat.json | head``); nothing more is written, and no error.
+
+``--debug`` also shows, on ``stderr``, what torch logs while a model is traced (the logger ``torch2ir``
+at DEBUG; see :mod:`torch2ir.torch_logs`), which is kept out of sight otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from ..errors import IRError
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CheckFailedError", "CommandError", "Parser", "add_allow_op",
-    "add_common_options",
+    "EXIT_BROKEN_PIPE", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "CheckFailedError", "CommandError", "Parser",
+    "add_allow_op", "add_common_options",
     "drop_script_folder", "first_line", "one_line", "run",
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: the exit code of a command whose ``stdout`` reader closed the pipe (128 + SIGPIPE)
+EXIT_BROKEN_PIPE = 141
 
 
 class CommandError(IRError):
@@ -53,7 +62,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
-    """Add ``--debug`` and ``--quiet`` (accepted before and after the command name).
+    """Add ``--debug`` and ``--quiet`` (accepted before and after the command name), and ``--version`` (top only).
 
     Args:
         parser: the top-level parser or a command's parser.
@@ -61,6 +70,11 @@ def add_common_options(parser: argparse.ArgumentParser, *, top: bool = False) ->
             options alone so a flag given before the command name is kept.
     """
     default: Any = False if top else argparse.SUPPRESS
+    if top:
+        from .. import __version__
+
+        parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                            help="print the version and exit")
     parser.add_argument("--debug", action="store_true", default=default,
                         help="show the full traceback of an error")
     parser.add_argument("-q", "--quiet", action="store_true", default=default,
@@ -115,7 +129,13 @@ def run(prog: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None) 
     try:
         options = parser.parse_args(argv)
         command: Callable[[argparse.Namespace], int] = options.func
-        return int(command(options))
+        with _debug_logging(debug):
+            code = int(command(options))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's final flush
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
@@ -125,6 +145,43 @@ def run(prog: str, parser: argparse.ArgumentParser, argv: Sequence[str] | None) 
         failed = isinstance(exc, CheckFailedError)
         print(f"{prog}: {'failed' if failed else 'error'}: {one_line(exc)}", file=sys.stderr)
         return EXIT_FAILED if failed else EXIT_USAGE
+
+
+def _silence_stdout() -> None:
+    """Point ``stdout`` at ``/dev/null`` after its reader went away, so the interpreter's final flush of what is
+    still buffered does not raise a second ``BrokenPipeError`` ("Exception ignored ...")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout is not a real file (a test's capture): nothing to flush
+        pass
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time of each record (a test may replace it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.setStream(sys.stderr)
+        super().emit(record)
+
+
+@contextlib.contextmanager
+def _debug_logging(enabled: bool) -> Iterator[None]:
+    """With ``enabled``, show the ``torch2ir`` loggers' DEBUG records (torch's own output while tracing) on
+    ``stderr`` for the duration of the command."""
+    if not enabled:
+        yield
+        return
+    logger = logging.getLogger("torch2ir")
+    level, handler = logger.level, _StderrHandler()
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def drop_script_folder() -> None:

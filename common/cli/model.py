@@ -25,6 +25,7 @@ import difflib
 import importlib
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -198,18 +199,53 @@ def _build_hf(name: str, overrides: dict[str, Any]) -> nn.Module:
     except ImportError:
         raise CommandError("--hf needs the transformers package", hint="pip install transformers") from None
     if name not in CONFIG_MAPPING:
-        near = difflib.get_close_matches(name, list(CONFIG_MAPPING.keys()), n=3)
-        raise CommandError(f"unknown transformers model type {name!r}",
-                           hint=f"did you mean {', '.join(near)}?" if near else "e.g. bert, gpt2, llama, vit, t5")
+        types = list(CONFIG_MAPPING.keys())
+        stem = re.split(r"[-_/.]", name.rsplit("/", 1)[-1].lower())[0]  # google-bert/bert-base-uncased -> bert
+        near = list(dict.fromkeys([*([stem] if stem in CONFIG_MAPPING else []),
+                                   *difflib.get_close_matches(name, types, n=3)]))[:3]
+        raise CommandError(f"unknown transformers model type {name!r}: --hf takes a model type (bert, gpt2, llama, "
+                           "...), not a checkpoint name, and builds the model from its config with random weights; "
+                           "it never downloads or loads weights",
+                           hint=(f"did you mean {', '.join(near)}? " if near else "")
+                           + "set sizes with --config, e.g. '{\"num_hidden_layers\": 2}'")
     attn = overrides.pop("attn_implementation", "eager")
     try:
         config = AutoConfig.for_model(name, **overrides)
+        _check_config_fields(name, config, overrides)
         if "use_cache" not in overrides and hasattr(config, "use_cache"):
             config.use_cache = False  # cache objects are not exportable
         return AutoModel.from_config(config, attn_implementation=attn)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise CommandError(f"cannot build transformers model {name!r}: {exc}",
                            hint="check the --config fields against the model's config class") from exc
+
+
+def _check_config_fields(name: str, config: Any, overrides: dict[str, Any]) -> None:
+    """Refuse ``--config`` fields the model type's config class does not know.
+
+    transformers keeps an unknown keyword as a plain attribute that nothing reads, so a typo
+    (``num_hiden_layers``) would silently build the full-size model. A field is refused when the built
+    ``config`` kept it as such an attribute: not a field of the default config nor an alias of one
+    (``attribute_map``). Keywords the config class consumes (``rope_theta`` into ``rope_parameters``,
+    ``torch_dtype`` into ``dtype``) are not kept and pass.
+
+    Raises:
+        CommandError: naming the unknown fields and the nearest known ones.
+    """
+    cls = type(config)
+    try:
+        default = set(cls().to_dict())
+    except Exception:  # noqa: BLE001 - a config class that cannot be built by default: nothing to compare with
+        return
+    known = default | set(getattr(cls, "attribute_map", {}))
+    kept = set(config.to_dict())
+    unknown = [field for field in overrides if field in kept and field not in known]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], sorted(known), n=3)
+        raise CommandError(f"--config field{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                           f"{'are' if len(unknown) > 1 else 'is'} not known to {cls.__name__} (model type {name!r})",
+                           hint=f"did you mean {', '.join(near)}?" if near else
+                           f"see the fields of transformers' {cls.__name__}")
 
 
 def model_and_inputs(options: argparse.Namespace) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:

@@ -6,17 +6,22 @@ Both work on either kind of file, told apart by the JSON header's ``format``: th
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ..errors import IRFormatError
 from ..flat import FlatIR
 from ..flat_schema import FLAT_FORMAT, document_format
 from ..ir import IR
-from ..render.graphs import compact_count, flat_hierarchy_graph, hierarchy_graph
+from ..render.graphs import compact_count, flat_hierarchy_graph
 from ..serialize import IR_FORMAT
+from ..textview import elements, ir_summary_lines, tensor_text, top_counts, tree_lines
 from ..values import encode
 from .app import CommandError
 
@@ -25,12 +30,32 @@ __all__ = ["describe", "diff", "load_any"]
 
 def load_any(path: str | os.PathLike, *, allow: list[str] | None = None) -> IR | FlatIR:
     """Load an IR or FlatIR file, whichever its header names (both are validated on load); ``allow``:
-    operators of other namespaces to accept (``--allow-op``).
+    operators of other namespaces to accept (``--allow-op``). A file whose pytree spec names a transformers
+    output class is read again after importing transformers' output classes, if transformers is installed.
 
     Raises:
         IRFormatError: the file is missing, not JSON, or not valid for its format.
         CommandError: the header names neither format.
     """
+    try:
+        return _load(path, allow)
+    except IRFormatError as exc:
+        if "'transformers." not in exc.message or not _import_transformers():
+            raise
+    return _load(path, allow)  # once more, with transformers' output classes registered
+
+
+def _import_transformers() -> bool:
+    """Import ``transformers.modeling_outputs`` (a fixed module, never a name from the file) when installed and not
+    imported yet, so an IR of a transformers model, whose output spec names its ``ModelOutput`` class, can be read.
+    Returns whether it was imported now."""
+    if "transformers" in sys.modules or importlib.util.find_spec("transformers") is None:
+        return False
+    importlib.import_module("transformers.modeling_outputs")
+    return True
+
+
+def _load(path: str | os.PathLike, allow: list[str] | None) -> IR | FlatIR:
     fmt = document_format(path)
     if fmt == FLAT_FORMAT:
         return FlatIR.load(path, allow=allow)
@@ -40,42 +65,15 @@ def load_any(path: str | os.PathLike, *, allow: list[str] | None = None) -> IR |
                        hint="pass a file written by torch2ir convert or torch2ir lower")
 
 
-def _tensor_text(meta: dict[str, Any] | None) -> str:
-    if not meta or "shape" not in meta:
-        return "?"
-    dtype = meta.get("dtype")
-    name = str(dtype).removeprefix("torch.") if dtype is not None else "?"
-    return f"{name}[{', '.join(str(d) for d in meta['shape'])}]"
-
-
-def _top(counter: Counter, limit: int = 8) -> str:
-    items = counter.most_common()
-    text = ", ".join(f"{n} {k}" for k, n in items[:limit])
-    return text + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
-
-
-def _tree_lines(tree: Any, annotate: Any) -> list[str]:
-    """An indented text tree (``├─``/``└─``) of a drawing tree, each line ``name  annotation``."""
-    lines: list[str] = []
-
-    def walk(node: str, prefix: str, last: bool, top: bool) -> None:
-        connector = "" if top else ("└─ " if last else "├─ ")
-        lines.append(f"{prefix}{connector}{annotate(node)}")
-        children = list(tree.successors(node))
-        inner = prefix if top else prefix + ("   " if last else "│  ")
-        for i, child in enumerate(children):
-            walk(child, inner, i == len(children) - 1, False)
-
-    walk("root", "", True, True)
-    return lines
-
-
-def describe(path: str | os.PathLike, *, depth: int | None = None, allow: list[str] | None = None) -> str:
+def describe(path: str | os.PathLike, *, depth: int | None = None, allow: list[str] | None = None,
+             collapse: bool = True) -> str:
     """The summary ``ir2torch show`` prints: header, counts, inputs, parameters and the module tree.
 
     Args:
         path: an IR or FlatIR JSON file.
         depth: fold the tree below this depth.
+        allow: operators of other namespaces to accept (``--allow-op``).
+        collapse: write a run of identical blocks once (``0-31 x32``).
 
     Raises:
         IRError: the file cannot be loaded (see :func:`load_any`).
@@ -84,75 +82,31 @@ def describe(path: str | os.PathLike, *, depth: int | None = None, allow: list[s
     size = Path(path).stat().st_size
     if isinstance(source, FlatIR):
         head = [f"file             {Path(path).name} ({FLAT_FORMAT}, {size} bytes)"]
-        return "\n".join(head + _describe_flat(source, depth))
+        return "\n".join(head + _describe_flat(source, depth, collapse))
     head = [f"file             {Path(path).name} ({IR_FORMAT}, {size} bytes)"]
-    return "\n".join(head + _describe_ir(source, depth))
+    return "\n".join(head + ir_summary_lines(source, depth, collapse=collapse))
 
 
-def _describe_ir(ir: IR, depth: int | None) -> list[str]:
-    root = ir.get("root")
-    meta = root.meta if root is not None else {}
-    types = Counter(impl.type for impl in ir.values())
-    nodes = {key: impl.graph.number_of_nodes() for key, impl in ir.items() if impl.graph.number_of_nodes()}
-    params = [rec for impl in ir.values() for rec in impl.state.values()
-              if rec.get("kind") == "parameter" and not isinstance(rec.get("tie"), str)]
-    buffers = [rec for impl in ir.values() for rec in impl.state.values() if rec.get("kind") == "buffer"]
-    biggest = sorted(nodes.items(), key=lambda kv: -kv[1])[:3]
-    inputs = [f"{n}: {_tensor_text(a.get('meta'))}" for n, a in root.graph.nodes(data=True)
-              if a.get("type") == "input"] if root is not None else []
-    lines = [
-        f"model            {meta.get('class', '?')} (torch {meta.get('torch_version', '?')})",
-        f"implementations  {len(ir)}: {_top(types)}",
-        f"graph nodes      {sum(nodes.values())} in {len(nodes)} graphs"
-        + (f" (largest: {', '.join(f'{k} {n}' for k, n in biggest)})" if biggest else ""),
-        f"parameters       {compact_count(_elements(params))} elements in {len(params)} tensors; "
-        f"buffers {len(buffers)} ({compact_count(_elements(buffers))} elements)",
-        f"inputs           {', '.join(inputs) or '-'}",
-        "tree",
-    ]
-    tree = hierarchy_graph(ir, depth)
-
-    def annotate(node: str) -> str:
-        name, *rest = tree.nodes[node]["label"].split("\n")
-        impl = ir.get(node)
-        extra = rest[1:]
-        if impl is not None and impl.graph.number_of_nodes():
-            extra.insert(0, f"{impl.graph.number_of_nodes()} nodes")
-        return f"{name}  {rest[0] if rest else ''}" + (f"  ({', '.join(extra)})" if extra else "")
-
-    return lines + _tree_lines(tree, annotate)
-
-
-def _describe_flat(flat: FlatIR, depth: int | None) -> list[str]:
+def _describe_flat(flat: FlatIR, depth: int | None, collapse: bool) -> list[str]:
     ops = Counter(n.op_type for n in flat.nodes)
     kinds = Counter(w.kind for w in flat.weights)
     lines = [
         f"model            {flat.meta.get('model', '?')} (torch {flat.meta.get('torch_version', '?')}, "
         f"decomposition {flat.meta.get('decomposition', '?')}, traced on {flat.meta.get('device', '?')})",
-        f"ops              {len(flat.nodes)}: {_top(ops)}",
-        f"weights          {len(flat.weights)} ({_top(kinds)}), "
-        f"{compact_count(_elements([w.to_dict() for w in flat.weights]))} elements",
-        f"inputs           {', '.join(f'{m.name}: {_tensor_text(m.to_dict())}' for m in flat.graph_inputs) or '-'}",
-        f"outputs          {', '.join(f'{m.name}: {_tensor_text(m.to_dict())}' for m in flat.graph_outputs) or '-'}",
+        f"ops              {len(flat.nodes)}: {top_counts(ops)}",
+        f"weights          {len(flat.weights)} ({top_counts(kinds)}), "
+        f"{compact_count(elements([w.to_dict() for w in flat.weights]))} elements",
+        f"inputs           {', '.join(f'{m.name}: {tensor_text(m.to_dict())}' for m in flat.graph_inputs) or '-'}",
+        f"outputs          {', '.join(f'{m.name}: {tensor_text(m.to_dict())}' for m in flat.graph_outputs) or '-'}",
         "tree (ops run in each module)",
     ]
-    tree = flat_hierarchy_graph(flat, depth)
+    tree = flat_hierarchy_graph(flat, depth, collapse=collapse)
 
     def annotate(node: str) -> str:
         name, *rest = tree.nodes[node]["label"].split("\n")
         return f"{name}  ({', '.join(rest)})"
 
-    return lines + _tree_lines(tree, annotate)
-
-
-def _elements(records: list[dict[str, Any]]) -> int:
-    total = 0
-    for rec in records:
-        n = 1
-        for d in rec.get("shape", []):
-            n *= d if isinstance(d, int) else 1
-        total += n
-    return total
+    return lines + tree_lines(tree, annotate)
 
 
 # -- diff ----------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 DOT and Mermaid text need nothing beyond networkx; PNG and SVG need matplotlib (the ``viz`` extra)::
 
     from common.render import render
-    render(ir, "model.png", depth=3)                  # module tree, folded below depth 3
+    render(ir, "model.png", depth=3)                  # module tree, folded below depth 3, repeated blocks once
     render(ir, "layer0.svg", impl="encoder.layer.0")  # the graph of one implementation
     render(flat, "ops.mmd", impl="encoder.layer.0")   # the ATen ops that ran in a module
 """
@@ -46,7 +46,8 @@ def format_of(path: str | os.PathLike, fmt: str | None = None) -> str:
     return FORMATS[suffix]
 
 
-def drawing_graph(source: IR | FlatIR, *, impl: str | None = None, depth: int | None = None) -> nx.DiGraph:
+def drawing_graph(source: IR | FlatIR, *, impl: str | None = None, depth: int | None = None,
+                  collapse: bool = True) -> nx.DiGraph:
     """The graph to draw: the module tree of ``source``, or one implementation's graph with ``impl``.
 
     Args:
@@ -54,14 +55,16 @@ def drawing_graph(source: IR | FlatIR, *, impl: str | None = None, depth: int | 
         impl: an implementation key (IR) or module path (FlatIR: the ops that ran in it); ``None``
             draws the hierarchy.
         depth: fold modules deeper than this into their ancestor (hierarchy only).
+        collapse: draw a run of identical blocks (``layers.0`` .. ``layers.31``) once, as ``0-31 x32``
+            (hierarchy only).
 
     Raises:
         MissingImplementationError: the IR has no implementation ``impl``.
         RenderError: no op of the FlatIR ran in ``impl``, or ``depth`` is negative.
     """
     if isinstance(source, FlatIR):
-        return flat_hierarchy_graph(source, depth) if impl is None else flat_ops_graph(source, impl)
-    return hierarchy_graph(source, depth) if impl is None else implementation_graph(source, impl)
+        return flat_hierarchy_graph(source, depth, collapse=collapse) if impl is None else flat_ops_graph(source, impl)
+    return hierarchy_graph(source, depth, collapse=collapse) if impl is None else implementation_graph(source, impl)
 
 
 def render(
@@ -71,6 +74,7 @@ def render(
     fmt: str | None = None,
     impl: str | None = None,
     depth: int | None = None,
+    collapse: bool = True,
 ) -> Path:
     """Draw ``source`` (see :func:`drawing_graph`) into ``path``, atomically.
 
@@ -80,6 +84,7 @@ def render(
         fmt: ``"png"``, ``"svg"``, ``"dot"`` or ``"mermaid"``.
         impl: draw this implementation's graph instead of the hierarchy.
         depth: fold the hierarchy below this depth.
+        collapse: draw each run of identical blocks once (``0-31 x32``); ``False`` draws every block.
 
     Returns:
         ``path``.
@@ -89,7 +94,7 @@ def render(
         MissingImplementationError: ``impl`` is not a key of the IR.
     """
     fmt = format_of(path, fmt)
-    graph = drawing_graph(source, impl=impl, depth=depth)
+    graph = drawing_graph(source, impl=impl, depth=depth, collapse=collapse)
     if fmt == "dot":
         return write_text_atomic(path, to_dot(graph))
     if fmt == "mermaid":

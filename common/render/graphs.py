@@ -11,7 +11,9 @@ matplotlib writers need to know nothing about IRs:
   ``path`` (the full module path or node name the node stands for).
 
 ``depth`` collapses deeper modules into their ancestor at that depth, which then says how many modules
-it hides: a 100-module model drawn with ``depth=3`` stays readable.
+it hides: a 100-module model drawn with ``depth=3`` stays readable. ``collapse`` (on by default) draws a
+run of identical blocks (``layers.0`` .. ``layers.31``) once, named ``0-31 x32``, with a ``repeat`` node
+attribute (see :mod:`common.render.repeats`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import networkx as nx
 from ..errors import IRError
 from ..flat import FlatIR
 from ..ir import IR, parent_key
+from .repeats import flat_signatures, fold_repeats, ir_signatures, repeat_name
 
 __all__ = ["RenderError", "compact_count", "flat_hierarchy_graph", "flat_ops_graph", "hierarchy_graph",
            "implementation_graph"]
@@ -76,12 +79,14 @@ def _collapse(tree: nx.DiGraph, depth: int | None) -> nx.DiGraph:
     return out
 
 
-def hierarchy_graph(ir: IR, depth: int | None = None) -> nx.DiGraph:
+def hierarchy_graph(ir: IR, depth: int | None = None, *, collapse: bool = True) -> nx.DiGraph:
     """The module tree of ``ir``: one node per implementation key and per alias path.
 
     Args:
         ir: a module-level IR.
         depth: keep modules down to this depth (``root`` is 0) and fold deeper ones into their ancestor.
+        collapse: draw each run of identical integer-named siblings once (``0-31 x32``); its counts are
+            those of one block (``each``).
 
     Returns:
         A ``layout="tree"`` graph; labels hold the module's name, its class (or IR type) and,
@@ -94,6 +99,8 @@ def hierarchy_graph(ir: IR, depth: int | None = None) -> nx.DiGraph:
     tree = _tree([*ir.keys(), *aliases])
     own = {key: _own_params(impl.state) for key, impl in ir.items()}
     tree = _collapse(tree, depth)
+    if collapse:
+        tree = fold_repeats(tree, ir_signatures(ir))
     root_class = ir["root"].meta.get("class", "") if "root" in ir else ""
     tree.graph["title"] = f"module hierarchy of {_short(root_class) or 'the model'}: {len(ir)} implementations"
     for node in tree:
@@ -104,6 +111,9 @@ def hierarchy_graph(ir: IR, depth: int | None = None) -> nx.DiGraph:
             continue
         impl = ir.get(node)
         name = "root" if node == "root" else _short(node)
+        each = ""
+        if "repeat" in attrs:
+            name, each = repeat_name(attrs["repeat"]), " each"
         if impl is None:  # a prefix that is not itself a module (cannot happen for IRs from torch2ir)
             attrs.update(kind="graph", label=name)
             continue
@@ -111,12 +121,12 @@ def hierarchy_graph(ir: IR, depth: int | None = None) -> nx.DiGraph:
         lines = [name, cls if cls.lower() == impl.type or impl.type == "module" else f"{cls} ({impl.type})"]
         if "hidden" in attrs:
             params = own[node] + sum(own.get(h, 0) for h in attrs["hidden_nodes"] if h not in aliases)
-            lines.append(f"{_plus(attrs.pop('hidden'))}, {compact_count(params)} params")
+            lines.append(f"{_plus(attrs.pop('hidden'))}, {compact_count(params)} params{each}")
             attrs.pop("hidden_nodes")
             kind = "collapsed"
         else:
             if own[node]:
-                lines.append(f"{compact_count(own[node])} params")
+                lines.append(f"{compact_count(own[node])} params{each}")
             kind = "root" if node == "root" else "container" if impl.type in CONTAINERS else (
                 "graph" if impl.type == "module" else "leaf")
         attrs.update(kind=kind, label="\n".join(lines))
@@ -168,8 +178,10 @@ def _ops(n: int) -> str:
     return f"{n} op" if n == 1 else f"{n} ops"
 
 
-def flat_hierarchy_graph(flat: FlatIR, depth: int | None = None) -> nx.DiGraph:
+def flat_hierarchy_graph(flat: FlatIR, depth: int | None = None, *, collapse: bool = True) -> nx.DiGraph:
     """The module tree a FlatIR's ops ran in, each module labelled with the number of ops it ran itself.
+
+    ``collapse``: draw each run of integer-named sibling modules that ran the same ops once (``0-31 x32``).
 
     Raises:
         RenderError: ``depth`` is negative.
@@ -185,14 +197,19 @@ def flat_hierarchy_graph(flat: FlatIR, depth: int | None = None) -> nx.DiGraph:
         for cut in range(1, len(parts) + 1):
             paths[".".join(parts[:cut])] = None
     tree = _collapse(_tree(paths), depth)
+    if collapse:
+        tree = fold_repeats(tree, flat_signatures(flat))
     tree.graph["title"] = f"modules of {_short(str(flat.meta.get('model', 'the model')))}: {len(flat.nodes)} ops"
     for node in tree:
         attrs = tree.nodes[node]
         name = "root" if node == "root" else _short(node)
-        lines = [name, _ops(ops.get(node, 0))]
+        each = ""
+        if "repeat" in attrs:
+            name, each = repeat_name(attrs["repeat"]), " each"
+        lines = [name, _ops(ops.get(node, 0)) + each]
         if "hidden" in attrs:
             inner = sum(ops.get(h, 0) for h in attrs.pop("hidden_nodes"))
-            lines[1] = _ops(ops.get(node, 0) + inner)
+            lines[1] = _ops(ops.get(node, 0) + inner) + each
             lines.append(_plus(attrs.pop("hidden")))
             kind = "collapsed"
         else:

@@ -20,6 +20,7 @@ from . import (
     loss,
     norm,
     pooling,
+    quant,
     recurrent,
     shape,
 )
@@ -39,4 +40,5 @@ def register_defaults(converter: Any) -> None:
     attention.register(converter)
     distance.register(converter)
     loss.register(converter)
+    quant.register(converter)
     containers.register(converter)

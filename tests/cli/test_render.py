@@ -34,7 +34,7 @@ def _paths(model) -> list[str]:
 @pytest.mark.parametrize("name", ["nested_containers", "shared_sequential", "tied_embedding"])
 def test_dot_and_mermaid_name_every_module_path(name):
     model, _, _, ir = _ir(name)
-    graph = drawing_graph(ir)
+    graph = drawing_graph(ir, collapse=False)  # every block (repeats are folded by default: tests/cli/test_repeats.py)
     dot, mermaid = to_dot(graph), to_mermaid(graph)
     assert dot.startswith("digraph ") and "rankdir=LR;" in dot and dot.rstrip().endswith("}")
     assert mermaid.startswith("flowchart LR\n")
@@ -58,7 +58,7 @@ def test_png_and_svg_files(tmp_path, nested):
 
 def test_depth_folds_deeper_modules_into_their_ancestor(nested):
     model, _, _, ir = nested
-    full, folded = drawing_graph(ir), drawing_graph(ir, depth=1)
+    full, folded = drawing_graph(ir, collapse=False), drawing_graph(ir, depth=1)
     assert set(folded) == {"root", "blocks", "heads", "tail"} and len(full) == len(ir)
     assert folded.nodes["blocks"]["kind"] == "collapsed"
     assert folded.nodes["blocks"]["label"] == "blocks\nModuleList\n+6 modules, 144 params"

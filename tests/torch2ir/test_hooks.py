@@ -251,9 +251,13 @@ def test_eager_qat_with_unfused_norm_round_trips_exactly(mode: str) -> None:
     assert max_abs_diff(copy.deepcopy(model)(x), bare(x)) > 0.0  # the hooked fake-quantize matters
     ir, rebuilt, report = assert_roundtrip(model, (x,), atol=0, rtol=0)
     assert report.max_abs_diff == 0.0
+    # torch.ao's observer hook is carried on the leaf itself (meta), as prepare registered it, so that
+    # torch.ao.quantization.convert sees it on the rebuild too (tests/quant)
     calls = [a.get("implementation") for _, a in ir["root"].graph.nodes(data=True)]
-    assert calls.index("norm") < calls.index("norm.activation_post_process") < calls.index("lin")
+    assert "norm.activation_post_process" not in calls and calls.index("norm") < calls.index("lin")
+    assert ir["norm"].meta["observer_hook"] == "forward"
     assert type(rebuilt.norm) is nn.LayerNorm
+    assert list(rebuilt.norm._forward_hooks.values()) == [_observer_forward_hook]
     # the observers were updated alike by that step: a second step stays exact
     assert max_abs_diff(model(x), rebuilt(x)) == 0.0
     assert all(torch.equal(v, rebuilt.state_dict()[k]) for k, v in model.state_dict().items())

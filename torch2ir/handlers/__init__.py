@@ -9,7 +9,21 @@ from typing import Any
 
 from torch import nn
 
-from . import activation, attention, conv, distance, dropout, embedding, linear, loss, norm, pooling, recurrent, shape
+from . import (
+    activation,
+    attention,
+    conv,
+    distance,
+    dropout,
+    embedding,
+    linear,
+    loss,
+    norm,
+    pooling,
+    quant,
+    recurrent,
+    shape,
+)
 
 
 def register_defaults(converter: Any) -> None:
@@ -26,6 +40,7 @@ def register_defaults(converter: Any) -> None:
     attention.register(converter)
     distance.register(converter)
     loss.register(converter)
+    quant.register(converter)
 
 
 _LAZY = "becomes its non-lazy class (handled) once initialised; converting needs an initialised model"

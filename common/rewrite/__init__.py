@@ -1,0 +1,31 @@
+"""Rewrites of an IR that carry the weights along: primitives, built-in passes, provenance.
+
+Free functions over an :class:`~common.ir.IR` (networkx style), each returning ``(new_ir, new_state)``
+so that ``ir2torch.convert(new_ir, new_state)`` loads with ``strict=True``:
+
+- :func:`find` chains of node / implementation types (optionally through module boundaries);
+- :func:`replace` a node, a matched subgraph or an implementation by a new implementation,
+  :func:`remove` a node (consumers read one of its inputs), :func:`insert_after` a node;
+- passes: :func:`fold_batchnorm`, :func:`fuse_qkv`, :func:`replace_type`, :func:`remove_types`,
+  :func:`insert_after_type`;
+- :func:`rename_implementation` moves a module to another path.
+
+Rewritten implementations record what they were made from in ``meta["provenance"]``
+(:mod:`common.provenance`), which :func:`common.verify.verify` (``rewritten=``) and
+:func:`common.remap_state_dict` read. See ``docs/extending.md`` for a walk-through.
+"""
+
+from .batchnorm import fold_batchnorm
+from .core import Match, NodeRef, PatternNotFoundError, RewriteError
+from .find import find
+from .passes import Rewritten, insert_after_type, remove_types, replace_type
+from .primitives import insert_after, remove, replace
+from .qkv import fuse_qkv
+from .rename import rename_implementation
+from .state import StateView
+
+__all__ = [
+    "Match", "NodeRef", "PatternNotFoundError", "RewriteError", "Rewritten", "StateView", "find", "fold_batchnorm",
+    "fuse_qkv", "insert_after", "insert_after_type", "remove", "remove_types", "rename_implementation", "replace",
+    "replace_type",
+]  # fmt: skip

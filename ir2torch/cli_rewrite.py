@@ -1,0 +1,119 @@
+"""``ir2torch rewrite``: run built-in rewrite passes on an IR file and its weights (reference: ``docs/cli.md``).
+
+::
+
+    ir2torch rewrite resnet.ir.json --pass fold-batchnorm --state resnet.safetensors \\
+        -o folded.ir.json --state-out folded.safetensors --verify -i 1x3x224x224
+
+Prints the count of changes per pass. With ``--verify``, the input IR (with its weights) and the result
+are both rebuilt and run on the example inputs (``-i``); the files are written only when they agree.
+Nothing is written unless every pass succeeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from common.cli.app import EXIT_FAILED, EXIT_OK, CommandError, add_allow_op, add_common_options
+
+PASSES: dict[str, str] = {
+    "fold-batchnorm": "fold every BatchNorm into the Conv/Linear it follows (eval semantics; needs --state)",
+    "fuse-qkv": "one Linear for the query/key/value projections of every attention block (needs --state)",
+    "remove-dropout": "remove dropout nodes (the identity in eval mode)",
+    "remove-identity": "remove nn.Identity nodes",
+}
+
+
+def _pass(name: str) -> Callable[..., Any]:
+    from common.rewrite import fold_batchnorm, fuse_qkv, remove_types
+    from common.rewrite.passes import DROPOUT_FUNCTIONS, DROPOUT_TYPES, IDENTITY_TYPES
+
+    return {
+        "fold-batchnorm": fold_batchnorm,
+        "fuse-qkv": fuse_qkv,
+        "remove-dropout": lambda ir, state, allow: remove_types(ir, state, DROPOUT_TYPES + DROPOUT_FUNCTIONS,
+                                                                allow=allow),
+        "remove-identity": lambda ir, state, allow: remove_types(ir, state, IDENTITY_TYPES, allow=allow),
+    }[name]
+
+
+def add_rewrite_command(commands: Any) -> None:
+    """Add ``rewrite`` to the ``ir2torch`` subcommands."""
+    listing = "; ".join(f"{k}: {v}" for k, v in PASSES.items())
+    cmd = commands.add_parser("rewrite", help="run rewrite passes (fold-batchnorm, fuse-qkv, ...) on an IR and weights",
+                              description=f"Apply the passes in order and write the rewritten IR and its weights. "
+                              f"Passes: {listing}.")
+    cmd.add_argument("file", type=Path, metavar="IN", help="an IR JSON file (read as data)")
+    cmd.add_argument("--pass", dest="passes", action="append", required=True, choices=sorted(PASSES),
+                     metavar="PASS", help=f"a pass to run (repeatable, in order): {', '.join(PASSES)}")
+    cmd.add_argument("--state", type=Path, metavar="IN.safetensors", help="the weights of IN")
+    cmd.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.ir.json", help="the rewritten IR")
+    cmd.add_argument("--state-out", type=Path, metavar="OUT.safetensors", help="the rewritten weights")
+    cmd.add_argument("--verify", action="store_true", help="rebuild IN and OUT, run both on the -i inputs and "
+                     "compare (exit code 1 and nothing written when they differ)")
+    cmd.add_argument("-i", "--input", dest="inputs", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
+                     help="an example input for --verify, e.g. 1x3x32x32 or 2x8:int64 (repeat for more)")
+    cmd.add_argument("--kwargs", metavar="JSON", help="keyword inputs of --verify that are not tensors (JSON)")
+    cmd.add_argument("--seed", type=int, default=0, help="seed of the --verify inputs (default 0)")
+    cmd.add_argument("--vocab", type=int, default=100, metavar="N", help="integer inputs drawn from [0, N)")
+    cmd.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance of --verify (default 1e-5)")
+    cmd.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance of --verify (default 1e-5)")
+    add_allow_op(cmd)
+    add_common_options(cmd)
+    cmd.set_defaults(func=rewrite_command)
+
+
+def rewrite_command(options: argparse.Namespace) -> int:
+    """Run ``ir2torch rewrite``; returns the exit code.
+
+    Raises:
+        CommandError: bad options or files (exit code 2); any IRError of a pass passes through (one line).
+    """
+    from common.ir import IR
+    from common.state_dict import load_safetensors, save_safetensors
+
+    if (options.state is None) != (options.state_out is None):
+        raise CommandError("--state and --state-out go together", hint="give the weights of IN and where to "
+                           "write the rewritten ones, or neither")
+    if options.verify and not options.inputs:
+        raise CommandError("--verify needs example inputs", hint="add -i SHAPE[:DTYPE] for each input")
+    if options.verify and options.state is None:
+        raise CommandError("--verify needs --state", hint="the models are compared with their weights")
+    ir = IR.load(options.file, allow=options.allow_op)
+    state = load_safetensors(options.state) if options.state is not None else None
+    new_ir, new_state = ir, state
+    for name in options.passes:
+        result = _pass(name)(new_ir, new_state, allow=options.allow_op)
+        new_ir, new_state = result
+        skipped = f", {len(result.skipped)} left alone" if result.skipped else ""
+        print(f"{name}: {result.count} change{'s' if result.count != 1 else ''}{skipped}")
+    if options.verify:
+        report = _verify(options, ir, state, new_ir, new_state)
+        print(report)
+        if not report.ok:
+            print("nothing written: the rewritten model differs from the input")
+            return EXIT_FAILED
+    if new_state is not None:
+        save_safetensors(new_state, options.state_out)
+    new_ir.save(options.output)
+    print(f"wrote {options.output}" + (f" and {options.state_out}" if new_state is not None else ""))
+    return EXIT_OK
+
+
+def _verify(options: argparse.Namespace, ir: Any, state: Any, new_ir: Any, new_state: Any) -> Any:
+    from common.cli.inputs import make_inputs, parse_input, parse_json_option
+    from common.verify import verify
+
+    from .converter import convert
+
+    args, kwargs = make_inputs([parse_input(text) for text in options.inputs], seed=options.seed,
+                               vocab=options.vocab, extra=parse_json_option(options.kwargs, "--kwargs"))
+    original = convert(ir, state, allow=options.allow_op)
+    rebuilt = convert(new_ir, new_state, allow=options.allow_op)
+    return verify(original, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol, rewritten=new_ir)
+
+
+__all__ = ["PASSES", "add_rewrite_command", "rewrite_command"]

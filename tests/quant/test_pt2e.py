@@ -1,0 +1,85 @@
+"""PT2E quantization with torchao (#15 point 3): ``prepare_pt2e`` + ``convert_pt2e`` and ``prepare_qat_pt2e``
+models convert and rebuild exactly with ``quantized_decomposed::*`` allowed, without ``.train()`` / ``.eval()``
+being called on the exported ``GraphModule`` (which refuses them)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e, prepare_qat_pt2e
+from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+    X86InductorQuantizer,
+    get_default_x86_inductor_quantization_config,
+)
+
+import ir2torch
+import torch2ir
+from common.errors import ConversionError
+from common.testing import assert_roundtrip
+
+ALLOW = ["quantized_decomposed::*"]
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 4, 1)
+        self.lin = nn.Linear(4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        return self.lin(torch.relu(self.conv2(y) + y).mean((2, 3)))
+
+
+X = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+
+
+def _quantized(qat: bool, convert: bool) -> nn.Module:
+    torch.manual_seed(0)
+    graph = torch.export.export(ConvNet().train(qat), (X,)).module()
+    quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config(is_qat=qat))
+    model = (prepare_qat_pt2e if qat else prepare_pt2e)(graph, quantizer)
+    for _ in range(2):
+        model(torch.randn(2, 3, 8, 8))
+    return convert_pt2e(model) if convert else model
+
+
+def _converters() -> tuple[torch2ir.Torch2Ir, ir2torch.Ir2Torch]:
+    to_ir, from_ir = torch2ir.get_default_converter(), ir2torch.get_default_converter()
+    for pattern in ALLOW:
+        to_ir.allowlist.allow(pattern)
+        from_ir.allowlist.allow(pattern)
+    return to_ir, from_ir
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("kind", ["ptq_converted", "qat_prepared", "qat_converted"])
+def test_pt2e_model_round_trips_exactly(kind: str, training: bool) -> None:
+    model = _quantized(qat=kind.startswith("qat"), convert=kind.endswith("converted"))
+    with pytest.raises(NotImplementedError):
+        model.eval()  # an exported GraphModule refuses mode switches: conversion must not call them
+    for module in model.modules():
+        module.training = training
+    to_ir, from_ir = _converters()
+    ir, rebuilt, report = assert_roundtrip(model, (X,), converter=to_ir, rebuilder=from_ir, atol=0, rtol=0)
+    assert report.max_abs_diff == 0.0
+    ops = {a["implementation"] for impl in ir.values() for _, a in impl.graph.nodes(data=True)
+           if a["type"] == "function"}
+    wanted = "quantized_decomposed.dequantize_per_channel.default" if kind.endswith("converted") \
+        else "aten.fused_moving_avg_obs_fake_quant.default"
+    assert wanted in ops or any("fake_quant" in op for op in ops), sorted(ops)
+    assert all(m.training == training for m in model.modules())  # flags left as they were
+    state = model.state_dict()
+    assert all(torch.equal(v, rebuilt.state_dict()[k]) for k, v in state.items())
+
+
+def test_pt2e_model_needs_the_opt_in() -> None:
+    model = _quantized(qat=False, convert=True)
+    with pytest.raises(ConversionError, match="quantized_decomposed"):
+        torch2ir.convert(model, (X,))
+    ir = torch2ir.convert(model, (X,), allow=ALLOW)
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=ALLOW)
+    assert torch.equal(model(X), rebuilt(X))

@@ -1,0 +1,99 @@
+"""fold_batchnorm on the corpus' CNNs: every BN after a Conv/Linear folded, outputs within 1e-5, strict loading,
+JSON round trip of the rewritten IR."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import ir2torch
+from common.errors import StateDictError
+from common.ir import IR
+from common.rewrite import RewriteError, find, fold_batchnorm
+from common.rewrite.batchnorm import CONVS, NORMS
+from common.state_dict import save_safetensors
+from common.verify import verify
+from tests.rewrite.helpers import corpus_model
+
+#: corpus CNN -> batch norms folded. EfficientNet's depthwise convolutions are an nn.Conv2d subclass (a
+#: "module" rebuilt from its graph) and LeViT normalizes a flattened Linear output through a reshape: those
+#: batch norms follow no Conv/Linear node and stay (listed in ``skipped``).
+FOLDED = {"resnet": 6, "resnet_bottleneck": 12, "regnet": 9, "mobilenet_v1": 27, "mobilenet_v2": 52,
+          "efficientnet": 15, "mobilevit": 32, "segformer": 1, "levit": 4}
+
+
+@pytest.mark.parametrize("name", sorted(FOLDED))
+def test_fold_batchnorm_on_corpus_cnns(name, tmp_path):
+    model, args, kwargs, ir = corpus_model(name)
+    bns = sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    new_ir, new_state = result = fold_batchnorm(ir, model.state_dict())
+    assert result.count == FOLDED[name], result.changes
+    assert find(new_ir, [CONVS, NORMS]) == []  # every BN right after a Conv/Linear is gone
+    left = [k for k, impl in new_ir.items() if impl.type in NORMS]
+    assert len(left) == bns - FOLDED[name] == len(result.skipped), result.skipped
+    rebuilt = ir2torch.convert(new_ir, new_state)  # strict=True
+    assert sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in rebuilt.modules()) == len(left)
+    report = verify(model, rebuilt, args, kwargs, atol=1e-5, rtol=0, rewritten=new_ir)
+    assert report.ok and report.max_abs_diff < 1e-5, report
+    # JSON round trip: the file (with its provenance) loads to an equal IR that rebuilds the same model
+    new_ir.save(tmp_path / "folded.ir.json")
+    save_safetensors(new_state, tmp_path / "folded.safetensors")
+    loaded = IR.load(tmp_path / "folded.ir.json")
+    assert loaded == new_ir
+    again = ir2torch.convert(loaded, tmp_path / "folded.safetensors")
+    with torch.no_grad():
+        assert torch.equal(again(*args, **kwargs)[0], rebuilt(*args, **kwargs)[0])
+
+
+def test_the_original_state_is_refused_for_the_folded_ir():
+    model, _, _, ir = corpus_model("resnet")
+    new_ir, _ = fold_batchnorm(ir, model.state_dict())
+    with pytest.raises(StateDictError, match="modules a rewrite replaced"):
+        ir2torch.convert(new_ir, model.state_dict())
+
+
+def test_provenance_names_the_conv_and_the_batch_norm():
+    model, _args, _kwargs, ir = corpus_model("resnet")
+    new_ir, _ = fold_batchnorm(ir, model.state_dict())
+    conv = new_ir["embedder.embedder.convolution"]
+    assert conv.meta["provenance"] == [{"pass": "fold_batchnorm", "from": [
+        {"key": "embedder.embedder.convolution", "type": "conv2d", "source": "embedder.embedder.convolution"},
+        {"key": "embedder.embedder.normalization", "type": "batchnorm2d",
+         "source": "embedder.embedder.normalization"}]}]
+    assert conv.data["bias"] is True and "embedder.embedder.normalization" not in new_ir
+
+
+def test_verify_without_provenance_reports_the_conv_as_diverging():
+    """The folded conv computes conv + BN: only ``rewritten=`` tells verify what to compare it with."""
+    model, args, kwargs, ir = corpus_model("resnet")
+    new_ir, new_state = fold_batchnorm(ir, model.state_dict())
+    rebuilt = ir2torch.convert(new_ir, new_state)
+    plain = verify(model, rebuilt, args, kwargs)
+    assert plain.ok and plain.first_divergence is not None
+    assert plain.first_divergence.path == "embedder.embedder.convolution"
+    assert verify(model, rebuilt, args, kwargs, rewritten=new_ir).first_divergence is None
+
+
+def test_fold_needs_the_state():
+    _, _, _, ir = corpus_model("resnet")
+    with pytest.raises(RewriteError, match="no state was given"):
+        fold_batchnorm(ir, None)
+
+
+def test_a_shared_conv_is_not_folded():
+    class Twice(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 3)
+            self.bn = nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return self.bn(self.conv(x)) + self.conv(x).mean()
+
+    import torch2ir
+
+    model = Twice().eval()
+    x = torch.randn(1, 3, 8, 8)
+    result = fold_batchnorm(torch2ir.convert(model, (x,)), model.state_dict())
+    assert result.count == 0 and "called more than once" in result.skipped[0]

@@ -90,3 +90,17 @@ def hostile() -> IR:
     inner.add_edge(op, ret, slot=(0, 0))
     ir.add(Implementation(f"{IMG}.{END}", "linear", {IMG: END}, meta={"class": SVG}))
     return ir
+
+
+def nested_runs(blocks: int = 3, experts: int = 4) -> IR:
+    """``layers.i.experts.j``: a run of identical experts inside each of a run of identical blocks (an MoE's shape)."""
+    ir = IR()
+    ir.add(Implementation("root", "module", meta={"class": "demo.MoE"}))
+    ir.add(Implementation("layers", "modulelist"))
+    for i in range(blocks):
+        ir.add(Implementation(f"layers.{i}", "module", meta={"class": "demo.Block"}))
+        ir.add(Implementation(f"layers.{i}.experts", "modulelist"))
+        for j in range(experts):
+            ir.add(Implementation(f"layers.{i}.experts.{j}", "linear", {"in_features": 4, "out_features": 4},
+                                  state={"weight": {"kind": "parameter", "shape": [4, 4], "dtype": F32}}))
+    return ir

@@ -12,9 +12,10 @@ import torch2ir
 from common.htmlview import view_html
 from common.htmlview.data import produced, view_data
 from common.htmlview.page import embed_json
+from common.render import render
 from tests.cli.helpers import command, explain, run
 from tests.models.zoo import by_name
-from tests.view.models import END, IMG, decoder, hostile, small_llama
+from tests.view.models import END, IMG, decoder, hostile, nested_runs, small_llama
 
 DATA = re.compile(r'<script id="ir-data" type="application/json">(.*?)</script>', re.S)
 
@@ -83,6 +84,19 @@ def test_a_big_decoder_is_folded_in_one_entry():
     layers = data["nodes"][1]
     assert layers["p"] == "layers" and layers["ch"][0][0] == "layers.0\u201379 \u00d780" and len(layers["ch"]) == 1
     assert len(data["nodes"]) == len(ir) == 2 + 80 * 3
+
+
+def test_runs_inside_runs_are_folded_in_every_block(tmp_path):
+    ir = nested_runs()
+    data = view_data(ir)
+    paths = [n["p"] for n in data["nodes"]]
+    for i in range(3):  # each block's experts are a run of their own, so any block opens folded the same way
+        label, members = data["nodes"][paths.index(f"layers.{i}.experts")]["ch"][0]
+        assert label == "experts.0\u20133 \u00d74" and [paths[m] for m in members][-1] == f"layers.{i}.experts.3"
+    # the pictures fold both levels (a run inside a dropped block used to raise KeyError)
+    dot = render(ir, tmp_path / "moe.dot").read_text()
+    assert '"layers.0.experts.0" [label="0-3 x4' in dot and '"layers.1' not in dot
+    assert "0-2 x3  Block" in ir.summary() and "0-3 x4  linear  (16 params each)" in ir.summary()
 
 
 def test_hostile_strings_cannot_leave_the_data_element():

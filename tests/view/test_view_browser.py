@@ -8,6 +8,8 @@ import html
 import re
 from urllib.parse import quote
 
+import pytest
+
 from common.htmlview.data import view_data
 from tests.view.browser import Elements, dump_dom, pixels, screenshot
 from tests.view.models import END, IMG, SVG, decoder, hostile, small_llama
@@ -74,3 +76,11 @@ def test_hostile_strings_are_shown_as_text(tmp_path):
     for text in (IMG, END, SVG):
         assert text in shown  # shown, as text
     assert "&lt;img src=x onerror=" in dom and "&lt;/script&gt;&lt;script&gt;" in dom
+
+
+def test_a_missing_browser_fails_the_test_naming_the_package(tmp_path, monkeypatch):
+    from tests.view import browser
+
+    monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
+    with pytest.raises(pytest.fail.Exception, match=r"no-chromium is missing: .*apt-get install -y chromium"):
+        dump_dom("about:blank", tmp_path)

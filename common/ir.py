@@ -5,16 +5,15 @@ paths) to implementations. An implementation has
 
 - ``name`` and ``type`` (``"linear"``, ``"module"``, ...),
 - ``data``: its attributes, e.g. the constructor arguments of a leaf module,
-- ``graph``: a :class:`networkx.MultiDiGraph` of nodes (``input``, ``output``,
-  ``function``, ``get_attr`` or a call of another implementation) and edges that carry
-  the value of one node into an argument slot of another,
+- ``graph``: a :class:`networkx.MultiDiGraph` of nodes (``input``, ``output``, ``function``, ``get_attr`` or a
+  call of another implementation) and edges that carry the value of one node into an argument slot of another,
 - ``state``: records of its own parameters/buffers/constants (shape, dtype, ...),
 - ``aliases``: further paths under which the same module instance is registered,
 - ``meta``: structural facts (module class, calling convention, ...).
 
-The plain nested-dict form (:meth:`IR.to_dict` / :meth:`IR.from_dict`) is specified field by field in
-``docs/ir-spec.md``. ``str(ir)`` / ``ir.summary()`` print the module tree and ``ir[key].print_readable()``
-one graph as code (:mod:`common.textview`).
+The plain nested-dict form (:meth:`IR.to_dict` / :meth:`IR.from_dict`) is specified in ``docs/ir-spec.md``.
+``str(ir)`` / ``ir.summary()`` print the module tree, ``ir[key].print_readable()`` one graph as code
+(:mod:`common.textview`) and ``ir.view("model.html")`` writes an interactive HTML view (:mod:`common.htmlview`).
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from typing import Any
 import networkx as nx
 
 from .errors import DanglingEdgeError, IRFormatError, MissingImplementationError
+from .htmlview import IRHtmlView
 from .schema import (
     NODE_KINDS,
     RESERVED_KEYS,
@@ -248,7 +248,7 @@ class Implementation(ImplementationTextViews):
                 f"{self.graph.number_of_nodes()} nodes, {self.graph.number_of_edges()} edges)")
 
 
-class IR(IRTextViews, MutableMapping[str, Implementation]):
+class IR(IRTextViews, IRHtmlView, MutableMapping[str, Implementation]):
     """The module-level IR: implementation key -> :class:`Implementation`.
 
     ``IR.from_dict`` accepts the plain form of ``docs/ir-spec.md`` verbatim; ``to_dict`` returns it.

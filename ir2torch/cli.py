@@ -1,8 +1,9 @@
-"""The ``ir2torch`` command line: ``show``, ``render``, ``verify``, ``diff``, ``rewrite`` (see ``docs/cli.md``).
+"""The ``ir2torch`` command line: ``show``, ``render``, ``view``, ``verify``, ``diff``, ``rewrite`` (``docs/cli.md``).
 
 ::
 
     ir2torch show convnet.ir.json
+    ir2torch view convnet.ir.json -o convnet.html
     ir2torch render convnet.ir.json -o convnet.png --depth 2
     ir2torch render convnet.ir.json -o features.svg --impl features
     ir2torch verify convnet.ir.json --model tests.models.zoo:ConvNet --import-path . -i 2x3x16x16 \
@@ -81,6 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_options(render)
     render.set_defaults(func=_render)
 
+    view = commands.add_parser("view", help="write an interactive HTML view of an IR (one self-contained file)",
+                               description="Write one HTML file (script, style and data inline; no network access "
+                               "when opened, works from file://) showing the module tree with repeated blocks folded, "
+                               "each implementation's graph on demand with tensor shapes on its edges, attributes and "
+                               "state records, and a search by path or type. Reads module-level IR files.")
+    view.add_argument("file", type=Path, metavar="FILE", help="an IR JSON file (read as data)")
+    view.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.html", help="the HTML file to write")
+    add_allow_op(view)
+    add_common_options(view)
+    view.set_defaults(func=_view)
+
     verify = commands.add_parser("verify", help="rebuild FILE, load weights and compare with the original model",
                                  description="Build the original with --model, rebuild FILE with ir2torch, load the "
                                  "weights (--state, else the original's) into both, run both on the example inputs "
@@ -155,6 +167,27 @@ def _render(options: argparse.Namespace) -> int:
             render(source, options.output, fmt=fmt, impl=options.impl, depth=options.depth,
                    collapse=options.collapse)
     print(f"wrote {options.output}")
+    return EXIT_OK
+
+
+def _view(options: argparse.Namespace) -> int:
+    from common.cli.summary import load_any
+    from common.flat import FlatIR
+    from common.htmlview import write_view
+
+    if options.output.suffix.lower() not in (".html", ".htm"):
+        raise CommandError(f"the view is an HTML file, not {options.output.name!r}",
+                           hint="name the output OUT.html (for pictures use ir2torch render)")
+    with Progress(2, "view", enabled=not options.quiet) as bar:
+        with bar.stage("load"), _reading(f"read {options.file}"):
+            source = load_any(options.file, allow=options.allow_op)
+        if isinstance(source, FlatIR):
+            raise CommandError(f"{options.file} is a FlatIR; the view shows module-level IRs",
+                               hint="view the IR written by torch2ir convert, or draw the FlatIR with ir2torch render")
+        with bar.stage("write"), _reading(f"write the view of {options.file}"):
+            options.output.parent.mkdir(parents=True, exist_ok=True)
+            write_view(source, options.output)
+    print(f"wrote {options.output} ({options.output.stat().st_size / 1e6:.1f} MB)")
     return EXIT_OK
 
 

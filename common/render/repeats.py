@@ -22,7 +22,7 @@ from ..flat import FlatIR
 from ..ir import IR, Implementation, parent_key
 from ..values import encode
 
-__all__ = ["Run", "flat_signatures", "fold_repeats", "ir_signatures", "repeat_name"]
+__all__ = ["Run", "flat_signatures", "fold_repeats", "ir_signatures", "repeat_name", "repeat_runs"]
 
 #: ``(first index, last index, count, member paths)`` of a run of identical siblings
 Run = tuple[int, int, int, list[str]]
@@ -116,19 +116,15 @@ def repeat_name(run: Run) -> str:
     return f"{first}-{last} x{count}"
 
 
-def fold_repeats(tree: nx.DiGraph, signatures: Mapping[str, str]) -> nx.DiGraph:
-    """Keep the first of every run of identical integer-named siblings; the run is noted on it as ``repeat``.
+def repeat_runs(tree: nx.DiGraph, signatures: Mapping[str, str]) -> dict[str, Run]:
+    """Every run of two or more identical integer-named siblings, under every parent of ``tree``, by first member.
 
     Args:
         tree: a drawing tree over module paths (root ``"root"``), children in module order.
-        signatures: path -> subtree digest (:func:`ir_signatures`); paths without one are never folded.
-
-    Returns:
-        A copy of ``tree`` without the other members of each run and their subtrees.
+        signatures: path -> subtree digest (:func:`ir_signatures`); paths without one are never in a run.
     """
-    drop: set[str] = set()
     runs: dict[str, Run] = {}
-    for parent in list(tree):
+    for parent in tree:
         kids = list(tree.successors(parent))
         i = 0
         while i < len(kids):
@@ -139,13 +135,30 @@ def fold_repeats(tree: nx.DiGraph, signatures: Mapping[str, str]) -> nx.DiGraph:
             if j - i >= 2:
                 members = kids[i:j]
                 runs[members[0]] = (_index(members[0]), _index(members[-1]), len(members), members)
-                for other in members[1:]:
-                    drop.add(other)
-                    drop.update(nx.descendants(tree, other))
             i = j
+    return runs
+
+
+def fold_repeats(tree: nx.DiGraph, signatures: Mapping[str, str]) -> nx.DiGraph:
+    """Keep the first of every run of identical integer-named siblings; the run is noted on it as ``repeat``.
+
+    Args:
+        tree: a drawing tree over module paths (root ``"root"``), children in module order.
+        signatures: path -> subtree digest (:func:`ir_signatures`); paths without one are never folded.
+
+    Returns:
+        A copy of ``tree`` without the other members of each run and their subtrees.
+    """
+    runs = repeat_runs(tree, signatures)
+    drop: set[str] = set()
+    for _, _, _, members in runs.values():
+        for other in members[1:]:
+            drop.add(other)
+            drop.update(nx.descendants(tree, other))
     out = tree.subgraph([n for n in tree if n not in drop]).copy()
     for first, run in runs.items():
-        out.nodes[first]["repeat"] = run
+        if first not in drop:  # a run inside a dropped block is drawn by the kept block's own run
+            out.nodes[first]["repeat"] = run
     return out
 
 

@@ -106,7 +106,7 @@ def test_errors_in_process(argv, message, small_ir, tmp_path, capsys):
 
 def test_help_on_every_command(capsys):
     for main, commands in ((torch2ir.cli.main, ["demo", "convert", "lower"]),
-                           (ir2torch.cli.main, ["show", "render", "verify", "diff"])):
+                           (ir2torch.cli.main, ["show", "render", "view", "verify", "diff"])):
         for argv in ([], *([c] for c in commands)):
             with pytest.raises(SystemExit) as stop:
                 main([*argv, "--help"])

@@ -1,0 +1,213 @@
+"""The data an interactive view embeds: the module tree with its runs of identical blocks, and per implementation
+its attributes, state records, meta and graphs, every value already turned into display text.
+
+The page's script only lays things out; it never interprets a value. Every string here comes from the IR and is
+shown as text (``textContent``), never as markup. The document, one JSON object:
+
+- ``title``, ``summary`` (the header lines of :func:`common.textview.ir_summary_lines`);
+- ``nodes``: the tree in depth-first order (index 0 is ``root``), each ``{"p": path, "n": short name,
+  "c": class or type, "t": IR type, "k": kind, "x": parameter count text, "ch": children}``; a child is a node
+  index, or ``[label, [indices]]`` for a run of identical blocks (``["layers.0\u201379 \u00d780", [4, 17, ...]]``:
+  with an en dash and a multiplication sign);
+- ``impls``: path -> ``{"cls", "a": attributes, "s": state records, "m": meta, "al": aliases, "g": graphs}``,
+  ``a``/``m`` as ``[[name, text]]``, ``s`` as ``[[name, kind, "f32[4, 8]", extra]]``, each graph as
+  ``{"n": [[name, kind, op, output text, arguments text, implementation called]], "e": [[src, dst, label]]}``
+  (node indices; the label is the tensor the edge carries, from the source node's ``meta``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..ir import IR, Implementation
+from ..render.graphs import hierarchy_graph
+from ..render.repeats import ir_signatures, repeat_runs
+from ..textview import _call_args, _meta_text, _value_text, ir_summary_lines, tensor_text
+from ..values import Ref
+
+__all__ = ["MAX_TEXT", "produced", "view_data"]
+
+#: longest value text embedded; a longer one is cut and says how many characters it drops
+MAX_TEXT = 4000
+
+
+def _clip(text: str) -> str:
+    if len(text) <= MAX_TEXT:
+        return text
+    return f"{text[:MAX_TEXT]} … ({len(text) - MAX_TEXT} more characters not shown)"
+
+
+def _text(value: Any) -> str:
+    """A value as display text: strings as they are, anything else as code (``_value_text``)."""
+    return _clip(value if isinstance(value, str) else _value_text(value))
+
+
+def _short(path: str) -> str:
+    return path.rsplit(".", 1)[-1]
+
+
+def _run_label(members: list[str]) -> str:
+    """``layers.0\u201379 \u00d780``: the parent's short name, the first and last index and the count."""
+    parent = members[0].rpartition(".")[0]
+    head = f"{_short(parent)}." if parent else ""
+    return f"{head}{_short(members[0])}\u2013{_short(members[-1])} \u00d7{len(members)}"
+
+
+def _item(meta: Any, index: Any) -> Any:
+    """The ``index``-th item of a recorded multi-output ``meta`` (``None`` when there is no such item)."""
+    if index is None:
+        return meta
+    if isinstance(meta, list | tuple) and isinstance(index, int) and 0 <= index < len(meta):
+        return meta[index]
+    return None
+
+
+def _spec_leaves(spec: Any) -> tuple[bool, int] | None:
+    """``(True, 1)`` when a module's ``out_spec`` is one leaf, ``(False, k)`` when it is one flat tuple or list of
+    ``k`` leaves, ``None`` for anything else (a nest, a dict, a model output class, no spec)."""
+    try:
+        doc = json.loads(spec)[1]
+        if doc.get("type") is None:
+            return True, 1
+        if doc.get("type") not in ("builtins.tuple", "builtins.list"):
+            return None
+        kids = doc.get("children_spec", [])
+        return (False, len(kids)) if all(k.get("type") is None for k in kids) else None
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError):
+        return None
+
+
+def produced(ir: IR, impl: Implementation, name: str, index: Any = None, depth: int = 0) -> Any:
+    """The recorded ``meta`` of what node ``name`` of ``impl`` gives (its ``index``-th item), or ``None``.
+
+    A node's own ``meta`` when it has one (a get_attr's state record); a call of a module with a graph (which
+    records none) gives what the callee's graph returns (the output node's leaves, shaped by the callee's
+    ``out_spec``) when that is one value or an item of one flat tuple. Anything else gives ``None``: no label
+    rather than a wrong one.
+    """
+    attrs = impl.graph.nodes[name]
+    ntype, target = attrs.get("type"), attrs.get("implementation")
+    meta = attrs.get("meta")
+    if meta is None and ntype == "get_attr":
+        meta = impl.state.get(str(target))
+    if meta is not None or ntype in ("input", "output", "function", "get_attr") or depth > 32:
+        return _item(meta, index)
+    callee = ir.get(target) if isinstance(target, str) else None
+    variant = attrs.get("variant") or 0
+    if callee is None or not isinstance(variant, int) or not 0 <= variant < len(callee.graphs()):
+        return None
+    graph = callee.graphs()[variant]
+    ends = [a for _, a in graph.graph.nodes(data=True) if a.get("type") == "output"]
+    args = ends[0].get("args") if len(ends) == 1 else None
+    if not isinstance(args, list | tuple) or len(args) != 1:
+        return None
+    leaves, spec = args[0], _spec_leaves(callee.meta.get("out_spec"))  # the output's leaves, then its structure
+    if not isinstance(leaves, list | tuple) or spec is None or spec[1] != len(leaves):
+        return None
+    if spec[0]:  # one value
+        value = _item(leaves[0], index)
+    else:
+        value = _item(leaves, index)
+    if isinstance(value, Ref) and value.node in graph.graph:
+        return produced(ir, graph, value.node, value.index, depth + 1)
+    return None
+
+
+def _edge_label(ir: IR, impl: Implementation, src: str, index: Any) -> str:
+    """The tensor an edge carries: what its source gives (see :func:`produced`), as ``f32[1, 16, 64]``."""
+    meta = produced(ir, impl, src, index)
+    return _clip(_meta_text(meta) or "") if meta is not None else ""
+
+
+def _graph(impl: Implementation, key: str, ir: IR) -> dict[str, Any]:
+    """One graph of ``impl`` (itself or a variant) as node rows and labelled edges by node index."""
+    index = {name: i for i, name in enumerate(impl.graph.nodes)}
+    nodes = []
+    for name, attrs in impl.graph.nodes(data=True):
+        ntype = str(attrs.get("type", ""))
+        target = str(attrs.get("implementation", ""))
+        called = ""
+        if ntype in ("input", "output"):
+            kind, op = ntype, ""
+        elif ntype == "function":
+            kind, op = "function", target.removeprefix("aten.").removesuffix(".default")
+        elif ntype == "get_attr":
+            kind, op = "get_attr", f"self.{target}"
+        else:
+            local = target.removeprefix(f"{key}.") if key != "root" else target
+            called = target if target in ir else ""
+            shown = _short(str(ir[called].meta.get("class", ""))) or ntype if called else ntype
+            kind, op = "call", shown if local == name else f"{local}: {shown}"
+        meta = produced(ir, impl, name)
+        out = _meta_text(meta) if meta is not None else None
+        nodes.append([str(name), kind, _clip(op), _clip(out or ""), _clip(_call_args(impl, name, attrs)), called])
+    edges = []
+    for src, dst, attrs in impl.graph.edges(data=True):
+        if src != dst:
+            label = _edge_label(ir, impl, src, attrs.get("src_index"))
+            edges.append([index[src], index[dst], label])
+    return {"n": nodes, "e": edges}
+
+
+def _details(ir: IR, key: str) -> dict[str, Any]:
+    impl = ir[key]
+    state = []
+    for attr, rec in impl.state.items():
+        extra = [f"{k}={_text(v)}" for k, v in rec.items() if k not in ("kind", "shape", "dtype")]
+        state.append([str(attr), str(rec.get("kind", "state")), tensor_text(rec, short=True), ", ".join(extra)])
+    return {
+        "cls": str(impl.meta.get("class", "")),
+        "a": [[str(k), _text(v)] for k, v in impl.data.items()],
+        "s": state,
+        "m": [[str(k), _text(v)] for k, v in impl.meta.items()],
+        "al": [str(a) for a in impl.aliases],
+        "g": [_graph(g, key, ir) for g in impl.graphs()] if impl.graph.number_of_nodes() else [],
+    }
+
+
+def view_data(ir: IR) -> dict[str, Any]:
+    """The JSON document of the interactive view of ``ir`` (see the module docstring)."""
+    tree = hierarchy_graph(ir, None, collapse=False)
+    runs = repeat_runs(tree, ir_signatures(ir))
+    order = ["root", *(n for n in _depth_first(tree) if n != "root")] if "root" in tree else list(tree)
+    ids = {path: i for i, path in enumerate(order)}
+    nodes = []
+    for path in order:
+        attrs = tree.nodes[path]
+        lines = str(attrs.get("label", path)).split("\n")
+        impl = ir.get(path)
+        kids = list(tree.successors(path))
+        children: list[Any] = []
+        i = 0
+        while i < len(kids):
+            run = runs.get(kids[i])
+            if run is not None:
+                members = run[3]
+                children.append([_run_label(members), [ids[m] for m in members]])
+                i += len(members)
+            else:
+                children.append(ids[kids[i]])
+                i += 1
+        nodes.append({"p": path, "n": "root" if path == "root" else _short(path),
+                      "c": lines[1] if len(lines) > 1 else "", "t": impl.type if impl is not None else "",
+                      "k": str(attrs.get("kind", "")), "x": lines[2] if len(lines) > 2 else "", "ch": children})
+    root = ir.get("root")
+    title = str(root.meta.get("class", "")) if root is not None else ""
+    return {
+        "title": _short(title) or "IR",
+        "summary": [_clip(line) for line in ir_summary_lines(ir)[:5]],
+        "nodes": nodes,
+        "impls": {key: _details(ir, key) for key in ir},
+    }
+
+
+def _depth_first(tree: Any) -> list[str]:
+    """The tree's nodes, parents before children, children in module order (no recursion: deep trees are fine)."""
+    out: list[str] = []
+    stack = ["root"]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(reversed(list(tree.successors(node))))
+    return out

@@ -1,0 +1,317 @@
+// The interactive IR view (common/htmlview). Every string of the IR is shown with textContent and never
+// becomes markup or code; only what is expanded is in the document.
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("ir-data").textContent);
+  var N = D.nodes, IMPLS = D.impls, SVG = "http://www.w3.org/2000/svg";
+  var byPath = new Map(), parent = new Int32Array(N.length).fill(-1), runOf = new Map(), depth = new Int32Array(N.length);
+  N.forEach(function (n, i) { byPath.set(n.p, i); });
+  N.forEach(function (n, i) {
+    n.ch.forEach(function (c) {
+      if (typeof c === "number") { parent[c] = i; depth[c] = depth[i] + 1; return; }
+      c[1].forEach(function (m) { parent[m] = i; depth[m] = depth[i] + 1; runOf.set(m, c); });
+    });
+  });
+  var open = new Set(), rows = new Map(), runItems = new Map(), selected = -1, selRow = null, graphSel = null;
+  var $ = function (id) { return document.getElementById(id); };
+
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function sel(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    for (var k in attrs) e.setAttribute(k, String(attrs[k]));
+    if (text !== undefined) e.textContent = String(text);
+    return e;
+  }
+
+  // -- the tree -------------------------------------------------------------------------------------------------
+  function hasKids(i) { return N[i].ch.length > 0; }
+  function nodeItem(i) {
+    var n = N[i], item = el("div", "item" + (n.k === "alias" ? " alias" : "")), row = el("div", "row");
+    row.dataset.i = String(i);
+    row.appendChild(el("span", "tog", hasKids(i) ? (open.has(i) ? "▾" : "▸") : ""));
+    row.appendChild(el("span", "name", n.n));
+    if (n.c) row.appendChild(el("span", "cls", n.c));
+    if (n.x) row.appendChild(el("span", "x", n.x));
+    row.addEventListener("click", function (ev) {
+      if (ev.target.classList.contains("tog") || ev.detail === 2) toggle(i); else select(i);
+    });
+    item.appendChild(row);
+    rows.set(i, row);
+    if (i === selected) { row.classList.add("sel"); selRow = row; }
+    if (open.has(i)) item.appendChild(kidsOf(i));
+    return item;
+  }
+  function runItem(run) {
+    var first = run[1][0], key = "r" + first, item = el("div", "item run"), row = el("div", "row");
+    row.dataset.run = String(first);
+    row.appendChild(el("span", "tog", open.has(key) ? "▾" : "▸"));
+    row.appendChild(el("span", "name", run[0]));
+    if (N[first].c) row.appendChild(el("span", "cls", N[first].c));
+    if (N[first].x) row.appendChild(el("span", "x", N[first].x + " each"));
+    row.addEventListener("click", function (ev) {
+      if (ev.target.classList.contains("tog") || ev.detail === 2) toggleRun(run); else showRun(run);
+    });
+    item.appendChild(row);
+    runItems.set(first, item);
+    if (open.has(key)) item.appendChild(membersOf(run));
+    return item;
+  }
+  function kidsOf(i) {
+    var box = el("div", "kids");
+    N[i].ch.forEach(function (c) { box.appendChild(typeof c === "number" ? nodeItem(c) : runItem(c)); });
+    return box;
+  }
+  function membersOf(run) {
+    var box = el("div", "kids");
+    run[1].forEach(function (m) { box.appendChild(nodeItem(m)); });
+    return box;
+  }
+  function setOpen(item, isOpen, build) {
+    var kids = item.querySelector(":scope > .kids");
+    if (kids) kids.remove();
+    if (isOpen) item.appendChild(build());
+    item.querySelector(":scope > .row > .tog").textContent = isOpen ? "▾" : "▸";
+  }
+  function toggle(i) { if (hasKids(i)) expand(i, !open.has(i)); }
+  function expand(i, on) {
+    if (on) open.add(i); else open.delete(i);
+    var row = rows.get(i);
+    if (row && row.isConnected) setOpen(row.parentNode, on, function () { return kidsOf(i); });
+  }
+  function toggleRun(run) { expandRun(run, !open.has("r" + run[1][0])); }
+  function expandRun(run, on) {
+    var key = "r" + run[1][0];
+    if (on) open.add(key); else open.delete(key);
+    var item = runItems.get(run[1][0]);
+    if (item && item.isConnected) setOpen(item, on, function () { return membersOf(run); });
+  }
+  function reveal(i) {  // open every ancestor (and the run holding it) so its row is in the document
+    var chain = [];
+    for (var a = i; a >= 0; a = parent[a]) chain.unshift(a);
+    for (var k = 0; k + 1 < chain.length; k++) {
+      if (!open.has(chain[k])) expand(chain[k], true);
+      var run = runOf.get(chain[k + 1]);
+      if (run && !open.has("r" + run[1][0])) expandRun(run, true);
+    }
+    var row = rows.get(i);
+    if (row && row.isConnected) row.scrollIntoView({ block: "nearest" });
+  }
+
+  // -- the side panel -------------------------------------------------------------------------------------------
+  function table(title, rowsData, empty) {
+    var box = el("div");
+    box.appendChild(el("h3", null, title));
+    if (!rowsData.length) { box.appendChild(el("div", "empty", empty)); return box; }
+    var t = el("table");
+    rowsData.forEach(function (r) {
+      var tr = el("tr");
+      r.forEach(function (cell, j) { tr.appendChild(el("td", j ? "v" : null, cell)); });
+      t.appendChild(tr);
+    });
+    box.appendChild(t);
+    return box;
+  }
+  function button(text, fn) { var b = el("button", "btn", text); b.type = "button"; b.addEventListener("click", fn); return b; }
+  function select(i) {
+    if (selRow) selRow.classList.remove("sel");
+    selected = i;
+    selRow = rows.get(i) || null;
+    if (selRow) selRow.classList.add("sel");
+    var n = N[i], d = IMPLS[n.p], panel = $("panel");
+    panel.replaceChildren();
+    panel.appendChild(el("h2", null, n.p));
+    panel.appendChild(el("div", "sub", (n.t ? n.t + " · " : "") + (d && d.cls ? d.cls : n.c)));
+    if (n.k === "alias") { panel.appendChild(el("div", "sub", "another path of " + n.c.replace(/^= /, ""))); return; }
+    if (!d) return;
+    var btns = el("div", "btns");
+    d.g.forEach(function (g, v) {
+      btns.appendChild(button(v ? "graph variant " + v : "show graph (" + g.n.length + " nodes)", function () { drawGraph(n.p, v); }));
+    });
+    if (parent[i] >= 0) btns.appendChild(button("parent", function () { reveal(parent[i]); select(parent[i]); }));
+    panel.appendChild(btns);
+    panel.appendChild(table("Attributes", d.a, "none"));
+    panel.appendChild(table("State", d.s, "no parameters or buffers of its own"));
+    if (d.al.length) panel.appendChild(table("Aliases", d.al.map(function (a) { return [a]; }), ""));
+    panel.appendChild(table("Meta", d.m, "none"));
+    var node = el("div"); node.id = "nodeinfo"; panel.appendChild(node);
+  }
+  function showRun(run) {
+    var panel = $("panel"), m = run[1], first = N[m[0]];
+    panel.replaceChildren();
+    panel.appendChild(el("h2", null, run[0]));
+    panel.appendChild(el("div", "sub", m.length + " identical blocks of " + (first.c || first.t) +
+      ": same type, attributes, graph and state records (paths aside)"));
+    var btns = el("div", "btns");
+    btns.appendChild(button(open.has("r" + m[0]) ? "fold" : "list the blocks", function () { toggleRun(run); showRun(run); }));
+    btns.appendChild(button("first block", function () { reveal(m[0]); select(m[0]); }));
+    panel.appendChild(btns);
+    panel.appendChild(table("Blocks", m.slice(0, 200).map(function (j) { return [N[j].p]; }), ""));
+  }
+  function showNode(path, g, k) {
+    var box = $("nodeinfo");
+    if (!box) { select(byPath.get(path)); box = $("nodeinfo"); }
+    var r = g.n[k], ins = [];
+    g.e.forEach(function (e) { if (e[1] === k) ins.push([g.n[e[0]][0], e[2] || "?"]); });
+    box.replaceChildren();
+    box.appendChild(table("Node " + r[0], [["kind", r[1]], ["op", r[2]], ["output", r[3] || "-"], ["arguments", r[4] || "-"]], ""));
+    if (ins.length) box.appendChild(table("Inputs", ins, ""));
+    if (r[5]) box.appendChild(button("open " + r[5], function () { var j = byPath.get(r[5]); reveal(j); select(j); drawGraph(r[5], 0); }));
+    box.scrollIntoView({ block: "nearest" });
+  }
+
+  // -- one graph, layered top to bottom -------------------------------------------------------------------------
+  function layout(g) {
+    var n = g.n.length, preds = [], succs = [], layer = new Int32Array(n), i;
+    for (i = 0; i < n; i++) { preds.push([]); succs.push([]); }
+    g.e.forEach(function (e) { if (e[0] !== e[1]) { preds[e[1]].push(e[0]); succs[e[0]].push(e[1]); } });
+    var indeg = preds.map(function (p) { return p.length; }), queue = [], order = [];
+    for (i = 0; i < n; i++) if (!indeg[i]) queue.push(i);
+    while (queue.length) {
+      var u = queue.shift(); order.push(u);
+      succs[u].forEach(function (v) { layer[v] = Math.max(layer[v], layer[u] + 1); if (--indeg[v] === 0) queue.push(v); });
+    }
+    var seen = new Uint8Array(n);
+    order.forEach(function (u) { seen[u] = 1; });
+    for (i = 0; i < n; i++) if (!seen[i]) order.push(i);  // on a cycle (never from torch2ir): drawn anyway
+    order.slice().reverse().forEach(function (u) {  // sources just above their first reader
+      if (!preds[u].length && succs[u].length) layer[u] = Math.max(0, Math.min.apply(null, succs[u].map(function (v) { return layer[v]; })) - 1);
+    });
+    var layers = [];
+    for (i = 0; i < n; i++) { (layers[layer[i]] = layers[layer[i]] || []).push(i); }
+    layers = layers.filter(Boolean);
+    var pos = new Float64Array(n);
+    function place() { layers.forEach(function (l) { l.forEach(function (v, j) { pos[v] = j; }); }); }
+    place();
+    for (var sweep = 0; sweep < 4; sweep++) {
+      var down = sweep % 2 === 0, seq = down ? layers : layers.slice().reverse();
+      seq.forEach(function (l) {
+        var bary = new Map();
+        l.forEach(function (v) {
+          var nb = down ? preds[v] : succs[v];
+          bary.set(v, nb.length ? nb.reduce(function (s, w) { return s + pos[w]; }, 0) / nb.length : pos[v]);
+        });
+        l.sort(function (a, b) { return bary.get(a) - bary.get(b); });
+        l.forEach(function (v, j) { pos[v] = j; });
+      });
+    }
+    var W = [], H = 38, GAP = 18, VGAP = 58, x = new Float64Array(n), y = new Float64Array(n), width = 0;
+    for (i = 0; i < n; i++) W.push(Math.max(60, 7.2 * Math.max(g.n[i][0].length, Math.min(g.n[i][2].length, 48)) + 16));
+    layers.forEach(function (l) { width = Math.max(width, l.reduce(function (s, v) { return s + W[v] + GAP; }, 0)); });
+    layers.forEach(function (l, li) {
+      var total = l.reduce(function (s, v) { return s + W[v] + GAP; }, 0) - GAP, cx = (width - total) / 2 + 20;
+      l.forEach(function (v) { x[v] = cx; y[v] = 20 + li * (H + VGAP); cx += W[v] + GAP; });
+    });
+    return { x: x, y: y, w: W, h: H, width: width + 40, height: layers.length * (H + VGAP) + 20 };
+  }
+  var zoom = 1;
+  function drawGraph(path, v) {
+    var d = IMPLS[path], g = d && d.g[v];
+    var bar = $("graphbar"), box = $("graph");
+    bar.replaceChildren(); box.replaceChildren();
+    if (!g) { box.appendChild(el("div", "hint", "no graph: " + path + " is rebuilt by the handler of its type")); return; }
+    bar.appendChild(el("span", "t", path + (v ? " (variant " + v + ")" : "")));
+    bar.appendChild(el("span", null, g.n.length + " nodes, " + g.e.length + " edges"));
+    var L = layout(g), svg = sel("svg", { width: L.width * zoom, height: L.height * zoom, viewBox: "0 0 " + L.width + " " + L.height });
+    bar.appendChild(button("−", function () { zoom = Math.max(0.2, zoom / 1.25); svg.setAttribute("width", L.width * zoom); svg.setAttribute("height", L.height * zoom); }));
+    bar.appendChild(button("+", function () { zoom = Math.min(3, zoom * 1.25); svg.setAttribute("width", L.width * zoom); svg.setAttribute("height", L.height * zoom); }));
+    var edges = sel("g", {}), nodes = sel("g", {}), labels = sel("g", {}), labelled = new Set();
+    var outs = new Int32Array(g.n.length);
+    g.e.forEach(function (e) {
+      var a = e[0], b = e[1];
+      if (a === b) return;
+      var x1 = L.x[a] + L.w[a] / 2, y1 = L.y[a] + L.h, x2 = L.x[b] + L.w[b] / 2, y2 = L.y[b], my = (y1 + y2) / 2;
+      edges.appendChild(sel("path", { "class": "edge", d: "M" + x1 + "," + y1 + " C" + x1 + "," + my + " " + x2 + "," + my + " " + x2 + "," + y2 }));
+      var once = a + "\u0000" + e[2];  // a value read by several nodes is labelled once, under its producer
+      if (e[2] && !labelled.has(once)) {
+        labelled.add(once);
+        labels.appendChild(sel("text", { "class": "el", x: x1 + 4 + 12 * (outs[a]++), y: y1 + 13 }, e[2]));
+      }
+    });
+    g.n.forEach(function (r, k) {
+      var gr = sel("g", { "class": "node k-" + r[1], transform: "translate(" + L.x[k] + "," + L.y[k] + ")" });
+      gr.appendChild(sel("rect", { width: L.w[k], height: L.h }));
+      gr.appendChild(sel("text", { x: 8, y: 15 }, r[0]));
+      if (r[2]) gr.appendChild(sel("text", { "class": "op", x: 8, y: 30 }, r[2].length > 48 ? r[2].slice(0, 47) + "…" : r[2]));
+      gr.appendChild(sel("title", {}, r[0] + (r[3] ? ": " + r[3] : "")));
+      gr.addEventListener("click", function () {
+        if (graphSel) graphSel.classList.remove("sel");
+        graphSel = gr; gr.classList.add("sel"); showNode(path, g, k);
+      });
+      nodes.appendChild(gr);
+    });
+    svg.appendChild(edges); svg.appendChild(nodes); svg.appendChild(labels);
+    box.appendChild(svg);
+  }
+
+  // -- search ---------------------------------------------------------------------------------------------------
+  var LIMIT = 200, timer = 0;
+  function search(q) {
+    var box = $("results");
+    box.replaceChildren();
+    q = q.trim().toLowerCase();
+    if (!q) return;
+    var hits = [];
+    for (var i = 0; i < N.length; i++) {
+      var n = N[i];
+      if (n.p.toLowerCase().indexOf(q) >= 0 || n.c.toLowerCase().indexOf(q) >= 0 || n.t.toLowerCase().indexOf(q) >= 0) hits.push(i);
+    }
+    box.appendChild(el("div", "note", hits.length + (hits.length === 1 ? " match" : " matches") + (hits.length > LIMIT ? ", first " + LIMIT + " shown" : "")));
+    hits.slice(0, LIMIT).forEach(function (i) {
+      var h = el("div", "hit");
+      h.appendChild(el("span", null, N[i].p));
+      h.appendChild(el("span", "cls", N[i].c));
+      h.addEventListener("click", function () { reveal(i); select(i); });
+      box.appendChild(h);
+    });
+  }
+  $("search").addEventListener("input", function (ev) {
+    clearTimeout(timer);
+    timer = setTimeout(function () { search(ev.target.value); }, 120);
+  });
+  $("collapse").addEventListener("click", function () { open.clear(); open.add(0); render(); });
+
+  // -- start ----------------------------------------------------------------------------------------------------
+  function resolve(p) {  // a path, or the unique path ending with "." + p
+    if (byPath.has(p)) return byPath.get(p);
+    var found = -1;
+    for (var i = 0; i < N.length; i++) if (N[i].p.endsWith("." + p)) { if (found >= 0) return -1; found = i; }
+    return found;
+  }
+  function render() {
+    rows.clear(); runItems.clear();
+    var tree = $("tree");
+    tree.replaceChildren(nodeItem(0));
+  }
+  function fromFragment() {
+    var args = new URLSearchParams(location.hash.replace(/^#/, ""));
+    (args.get("expand") || "").split(",").filter(Boolean).forEach(function (p) {
+      var i = resolve(p);
+      if (i >= 0) { reveal(i); expand(i, true); }
+    });
+    var s = args.get("select"), g = args.get("graph"), q = args.get("search");
+    if (s && resolve(s) >= 0) { reveal(resolve(s)); select(resolve(s)); }
+    if (g && resolve(g) >= 0) {
+      if (!s) { reveal(resolve(g)); select(resolve(g)); }
+      drawGraph(N[resolve(g)].p, 0);
+    }
+    if (q) { $("search").value = q; search(q); }
+  }
+  $("title").textContent = D.title + " · " + N.length + " modules";
+  $("summary").textContent = D.summary.join("\n");
+  N.forEach(function (n, i) {  // open the top two levels, and a module holding only a run of identical blocks
+    if (hasKids(i) && (depth[i] < 2 || (n.ch.length === 1 && typeof n.ch[0] !== "number"))) open.add(i);
+  });
+  render();
+  $("graph").appendChild(el("div", "hint", "select a module and press 'show graph' to draw its graph"));
+  select(0);
+  fromFragment();
+  window.addEventListener("hashchange", fromFragment);
+  var ms = Math.round(performance.now());
+  document.body.dataset.loadMs = String(ms);
+  document.title = D.title + " · IR view · loaded in " + ms + " ms";
+})();

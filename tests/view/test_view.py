@@ -1,0 +1,127 @@
+"""The interactive view's file (``ir.view``, ``ir2torch view``) without a browser: one self-contained HTML file
+whose embedded data is the IR's tree, runs, graphs and records, and whose IR strings cannot end its script."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import torch2ir
+from common.htmlview import view_html
+from common.htmlview.data import produced, view_data
+from common.htmlview.page import embed_json
+from common.render import render
+from tests.cli.helpers import command, explain, run
+from tests.models.zoo import by_name
+from tests.view.models import END, IMG, decoder, hostile, nested_runs, small_llama
+
+DATA = re.compile(r'<script id="ir-data" type="application/json">(.*?)</script>', re.S)
+
+
+def _data(html: str) -> dict:
+    found = DATA.findall(html)
+    assert len(found) == 1, "exactly one data element"
+    return json.loads(found[0])
+
+
+def test_view_is_one_self_contained_file(tmp_path):
+    ir = small_llama()
+    path = ir.view(tmp_path / "llama.html")
+    html = path.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and html.count("<script") == 2 and html.count("</script>") == 2
+    # nothing is fetched: no external reference, and the policy forbids any request and any other script
+    assert not re.search(r"\b(src|href)\s*=", html) and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
+    assert "default-src 'none'" in policy and "connect-src 'none'" in policy and "unsafe-inline" not in policy
+    data = _data(html)
+    assert data == json.loads(json.dumps(view_data(ir)))
+    assert data["title"] == "LlamaForCausalLM" and data["summary"][0].startswith("model ")
+
+
+def test_tree_folds_the_identical_layers_and_keeps_every_block(tmp_path):
+    data = view_data(small_llama())
+    nodes = data["nodes"]
+    paths = [n["p"] for n in nodes]
+    assert paths[0] == "root" and len(paths) == len(set(paths)) == len(small_llama())
+    layers = nodes[paths.index("model.layers")]
+    assert len(layers["ch"]) == 1  # one entry: the run
+    label, members = layers["ch"][0]
+    assert label == "layers.0\u20133 \u00d74" and [paths[m] for m in members] == [f"model.layers.{i}" for i in range(4)]
+    layer1 = nodes[paths.index("model.layers.1")]
+    assert {paths[c] for c in layer1["ch"]} == {f"model.layers.1.{n}" for n in
+                                                  ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")}
+    assert nodes[paths.index("model.layers.1.self_attn.q_proj")]["x"] == "4.1k params"
+
+
+def test_graph_edges_carry_the_recorded_shapes():
+    ir = small_llama()
+    data = view_data(ir)
+    attn = data["impls"]["model.layers.1.self_attn"]
+    graph = attn["g"][0]
+    names = [n[0] for n in graph["n"]]
+    assert len(names) == ir["model.layers.1.self_attn"].graph.number_of_nodes()
+    q = names.index("q_proj")
+    assert graph["n"][q][1:4] == ["call", "Linear", "f32[1, 16, 64]"] and graph["n"][q][5].endswith("q_proj")
+    into_q = [e for e in graph["e"] if e[1] == q]
+    assert [(names[e[0]], e[2]) for e in into_q] == [("hidden_states", "f32[1, 16, 64]")]
+    # a call of a module with a graph records no meta: the label is what the callee returns
+    layer = ir["model.layers.0"]
+    assert produced(ir, layer, "mlp") == {"shape": [1, 16, 64], "dtype": ir["model.layers.0.mlp.down_proj"]
+                                          .state["weight"]["dtype"]}
+    attn_out = produced(ir, layer, "self_attn", 1)  # the attention weights, item 1 of a flat 2-tuple
+    assert attn_out["shape"] == [1, 4, 16, 16]
+    assert produced(ir, ir["root"], "model") is None  # a model output class: no label rather than a guess
+    state = {row[0]: row for row in data["impls"]["model.layers.1.self_attn.q_proj"]["s"]}
+    assert state["weight"][1:3] == ["parameter", "f32[64, 64]"]
+    assert ["in_features", "64"] in data["impls"]["model.layers.1.self_attn.q_proj"]["a"]
+
+
+def test_a_big_decoder_is_folded_in_one_entry():
+    ir = decoder(80)
+    data = view_data(ir)
+    layers = data["nodes"][1]
+    assert layers["p"] == "layers" and layers["ch"][0][0] == "layers.0\u201379 \u00d780" and len(layers["ch"]) == 1
+    assert len(data["nodes"]) == len(ir) == 2 + 80 * 3
+
+
+def test_runs_inside_runs_are_folded_in_every_block(tmp_path):
+    ir = nested_runs()
+    data = view_data(ir)
+    paths = [n["p"] for n in data["nodes"]]
+    for i in range(3):  # each block's experts are a run of their own, so any block opens folded the same way
+        label, members = data["nodes"][paths.index(f"layers.{i}.experts")]["ch"][0]
+        assert label == "experts.0\u20133 \u00d74" and [paths[m] for m in members][-1] == f"layers.{i}.experts.3"
+    # the pictures fold both levels (a run inside a dropped block used to raise KeyError)
+    dot = render(ir, tmp_path / "moe.dot").read_text()
+    assert '"layers.0.experts.0" [label="0-3 x4' in dot and '"layers.1' not in dot
+    assert "0-2 x3  Block" in ir.summary() and "0-3 x4  linear  (16 params each)" in ir.summary()
+
+
+def test_hostile_strings_cannot_leave_the_data_element():
+    html = view_html(hostile())
+    assert html.count("</script>") == 2 and html.count("<script") == 2  # the payloads' tags are escaped
+    assert IMG not in html and END not in html and "<img" not in html and "<svg onload" not in html
+    data = _data(html)
+    assert data["title"] == END and IMG in data["impls"] and data["impls"][IMG]["a"] == [["size", END]]
+    assert embed_json({"a": "</script><!--&"}) == '{"a":"\\u003c/script\\u003e\\u003c!--\\u0026"}'
+    with pytest.raises(ValueError):
+        embed_json({"x": float("nan")})
+
+
+def test_cli_writes_the_view_and_refuses_other_files(tmp_path):
+    ir_path = small_llama().save(tmp_path / "llama.ir.json")
+    done = run(command("ir2torch", "view", ir_path, "-o", tmp_path / "out" / "llama.html"))
+    assert done.returncode == 0, explain(done)
+    assert done.stdout.startswith(f"wrote {tmp_path / 'out' / 'llama.html'} (")
+    assert _data((tmp_path / "out" / "llama.html").read_text(encoding="utf-8"))["nodes"][0]["p"] == "root"
+    wrong = run(command("ir2torch", "view", ir_path, "-o", tmp_path / "llama.png"))
+    assert wrong.returncode == 2 and "the view is an HTML file" in wrong.stderr and len(wrong.stderr.splitlines()) == 1
+    missing = run(command("ir2torch", "view", tmp_path / "nope.ir.json", "-o", tmp_path / "x.html"))
+    assert missing.returncode == 2 and "nope.ir.json" in missing.stderr and not (tmp_path / "x.html").exists()
+    case = by_name("nested_containers")
+    args, kwargs = case.inputs()
+    flat = torch2ir.lower(case.build(), args, kwargs).save(tmp_path / "nested.flat.json")
+    refused = run(command("ir2torch", "view", flat, "-o", tmp_path / "flat.html"))
+    assert refused.returncode == 2 and "is a FlatIR" in refused.stderr and not (tmp_path / "flat.html").exists()

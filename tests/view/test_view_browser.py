@@ -1,0 +1,86 @@
+"""The interactive view in a real browser (headless Chromium): the page loads from ``file://``, expands a block
+named in its URL fragment, folds repeated blocks, keeps unexpanded blocks out of the document, draws a graph with
+shapes on its edges, and shows hostile IR strings as text. A missing browser fails these tests (see browser.py)."""
+
+from __future__ import annotations
+
+import html
+import re
+from urllib.parse import quote
+
+import pytest
+
+from common.htmlview.data import view_data
+from tests.view.browser import Elements, dump_dom, pixels, screenshot
+from tests.view.models import END, IMG, SVG, decoder, hostile, small_llama
+
+LOADED = re.compile(r"· IR view · loaded in (\d+) ms$")
+
+
+def _rows(dom: str) -> list[int]:
+    """The node indices of the tree rows in the document (``data-i``)."""
+    return [int(a["data-i"]) for a in Elements(dom).named("div") if a.get("data-i") is not None]
+
+
+def _title(dom: str) -> str:
+    return re.search(r"<title>(.*?)</title>", dom, re.S).group(1)
+
+
+def test_fragment_expands_a_block_and_the_screenshot_shows_it(tmp_path):
+    ir = small_llama()
+    page = ir.view(tmp_path / "llama.html")
+    index = {n["p"]: i for i, n in enumerate(view_data(ir)["nodes"])}
+    url = f"{page.as_uri()}#expand=layers.1&select=layers.1.self_attn&graph=layers.1.self_attn"
+    dom = dump_dom(url, tmp_path)
+    assert LOADED.search(_title(dom)), _title(dom)
+    rows = set(_rows(dom))
+    block = {index[f"model.layers.1.{n}"] for n in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")}
+    assert block <= rows  # the expanded block's children are in the document
+    assert {index[f"model.layers.{i}"] for i in range(4)} <= rows  # the run lists its blocks
+    assert index["model.layers.2.self_attn"] not in rows and index["model.layers.1.self_attn.q_proj"] not in rows
+    shown = Elements(dom).shown()
+    assert "layers.0\u20133 \u00d74" in shown  # the folded run's label
+    assert "model.layers.1.self_attn" in shown and "f32[1, 16, 64]" in shown and "q_proj" in shown  # panel, graph
+    assert len(Elements(dom).named("svg")) == 1 and len(Elements(dom).named("rect")) == 52  # one box per node
+    png = pixels(screenshot(url, tmp_path))
+    assert png.shape[:2] == (800, 1280)
+    assert png[..., :3].std() > 0.05 and len({tuple(p) for p in png[::8, ::8, :3].reshape(-1, 3).tolist()}) > 30
+
+
+def test_a_folded_run_opens_one_block_at_a_time_and_loads_fast(tmp_path):
+    ir = decoder(80)
+    page = ir.view(tmp_path / "decoder.html")
+    first = dump_dom(page.as_uri(), tmp_path, budget_ms=None)  # real time: the load time is measured
+    assert "layers.0\u201379 \u00d780" in Elements(first).shown()
+    assert len(_rows(first)) == 2  # root and layers: no block is in the document until asked for
+    load_ms = int(LOADED.search(_title(first)).group(1))
+    assert load_ms < 5000, f"the view of 80 blocks took {load_ms} ms to load"
+    index = {n["p"]: i for i, n in enumerate(view_data(ir)["nodes"])}
+    opened = dump_dom(f"{page.as_uri()}#expand=layers.41", tmp_path)
+    rows = _rows(opened)
+    assert len(rows) == 2 + 80 + 2  # the run's 80 blocks, and the children of block 41 only
+    assert {index["layers.41.up"], index["layers.41.down"]} <= set(rows) and index["layers.40.up"] not in rows
+
+
+def test_hostile_strings_are_shown_as_text(tmp_path):
+    page = hostile().view(tmp_path / "hostile.html")
+    url = f"{page.as_uri()}#select={quote(IMG, safe='')}&graph={quote(IMG, safe='')}&search={quote('<', safe='')}"
+    dom = dump_dom(url, tmp_path)
+    parsed = Elements(dom)
+    title = html.unescape(_title(dom))
+    assert LOADED.search(title) and title.startswith(f"{END} · IR view"), title  # the script ran to its end, alone
+    assert not parsed.named("img") and len(parsed.named("script")) == 2
+    assert [t for t, _ in parsed.tags].count("svg") == 1  # the graph's, not one from a string
+    assert not [(t, a) for t, a in parsed.tags for a in a if a.lower().startswith("on")]  # no handler anywhere
+    shown = parsed.shown()
+    for text in (IMG, END, SVG):
+        assert text in shown  # shown, as text
+    assert "&lt;img src=x onerror=" in dom and "&lt;/script&gt;&lt;script&gt;" in dom
+
+
+def test_a_missing_browser_fails_the_test_naming_the_package(tmp_path, monkeypatch):
+    from tests.view import browser
+
+    monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
+    with pytest.raises(pytest.fail.Exception, match=r"no-chromium is missing: .*apt-get install -y chromium"):
+        dump_dom("about:blank", tmp_path)

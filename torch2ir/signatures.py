@@ -138,6 +138,19 @@ def _tracing() -> tuple[type, Any]:
     return FunctionalTensor, get_proxy_slot
 
 
+_SCALARS = (bool, int, float, str)
+
+
+def _kind(value: Any) -> str:
+    """What a flat argument is to pytree: ``"t"`` a tensor, ``"n"`` ``None``, ``"s..."`` a plain scalar (each one
+    leaf; the scalar's type is in the key since ``True == 1``), ``""`` anything else (flattened the slow way)."""
+    if isinstance(value, torch.Tensor):
+        return "t"
+    if value is None:
+        return "n"
+    return "s" + type(value).__name__ if type(value) in _SCALARS else ""
+
+
 def _is_size(value: Any) -> bool:
     """A ``torch.Size`` is one constant (its type kept), not a tuple of ints; one with symbolic sizes is not."""
     return isinstance(value, torch.Size) and all(type(v) is int for v in value)
@@ -174,14 +187,16 @@ class _Recorder:
         return ("const", value)
 
     def _flatten(self, value: Any) -> tuple[list[Any], pytree.TreeSpec]:
-        """``tree_flatten`` (a ``torch.Size`` is one leaf), without its cost for the common cases: tensors only,
-        by position, or one tensor."""
-        if type(value) is tuple and len(value) == 2 and type(value[1]) is dict and not value[1] and \
-                type(value[0]) is tuple and all(isinstance(a, torch.Tensor) for a in value[0]):
-            key: Any = len(value[0])
-            leaves = list(value[0])
-        elif isinstance(value, torch.Tensor):
-            key, leaves = "tensor", [value]
+        """``tree_flatten`` (a ``torch.Size`` is one leaf), without its cost for the common cases: a call whose
+        arguments are tensors, ``None`` and plain scalars, or a single tensor result."""
+        if isinstance(value, torch.Tensor):
+            key: Any = "tensor"
+            leaves = [value]
+        elif type(value) is tuple and len(value) == 2 and type(value[0]) is tuple and type(value[1]) is dict and \
+                all(_kind(a) for a in value[0]) and all(_kind(v) for v in value[1].values()):
+            args, kwargs = value
+            key = (tuple(map(_kind, args)), tuple((k, _kind(v)) for k, v in kwargs.items()))
+            leaves = [*args, *kwargs.values()]
         else:
             return pytree.tree_flatten(value, is_leaf=_is_size)
         spec = self.specs.get(key)

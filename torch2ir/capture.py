@@ -34,7 +34,7 @@ from common.ir import IR, Implementation
 from common.safety import Allowlist
 from common.values import Subgraph
 
-from .frontend import export
+from .frontend import ExportFailedError, export
 from .lowering import check_ops, flat_from_program
 
 #: deepcopy of export's tree specs inside run_decompositions warns about a deprecated isinstance check.
@@ -208,11 +208,13 @@ def lower(
             warnings.simplefilter("ignore", TrainModeWarning)  # about the IR's train mode; the FlatIR is eval
             ir = build_ir(converter, target, args, kwargs, strict=False, dynamic_shapes=dynamic_shapes,
                           allowlist=accepted, captured=captured, train_checks=False)
+    except ExportFailedError:
+        raise  # a direct lowering would run the same export
     except ConversionError:
-        if not captured:
-            raise  # the export failed: a direct lowering would run the same export
+        pass  # the module-level IR cannot hold the model (refused before or after the export): lower it anyway
     capture = captured[0] if captured else None
-    if capture is None or capture.refused is not None:  # no export, or a trace with stand-ins: export directly
+    if capture is None or capture.refused is not None:  # no export (a whole-model leaf, or refused before it),
+        # or a trace with stand-ins: export directly
         return lower_directly(target, args, kwargs, decompose=decompose, dynamic_shapes=dynamic_shapes,
                               allowlist=accepted)
     return capture.flat(linked=ir is not None, decompose=decompose, allowlist=accepted)

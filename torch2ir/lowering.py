@@ -117,7 +117,7 @@ class _Lowering:
 
     def run(self) -> FlatIR:
         self.signature()
-        self.walk(self.ep.graph_module, prefix=None, parent_path="root", source=None)
+        self.walk(self.ep.graph_module, prefix=None, parent_path="root", body_origin=None)
         self.outputs()
         if self.problems:
             lines = "\n".join(f"  - {p}" for p in self.problems)
@@ -158,9 +158,9 @@ class _Lowering:
         if isinstance(value, torch.Tensor) and not value.is_meta:
             self.flat.tensors[target] = value.detach().clone()
 
-    def walk(self, gm: fx.GraphModule, prefix: str | None, parent_path: str, source: tuple | None) -> None:
+    def walk(self, gm: fx.GraphModule, prefix: str | None, parent_path: str, body_origin: tuple | None) -> None:
         """Lower the call_function nodes of ``gm`` (a HOP body when ``prefix`` is set, whose nodes all come from
-        the HOP's IR node ``source``)."""
+        the HOP's IR node ``body_origin``)."""
         for node in gm.graph.nodes:
             if node.op != "call_function":
                 continue
@@ -170,7 +170,7 @@ class _Lowering:
                     self.env[node] = source[node.args[1]]
                     continue
             path = self.module_path(node, parent_path)
-            origin = source if prefix else self.source_of(node)
+            origin = body_origin if prefix else self.source_of(node)
             if isinstance(node.target, torch._ops.HigherOrderOperator):
                 self.inline(gm, node, path, origin)
                 continue

@@ -43,8 +43,8 @@ from .treespec import kwarg_names, load_spec
 from .values import decode, dtype_from_name, dtype_name, encode
 
 FLAT_FORMAT = "torch2ir.flat"
-#: Version written by this library; files of versions 1..FLAT_FORMAT_VERSION are read (2 added ``nodes[].source``).
-FLAT_FORMAT_VERSION = 2
+#: Version written by this library; files of versions 1..FLAT_FORMAT_VERSION are read.
+FLAT_FORMAT_VERSION = 1
 
 _BODY_KEYS = ("meta", "graph_inputs", "graph_outputs", "in_spec", "out_spec", "forward_arg_names",
               "range_constraints", "weights", "weight_name_mapping", "nodes")  # fmt: skip

@@ -36,7 +36,7 @@ def test_save_load_identity_and_same_bytes(tmp_path, name, decompose):
     assert loaded.to_dict() == flat.to_dict()
     assert loaded.save(tmp_path / "again.flat.json").read_bytes() == path.read_bytes()
     doc = json.loads(path.read_text())
-    assert doc["format"] == "torch2ir.flat" and doc["format_version"] == 2
+    assert doc["format"] == "torch2ir.flat" and doc["format_version"] == 1
     assert doc["nodes"][0]["op_type"].startswith("aten.")
     assert "tensors" not in doc and not list(tmp_path.glob("*.safetensors"))  # lowered on meta: no tensor values
 
@@ -165,7 +165,7 @@ _DELETE = object()
         (("range_constraints",), {"s0": [1]}, IRFormatError, "range of 's0'"),
         (("in_spec",), 5, IRFormatError, "pytree spec string"),
         (("extra",), 1, IRFormatError, "unknown fields"),
-        (("format_version",), 3, UnsupportedFormatVersionError, "reads up to 2"),
+        (("format_version",), 2, UnsupportedFormatVersionError, "reads up to 1"),
         (("format_version",), "1", IRFormatError, "invalid format_version"),
         (("format",), "torch2ir.ir", IRFormatError, "expected 'torch2ir.flat'"),
     ],

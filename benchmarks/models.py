@@ -174,6 +174,20 @@ def llama_7b(layers: int = LLAMA_7B_LAYERS, device: str | None = "meta") -> nn.M
     return _seeded(lambda: llama(layers=layers, **LLAMA_7B), device)
 
 
+#: Llama-3-70B dimensions (80 layers; 70.6 B parameters, 282 GB in float32 — only ever built on ``meta``).
+LLAMA_70B = {"hidden": 8192, "intermediate": 28672, "heads": 64, "kv_heads": 8, "vocab": 128256, "positions": 8192}
+LLAMA_70B_LAYERS = 80
+
+
+def llama_70b(layers: int = LLAMA_70B_LAYERS, device: str | None = "meta") -> nn.Module:
+    """Llama with Llama-3-70B dimensions and ``layers`` decoder layers, on ``device`` (default ``meta``)."""
+    return _seeded(lambda: llama(layers=layers, **LLAMA_70B), device)
+
+
+#: The weight-free scale models by name: ``(builder, label)``.
+SCALE_MODELS = {"7b": (llama_7b, "Llama-2-7B dims"), "70b": (llama_70b, "Llama-3-70B dims")}
+
+
 def llama_sweep(layers: int, device: str | None = "meta") -> nn.Module:
     """The small Llama (hidden 64) with ``layers`` decoder layers: the layer-count sweep's model."""
     return _seeded(lambda: llama(layers=layers, hidden=64, intermediate=128, heads=4, kv_heads=2, vocab=VOCAB,

@@ -37,7 +37,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 from benchmarks import report
 from benchmarks.measure import RESULT_MARK, ROOT, run_child
 
-SCENARIOS = ("convert", "scale", "rebuild_load", "forward", "onnx", "sweep")
+SCENARIOS = ("convert", "scale", "scale70", "rebuild_load", "forward", "onnx", "sweep")
 ALL_MODELS = ("bert", "gpt2", "llama", "resnet", "mobilenet_v2")
 #: Mixture-of-experts decoders with their default experts kernel (the transformers operator opted in).
 MOE_MODELS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
@@ -46,14 +46,16 @@ MOE_MODELS = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
 FULL: dict[str, dict[str, Any]] = {
     "convert": {"models": ALL_MODELS + MOE_MODELS, "rounds": 7, "warmup": 1},
     "scale": {"layers": 32, "rounds": 3, "warmup": 1, "rss_ops": ("export", "convert", "lower")},
+    "scale70": {"layers": 80, "rounds": 3, "warmup": 1, "rss_ops": ("export", "convert", "lower")},
     "rebuild_load": {"layers": 12, "rounds": 5, "warmup": 1},
     "forward": {"models": ALL_MODELS + MOE_MODELS, "batches": [1, 8], "rounds": 15},
     "onnx": {"models": ALL_MODELS, "rounds": 3, "warmup": 1},
-    "sweep": {"layers": [2, 8, 32], "rounds": 5, "warmup": 1},
+    "sweep": {"layers": [2, 8, 32, 80], "rounds": 5, "warmup": 1},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "convert": {"models": ("gpt2", "resnet"), "rounds": 3, "warmup": 1},
     "scale": {"layers": 2, "rounds": 1, "warmup": 0, "rss_ops": ()},
+    "scale70": {"layers": 1, "rounds": 1, "warmup": 0, "rss_ops": ()},
     "rebuild_load": {"layers": 2, "rounds": 2, "warmup": 0},
     "forward": {"models": ("gpt2",), "batches": [1, 8], "rounds": 3},
     "onnx": {"models": ("resnet",), "rounds": 2, "warmup": 1},
@@ -62,7 +64,8 @@ QUICK: dict[str, dict[str, Any]] = {
 
 
 #: The scenario each task's results belong to.
-SCENARIO_OF_TASK = {"convert": "convert", "scale": "scale", "scale_rss": "scale", "rebuild_load": "rebuild_load",
+SCENARIO_OF_TASK = {"convert": "convert", "scale": "scale", "scale_rss": "scale", "scale70": "scale70",
+                    "scale70_rss": "scale70", "rebuild_load": "rebuild_load",
                     "forward": "forward", "onnx": "onnx", "sweep": "sweep"}
 
 
@@ -72,9 +75,9 @@ def plan(scenario: str, params: dict[str, Any], models: Sequence[str] | None) ->
         names = [m for m in params["models"] if models is None or m in models]
         extra = {"batches": params["batches"]} if scenario == "forward" else {"warmup": params["warmup"]}
         return [{"task": scenario, "model": m, "rounds": params["rounds"], **extra} for m in names]
-    if scenario == "scale":
-        return [{"task": "scale", "layers": params["layers"], "rounds": params["rounds"], "warmup": params["warmup"]},
-                *({"task": "scale_rss", "op": op, "layers": params["layers"]} for op in params["rss_ops"])]
+    if scenario in ("scale", "scale70"):
+        return [{"task": scenario, "layers": params["layers"], "rounds": params["rounds"], "warmup": params["warmup"]},
+                *({"task": f"{scenario}_rss", "op": op, "layers": params["layers"]} for op in params["rss_ops"])]
     return [{"task": scenario, "layers": params["layers"], "rounds": params["rounds"], "warmup": params["warmup"]}]
 
 
@@ -153,10 +156,11 @@ def build_report(results: dict[str, list[dict[str, Any]]], machine: list[str]) -
     if "convert" in results:
         sections.append(("convert: torch2ir.convert vs torch.export.export vs export + unflatten (small configs)",
                          *report.section_convert(results["convert"])))
-    if "scale" in results:
-        main = [r for r in results["scale"] if r["task"] == "scale"]
-        rss = [r for r in results["scale"] if r["task"] == "scale_rss"]
-        sections.append(("weight-free scale: Llama-2-7B dimensions on meta", *report.section_scale(main, rss)))
+    for scenario, label in (("scale", "Llama-2-7B"), ("scale70", "Llama-3-70B")):
+        if scenario in results:
+            main = [r for r in results[scenario] if r["task"] == scenario]
+            rss = [r for r in results[scenario] if r["task"] == f"{scenario}_rss"]
+            sections.append((f"weight-free scale: {label} dimensions on meta", *report.section_scale(main, rss)))
     if "rebuild_load" in results:
         sections.append(("rebuild + load: GPT-2-small from IR on meta + memory-mapped .safetensors",
                          *report.section_rebuild_load(results["rebuild_load"])))

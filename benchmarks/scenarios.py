@@ -80,10 +80,16 @@ def task_convert(model: str, rounds: int, warmup: int) -> dict[str, Any]:
     def convert() -> None:
         state["ir"] = torch2ir.convert(m, args, kwargs, allow=spec.allow)
 
-    series = interleaved({"export": export, "unflatten": unflatten, "convert": convert}, rounds=rounds,
-                         warmup=warmup)
+    def convert_lower() -> None:
+        state["flat"] = torch2ir.convert(m, args, kwargs, allow=spec.allow).lower()
+
+    series = interleaved({"export": export, "unflatten": unflatten, "convert": convert,
+                          "convert_lower": convert_lower}, rounds=rounds, warmup=warmup)
     ir = state["ir"]
     return {
+        "convert_lower_s": series["convert_lower"].median,
+        "convert_lower_vs_export": paired_ratio(series, "convert_lower", "export"),
+        "flat_nodes": len(state["flat"].nodes),
         "model": model,
         "export_s": series["export"].median,
         "unflatten_s": series["unflatten"].median,
@@ -197,19 +203,20 @@ def _meta_ir_forward(config: Any, ids: torch.Tensor, state_path: Path, expected:
 
 
 # -- weight-free scale -----------------------------------------------------------------------------------------
-def _scale_model(layers: int) -> tuple[nn.Module, tuple]:
-    model = models.llama_7b(layers)
+def _scale_model(layers: int, dims: str = "7b") -> tuple[nn.Module, tuple]:
+    model = models.SCALE_MODELS[dims][0](layers)
     return model, (torch.zeros((1, models.SCALE_SEQ), dtype=torch.long, device="meta"),)
 
 
-def task_scale(layers: int, rounds: int, warmup: int) -> dict[str, Any]:
-    """Llama-2-7B dimensions on meta: convert / lower vs export, IR file size, ``IR.load`` vs parsing its JSON,
-    ``ir2torch.convert(device="meta")`` vs building the original class on meta."""
+def task_scale(layers: int, rounds: int, warmup: int, dims: str = "7b") -> dict[str, Any]:
+    """Llama-2-7B (or Llama-3-70B) dimensions on meta: convert and convert + ``ir.lower()`` vs export, IR file
+    size, ``IR.load`` vs parsing its JSON, ``ir2torch.convert(device="meta")`` vs building the original class on
+    meta, ``FlatIR.load``."""
     import ir2torch
     import torch2ir
-    from common import IR
+    from common import IR, FlatIR
 
-    model, args = _scale_model(layers)
+    model, args = _scale_model(layers, dims)
     state: dict[str, Any] = {}
 
     def export() -> None:
@@ -218,10 +225,11 @@ def task_scale(layers: int, rounds: int, warmup: int) -> dict[str, Any]:
     def convert() -> None:
         state["ir"] = torch2ir.convert(model, args)
 
-    def lower() -> None:
-        torch2ir.lower(model, args)
+    def lower() -> None:  # convert + lower from the one export
+        state["flat"] = torch2ir.convert(model, args).lower()
 
     trace = interleaved({"export": export, "convert": convert, "lower": lower}, rounds=rounds, warmup=warmup)
+    lower_only = interleaved({"ir_lower": lambda: state["ir"].lower()}, rounds=rounds, warmup=0)
     with tempfile.TemporaryDirectory(prefix="t2i-bench-") as tmp:
         path = Path(tmp) / "llama.ir.json"
         save_s = time_once(lambda: state["ir"].save(path))
@@ -235,16 +243,24 @@ def task_scale(layers: int, rounds: int, warmup: int) -> dict[str, Any]:
             json.loads(path.read_bytes())
 
         load = interleaved({"ir_load": ir_load, "json_parse": json_parse}, rounds=3 * rounds, warmup=1)
+        flat_path = Path(tmp) / "llama.flat.json"
+        flat_save_s = time_once(lambda: state["flat"].save(flat_path))
+        flat_size = flat_path.stat().st_size
+        flat_load = interleaved({"flat_load": lambda: FlatIR.load(flat_path),
+                                 "json_parse": lambda: json.loads(flat_path.read_bytes())}, rounds=3 * rounds, warmup=1)
 
     def rebuild_meta() -> None:
         ir2torch.convert(loaded["ir"], device="meta")
 
     def construct_meta() -> None:
-        models.llama_7b(layers)
+        models.SCALE_MODELS[dims][0](layers)
 
     rebuild = interleaved({"rebuild_meta": rebuild_meta, "construct_meta": construct_meta},
                           rounds=3 * rounds, warmup=1)
     return {
+        "dims": dims, "label": models.SCALE_MODELS[dims][1], "ir_lower_s": lower_only["ir_lower"].median,
+        "flat_json_bytes": flat_size, "flat_save_s": flat_save_s, "flat_load_s": flat_load["flat_load"].median,
+        "flat_json_parse_s": flat_load["json_parse"].median,
         "layers": layers, "parameters": models.parameter_count(model),
         "export_s": trace["export"].median, "convert_s": trace["convert"].median, "lower_s": trace["lower"].median,
         "convert_vs_export": paired_ratio(trace, "convert", "export"),
@@ -259,21 +275,23 @@ def task_scale(layers: int, rounds: int, warmup: int) -> dict[str, Any]:
     }
 
 
-def task_scale_rss(op: str, layers: int) -> dict[str, Any]:
-    """Peak RSS of one ``op`` (``export`` / ``convert`` / ``lower``) on the Llama-2-7B-dimension model on meta.
+def task_scale_rss(op: str, layers: int, dims: str = "7b") -> dict[str, Any]:
+    """Peak RSS of one ``op`` (``export`` / ``convert`` / ``lower``: convert + lower) on the Llama-2-7B (or
+    Llama-3-70B) dimension model on meta.
 
     The child's high-water mark is read after building the model (imports + meta model: the baseline)
     and after running ``op`` once; nothing else runs in this process.
     """
     import torch2ir
 
-    model, args = _scale_model(layers)
+    model, args = _scale_model(layers, dims)
     before = peak_rss_mb()
     fn = {"export": lambda: torch.export.export(model, args, strict=False),
           "convert": lambda: torch2ir.convert(model, args),
-          "lower": lambda: torch2ir.lower(model, args)}[op]
+          "lower": lambda: torch2ir.convert(model, args).lower()}[op]
     seconds = time_once(fn)
-    return {"op": op, "layers": layers, "baseline_rss_mb": before, "op_rss_mb": peak_rss_mb(), "seconds": seconds}
+    return {"op": op, "layers": layers, "dims": dims, "baseline_rss_mb": before, "op_rss_mb": peak_rss_mb(),
+            "seconds": seconds}
 
 
 # -- layer sweep -----------------------------------------------------------------------------------------------
@@ -307,6 +325,8 @@ TASKS: dict[str, Callable[..., dict[str, Any]]] = {
     "rebuild_load": task_rebuild_load,
     "scale": task_scale,
     "scale_rss": task_scale_rss,
+    "scale70": lambda **params: task_scale(dims="70b", **params),
+    "scale70_rss": lambda **params: task_scale_rss(dims="70b", **params),
     "sweep": task_sweep,
     "onnx": _onnx_task,
 }

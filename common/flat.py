@@ -112,6 +112,10 @@ class FlatNode:
         inputs: metadata of the values the arguments reference, in argument order.
         outputs: metadata of the values the call produces (several for a multi-output op; none for asserts).
         module_path: path of the innermost module the call ran in (``"root"`` for the model itself).
+        source: the module-level IR node it was lowered from, ``(implementation, node)``, or
+            ``(implementation, node, variant)`` for a node of the ``variant``-th per-call graph (1, 2, ...);
+            ``None`` when unknown (lowered without a module-level IR). An op inside a handled leaf points to
+            the leaf's call node; an op inside a higher-order op's body to the higher-order op's node.
     """
 
     name: str
@@ -121,6 +125,7 @@ class FlatNode:
     inputs: list[ValueMeta] = field(default_factory=list)
     outputs: list[ValueMeta] = field(default_factory=list)
     module_path: str = "root"
+    source: tuple[str, str] | tuple[str, str, int] | None = None
 
     def refs(self) -> list[Ref]:
         """The :class:`Ref` s in ``args`` then ``kwargs``, in order."""
@@ -128,7 +133,7 @@ class FlatNode:
 
     def to_dict(self, value_fn: ValueFn = _same) -> dict[str, Any]:
         where = f"nodes[{self.name!r}]"
-        return {
+        out = {
             "name": self.name,
             "op_type": self.op_type,
             "module_path": self.module_path,
@@ -137,6 +142,9 @@ class FlatNode:
             "inputs": [m.to_dict(value_fn, where) for m in self.inputs],
             "outputs": [m.to_dict(value_fn, where) for m in self.outputs],
         }
+        if self.source is not None:
+            out["source"] = list(self.source)
+        return out
 
 
 class FlatIR:
@@ -201,6 +209,16 @@ class FlatIR:
         out.update({w.name: ValueMeta.tensor(w.name, w.shape, w.dtype) for w in self.weights})
         for node in self.nodes:
             out.update({m.name: m for m in node.outputs})
+        return out
+
+    def lowered_from(self) -> dict[tuple[str, str, int], list[str]]:
+        """The reverse of the nodes' ``source`` links: ``{(implementation, node, variant): [flat node names]}``
+        (``variant`` 0 for an implementation's main graph), the flat nodes in execution order."""
+        out: dict[tuple[str, str, int], list[str]] = {}
+        for node in self.nodes:
+            if node.source is not None:
+                key, name, *rest = node.source
+                out.setdefault((key, name, rest[0] if rest else 0), []).append(node.name)
         return out
 
     def __iter__(self) -> Iterator[FlatNode]:

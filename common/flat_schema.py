@@ -48,7 +48,7 @@ FLAT_FORMAT_VERSION = 1
 
 _BODY_KEYS = ("meta", "graph_inputs", "graph_outputs", "in_spec", "out_spec", "forward_arg_names",
               "range_constraints", "weights", "weight_name_mapping", "nodes")  # fmt: skip
-_NODE_KEYS = {"name", "op_type", "module_path", "args", "kwargs", "inputs", "outputs"}
+_NODE_KEYS = {"name", "op_type", "module_path", "args", "kwargs", "inputs", "outputs", "source"}
 
 
 # -- parsing -------------------------------------------------------------------------------
@@ -135,8 +135,22 @@ def _parse_node(d: Any, value_fn: ValueFn, where: str) -> FlatNode:
         name, op_type,
         {str(k): value_fn(v, f"{where}.args.{k}") for k, v in args.items()},
         {str(k): value_fn(v, f"{where}.kwargs.{k}") for k, v in kwargs.items()},
-        values["inputs"], values["outputs"], module_path,
+        values["inputs"], values["outputs"], module_path, _source(d.get("source"), f"{where}.source", name),
     )  # fmt: skip
+
+
+def _source(value: Any, where: str, node: str) -> tuple | None:
+    """``[implementation, node]`` or ``[implementation, node, variant >= 1]`` (data: never a name of code)."""
+    if value is None:
+        return None
+    ok = isinstance(value, list) and len(value) in (2, 3) and all(isinstance(v, str) and v for v in value[:2])
+    if ok and len(value) == 3:
+        ok = isinstance(value[2], int) and not isinstance(value[2], bool) and 1 <= value[2] <= MAX_GRAPH_NODES
+    if not ok:
+        raise IRFormatError(f"source must be [implementation, node] or [implementation, node, variant >= 1], got "
+                            f"{str(value)[:80]}", node=node, key=where,
+                            hint="it names the module-level IR node the op was lowered from; drop it if unknown")
+    return tuple(value)
 
 
 def parse_flat(cls: type, d: Any, value_fn: ValueFn) -> Any:

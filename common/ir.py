@@ -23,6 +23,7 @@ from typing import Any
 
 import networkx as nx
 
+from .capture import IRLowering
 from .errors import DanglingEdgeError, IRFormatError, MissingImplementationError
 from .htmlview import IRHtmlView
 from .schema import (
@@ -248,17 +249,16 @@ class Implementation(ImplementationTextViews):
                 f"{self.graph.number_of_nodes()} nodes, {self.graph.number_of_edges()} edges)")
 
 
-class IR(IRTextViews, IRHtmlView, MutableMapping[str, Implementation]):
+class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation]):
     """The module-level IR: implementation key -> :class:`Implementation`.
 
-    ``IR.from_dict`` accepts the plain form of ``docs/ir-spec.md`` verbatim; ``to_dict`` returns it.
-    Saving and loading go through :mod:`common.serialize` (``ir.save`` / ``IR.load``).
+    ``IR.from_dict`` accepts the plain form of ``docs/ir-spec.md`` verbatim; ``to_dict`` returns it. Saving and
+    loading go through :mod:`common.serialize` (``ir.save`` / ``IR.load``); ``ir.lower()``: :mod:`common.capture`.
     """
 
     def __init__(self, implementations: Mapping[str, Implementation] | list[Implementation] | None = None) -> None:
         self._impls: dict[str, Implementation] = {}
-        #: values of tensors that are not in the model's state dict (non-persistent buffers,
-        #: lifted constants), keyed by their path; saved beside the JSON as .safetensors.
+        #: tensors no state dict holds (non-persistent buffers, lifted constants) by path; saved as .safetensors
         self.tensors: dict[str, Any] = {}
         items = implementations.values() if isinstance(implementations, Mapping) else (implementations or [])
         for impl in items:

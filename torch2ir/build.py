@@ -17,6 +17,7 @@ from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
 from common.safety import Allowlist, function_names, required_ops_error
 from common.validate import validate
 
+from .capture import Capture
 from .frontend import (
     RNN_WARNING,
     export,
@@ -27,7 +28,7 @@ from .frontend import (
     traced_mode,
 )
 from .hierarchy import Frame, Hierarchy, Problem
-from .hooks import check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
+from .hooks import STAND_IN_TYPES, check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
 from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
 from .tensormeta import state_record
@@ -49,8 +50,19 @@ from .training import (
 
 def build_ir(
     converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
-    dynamic_shapes: Any, allowlist: Allowlist | None = None,
+    dynamic_shapes: Any, allowlist: Allowlist | None = None, captured: list[Capture] | None = None,
+    train_checks: bool = True,
 ) -> IR:
+    """The IR of ``model(*args, **kwargs)``, with the :class:`~torch2ir.capture.Capture` of its export attached.
+
+    ``captured``: a list the capture is appended to as soon as the export succeeded (so that a caller can lower
+    a model whose module-level IR fails); the IR is then returned without its capture attached.
+    ``train_checks=False`` skips the train-mode analysis (for an IR that is only lowered).
+
+    Raises:
+        ConversionError: every construct the IR cannot hold, listed together.
+    """
+    allowlist = allowlist or Allowlist()
     table = ModuleTable(model, converter)
     hook_problems, hooked = check_hooks(model, table)
     _raise(hook_problems)
@@ -58,17 +70,27 @@ def build_ir(
         ir = table.build(called=set())
         _raise(table.errors)
         _keep_tensors(ir, table, {})
+        capture = Capture(None, model, args, kwargs, allowlist, refused=f"the whole model is one handled "
+                          f"{type(model).__name__} (no export ran)")
+        if captured is None:
+            capture.seal(ir)
         return ir
     with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls:
         ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve=_preserved(model, table), on_attempt=calls.clear)
     relocate_hook_ops(ep)
+    stand_ins = [p for p, m in model.named_modules() if type(m) in STAND_IN_TYPES and table.is_leaf(m)]
+    capture = Capture(ep, model, args, kwargs, allowlist, refused=f"quantization observers / stubs "
+                      f"({', '.join(stand_ins[:3])}{', ...' if len(stand_ins) > 3 else ''}) are traced as stand-ins"
+                      if stand_ins else None)
+    if captured is not None:
+        captured.append(capture)
     hierarchy = Hierarchy(ep, table, calls)
     frames = list(hierarchy.graph_frames())
     called = {table.key(f.path) or "root" for f in frames}
     ir = table.build(called)
     problems: list[Problem] = [*table.errors, *check_hooked_frames(hierarchy, hooked)]
-    _per_call_graphs(ir, table, hierarchy, frames, problems)
+    capture.link(hierarchy, _per_call_graphs(ir, table, hierarchy, frames, problems))
     problems += hierarchy.problems
     _real_sequentials(ir, table)
     _sync_call_types(ir)
@@ -78,14 +100,14 @@ def build_ir(
     _calling_convention(ir.root, ep)
     _module_conventions(ir, table, hierarchy, frames)
     recorded = None  # the train-mode meta pass, when one ran: its writes serve the train-update check too
-    if has_graph_dropout(ir):
+    if train_checks and has_graph_dropout(ir):
         recorded = _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
-    elif any(reads_training(type(m)) for m in table.module_of_key.values() if not table.is_leaf(m)):
+    elif train_checks and any(reads_training(type(m)) for m in table.module_of_key.values() if not table.is_leaf(m)):
         recorded = _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
-    check_train_updates(ir, model, args, kwargs, table, ep, recorded)
+    if train_checks:
+        check_train_updates(ir, model, args, kwargs, table, ep, recorded)
     _carried_notes(ir, model)
     _keep_tensors(ir, table, ep.constants)
-    allowlist = allowlist or Allowlist()
     missing = allowlist.required(function_names(ir))
     if missing:
         error = required_ops_error(missing, "the model calls")
@@ -95,6 +117,8 @@ def build_ir(
     except IRError as exc:
         raise ConversionError(f"the converter produced an invalid IR: {exc}", implementation=exc.implementation,
                               node=exc.node, hint="this is a torch2ir bug; please report it with the model") from exc
+    if captured is None:
+        capture.seal(ir)
     return ir
 
 
@@ -175,13 +199,17 @@ def _preserved(model: nn.Module, table: ModuleTable) -> list[str]:
 
 
 def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: list[Frame],
-                     problems: list[Problem]) -> None:
+                     problems: list[Problem]) -> dict[int, tuple[str, int, Implementation]]:
     """Each module's graph, and one further graph (a variant) per distinct way its calls trace.
 
     Every call is written to a graph of its own; modules are then settled children first, so a parent's
     graphs already say which variant of each child they call (``variant`` on the call node) when the
     parent's calls are compared. Calls whose graphs have the same structure share one graph.
+
+    Returns:
+        ``{id(graph written for a call): (key, variant, graph written for the call whose graph it shares)}``.
     """
+    placed: dict[int, tuple[str, int, Implementation]] = {}
     written: dict[int, Implementation] = {}
     for frame in frames:
         key = table.key(frame.path) or "root"
@@ -201,16 +229,20 @@ def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: l
     for key in reversed(list(nx.topological_sort(inside))):  # a module after every module its calls call
         frame = by_key[key][0]
         ir[key].graph = written[id(frame)].graph
+        placed[id(written[id(frame)])] = (key, 0, written[id(frame)])
         if len(by_key[key]) == 1:
             continue  # one call, one graph
         shapes: list[list[tuple]] = []
+        shared: list[Implementation] = []
         for call in by_key[key]:
             shape = _shape_of(written[id(call)])
             if shape not in shapes:
                 shapes.append(shape)
+                shared.append(written[id(call)])
                 if len(shapes) > 1:
                     ir[key].add_variant().graph = written[id(call)].graph
             index = shapes.index(shape)
+            placed[id(written[id(call)])] = (key, index, shared[index])
             if index and id(call) in hierarchy.call_nodes:
                 graph, node = hierarchy.call_nodes[id(call)]
                 graph.graph.nodes[node]["variant"] = index
@@ -219,6 +251,7 @@ def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: l
             problems.append((key, f"module is called {len(by_key[key])} times, its calls trace to different "
                              "graphs, and one of them holds dropout: train mode could not be matched per call",
                              "call it the same way each time, or give its class a handler"))
+    return placed
 
 
 def _real_sequentials(ir: IR, table: ModuleTable) -> None:

@@ -114,7 +114,7 @@ def _convert(options: argparse.Namespace) -> int:
 def _lower(options: argparse.Namespace) -> int:
     from common.state_dict import save_safetensors
 
-    from .lowering import lower
+    from .capture import lower
 
     _prepare(options)
     with Progress(3 + (options.state is not None), "lower", enabled=not options.quiet) as bar:

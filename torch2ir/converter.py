@@ -136,20 +136,27 @@ class Torch2Ir:
 
     def lower(
         self,
-        model: nn.Module,
-        args: tuple | Any,
+        target: nn.Module | IR,
+        args: tuple | Any = None,
         kwargs: Mapping[str, Any] | None = None,
         *,
         decompose: bool | Mapping[Any, Any] = False,
         dynamic_shapes: Any = None,
         allow: Iterable[str] | None = None,
     ) -> FlatIR:
-        """Lower ``model`` to the ATen-level :class:`~common.flat.FlatIR` (see :func:`torch2ir.lowering.lower`;
-        module handlers play no part there; the ops must be on this converter's allow-list or in ``allow``)."""
-        from .lowering import lower
+        """The ATen-level :class:`~common.flat.FlatIR` of an IR this converter produced (from its capture, no
+        second export) or of a model (converted with this converter's handlers and lowered from the one export);
+        see :func:`torch2ir.capture.lower`. The ops must be on this converter's allow-list or in ``allow``.
 
-        return lower(model, args, kwargs, decompose=decompose, dynamic_shapes=dynamic_shapes, allow=allow,
-                     allowlist=self.allowlist)
+        Raises:
+            IRError: as :func:`torch2ir.capture.lower`.
+        """
+        from .capture import lower
+
+        if isinstance(target, IR):
+            return lower(target, args, kwargs, decompose=decompose, dynamic_shapes=dynamic_shapes, allow=allow)
+        return lower(target, args, kwargs, decompose=decompose, dynamic_shapes=dynamic_shapes, allow=allow,
+                     allowlist=self.allowlist, converter=self)
 
     def copy(self) -> Torch2Ir:
         new = type(self)()

@@ -122,6 +122,10 @@ def needs_signature(module: nn.Module) -> bool:
     return len(params) != 1 or params[0].kind not in positional or params[0].default is not inspect.Parameter.empty
 
 
+class ExportFailedError(ConversionError):
+    """``torch.export`` could not trace the model (every attempt failed)."""
+
+
 def export(
     model: nn.Module,
     args: tuple,
@@ -156,7 +160,7 @@ def export(
         except Exception as exc:  # noqa: BLE001 - export raises many types; all are reported
             last = exc
     first_line = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__
-    raise ConversionError(f"torch.export could not trace {name}: {type(last).__name__}: {first_line}",
+    raise ExportFailedError(f"torch.export could not trace {name}: {type(last).__name__}: {first_line}",
                           implementation="root", hint=export_hint(last)) from last
 
 

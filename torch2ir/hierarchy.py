@@ -94,6 +94,8 @@ class Hierarchy:
         self.signatures = {e.fqn: e.signature for e in ep.module_call_graph if e.signature is not None}
         #: id of a non-leaf child frame -> (graph that calls it, name of the call node)
         self.call_nodes: dict[int, tuple[Implementation, str]] = {}
+        #: fx node (or leaf frame) -> (graph written for its frame, node written for it): the FlatIR's links
+        self.origin: dict[Any, tuple[Implementation, str]] = {}
         self._assign_frames()
         #: id of a non-leaf frame -> its recorded call signature (only frames written with it)
         self.signed: dict[int, Signature] = {}
@@ -381,6 +383,7 @@ class _GraphWriter:
         name = add_node_with_edges(self.impl, self.name(node.name), "function", target, args, kwargs,
                                    meta=value_meta(node.meta.get("val")))
         self.env[node] = Ref(name)
+        self.h.origin[node] = (self.impl, name)
 
     def call(self, child: Frame) -> None:
         callee = self.h.table.key(child.path)
@@ -421,6 +424,7 @@ class _GraphWriter:
             outputs = list(child.outputs)
             meta = {"meta": value_meta(outputs[0].meta.get("val"))} if len(outputs) == 1 else {}
             add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra, **meta)
+            self.h.origin[child] = (self.impl, name)
             for value in outputs:
                 self.env[value] = Ref(name)
             return
@@ -430,6 +434,7 @@ class _GraphWriter:
         call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
         add_node_with_edges(self.impl, name, ctype, callee, call_args, call_kwargs, **extra,
                             meta=value_meta(_first_val(by_name, sig.outputs)))
+        self.h.origin[child] = (self.impl, name)
         outs = [by_name.get(getattr(a, "name", None)) for a in sig.outputs]
         self._bind_outputs(name, sig.out_spec, outs)
 

@@ -1,8 +1,8 @@
-"""Lower a model to the ATen-level :class:`~common.flat.FlatIR`, weight-free.
+"""The ATen-level :class:`~common.flat.FlatIR` of an exported program, weight-free.
 
-``torch.export`` (non-strict) traces the model, optionally ``run_decompositions`` brings the graph
-to the core ATen set (or through a custom table, for hardware teams that keep some ops whole), and
-each ``call_function`` node becomes a :class:`~common.flat.FlatNode`:
+:mod:`torch2ir.capture` hands over the program ``torch2ir.convert`` exported (optionally brought by
+``run_decompositions`` to the core ATen set, or through a custom table for hardware teams that keep some ops
+whole); each ``call_function`` node becomes a :class:`~common.flat.FlatNode`:
 
 - arguments are named by the op schema; tensor (and symbolic) arguments are references to values;
 - outputs are named: a multi-output op names each output after the ``getitem`` that reads it, and
@@ -10,7 +10,8 @@ each ``call_function`` node becomes a :class:`~common.flat.FlatNode`:
 - ``module_path`` is the innermost module of the node's ``nn_module_stack`` that ``named_modules()``
   knows (``"root"`` for the model itself), i.e. a key or alias of the module-level IR;
 - a ``wrap_with_set_grad_enabled`` region (a ``torch.no_grad()`` block) is inlined;
-- weights are the parameters, buffers and lifted constants the graph reads (unused ones are left out).
+- weights are the parameters, buffers and lifted constants the graph reads (unused ones are left out);
+- ``source`` is the node of the module-level IR the op came from (see :func:`flat_from_program`).
 
 Everything is read from fake tensors, so a model and inputs on the ``meta`` device lower without
 allocating a weight. Constants and non-persistent buffers that have values (a model not on ``meta``)
@@ -20,12 +21,11 @@ are kept in ``flat.tensors``: no state dict carries them.
 from __future__ import annotations
 
 import operator
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from torch import fx, nn
+from torch import fx
 from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError, IRError
@@ -33,104 +33,25 @@ from common.flat import FlatIR, FlatNode, ValueMeta, WeightMeta
 from common.safety import Allowlist, function_name, required_ops_error
 from common.values import Ref, dtype_name, encode, iter_refs
 
-from .frontend import export
 from .tensormeta import dim
 
 #: Higher-order ops whose body is inlined (they change only autograd state, irrelevant to the values).
 INLINED_HOPS = ("wrap_with_set_grad_enabled",)
 _WEIGHT_KINDS = {"PARAMETER": "parameter", "BUFFER": "buffer", "CONSTANT_TENSOR": "constant"}
-#: deepcopy of export's tree specs inside run_decompositions warns about a deprecated isinstance check.
-_TREESPEC_WARNING = r".*isinstance\(treespec, LeafSpec\)"
 
 
-def lower(
-    model: nn.Module,
-    args: tuple | Any,
-    kwargs: Mapping[str, Any] | None = None,
-    *,
-    decompose: bool | Mapping[Any, Any] = False,
-    dynamic_shapes: Any = None,
-    allow: Iterable[str] | None = None,
-    allowlist: Allowlist | None = None,
-) -> FlatIR:
-    """Lower ``model(*args, **kwargs)`` to a :class:`~common.flat.FlatIR`.
+def flat_from_program(ep: torch.export.ExportedProgram, paths: Iterable[str], meta: Mapping[str, Any], *,
+                      links: Mapping[str, tuple] | None = None, base: fx.Graph | None = None) -> FlatIR:
+    """The FlatIR of an exported program of a model whose ``named_modules()`` paths are ``paths``.
 
-    Args:
-        model: the model; may live on the ``meta`` device (no weight is allocated).
-        args: positional inputs (a single tensor is taken as ``(tensor,)``); may be on ``meta``.
-        kwargs: keyword inputs.
-        decompose: ``False`` keeps export's ATen ops (``aten.linear``, ``aten.layer_norm``); ``True``
-            decomposes to the core ATen set; a decomposition table (``{op: fn}``, e.g.
-            ``torch.export.default_decompositions()`` with the ops to keep deleted) decomposes through it.
-        dynamic_shapes: as for ``torch.export.export``; symbolic sizes are then recorded as strings
-            (``"s0"``) and their ranges in ``range_constraints``.
-        allow: operators of other namespaces to accept (``"transformers::grouped_mm_fallback"``,
-            ``"quantized_decomposed::*"``), on top of ``allowlist`` (default: the default allow-list).
-        allowlist: the :class:`~common.safety.Allowlist` the ops must be on.
-
-    Returns:
-        The FlatIR of the traced graph.
-
-    Raises:
-        ConversionError: export or decomposition failed, or the graph has constructs the FlatIR
-            cannot hold (listed together, each with its node).
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, not {type(model).__name__}")
-    args = args if isinstance(args, tuple) else (args,)
-    ep = export(model, args, kwargs, strict=False, dynamic_shapes=dynamic_shapes, preserve=[])
-    ep, decomposition = _decompose(ep, decompose, type(model).__qualname__)
-    meta = {
-        "model": f"{type(model).__module__}.{type(model).__qualname__}",
-        "torch_version": torch.__version__.split("+")[0],
-        "decomposition": decomposition,
-        "device": str(_trace_device(model, args, kwargs)),
-    }
-    flat = flat_from_program(ep, model, meta)
-    check_ops(flat.nodes, (allowlist or Allowlist()).extended(allow))
-    # state-dict keys the graph does not read (unused buffers, the second name of a tied parameter): a
-    # rebuild with strict=True accepts exactly these besides the weights', and refuses any other key
-    names = {*model.state_dict(), *(n for n, _ in model.named_parameters(remove_duplicate=False)),
-             *(n for n, _ in model.named_buffers(remove_duplicate=False))}  # non-persistent buffers too
-    flat.meta["unread_state"] = sorted(names - set(flat.weight_name_mapping.values()))
-    return flat
-
-
-def _decompose(ep: torch.export.ExportedProgram, decompose: Any, name: str) -> tuple[Any, str]:
-    if decompose is False or decompose is None:
-        return ep, "none"
-    if decompose is True:
-        table, label = None, "core_aten"
-    elif isinstance(decompose, Mapping):
-        table, label = dict(decompose), "custom"
-    else:
-        raise TypeError(f"decompose must be a bool or a decomposition table, not {type(decompose).__name__}")
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_TREESPEC_WARNING, category=FutureWarning)
-            return ep.run_decompositions(table), label
-    except Exception as exc:  # decompositions raise many types; all are reported
-        raise ConversionError(f"run_decompositions failed on {name}: {type(exc).__name__}: {exc}",
-                              hint="lower without decompose, or keep the failing op out of the table") from exc
-
-
-def _trace_device(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None) -> torch.device:
-    """The device the trace runs on: the model's first tensor's, else the first input tensor's, else CPU."""
-    for tensor in (*model.parameters(), *model.buffers()):
-        return tensor.device
-    for leaf in pytree.tree_leaves((args, dict(kwargs or {}))):
-        if isinstance(leaf, torch.Tensor):
-            return leaf.device
-    return torch.device("cpu")
-
-
-def flat_from_program(ep: torch.export.ExportedProgram, model: nn.Module, meta: Mapping[str, Any]) -> FlatIR:
-    """The FlatIR of an exported program of ``model`` (whose ``named_modules()`` give the module paths).
+    ``links`` maps the names of the call nodes of ``base`` (the graph the module-level IR was built from;
+    ``ep.graph`` itself when None) to the IR node each came from: the FlatIR nodes' ``source``. When ``ep`` is
+    a decomposition of that program, each node is traced back to ``base`` through its ``from_node`` provenance.
 
     Raises:
         ConversionError: every construct the FlatIR cannot hold, listed together.
     """
-    return _Lowering(ep, model, meta).run()
+    return _Lowering(ep, paths, meta, links, base).run()
 
 
 class _Literal:
@@ -145,9 +66,12 @@ class _Upstream(Exception):
 
 
 class _Lowering:
-    def __init__(self, ep: torch.export.ExportedProgram, model: nn.Module, meta: Mapping[str, Any]) -> None:
+    def __init__(self, ep: torch.export.ExportedProgram, paths: Iterable[str], meta: Mapping[str, Any],
+                 links: Mapping[str, tuple] | None, base: fx.Graph | None) -> None:
         self.ep = ep
-        self.paths = {p for p, _ in model.named_modules(remove_duplicate=False)}
+        self.paths = set(paths)
+        self.links = links or {}
+        self.base_id = id(base) if base is not None and base is not ep.graph else None
         self.flat = FlatIR(meta=meta)
         # fx node -> value name, list of them (multi-output), or _Literal
         self.env: dict[fx.Node, Any] = {}
@@ -179,9 +103,21 @@ class _Lowering:
             return ValueMeta(name, "constant")
 
     # -- the walk ------------------------------------------------------------------------
+    def source_of(self, node: fx.Node) -> tuple | None:
+        """The module-level IR node ``node`` was lowered from (through its provenance in a decomposed graph)."""
+        if self.base_id is None:
+            return self.links.get(node.name)
+        origins = node.meta.get("from_node")
+        while origins:
+            origin = origins[0]
+            if origin.graph_id == self.base_id:
+                return self.links.get(origin.name)
+            origins = origin.from_node
+        return None
+
     def run(self) -> FlatIR:
         self.signature()
-        self.walk(self.ep.graph_module, prefix=None, parent_path="root")
+        self.walk(self.ep.graph_module, prefix=None, parent_path="root", body_origin=None)
         self.outputs()
         if self.problems:
             lines = "\n".join(f"  - {p}" for p in self.problems)
@@ -222,8 +158,9 @@ class _Lowering:
         if isinstance(value, torch.Tensor) and not value.is_meta:
             self.flat.tensors[target] = value.detach().clone()
 
-    def walk(self, gm: fx.GraphModule, prefix: str | None, parent_path: str) -> None:
-        """Lower the call_function nodes of ``gm`` (a HOP body when ``prefix`` is set)."""
+    def walk(self, gm: fx.GraphModule, prefix: str | None, parent_path: str, body_origin: tuple | None) -> None:
+        """Lower the call_function nodes of ``gm`` (a HOP body when ``prefix`` is set, whose nodes all come from
+        the HOP's IR node ``body_origin``)."""
         for node in gm.graph.nodes:
             if node.op != "call_function":
                 continue
@@ -233,12 +170,13 @@ class _Lowering:
                     self.env[node] = source[node.args[1]]
                     continue
             path = self.module_path(node, parent_path)
+            origin = body_origin if prefix else self.source_of(node)
             if isinstance(node.target, torch._ops.HigherOrderOperator):
-                self.inline(gm, node, path)
+                self.inline(gm, node, path, origin)
                 continue
-            self.call(node, self.fresh(f"{prefix}_{node.name}") if prefix else node.name, path, prefix)
+            self.call(node, self.fresh(f"{prefix}_{node.name}") if prefix else node.name, path, prefix, origin)
 
-    def inline(self, gm: fx.GraphModule, node: fx.Node, path: str) -> None:
+    def inline(self, gm: fx.GraphModule, node: fx.Node, path: str, source: tuple | None) -> None:
         name = node.target.name()
         if name not in INLINED_HOPS:
             self.problems.append(f"node {node.name!r}: higher-order op {name!r} is not supported "
@@ -248,11 +186,11 @@ class _Lowering:
         inner = [n for n in body.graph.nodes if n.op == "placeholder"]
         for placeholder, operand in zip(inner, node.args[2:]):
             self.env[placeholder] = self.env[operand] if isinstance(operand, fx.Node) else _Literal(operand)
-        self.walk(body, node.name, path)
+        self.walk(body, node.name, path, source)
         out = next(n for n in body.graph.nodes if n.op == "output").args[0]
         self.env[node] = [self.env[v] if isinstance(v, fx.Node) else _Literal(v) for v in out]
 
-    def call(self, node: fx.Node, name: str, path: str, prefix: str | None) -> None:
+    def call(self, node: fx.Node, name: str, path: str, prefix: str | None, source: tuple | None) -> None:
         try:
             op_type = function_name(node.target)
         except IRError:
@@ -267,7 +205,7 @@ class _Lowering:
             self.problems.append(f"node {node.name!r}: {exc.message}")
             return
         refs = [r for _, r in iter_refs([args, kwargs])]
-        flat_node = FlatNode(name, op_type, args, kwargs, [self.values[r.node] for r in refs], [], path)
+        flat_node = FlatNode(name, op_type, args, kwargs, [self.values[r.node] for r in refs], [], path, source)
         val = node.meta.get("val")
         if isinstance(val, (tuple, list)):
             names = self.output_names(node, name, len(val), prefix)

@@ -281,3 +281,25 @@ def test_hostile_unread_state_field_is_data(unread: Any, tmp: str, tmp_path: Pat
     well_formed = isinstance(unread, list) and all(isinstance(k, str) for k in unread)
     assert outcome == ("ok" if well_formed else "IRFormatError"), outcome
     assert not (tmp_path / MARKER).exists()
+
+
+@pytest.mark.parametrize("source", [f"x={RUN}", [f'x"),{RUN},getattr(self,"y', "n"], ["root"], ["a", "b", "c", "d"],
+                                    ["root", ""], [1, "n"], ["root", "n", 0], ["root", "n", True], ["root", "n", -1],
+                                    ["root", "n", 10**30], ["root", "n", "1"], {"implementation": "root"},
+                                    ["forward", "__init__"], ["root", f"n={RUN}", 2]])
+def test_hostile_source_field_is_data(source: Any, tmp: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FlatIR ``nodes[].source`` (the module-level IR node an op was lowered from) is data, never a name of
+    code: a malformed one is an IRFormatError naming the node, strings load and run as plain data."""
+    monkeypatch.chdir(tmp_path)
+    document = _doc(tmp, "kwargs", "flat")
+    doc = copy.deepcopy(document.doc)
+    assert all("source" in n for n in doc["nodes"])  # the attacked document carries the field
+    doc["nodes"][0]["source"] = source
+    outcome = attempt(write(document, doc, tmp_path / "f"), document)
+    well_formed = isinstance(source, list) and len(source) in (2, 3) and all(
+        isinstance(s, str) and s for s in source[:2]) and (len(source) == 2 or (
+            type(source[2]) is int and 1 <= source[2] <= 1_000_000))
+    assert outcome == ("ok" if well_formed else "IRFormatError"), outcome
+    if not well_formed:
+        assert doc["nodes"][0]["name"] in _message(document, doc, tmp_path / "b")
+    assert not (tmp_path / MARKER).exists()

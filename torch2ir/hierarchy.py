@@ -16,7 +16,6 @@ the chain of module calls it ran in (``"L__self__blk@1"`` marks a second call). 
 
 from __future__ import annotations
 
-import collections
 import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,17 +23,11 @@ from typing import Any
 
 import torch
 from torch import fx, nn
-from torch.utils import _pytree as pytree
 
-from common.errors import IRSerializationError
 from common.ir import Implementation
-from common.safety import function_name
-from common.values import Ref, Subgraph, encode
 
-from .graphs import add_node_with_edges, flat_implementation
 from .modules import ModuleTable
 from .signatures import CallRecord, Signature, match_calls
-from .tensormeta import value_meta
 
 Problem = tuple[str, str, str]  # (implementation, message, hint)
 
@@ -293,202 +286,9 @@ class Hierarchy:
 
     def build_graph(self, frame: Frame, impl: Implementation) -> None:
         """Fill ``impl.graph`` with the graph of ``frame``."""
-        _GraphWriter(self, frame, impl).write()
+        from .graph_writer import GraphWriter
 
-
-class _GraphWriter:
-    def __init__(self, hierarchy: Hierarchy, frame: Frame, impl: Implementation) -> None:
-        self.h = hierarchy
-        self.frame = frame
-        self.impl = impl
-        self.env: dict[fx.Node, Ref] = {}
-        self.used: set[str] = set()
-
-    def name(self, wanted: str) -> str:
-        """A fresh node name; ``"output"`` is kept for the graph's output node."""
-        base = wanted.replace(".", "_") or "node"
-        name, i = base, 1
-        while name in self.used or name == "output":
-            name, i = f"{base}_{i}", i + 1
-        self.used.add(name)
-        return name
-
-    def ref(self, value: fx.Node) -> Ref:
-        if value not in self.env and value in self.frame.state_reads:
-            target = self.frame.state_reads[value]
-            name = self.impl.add_node(self.name(target), "get_attr", target, meta=value_meta(value.meta.get("val")))
-            self.env[value] = Ref(name)
-        if value not in self.env:
-            value = self.h.outer_value(value, self.frame)
-        try:
-            return self.env[value]
-        except KeyError:
-            raise _Unplaced(value) from None
-
-    def template(self, arg: Any) -> Any:
-        """fx args -> IR args (Refs for values, Subgraphs for higher-order op bodies)."""
-        if isinstance(arg, fx.Node):
-            if arg.op == "get_attr":
-                return Subgraph(flat_implementation(getattr(self.h.ep.graph_module, arg.target), arg.target))
-            return self.ref(arg)
-        if isinstance(arg, (list, tuple)):
-            items = [self.template(a) for a in arg]
-            return items if isinstance(arg, list) else tuple(items)
-        if isinstance(arg, dict):
-            return {k: self.template(v) for k, v in arg.items()}
-        return arg
-
-    def write(self) -> None:
-        frame = self.frame
-        sig = self.h.signed.get(id(frame))
-        if sig is not None:
-            for label, value in zip(input_labels(sig), sig.inputs):
-                node = value if isinstance(value, fx.Node) else None
-                # a constant's input records its value: the rebuilt module refuses another one
-                plain = value is None or type(value) in (bool, int, float, str)
-                meta = value_meta(node.meta.get("val")) if node is not None else \
-                    value if plain else {"python": type(value).__name__}
-                name = self.impl.add_node(self.name(label), "input", "input", meta=meta)
-                if node is not None:
-                    self.env.setdefault(node, Ref(name))
-        inputs = self.h.user_inputs if frame is self.h.root else [] if sig is not None else list(frame.inputs)
-        for value in inputs:
-            name = self.impl.add_node(self.name(value.name), "input", "input", meta=value_meta(value.meta.get("val")))
-            self.env[value] = Ref(name)
-        for item in frame.items:
-            try:
-                if isinstance(item, Frame):
-                    self.call(item)
-                else:
-                    self.function(item)
-            except _Unplaced as exc:
-                self.h.problems.append((self.impl.name, f"value {exc.value.name!r} is used before it is computed "
-                                        f"in this module's graph", "this module's calls interleave; report it"))
-                return
-            except IRSerializationError as exc:
-                self.h.problems.append((self.impl.name, exc.message, "make the argument a plain value"))
-                return
-        self.output()
-
-    def function(self, node: fx.Node) -> None:
-        try:
-            target = function_name(node.target)
-        except Exception:  # noqa: BLE001 - function_name raises several types for a non-allowed target
-            self.h.problems.append((self.impl.name, f"node {node.name!r} calls {node.target!r}, which is not an "
-                                    "ATen op or allowed function", "register the op, or keep it inside a leaf module"))
-            return
-        args, kwargs = self.template(node.args), self.template(node.kwargs)
-        encode(args, f"node {node.name}")
-        encode(kwargs, f"node {node.name}")
-        name = add_node_with_edges(self.impl, self.name(node.name), "function", target, args, kwargs,
-                                   meta=value_meta(node.meta.get("val")))
-        self.env[node] = Ref(name)
-        self.h.origin[node] = (self.impl, name)
-
-    def call(self, child: Frame) -> None:
-        callee = self.h.table.key(child.path)
-        if callee is None:
-            return
-        rel = self.frame.relative(child.path)
-        extra = {} if rel == default_target(self.impl.name, callee) else {"target": rel}
-        ctype = self.h.table.converter.type_of(type(self.h.table.module_of_key[callee])) if child.leaf else "module"
-        name = self.name(rel if child.call_index == 0 else f"{rel}@{child.call_index}")
-        sig = self.h.signed.get(id(child))
-        if child.leaf:
-            self.leaf_call(child, callee, ctype, name, extra)
-        elif sig is not None:
-            leaves = [self.ref(v) if isinstance(v, fx.Node) else v for v in sig.inputs]
-            call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
-            add_node_with_edges(self.impl, name, ctype, callee, call_args, call_kwargs, **extra)
-            self.h.call_nodes[id(child)] = (self.impl, name)
-            self._bind_outputs(name, sig.out_spec, [v if isinstance(v, fx.Node) else None for v in sig.outputs])
-        else:
-            args = [self.ref(v) for v in child.inputs]
-            add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra)
-            self.h.call_nodes[id(child)] = (self.impl, name)
-            outputs = list(child.outputs)
-            for i, value in enumerate(outputs):
-                self.env[value] = Ref(name, None if len(outputs) == 1 else i)
-
-    def leaf_call(self, child: Frame, callee: str, ctype: str, name: str, extra: dict[str, Any]) -> None:
-        sig = self.h.signatures.get(self.h.signature_key(child))
-        if sig is not None and len(sig.inputs) != sig.in_spec.num_leaves:
-            sig = None  # export could not record it (e.g. the call sits inside a higher-order op)
-        if sig is None:
-            if len(child.outputs) > 1:
-                self.h.problems.append((callee, f"leaf {ctype!r} returns {len(child.outputs)} values but its call "
-                                        "signature was not preserved", "report this model; the signature is needed"))
-                return
-            # a leaf reads its own weights even when export names them by another path (tied, shared)
-            args = [self.ref(v) for v in child.inputs if not self.h.holds_state(child, v)]
-            outputs = list(child.outputs)
-            meta = {"meta": value_meta(outputs[0].meta.get("val"))} if len(outputs) == 1 else {}
-            add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra, **meta)
-            self.h.origin[child] = (self.impl, name)
-            for value in outputs:
-                self.env[value] = Ref(name)
-            return
-        by_name = {n.name: n for n in self.h.ep.graph.nodes}
-        leaves = [self.ref(by_name[a.name]) if hasattr(a, "name") and a.name in by_name else a.value
-                  for a in sig.inputs]
-        call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
-        add_node_with_edges(self.impl, name, ctype, callee, call_args, call_kwargs, **extra,
-                            meta=value_meta(_first_val(by_name, sig.outputs)))
-        self.h.origin[child] = (self.impl, name)
-        outs = [by_name.get(getattr(a, "name", None)) for a in sig.outputs]
-        self._bind_outputs(name, sig.out_spec, outs)
-
-    def _bind_outputs(self, name: str, spec: pytree.TreeSpec, outs: list[fx.Node | None]) -> None:
-        """Bind the values a call returns (``outs``, leaves of ``spec``) to the call node, unpacking nested
-        structures with ``getitem`` nodes (by key in a dict, by position otherwise)."""
-        if spec.is_leaf():
-            if outs[0] is not None:
-                self.env[outs[0]] = Ref(name)
-            return
-        keyed = spec.type in (dict, collections.OrderedDict)
-        position = 0
-        for i, child in enumerate(spec.children()):
-            count = child.num_leaves
-            chunk = outs[position : position + count]
-            position += count
-            if not any(o is not None for o in chunk):
-                continue
-            if child.is_leaf() and not keyed:
-                self.env[chunk[0]] = Ref(name, i)  # type: ignore[index]
-            else:
-                sub = add_node_with_edges(self.impl, self.name(f"{name}_{i}"), "function", "operator.getitem",
-                                          [Ref(name), spec.context[i] if keyed else i], {})
-                self._bind_outputs(sub, child, chunk)
-
-    def output(self) -> None:
-        if self.frame is self.h.root:
-            out_node = next(n for n in self.h.ep.graph.nodes if n.op == "output")
-            sig = self.h.ep.graph_signature
-            user = [v for v in out_node.args[0] if not isinstance(v, fx.Node) or v.name in sig.user_outputs]
-            value = [self.template(v) for v in user]
-        elif id(self.frame) in self.h.signed:
-            value = [self.ref(v) if isinstance(v, fx.Node) else v for v in self.h.signed[id(self.frame)].outputs]
-        else:
-            outs = [self.ref(v) for v in self.frame.outputs]
-            value = outs[0] if len(outs) == 1 else tuple(outs)
-        add_node_with_edges(self.impl, "output", "output", "output", [value], {})
-
-
-def input_labels(sig: Signature) -> list[str]:
-    """A name per leaf of a signed call's arguments: the parameter's name, ``name_i`` inside a structure."""
-    labels: list[str] = []
-    args_spec, kwargs_spec = sig.in_spec.children()
-    for name, spec in zip(sig.names, [*args_spec.children(), *kwargs_spec.children()]):
-        count = spec.num_leaves
-        labels += [name] if count == 1 and spec.is_leaf() else [f"{name}_{i}" for i in range(count)]
-    return labels
-
-
-def default_target(caller: str, callee: str) -> str | None:
-    """Attribute path by which ``caller`` reaches implementation ``callee`` when none is recorded."""
-    if caller == "root":
-        return callee
-    return callee[len(caller) + 1 :] if callee.startswith(caller + ".") else None
+        GraphWriter(self, frame, impl).write()
 
 
 _TO = frozenset({"to.dtype", "to.device", "to.dtype_layout", "to.other"})
@@ -506,14 +306,3 @@ def _noop_to(node: fx.Node) -> bool:
     a, b = src.meta.get("val"), node.meta.get("val")
     return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and \
         a.device == b.device and a.shape == b.shape and a.stride() == b.stride()
-
-
-class _Unplaced(Exception):
-    def __init__(self, value: fx.Node) -> None:
-        super().__init__(value.name)
-        self.value = value
-
-
-def _first_val(by_name: dict[str, fx.Node], outputs: list[Any]) -> Any:
-    vals = [by_name[a.name].meta.get("val") if getattr(a, "name", None) in by_name else None for a in outputs]
-    return vals[0] if len(vals) == 1 else vals

@@ -42,6 +42,7 @@ from .atomic_files import (
     write_bytes_atomic,
     write_text_atomic,
 )
+from .collector import collector_paused
 from .errors import IRError, IRFormatError, IRSerializationError, UnsupportedFormatVersionError
 from .ir import IR
 from .safety import DEFAULT_ALLOWLIST, Allowlist, check_required_ops, function_names
@@ -278,6 +279,11 @@ def load_with_tensors(path: PathLike, build: Callable[[Any, str], T]) -> tuple[T
         IRFormatError: the JSON or the tensors file is missing, not a regular file, malformed, or
             they do not belong together; plus whatever ``build`` raises.
     """
+    with collector_paused():  # decoding and building allocate much and free nothing (see common.collector)
+        return _load_with_tensors(path, build)
+
+
+def _load_with_tensors(path: PathLike, build: Callable[[Any, str], T]) -> tuple[T, dict[str, Any]]:
     source = os.fspath(path)
     for attempt in range(1, _LOAD_ATTEMPTS + 1):
         identity = _identity(path)

@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from common.collector import collector_paused
 from common.errors import RegistryError
 from common.flat import FlatIR
 from common.ir import IR, NODE_KINDS
@@ -131,8 +132,9 @@ class Torch2Ir:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be an nn.Module, not {type(model).__name__}")
         args = args if isinstance(args, tuple) else (args,)
-        return build_ir(self, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                        allowlist=self.allowlist.extended(allow))
+        with collector_paused():  # building the IR allocates much and frees nothing (see common.collector)
+            return build_ir(self, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                            allowlist=self.allowlist.extended(allow))
 
     def lower(
         self,

@@ -1,0 +1,202 @@
+"""Rebuilt forward vs eager over the whole real corpus (issue #19).
+
+Usage::
+
+    python -m benchmarks.corpus                      # every model of tests/real, batch 1 and 8 (~15 min on 2 cores)
+    python -m benchmarks.corpus --models llama,resnet --rounds 3 --output /tmp/c.md
+
+For every :class:`tests.real.corpus.Arch` of ``CORPUS`` (MoE ones with their ``allow`` opt-ins, as in
+``tests/real/test_corpus.py``): the model is built, converted with ``torch2ir`` and rebuilt with
+``ir2torch.convert`` (input guards ON, the default) once per batch size, then eager and rebuilt are timed
+interleaved (single thread, ``torch.no_grad()``, warm-up, a few rounds of calibrated call counts; see
+:mod:`benchmarks.measure`). Batch 1 takes ``x[:1]`` of every tensor input, batch 8 repeats it along dim 0;
+when eager refuses the resized inputs, the row uses the Arch's inputs as given (and says so). Models run
+in groups, each group in a fresh child process. A model that fails anywhere is a row with its error: nothing
+is left out. The report (median, p90, max, worst five of rebuilt / eager) goes to
+``benchmarks/results-corpus.md`` (and ``.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.measure import ROOT, run_child
+
+#: Models per child process: one interpreter start-up per group, a fresh process for every group.
+GROUP = 6
+
+
+def _resize(value: Any, batch: int) -> Any:
+    """``value`` with every tensor leaf cut or repeated to ``batch`` along dim 0."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    def one(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        if x.dim() == 0:
+            raise ValueError("a 0-d tensor input has no batch dim")
+        base = x[:1]
+        return base.repeat(batch, *([1] * (x.dim() - 1))) if batch > 1 else base.clone()
+
+    return pytree.tree_map(one, value)
+
+
+def _inputs(arch: Any, batch: int) -> tuple[tuple, dict, str]:
+    """``(args, kwargs, note)`` of ``arch`` at ``batch``; falls back to the inputs as given (noted)."""
+    import torch
+
+    args, kwargs = arch.inputs()
+    try:
+        rargs, rkwargs = _resize((args, kwargs), batch)
+        with torch.no_grad():
+            arch.build().eval()(*rargs, **rkwargs)
+        return rargs, rkwargs, ""
+    except Exception as exc:  # noqa: BLE001 - any refusal means "no batch dim here"
+        return args, kwargs, f"inputs as given (resizing dim 0 fails: {type(exc).__name__})"
+
+
+def _measure(arch: Any, batch: int, rounds: int) -> dict[str, Any]:
+    import torch
+
+    from benchmarks.measure import calibrate, interleaved, paired_ratio
+    from benchmarks.scenarios import max_abs_diff
+    from tests.real.test_corpus import _converters
+
+    args, kwargs, note = _inputs(arch, batch)
+    model = arch.build().eval()
+    conv = _converters(arch)
+    ir = conv["converter"].convert(model, args, kwargs)
+    rebuilt = conv["rebuilder"].convert(ir, model.state_dict()).eval()
+    if "input_guard" not in (getattr(rebuilt, "meta", None) or {}):  # a torch.nn root is rebuilt as itself
+        note = "; ".join(filter(None, [note, f"root rebuilt as {type(rebuilt).__name__} (no generated code, "
+                                             "no guard)"]))
+    with torch.no_grad():
+        diff = max_abs_diff(model(*args, **kwargs), rebuilt(*args, **kwargs))
+        calls = {"eager": lambda: model(*args, **kwargs), "rebuilt": lambda: rebuilt(*args, **kwargs)}
+        number = calibrate(calls["eager"], target=0.01, limit=200)
+        interleaved(calls, rounds=5, warmup=0, number=number)  # warm-up: about 50 ms of calls each
+        series = interleaved(calls, rounds=rounds, warmup=0, number=number)
+    return {"eager_ms": series["eager"].median * 1e3, "rebuilt_ms": series["rebuilt"].median * 1e3,
+            "ratio": paired_ratio(series, "rebuilt", "eager"), "calls_per_sample": number,
+            "max_abs_diff": diff, "note": note}
+
+
+def task_corpus(names: list[str], batches: list[int], rounds: int) -> dict[str, Any]:
+    """Child task: one row per (model, batch) of ``names``; a failure is a row with ``error``."""
+    import torch
+
+    from benchmarks.scenarios import _error
+    from tests.real.corpus import CORPUS
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    archs = {a.name: a for a in CORPUS}
+    rows = []
+    for name in names:
+        for batch in batches:
+            start = time.perf_counter()
+            try:
+                row = _measure(archs[name], batch, rounds)
+            except Exception as exc:  # noqa: BLE001 - reported as a row, never dropped
+                row = {"error": _error(exc)}
+            rows.append({"model": name, "batch": batch, "wall_s": time.perf_counter() - start, **row})
+            print(f"    {name} b{batch}: {row.get('ratio', row.get('error'))}", file=sys.stderr, flush=True)
+    return {"rows": rows}
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile (``q`` in 0..1)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median, p90, max of rebuilt / eager over the rows that ran, and the worst five."""
+    ok = [r for r in rows if "ratio" in r]
+    ratios = [r["ratio"] for r in ok]
+    worst = sorted(ok, key=lambda r: r["ratio"], reverse=True)[:5]
+    return {"rows": len(rows), "ran": len(ok), "failed": len(rows) - len(ok),
+            "median": statistics.median(ratios) if ratios else None,
+            "p90": _quantile(ratios, 0.9) if ratios else None, "max": max(ratios) if ratios else None,
+            "worst": [(r["model"], r["batch"], r["ratio"]) for r in worst]}
+
+
+def render(rows: list[dict[str, Any]], machine: list[str]) -> str:
+    """The Markdown report: the distribution, then one line per (model, batch)."""
+    s = summary(rows)
+    out = ["# Rebuilt forward vs eager over the real corpus (issue #19)", "", *machine, "",
+           f"{s['ran']} of {s['rows']} (model, batch) rows ran ({s['failed']} failed, listed below).", ""]
+    if s["median"] is not None:
+        worst = ", ".join(f"{m} b{b} {r:.3f}x" for m, b, r in s["worst"])
+        out += ["| rebuilt / eager | median | p90 | max | target |", "|---|---|---|---|---|",
+                f"| all rows | {s['median']:.3f}x | {s['p90']:.3f}x | {s['max']:.3f}x | median <= 1.0x, max <= 1.05x: "
+                f"{'met' if s['median'] <= 1.0 and s['max'] <= 1.05 else 'missed'} |", "", f"Worst five: {worst}.", ""]
+    out += ["| model | batch | eager ms | rebuilt ms | rebuilt / eager | max abs diff | note |",
+            "|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["model"], r["batch"])):
+        if "error" in r:
+            out.append(f"| {r['model']} | {r['batch']} | - | - | failed | - | {r['error']} |")
+            continue
+        diff = "-" if r["max_abs_diff"] is None else f"{r['max_abs_diff']:.1e}"
+        out.append(f"| {r['model']} | {r['batch']} | {r['eager_ms']:.3f} | {r['rebuilt_ms']:.3f} | {r['ratio']:.3f}x "
+                   f"| {diff} | {r['note']} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from benchmarks.run import machine_lines, write_atomic
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help="comma-separated corpus names (default: all)")
+    parser.add_argument("--rounds", type=int, default=11)
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--group", type=int, default=GROUP, help="models per child process")
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results-corpus.md")
+    options = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from tests.real.corpus import CORPUS
+
+    names = [a.name for a in CORPUS]
+    if options.models:
+        unknown = sorted(set(options.models.split(",")) - set(names))
+        if unknown:
+            parser.error(f"unknown corpus model(s) {', '.join(unknown)}")
+        names = options.models.split(",")
+    batches = [int(b) for b in options.batches.split(",")]
+    start, load0 = time.perf_counter(), os.getloadavg()[0]
+    rows: list[dict[str, Any]] = []
+    for i in range(0, len(names), options.group):
+        group = names[i:i + options.group]
+        print(f"  running {', '.join(group)} ...", file=sys.stderr, flush=True)
+        out = run_child("corpus", {"names": group, "batches": batches, "rounds": options.rounds}, timeout=900)
+        if "error" in out:
+            rows += [{"model": n, "batch": b, "error": f"child failed: {out['error']}"} for n in group for b in batches]
+            continue
+        rows += out["results"][0]["rows"]
+    machine = machine_lines(False, time.perf_counter() - start, (load0, os.getloadavg()[0]))
+    machine[0] = (f"- {len(names)} corpus models, batches {batches}, {options.rounds} timed rounds (~10 ms samples) after 5 warm-up "
+                  f"rounds, {options.group} models per fresh child; input guards on; " + machine[0][2:])
+    text = render(rows, machine)
+    print(text)
+    write_atomic(options.output, text)
+    write_atomic(options.output.with_suffix(".json"),
+                 json.dumps({"machine": machine, "summary": summary(rows), "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -69,7 +69,22 @@ def _inputs(arch: Any, batch: int) -> tuple[tuple, dict, str]:
         return args, kwargs, f"inputs as given (resizing dim 0 fails: {type(exc).__name__})"
 
 
-def _measure(arch: Any, batch: int, rounds: int) -> dict[str, Any]:
+def _load_baseline(checkout: str) -> Any:
+    """``ir2torch`` of another checkout (e.g. a ``git worktree`` of an older commit), imported as ``ir2torch_base``
+    (its modules import each other relatively), so old and new rebuilt models are timed in the same rounds."""
+    import importlib.util
+
+    if "ir2torch_base" in sys.modules:
+        return sys.modules["ir2torch_base"]
+    init = Path(checkout) / "ir2torch" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("ir2torch_base", init, submodule_search_locations=[str(init.parent)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ir2torch_base"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _measure(arch: Any, batch: int, rounds: int, baseline: str | None = None) -> dict[str, Any]:
     import torch
 
     from benchmarks.measure import calibrate, interleaved, paired_ratio
@@ -84,18 +99,26 @@ def _measure(arch: Any, batch: int, rounds: int) -> dict[str, Any]:
     if "input_guard" not in (getattr(rebuilt, "meta", None) or {}):  # a torch.nn root is rebuilt as itself
         note = "; ".join(filter(None, [note, f"root rebuilt as {type(rebuilt).__name__} (no generated code, "
                                              "no guard)"]))
+    calls = {"eager": lambda: model(*args, **kwargs), "rebuilt": lambda: rebuilt(*args, **kwargs)}
+    if baseline:
+        old = _load_baseline(baseline).get_default_converter()
+        for pattern in arch.allow:
+            old.allowlist.allow(pattern)
+        before = old.convert(ir, model.state_dict()).eval()
+        calls["before"] = lambda: before(*args, **kwargs)
     with torch.no_grad():
         diff = max_abs_diff(model(*args, **kwargs), rebuilt(*args, **kwargs))
-        calls = {"eager": lambda: model(*args, **kwargs), "rebuilt": lambda: rebuilt(*args, **kwargs)}
         number = calibrate(calls["eager"], target=0.01, limit=200)
         interleaved(calls, rounds=5, warmup=0, number=number)  # warm-up: about 50 ms of calls each
         series = interleaved(calls, rounds=rounds, warmup=0, number=number)
+    extra = {"before_ms": series["before"].median * 1e3, "before_ratio": paired_ratio(series, "before", "eager")} \
+        if baseline else {}
     return {"eager_ms": series["eager"].median * 1e3, "rebuilt_ms": series["rebuilt"].median * 1e3,
             "ratio": paired_ratio(series, "rebuilt", "eager"), "calls_per_sample": number,
-            "max_abs_diff": diff, "note": note}
+            "max_abs_diff": diff, "note": note, **extra}
 
 
-def task_corpus(names: list[str], batches: list[int], rounds: int) -> dict[str, Any]:
+def task_corpus(names: list[str], batches: list[int], rounds: int, baseline: str | None = None) -> dict[str, Any]:
     """Child task: one row per (model, batch) of ``names``; a failure is a row with ``error``."""
     import torch
 
@@ -110,7 +133,7 @@ def task_corpus(names: list[str], batches: list[int], rounds: int) -> dict[str, 
         for batch in batches:
             start = time.perf_counter()
             try:
-                row = _measure(archs[name], batch, rounds)
+                row = _measure(archs[name], batch, rounds, baseline)
             except Exception as exc:  # noqa: BLE001 - reported as a row, never dropped
                 row = {"error": _error(exc)}
             rows.append({"model": name, "batch": batch, "wall_s": time.perf_counter() - start, **row})
@@ -124,36 +147,49 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median, p90, max of rebuilt / eager over the rows that ran, and the worst five."""
-    ok = [r for r in rows if "ratio" in r]
-    ratios = [r["ratio"] for r in ok]
-    worst = sorted(ok, key=lambda r: r["ratio"], reverse=True)[:5]
+def summary(rows: list[dict[str, Any]], key: str = "ratio") -> dict[str, Any]:
+    """Median, p90, max of ``key`` (rebuilt / eager) over the rows that ran, and the worst five."""
+    ok = [r for r in rows if key in r]
+    ratios = [r[key] for r in ok]
+    worst = sorted(ok, key=lambda r: r[key], reverse=True)[:5]
     return {"rows": len(rows), "ran": len(ok), "failed": len(rows) - len(ok),
             "median": statistics.median(ratios) if ratios else None,
             "p90": _quantile(ratios, 0.9) if ratios else None, "max": max(ratios) if ratios else None,
-            "worst": [(r["model"], r["batch"], r["ratio"]) for r in worst]}
+            "worst": [(r["model"], r["batch"], r[key]) for r in worst]}
 
 
-def render(rows: list[dict[str, Any]], machine: list[str]) -> str:
-    """The Markdown report: the distribution, then one line per (model, batch)."""
+def _distribution(label: str, s: dict[str, Any]) -> list[str]:
+    if s["median"] is None:
+        return [f"| {label} | - | - | - | - | no row ran |"]
+    met = "met" if s["median"] <= 1.0 and s["max"] <= 1.05 else "missed"
+    worst = ", ".join(f"{m} b{b} {r:.3f}x" for m, b, r in s["worst"])
+    return [f"| {label} | {s['median']:.3f}x | {s['p90']:.3f}x | {s['max']:.3f}x | {met} | {worst} |"]
+
+
+def render(rows: list[dict[str, Any]], machine: list[str], pending: Sequence[str] = ()) -> str:
+    """The Markdown report: the distribution (before / after when a baseline ran), then one line per row."""
     s = summary(rows)
+    before = any("before_ratio" in r for r in rows)
     out = ["# Rebuilt forward vs eager over the real corpus (issue #19)", "", *machine, "",
-           f"{s['ran']} of {s['rows']} (model, batch) rows ran ({s['failed']} failed, listed below).", ""]
-    if s["median"] is not None:
-        worst = ", ".join(f"{m} b{b} {r:.3f}x" for m, b, r in s["worst"])
-        out += ["| rebuilt / eager | median | p90 | max | target |", "|---|---|---|---|---|",
-                f"| all rows | {s['median']:.3f}x | {s['p90']:.3f}x | {s['max']:.3f}x | median <= 1.0x, max <= 1.05x: "
-                f"{'met' if s['median'] <= 1.0 and s['max'] <= 1.05 else 'missed'} |", "", f"Worst five: {worst}.", ""]
-    out += ["| model | batch | eager ms | rebuilt ms | rebuilt / eager | max abs diff | note |",
-            "|---|---|---|---|---|---|---|"]
+           f"{s['ran']} of {s['rows']} (model, batch) rows ran ({s['failed']} failed, listed below)."]
+    if pending:
+        out.append(f"Not measured (the run stopped before reaching them): {', '.join(pending)}.")
+    out += ["", "| rebuilt / eager | median | p90 | max | target (median <= 1.0x, max <= 1.05x) | worst five |",
+            "|---|---|---|---|---|---|"]
+    if before:
+        out += _distribution("before (baseline checkout)", summary(rows, "before_ratio"))
+    out += _distribution("after (this checkout)" if before else "all rows", s)
+    out += ["", "| model | batch | eager ms | rebuilt ms | rebuilt / eager |" + (" before / eager |" if before else "")
+            + " max abs diff | note |", "|---|---|---|---|---|---|" + ("---|" if before else "") + "---|"]
     for r in sorted(rows, key=lambda r: (r["model"], r["batch"])):
         if "error" in r:
-            out.append(f"| {r['model']} | {r['batch']} | - | - | failed | - | {r['error']} |")
+            out.append(f"| {r['model']} | {r['batch']} | - | - | failed |" + (" - |" if before else "")
+                       + f" - | {r['error']} |")
             continue
         diff = "-" if r["max_abs_diff"] is None else f"{r['max_abs_diff']:.1e}"
+        old = f" {r['before_ratio']:.3f}x |" if "before_ratio" in r else (" - |" if before else "")
         out.append(f"| {r['model']} | {r['batch']} | {r['eager_ms']:.3f} | {r['rebuilt_ms']:.3f} | {r['ratio']:.3f}x "
-                   f"| {diff} | {r['note']} |")
+                   f"|{old} {diff} | {r['note']} |")
     return "\n".join(out) + "\n"
 
 
@@ -165,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--group", type=int, default=GROUP, help="models per child process")
+    parser.add_argument("--baseline", type=Path, help="a checkout (e.g. `git worktree add /tmp/base <commit>`) whose "
+                        "ir2torch is timed too, in the same rounds: before / after columns")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results-corpus.md")
     options = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -179,22 +217,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     batches = [int(b) for b in options.batches.split(",")]
     start, load0 = time.perf_counter(), os.getloadavg()[0]
     rows: list[dict[str, Any]] = []
+    params = {"batches": batches, "rounds": options.rounds,
+              **({"baseline": str(options.baseline.resolve())} if options.baseline else {})}
     for i in range(0, len(names), options.group):
         group = names[i:i + options.group]
         print(f"  running {', '.join(group)} ...", file=sys.stderr, flush=True)
-        out = run_child("corpus", {"names": group, "batches": batches, "rounds": options.rounds}, timeout=900)
+        out = run_child("corpus", {"names": group, **params}, timeout=1800)
         if "error" in out:
             rows += [{"model": n, "batch": b, "error": f"child failed: {out['error']}"} for n in group for b in batches]
-            continue
-        rows += out["results"][0]["rows"]
-    machine = machine_lines(False, time.perf_counter() - start, (load0, os.getloadavg()[0]))
-    machine[0] = (f"- {len(names)} corpus models, batches {batches}, {options.rounds} timed rounds (~10 ms samples) after 5 warm-up "
-                  f"rounds, {options.group} models per fresh child; input guards on; " + machine[0][2:])
-    text = render(rows, machine)
+        else:
+            rows += out["results"][0]["rows"]
+        # written after every group: an interrupted run still leaves what it measured (and names the rest)
+        machine = machine_lines(False, time.perf_counter() - start, (load0, os.getloadavg()[0]))
+        machine[0] = (f"- {len(names)} corpus models, batches {batches}, {options.rounds} timed rounds (~10 ms "
+                      f"samples) after 5 warm-up rounds, {options.group} models per fresh child; input guards on; "
+                      + machine[0][2:])
+        text = render(rows, machine, names[i + options.group:])
+        write_atomic(options.output, text)
+        write_atomic(options.output.with_suffix(".json"),
+                     json.dumps({"machine": machine, "summary": summary(rows), "rows": rows}, indent=1) + "\n")
     print(text)
-    write_atomic(options.output, text)
-    write_atomic(options.output.with_suffix(".json"),
-                 json.dumps({"machine": machine, "summary": summary(rows), "rows": rows}, indent=1) + "\n")
     return 0
 
 

@@ -203,6 +203,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--group", type=int, default=GROUP, help="models per child process")
     parser.add_argument("--baseline", type=Path, help="a checkout (e.g. `git worktree add /tmp/base <commit>`) whose "
                         "ir2torch is timed too, in the same rounds: before / after columns")
+    parser.add_argument("--shard", default="1/1", help="i/n: run every n-th model starting at the i-th (several "
+                        "runners in parallel), see --merge")
+    parser.add_argument("--merge", nargs="+", type=Path, help="only write the report of these shards' .json files")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results-corpus.md")
     options = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -215,6 +218,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown corpus model(s) {', '.join(unknown)}")
         names = options.models.split(",")
     batches = [int(b) for b in options.batches.split(",")]
+    if options.merge:
+        parts = [json.loads(p.read_text()) for p in options.merge]
+        rows = [r for part in parts for r in part["rows"]]
+        text = render(rows, [*parts[0]["machine"], f"- merged from {len(parts)} shards run in parallel"])
+        write_atomic(options.output, text)
+        write_atomic(options.output.with_suffix(".json"), json.dumps(
+            {"machine": parts[0]["machine"], "summary": summary(rows), "rows": rows}, indent=1) + "\n")
+        print(text)
+        return 0
+    index, count = (int(v) for v in options.shard.split("/"))
+    names = names[index - 1::count]
     start, load0 = time.perf_counter(), os.getloadavg()[0]
     rows: list[dict[str, Any]] = []
     params = {"batches": batches, "rounds": options.rounds,

@@ -221,7 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.merge:
         parts = [json.loads(p.read_text()) for p in options.merge]
         rows = [r for part in parts for r in part["rows"]]
-        text = render(rows, [*parts[0]["machine"], f"- merged from {len(parts)} shards run in parallel"])
+        seen = {r["model"] for r in rows}
+        text = render(rows, [*parts[0]["machine"], f"- merged from {len(parts)} shards run in parallel"],
+                      [n for n in names if n not in seen])
         write_atomic(options.output, text)
         write_atomic(options.output.with_suffix(".json"), json.dumps(
             {"machine": parts[0]["machine"], "summary": summary(rows), "rows": rows}, indent=1) + "\n")

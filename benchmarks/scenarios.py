@@ -319,7 +319,14 @@ def _onnx_task(**params: Any) -> dict[str, Any]:
     return task_onnx(**params)
 
 
+def _corpus_task(**params: Any) -> dict[str, Any]:
+    from .corpus import task_corpus  # the whole real corpus (issue #19): python -m benchmarks.corpus
+
+    return task_corpus(**params)
+
+
 TASKS: dict[str, Callable[..., dict[str, Any]]] = {
+    "corpus": _corpus_task,
     "convert": task_convert,
     "forward": task_forward,
     "rebuild_load": task_rebuild_load,

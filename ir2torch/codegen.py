@@ -26,8 +26,9 @@ from typing import Any
 import torch
 from torch import fx, nn
 from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+from torch.utils import _pytree as pytree
 
-from common.errors import ExecutionError, IRError, IRFormatError, UnsafeNameError
+from common.errors import ExecutionError, InputMismatchError, IRError, IRFormatError, UnsafeNameError
 from common.names import check_forward_arg_names
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import kwarg_names, load_spec
@@ -57,10 +58,14 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
             namespace.create_name(name, None)
         defaults = {self._default_name(i): p.default for i, p in enumerate(self.parameters)
                     if p.default is not NO_DEFAULT}
-        for name in defaults:
+        for name in [*defaults, "_ir_sequences", "_ir_not_a_sequence", "_ir_out_unflatten", "_ir_out_context"]:
             namespace.create_name(name, None)
         code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
-        code.globals.update(defaults)
+        code.globals.update(defaults, _ir_sequences=(tuple, list), _ir_not_a_sequence=_not_a_sequence)
+        if self._one_level_output():
+            spec = self.pytree_info.out_spec
+            code.globals.update(_ir_out_unflatten=pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
+                                _ir_out_context=spec.context)
         return code
 
     def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str, *, expanded_def: bool = False) -> str:
@@ -80,24 +85,36 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
             line += self.gen_var_bindings(self.pytree_info.orig_args, free_vars, expanded_def)
         return line
 
-    def _flat_arguments(self) -> bool:
-        """Every argument is one leaf (no nested tuple/dict): flattening them is the identity."""
+    def _argument_parts(self) -> list[str] | None:
+        """How each argument binds to the graph's inputs without a pytree call: ``name`` for a leaf, ``*name`` for
+        a tuple or list of leaves (unpacked: its length must match); ``None`` when any argument is nested deeper."""
         spec = self.pytree_info.in_spec
         if spec.type is tuple and spec.num_children == 2 and spec.child(1).type is dict:
             tops = [*spec.child(0).children(), *spec.child(1).children()]
         else:
             tops = spec.children()
-        return all(child.is_leaf() for child in tops) and len(tops) == len(self.pytree_info.orig_args)
+        if len(tops) != len(self.pytree_info.orig_args):
+            return None
+        parts = []
+        for name, child in zip(self.pytree_info.orig_args, tops):
+            if child.is_leaf():
+                parts.append(name)
+            elif child.type in (tuple, list) and child.num_children and all(c.is_leaf() for c in child.children()):
+                parts.append(f"*({name} if type({name}) in _ir_sequences else _ir_not_a_sequence({name!r}, {name}))")
+            else:
+                return None
+        return parts
 
     def gen_var_bindings(self, fn_args: list[str], free_vars: list[str], expanded_def: bool) -> str:
-        """Bind the graph's inputs to the arguments; a plain tuple assignment when every argument is a leaf
-        (no pytree call on every forward)."""
-        if not self._flat_arguments() or len(free_vars) != len(fn_args):
+        """Bind the graph's inputs to the arguments; a plain tuple assignment when every argument is a leaf or a
+        tuple/list of leaves (no pytree call on every forward)."""
+        parts = self._argument_parts()
+        if parts is None or len(free_vars) != self.pytree_info.in_spec.num_leaves:
             return super().gen_var_bindings(fn_args, free_vars, expanded_def)
         bindings = self._format_annotations(free_vars, expanded_def)
         names = [x.split(":")[0].split("#")[0] for x in free_vars]
         return bindings + f"""
-    {", ".join(names)}, = {", ".join(self.pytree_info.orig_args)},"""
+    {", ".join(names)}, = {", ".join(parts)},"""
 
     def generate_output(self, output_args: Any, *, descs: Any = None, repr_fn: Any = None) -> str:
         """Return the original result structure; a single value or a plain tuple is built directly."""
@@ -109,7 +126,27 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
             if spec.type is tuple and all(c.is_leaf() for c in spec.children()) and \
                     spec.num_children == len(output_args):
                 return f"return ({''.join(show(a) + ', ' for a in output_args)})"
+            if self._one_level_output() and spec.num_children == len(output_args):
+                # what ``tree_unflatten`` ends up calling for a one-level spec, without its per-call recursion
+                return f"return _ir_out_unflatten([{''.join(show(a) + ', ' for a in output_args)}], _ir_out_context)"
         return super().generate_output(output_args, descs=descs, repr_fn=repr_fn)
+
+    def _one_level_output(self) -> bool:
+        """The output is one registered pytree node (a ``ModelOutput``, dict, list...) whose children are leaves."""
+        spec = self.pytree_info.out_spec if self.pytree_info is not None else None
+        return spec is not None and not spec.is_leaf() and spec.type in pytree.SUPPORTED_NODES and \
+            spec.num_children > 0 and all(c.is_leaf() for c in spec.children())
+
+
+def _not_a_sequence(name: str, value: Any) -> None:
+    """Generated code's refusal of a non-sequence where the trace was given a tuple or list.
+
+    Raises:
+        InputMismatchError: always, naming the argument.
+    """
+    raise InputMismatchError(f"argument {name!r} is a {type(value).__name__}; the module was converted with a "
+                             "tuple or list of tensors here", key=name,
+                             hint="pass a tuple or list as in the conversion call, or convert again with this call")
 
 
 def calling_convention(meta: dict[str, Any], implementation: str) -> SafePyTreeCodeGen:
@@ -222,11 +259,18 @@ def report_errors(gm: fx.GraphModule, implementation: str, check: Check | None =
 
 def _install(gm: fx.GraphModule, implementation: str, check: Check | None,
              variants: list[Callable[..., Any]]) -> None:
-    type(gm)._wrapped_call = _ReportingCall(type(gm), implementation, check, variants)
+    cls = type(gm)
+    cls._wrapped_call = _ReportingCall(cls, implementation, check, variants)
+    cls.__call__ = cls._wrapped_call.method()  # one frame fewer than fx's ``call_wrapped`` (a later
+    # ``recompile()`` puts ``call_wrapped`` back, which still calls ``_wrapped_call``: same behaviour)
+
+
+#: ``nn.Module.__call__`` as torch defines it (tracers such as ``torch.fx.symbolic_trace`` patch it).
+_MODULE_CALL = nn.Module.__call__
 
 
 class _ReportingCall:
-    """Replaces fx's per-class call wrapper (same cost: one frame per call) and reports errors by node."""
+    """Replaces fx's per-class call wrapper and reports errors by node (see :meth:`method`)."""
 
     def __init__(self, cls: type, implementation: str, check: Check | None,
                  variants: list[Callable[..., Any]]) -> None:
@@ -235,7 +279,33 @@ class _ReportingCall:
         self.check = check
         self.variants = variants
 
+    def method(self) -> Callable[..., Any]:
+        """This call as a plain function, to be the class's ``__call__``: no ``call_wrapped`` frame, and no
+        ``nn.Module.__call__`` frame while no tracer patched it (``_call_impl`` itself runs the hooks)."""
+        cls, check, variants, report, call_variant = self.cls, self.check, self.variants, self._report, \
+            self._call_variant
+
+        def __call__(obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            try:
+                if check is not None:
+                    check(obj, args, kwargs)
+                if variants and obj.__dict__.get(VARIANT_ATTR):
+                    return call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
+                if nn.Module.__call__ is _MODULE_CALL and obj._compiled_call_impl is None:
+                    return obj._call_impl(*args, **kwargs)  # what ``nn.Module.__call__`` does, one frame fewer
+                return super(cls, obj).__call__(*args, **kwargs)
+            except IRError:
+                raise
+            except Exception as exc:
+                error = report(obj, exc)
+                if error is exc:
+                    raise
+                raise error from exc
+
+        return __call__
+
     def __call__(self, obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """fx's ``call_wrapped`` calls this (after a ``recompile()``): the same as :meth:`method`'s function."""
         try:
             if self.check is not None:
                 self.check(obj, args, kwargs)
@@ -245,16 +315,23 @@ class _ReportingCall:
         except IRError:
             raise
         except Exception as exc:
-            if torch.compiler.is_exporting() or torch.compiler.is_compiling():
-                raise  # tracers use exceptions of their own; leave them untouched
-            message = f"running {_failed_at(obj, exc)} raised {type(exc).__name__}: {str(exc).strip()[:500]}"
-            hint = ("if the inputs are valid, the IR's graph is inconsistent here (the exception's cause has the "
-                    "full traceback)")
-            try:
-                error = _execution_error(type(exc))(message, implementation=self.implementation, hint=hint)
-            except Exception:  # noqa: BLE001 - an exception class whose __init__ wants other arguments
-                error = ExecutionError(message, implementation=self.implementation, hint=hint)
+            error = self._report(obj, exc)
+            if error is exc:
+                raise
             raise error from exc
+
+    def _report(self, obj: nn.Module, exc: Exception) -> Exception:
+        """The :class:`ExecutionError` for ``exc`` raised by ``obj``'s generated code (``exc`` itself under a
+        tracer, which uses exceptions of its own)."""
+        if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+            return exc  # tracers use exceptions of their own; leave them untouched
+        message = f"running {_failed_at(obj, exc)} raised {type(exc).__name__}: {str(exc).strip()[:500]}"
+        hint = ("if the inputs are valid, the IR's graph is inconsistent here (the exception's cause has the "
+                "full traceback)")
+        try:
+            return _execution_error(type(exc))(message, implementation=self.implementation, hint=hint)
+        except Exception:  # noqa: BLE001 - an exception class whose __init__ wants other arguments
+            return ExecutionError(message, implementation=self.implementation, hint=hint)
 
     def _call_variant(self, obj: nn.Module, variant: int, args: tuple, kwargs: dict) -> Any:
         """One call through ``nn.Module.__call__`` (hooks, tracers' module scopes) running per-call graph

@@ -33,6 +33,7 @@ from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
 
 from .codegen import calling_convention, compile_variant, install_graph, report_errors, select_variant
+from .fast_ops import fast_binding
 from .signature_check import SignatureCheck
 
 #: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
@@ -64,12 +65,21 @@ class DirectOp(functools.partial):
         return f"DirectOp({self.overload})"
 
 
+def direct_op(overload: Any, kwargs: dict[str, Any] | None = None, positional: int = 0) -> Any:
+    """The :class:`DirectOp` of an ``OpOverload`` (anything else is returned as it is): through the Python binding
+    that runs that overload (:mod:`ir2torch.fast_ops`) when the call's keywords and positional argument count
+    allow, else its boxed entry."""
+    if isinstance(overload, torch._ops.OpOverload) and \
+            fast_binding(overload, kwargs or {}, positional) is not None:
+        return _direct_op(overload, True)
+    return _direct_op(overload, False)
+
+
 @functools.cache
-def direct_op(overload: Any) -> Any:
-    """The :class:`DirectOp` of an ``OpOverload`` (anything else is returned as it is)."""
+def _direct_op(overload: Any, fast: bool) -> Any:
     if not isinstance(overload, torch._ops.OpOverload):
         return overload
-    op = DirectOp(overload._op)
+    op = DirectOp(fast_binding(overload, {}) if fast else overload._op)
     op.overload = overload
     # fx names the global after ``__module__.__name__``; a module outside ``torch`` makes fx bind the object
     # itself (a name under ``torch`` would be spelled ``torch.ops...`` and resolved back to the slow overload)
@@ -269,7 +279,7 @@ class _GraphBuilder:
                 if any(isinstance(a, Subgraph) for a in args):
                     fn, args = self.bind_subgraphs(fn, args)
                 else:
-                    fn = direct_op(fn)
+                    fn = direct_op(fn, kwargs, len(args))
                 fx_node = self.graph.create_node("call_function", fn, args, kwargs, name=name)
             elif kind == "get_attr":
                 fx_node = self.graph.create_node("get_attr", attrs["implementation"], name=name)

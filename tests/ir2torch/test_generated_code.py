@@ -103,3 +103,37 @@ def test_rebuilt_models_deepcopy_retrace_and_reexport(name: str) -> None:
     ops = {n.target for n in ep.graph.nodes if n.op == "call_function"}
     assert not any(isinstance(t, DirectOp) for t in ops), "export records the OpOverloads themselves"
     assert max_abs_diff(expected, ep.module()(*args, **kwargs)) == 0.0
+
+
+class _Pair(nn.Module):
+    def forward(self, x: torch.Tensor, pair: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {"sum": x + pair[0], "prod": x * pair[1]}
+
+
+class _PairParent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.child = _Pair()
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.child(x, (x + 1, x * 2))
+
+
+def test_nested_tuple_argument_and_dict_output_bind_without_pytree_calls():
+    from common.errors import InputMismatchError
+
+    model, x = _PairParent(), torch.randn(2, 3)
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x,)), model.state_dict())
+    code = rebuilt.child.code
+    assert "tree_flatten_spec" not in code and "tree_unflatten" not in code, code
+    expected = model(x)
+    got = rebuilt(x)
+    assert type(got) is dict and list(got) == ["sum", "prod"]
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+    # the child takes a list too (as the pytree call did), and refuses what is not a sequence or has another length
+    pair = (x + 1, x * 2)
+    assert torch.equal(rebuilt.child(x, list(pair))["prod"], model.child(x, pair)["prod"])
+    with pytest.raises(InputMismatchError, match="'pair' is a dict"):
+        rebuilt.child(x, {0: pair[0], 1: pair[1]})
+    with pytest.raises(Exception, match="unpack"):
+        rebuilt.child(x, (*pair, x))

@@ -1,0 +1,72 @@
+"""Python bindings that run exactly one ATen overload, for the ops small models call most.
+
+A boxed call of an ATen overload (``OpOverload._op``) converts every argument to an ``IValue`` and goes through
+the dispatcher's boxed path: about 0.4-1 us more per call than the ``torch.*`` / ``Tensor.*`` binding eager
+PyTorch calls, which parses its arguments and calls the unboxed kernel. Each entry below maps an overload to
+the binding that calls that same overload for the same positional arguments; keywords are only passed on when
+the binding spells them as the schema does (the second item of each entry). :func:`ir2torch.rebuild.direct_op` uses an
+entry only when a node's keywords are among those; anything else takes the boxed path. The graph's target still
+compares equal to the overload (:class:`ir2torch.rebuild.DirectOp`), and re-export records the same overload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+_nn = torch._C._nn
+
+#: ``"aten.<name>.<overload>"`` -> (binding, keywords it takes under the schema's names).
+FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
+    name: (fn, frozenset(kw)) for name, fn, kw in [
+        ("aten.add.Tensor", torch.add, ("alpha",)),
+        ("aten.sub.Tensor", torch.sub, ("alpha",)),
+        ("aten.mul.Tensor", torch.mul, ()),
+        ("aten.div.Tensor", torch.div, ()),
+        ("aten.neg.default", torch.neg, ()),
+        ("aten.rsqrt.default", torch.rsqrt, ()),
+        ("aten.exp.default", torch.exp, ()),
+        ("aten.tanh.default", torch.tanh, ()),
+        ("aten.sigmoid.default", torch.sigmoid, ()),
+        ("aten.relu.default", torch.relu, ()),
+        ("aten.pow.Tensor_Scalar", torch.pow, ()),
+        ("aten.matmul.default", torch.matmul, ()),
+        ("aten.bmm.default", torch.bmm, ()),
+        ("aten.mm.default", torch.mm, ()),
+        ("aten.view.default", torch.Tensor.view, ()),
+        ("aten.reshape.default", torch.reshape, ()),
+        ("aten.transpose.int", torch.transpose, ()),
+        ("aten.permute.default", torch.permute, ()),
+        ("aten.unsqueeze.default", torch.unsqueeze, ()),
+        ("aten.squeeze.dim", torch.squeeze, ()),
+        ("aten.select.int", torch.select, ()),
+        ("aten.expand.default", torch.Tensor.expand, ("implicit",)),
+        ("aten.contiguous.default", torch.Tensor.contiguous, ("memory_format",)),
+        ("aten.clone.default", torch.clone, ("memory_format",)),
+        ("aten.cat.default", torch.cat, ()),
+        ("aten.mean.dim", torch.mean, ("keepdim", "dtype")),
+        ("aten.sum.dim_IntList", torch.sum, ("keepdim", "dtype")),
+        ("aten.softmax.int", torch.softmax, ("dtype",)),
+        ("aten.dropout.default", torch.dropout, ()),
+        ("aten.to.dtype", torch.Tensor.to, ("non_blocking", "copy", "memory_format")),
+        ("aten.linear.default", _nn.linear, ("bias",)),
+        ("aten.gelu.default", _nn.gelu, ("approximate",)),
+        ("aten.silu.default", _nn.silu, ()),
+    ]
+}
+
+
+def fast_binding(overload: Any, kwargs: dict[str, Any], positional: int = 0) -> Callable[..., Any] | None:
+    """The binding that runs ``overload`` for a call with these keywords and ``positional`` positional arguments,
+    or ``None`` (take the boxed path: a call the schema does not take fails there, as it always did)."""
+    entry = FAST.get(str(overload))
+    if entry is None or not kwargs.keys() <= entry[1]:
+        return None
+    if positional > sum(1 for a in overload._schema.arguments if not a.kwarg_only):
+        return None
+    return entry[0]
+
+
+__all__ = ["FAST", "fast_binding"]

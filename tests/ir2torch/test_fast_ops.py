@@ -1,0 +1,72 @@
+"""Every entry of ``ir2torch.fast_ops.FAST`` runs exactly its ATen overload: same values, dtype, shape, strides
+and aliasing as the boxed ``OpOverload`` call, for positional arguments and the keywords it accepts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ir2torch.fast_ops import FAST, fast_binding
+from ir2torch.rebuild import DirectOp, direct_op
+
+x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
+sq = torch.randn(3, 3, generator=torch.Generator().manual_seed(1))
+i32 = torch.arange(24, dtype=torch.int32).reshape(2, 3, 4)
+CALLS: dict[str, list[tuple[tuple, dict]]] = {
+    "aten.add.Tensor": [((x, x), {}), ((x, 2), {}), ((i32, 0.5), {}), ((x, x), {"alpha": 3})],
+    "aten.sub.Tensor": [((x, 1.5), {}), ((x, x), {"alpha": 2})],
+    "aten.mul.Tensor": [((x, x), {}), ((i32, 0.25), {}), ((i32, 3), {})],
+    "aten.div.Tensor": [((x, 3), {}), ((i32, 2), {})],
+    "aten.neg.default": [((x,), {})], "aten.rsqrt.default": [((x.abs(),), {})], "aten.exp.default": [((x,), {})],
+    "aten.tanh.default": [((x,), {})], "aten.sigmoid.default": [((x,), {})], "aten.relu.default": [((x,), {})],
+    "aten.pow.Tensor_Scalar": [((x, 2), {}), ((x.abs(), 0.5), {}), ((i32, 2), {})],
+    "aten.matmul.default": [((x, x.transpose(1, 2)), {})], "aten.bmm.default": [((x, x.transpose(1, 2)), {})],
+    "aten.mm.default": [((sq, sq), {})],
+    "aten.view.default": [((x, [6, -1]), {})], "aten.reshape.default": [((x.transpose(0, 1), [3, 8]), {})],
+    "aten.transpose.int": [((x, 1, 2), {})], "aten.permute.default": [((x, [2, 0, 1]), {})],
+    "aten.unsqueeze.default": [((x, 1), {})], "aten.squeeze.dim": [((x[:1], 0), {})],
+    "aten.select.int": [((x, 1, -1), {})],
+    "aten.expand.default": [((x[:1], [5, 3, 4]), {}), ((x[:1], [5, -1, -1]), {"implicit": False})],
+    "aten.contiguous.default": [((x.transpose(1, 2),), {}), ((x,), {"memory_format": torch.contiguous_format})],
+    "aten.clone.default": [((x.transpose(1, 2),), {}), ((x,), {"memory_format": torch.preserve_format})],
+    "aten.cat.default": [(([x, x], -1), {}), (([x, x],), {})],
+    "aten.mean.dim": [((x, [-1], True), {}), ((x, [0, 2]), {"keepdim": False, "dtype": torch.float64})],
+    "aten.sum.dim_IntList": [((i32, [1]), {}), ((x, [-1]), {"keepdim": True})],
+    "aten.softmax.int": [((x, -1), {}), ((x, -1, torch.float64), {}), ((x, 0), {"dtype": torch.float32})],
+    "aten.dropout.default": [((x, 0.0, False), {}), ((x, 0.5, False), {})],
+    "aten.to.dtype": [((x, torch.float32), {}), ((x, torch.float64), {}), ((i32, torch.bool), {"copy": True})],
+    "aten.linear.default": [((x, torch.ones(5, 4)), {}), ((x, torch.ones(5, 4)), {"bias": torch.arange(5.0)})],
+    "aten.gelu.default": [((x,), {}), ((x,), {"approximate": "tanh"})], "aten.silu.default": [((x,), {})],
+}
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+    assert torch.equal(a, b)
+
+
+def test_every_entry_has_cases():
+    assert set(CALLS) == set(FAST)
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_binding_runs_its_overload(name):
+    _, op, overload = name.split(".")
+    boxed = getattr(getattr(torch.ops.aten, op), overload)
+    for args, kwargs in CALLS[name]:
+        fn = direct_op(boxed, kwargs, len(args))
+        assert isinstance(fn, DirectOp) and fn == boxed and fn.func is FAST[name][0]
+        expected, got = boxed(*args, **kwargs), fn(*args, **kwargs)
+        _same(got, expected)
+        if isinstance(args[0], torch.Tensor):  # a view (or ``to`` returning its input) in both or in neither
+            first = args[0].untyped_storage().data_ptr()
+            assert (got.untyped_storage().data_ptr() == first) == (expected.untyped_storage().data_ptr() == first)
+
+
+def test_other_keywords_take_the_boxed_path():
+    add = torch.ops.aten.add.Tensor
+    assert fast_binding(add, {"self": x}) is None
+    slow = direct_op(add, {"self": x, "other": x})
+    assert slow == add and slow.func is add._op
+    assert torch.equal(slow(self=x, other=x), x + x)
+    assert direct_op(add, {}, 3).func is add._op  # more positional arguments than the schema takes

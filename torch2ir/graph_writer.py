@@ -11,6 +11,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+import torch
 from torch import fx
 from torch.utils import _pytree as pytree
 
@@ -21,7 +22,7 @@ from common.values import Ref, Subgraph, encode
 
 from .graphs import add_node_with_edges, flat_implementation
 from .hierarchy import Frame, Hierarchy
-from .signatures import Signature
+from .signatures import Dead, Signature, is_stand_in
 from .tensormeta import value_meta
 
 
@@ -56,6 +57,22 @@ class GraphWriter:
         except KeyError:
             raise _Unplaced(value) from None
 
+    def value(self, leaf: Any) -> Any:
+        """A leaf of a signed call as an IR argument: a Ref for a value, the constant itself, and for a
+        :class:`Dead` tensor the value some call returned for it, else a stand-in of its shape and dtype filled
+        with NaN, on the module's device (one per graph)."""
+        if isinstance(leaf, fx.Node):
+            return self.ref(leaf)
+        if not isinstance(leaf, Dead):
+            return leaf
+        if leaf.node not in self.env:
+            name = add_node_with_edges(self.impl, self.name("unused"), "function", "aten.full.default",
+                                       [list(leaf.shape), float("nan")],
+                                       {"dtype": leaf.dtype, "device": torch.device("meta")},
+                                       meta={"shape": list(leaf.shape), "dtype": leaf.dtype})
+            self.env[leaf.node] = Ref(name)
+        return self.env[leaf.node]
+
     def template(self, arg: Any) -> Any:
         """fx args -> IR args (Refs for values, Subgraphs for higher-order op bodies)."""
         if isinstance(arg, fx.Node):
@@ -74,6 +91,11 @@ class GraphWriter:
         sig = self.h.signed.get(id(frame))
         if sig is not None:
             for label, value in zip(input_labels(sig), sig.inputs):
+                if isinstance(value, Dead):  # an argument no op uses: a tensor input all the same
+                    name = self.impl.add_node(self.name(label), "input", "input",
+                                              meta={"shape": list(value.shape), "dtype": value.dtype})
+                    self.env.setdefault(value.node, Ref(name))
+                    continue
                 node = value if isinstance(value, fx.Node) else None
                 # a constant's input records its value: the rebuilt module refuses another one
                 plain = value is None or type(value) in (bool, int, float, str)
@@ -102,6 +124,8 @@ class GraphWriter:
         self.output()
 
     def function(self, node: fx.Node) -> None:
+        if is_stand_in(node):  # written where a signed call passes or returns it (see GraphWriter.value)
+            return
         try:
             target = function_name(node.target)
         except Exception:  # noqa: BLE001 - function_name raises several types for a non-allowed target
@@ -128,11 +152,12 @@ class GraphWriter:
         if child.leaf:
             self.leaf_call(child, callee, ctype, name, extra)
         elif sig is not None:
-            leaves = [self.ref(v) if isinstance(v, fx.Node) else v for v in sig.inputs]
+            leaves = [self.value(v) for v in sig.inputs]
             call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
             add_node_with_edges(self.impl, name, ctype, callee, call_args, call_kwargs, **extra)
             self.h.call_nodes[id(child)] = (self.impl, name)
-            self._bind_outputs(name, sig.out_spec, [v if isinstance(v, fx.Node) else None for v in sig.outputs])
+            self._bind_outputs(name, sig.out_spec, [v.node if isinstance(v, Dead) else v if isinstance(v, fx.Node)
+                                                    else None for v in sig.outputs])
         else:
             args = [self.ref(v) for v in child.inputs]
             add_node_with_edges(self.impl, name, ctype, callee, args, {}, **extra)
@@ -198,7 +223,7 @@ class GraphWriter:
             user = [v for v in out_node.args[0] if not isinstance(v, fx.Node) or v.name in sig.user_outputs]
             value = [self.template(v) for v in user]
         elif id(self.frame) in self.h.signed:
-            value = [self.ref(v) if isinstance(v, fx.Node) else v for v in self.h.signed[id(self.frame)].outputs]
+            value = [self.value(v) for v in self.h.signed[id(self.frame)].outputs]
         else:
             outs = [self.ref(v) for v in self.frame.outputs]
             value = outs[0] if len(outs) == 1 else tuple(outs)

@@ -5,15 +5,16 @@ passes (+47% on BERT when done for every non-leaf module). Instead a forward pre
 every non-leaf module record, for each call, the pytree structure of ``(args, kwargs)`` and of the result,
 and for each leaf either a constant or the tracer's graph node that computes the tensor (found through the
 proxy mode's tensor tracker). Export keeps the tracer's node objects in ``ep.graph`` (placeholders are renamed
-in place) or copies them with their ``meta``, where a stamp finds them; a node that is gone (dead code), or
-whose value differs, makes the call *unrecorded*
-and the hierarchy falls back to data-flow inputs and outputs for that module.
+in place) or copies them with their ``meta``, where a stamp finds them. A node that is gone is dead code: the
+tensor keeps its place in the signature as a :class:`Dead` value. A node whose value differs makes the call
+*unrecorded*, and the hierarchy falls back to data-flow inputs and outputs for that module.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import copy
 import functools
 import inspect
 import itertools
@@ -46,6 +47,9 @@ class CallRecord:
 
 
 _SIGNATURES: dict[Any, inspect.Signature] = {}
+#: ``(forward function, number of positional arguments, keyword names) -> (arg_names, parameters)``: they depend
+#: on the function and on which arguments a call gives, not on the values, so conversions share them.
+_KNOWN: dict[tuple, tuple[list[str] | None, list[list[Any]] | None]] = {}
 
 
 def forward_signature(module: nn.Module) -> inspect.Signature:
@@ -127,6 +131,18 @@ def parameters(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> list[l
             item.append(param.default)
         out.append(item)
     return out
+
+
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def _copied(params: list[list[Any]] | None) -> list[list[Any]] | None:
+    """A copy of ``meta["parameters"]`` sharing nothing mutable with ``params``."""
+    if params is None:
+        return None
+    if all(type(v) in _IMMUTABLE for item in params for v in item):
+        return [list(item) for item in params]
+    return copy.deepcopy(params)
 
 
 @functools.cache
@@ -211,11 +227,14 @@ class _Recorder:
         leaves, spec = self._flatten((args, kwargs))
         # names and parameters depend on the forward and on which arguments are given, not on their values
         forward = getattr(module.forward, "__func__", None)
-        key = (forward if forward is not None and "forward" not in module.__dict__ else id(module), len(args),
-               tuple(kwargs))
-        known = self.known.get(key)
+        shared = forward is not None and "forward" not in module.__dict__
+        key = (forward if shared else id(module), len(args), tuple(kwargs))
+        known = (_KNOWN if shared else self.known).get(key)
         if known is None:
-            known = self.known[key] = (arg_names(module, args, kwargs), parameters(module, args, kwargs))
+            known = (arg_names(module, args, kwargs), parameters(module, args, kwargs))
+            (_KNOWN if shared else self.known)[key] = known
+        if shared:  # the IR gets its own lists: a change to one IR's meta must not reach the next conversion
+            known = (None if known[0] is None else list(known[0]), _copied(known[1]))
         record = CallRecord(id(module), known[0], known[1], [self._leaf(v, tracer) for v in leaves], spec)
         if tracer is not None and len(tracer.graph.nodes):
             record.start = tracer.graph._root.prev  # the last node so far
@@ -310,10 +329,20 @@ class _Nodes:
     def __init__(self, graph: Any) -> None:
         self.graph = graph
         self.by_stamp: dict[int, Any] = {}
+        self.inside: dict[int, Any] = {}  # stamp of a node in a higher-order op's body -> the op's node
         for node in graph.nodes:
             stamp = node.meta.pop(STAMP, None)
             if stamp is not None:
                 self.by_stamp.setdefault(stamp, node)
+            for body in _bodies(node):
+                for stamp in _body_stamps(body):
+                    self.inside.setdefault(stamp, node)
+
+    def frame_node(self, node: Any) -> Any:
+        """The node of the graph that ran ``node``: itself or its copy, else the higher-order op whose body
+        holds it (export moves the ops of a ``no_grad`` region into one); None when it is gone."""
+        found = self.find(node)
+        return found if found is not None else self.inside.get(node.meta.get(STAMP, -1))
 
     def find(self, node: Any) -> Any:
         if node.graph is self.graph:
@@ -321,8 +350,8 @@ class _Nodes:
         return self.by_stamp.get(node.meta.get(STAMP, -1))
 
     def resolve(self, leaves: list[Leaf]) -> list[Any] | None:
-        """The leaves as nodes of the graph and constants; None when a tensor's node is not in the graph any
-        more (dead code) or holds another value."""
+        """The leaves as nodes of the graph, constants and :class:`Dead` values (a tensor export dropped as dead
+        code); None when a node holds another value or a dropped tensor's shape is symbolic."""
         out: list[Any] = []
         for kind, value in leaves:
             if kind == "const":
@@ -331,10 +360,61 @@ class _Nodes:
             if kind == "unknown":
                 return None
             node = self.find(value)
-            if node is None or not isinstance(node.meta.get("val"), torch.Tensor):
+            if node is None or is_stand_in(node):
+                val = value.meta.get("val")
+                if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point or \
+                        not all(type(d) is int for d in val.shape):
+                    return None
+                out.append(Dead(value, list(val.shape), val.dtype))
+                continue
+            if not isinstance(node.meta.get("val"), torch.Tensor):
                 return None
             out.append(node)
         return out
+
+
+@dataclass(eq=False)
+class Dead:
+    """A floating-point tensor a call passed or returned that no op uses, so export dropped the ops computing it
+    (ALiBi Falcon's rotary embeddings). The signature keeps its place: the graph writer binds it like a value
+    where a call returns it and, where nothing does, passes a stand-in of the same shape and dtype filled with
+    NaN (a module swapped in that does use it gives NaN, never plausible numbers)."""
+
+    node: Any  # the tracer's node, the same object wherever the tensor went
+    shape: list[int]
+    dtype: torch.dtype
+
+
+def is_stand_in(node: Any) -> bool:
+    """Whether ``node`` is a stand-in the graph writer made for a :class:`Dead` value (a NaN-filled ``full``
+    nothing uses), met again when a rebuilt model is converted: it stays :class:`Dead`, so the IR is the same."""
+    return node.op == "call_function" and node.target is torch.ops.aten.full.default and not node.users and \
+        len(node.args) == 2 and isinstance(node.args[1], float) and node.args[1] != node.args[1]
+
+
+def _bodies(node: Any) -> list[Any]:
+    """The graphs of the higher-order-op bodies ``node`` calls (``get_attr`` arguments naming graph modules)."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.HigherOrderOperator):
+        return []
+    root = node.graph.owning_module
+    out = []
+    for arg in node.args:
+        if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" and root is not None:
+            body = getattr(root, arg.target, None)
+            if isinstance(body, torch.fx.GraphModule):
+                out.append(body.graph)
+    return out
+
+
+def _body_stamps(graph: Any) -> Iterator[int]:
+    """The stamps of the nodes of a body graph and of the bodies nested in it (read, not removed: a body's node
+    may share its ``meta`` with the tracer's node and with a copy in the outer graph)."""
+    for node in graph.nodes:
+        stamp = node.meta.get(STAMP)
+        if stamp is not None:
+            yield stamp
+        for body in _bodies(node):
+            yield from _body_stamps(body)
 
 
 def _plain(spec: pytree.TreeSpec, keyed: bool = False) -> bool:
@@ -363,7 +443,7 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
     dumps: dict[pytree.TreeSpec, str] = {}  # repeated layers share their specs
     out: dict[int, Signature] = {}
     for rec in calls:
-        node = next((m for m in map(nodes.find, rec.created) if m is not None and m in frame_of), None)
+        node = next((m for m in map(nodes.frame_node, rec.created) if m is not None and m in frame_of), None)
         if node is None or rec.names is None or rec.out_spec is None:
             continue
         frame = next((f for f in frame_of[node].chain() if f.path and module_of(f) is not None
@@ -375,7 +455,7 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
         if inputs is None or outputs is None or not _plain(rec.out_spec, keyed=True) or not _plain(rec.in_spec):
             continue
         try:
-            encode([v for v in (*inputs, *outputs) if not isinstance(v, torch.fx.Node)], "signature")
+            encode([v for v in (*inputs, *outputs) if not isinstance(v, (torch.fx.Node, Dead))], "signature")
             texts = [dumps.get(spec) or dumps.setdefault(spec, pytree.treespec_dumps(spec))
                      for spec in (rec.in_spec, rec.out_spec)]
         except (IRSerializationError, TypeError, ValueError, NotImplementedError):

@@ -226,3 +226,17 @@ def test_a_call_the_graph_was_not_traced_for_is_refused(call, fragment):
     with pytest.raises(InputMismatchError, match=None) as info:
         call(rebuilt.block, x)
     assert fragment in str(info.value), str(info.value)
+
+
+def test_a_changed_parameters_list_does_not_reach_the_next_conversion():
+    """Conversions share what they learn of a ``forward``; each IR still gets lists of its own."""
+    from tests.loop.test_dead_arguments import FromCall
+
+    torch.manual_seed(0)
+    model, x = FromCall().eval(), torch.randn(2, 3, 8)
+    first = torch2ir.convert(model, (x,))
+    first["layers.0"].meta["parameters"][0][0] = "changed"
+    first["layers.0"].meta["forward_arg_names"].append("changed")
+    second = torch2ir.convert(model, (x,))
+    assert second["layers.0"].meta["parameters"][0][0] == "hidden"
+    assert second["layers.0"].meta["forward_arg_names"] == ["hidden", "position", "scale"]

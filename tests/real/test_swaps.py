@@ -3,9 +3,10 @@ it with the original's arguments and reads its original results.
 
 For each non-leaf module path ``p`` rebuilt from a graph, ``rebuilt.p`` is replaced by a deep copy of
 ``original.p`` and the model's outputs must stay exact; the rebuilt ``forward`` shows the original's
-parameter names in order. Modules whose arguments are not all computed by the graph (a value the trace
-computed but no op uses, so export dropped it) keep data-flow arguments; they are listed in ``UNSIGNED`` with
-the reason, and the test fails when one of them becomes swappable, so the list stays true.
+parameter names in order. A module that cannot carry its original signature would keep data-flow arguments;
+such modules are listed in ``UNSIGNED`` with the reason (none today: ALiBi Falcon's layers, given rotary
+embeddings no op uses, take them as NaN stand-ins or as the rotary module's results), and the test fails when
+a listed one becomes swappable or an unlisted one does not, so the list stays true.
 """
 
 from __future__ import annotations
@@ -26,12 +27,7 @@ from torch2ir.training import TrainModeWarning
 pytestmark = pytest.mark.filterwarnings("ignore:The tensor attributes:UserWarning")
 
 #: path -> why it keeps data-flow arguments.
-UNSIGNED = {
-    "falcon_alibi": {
-        p: "ALiBi Falcon computes rotary embeddings it never uses; export drops them, so the layers' "
-           "position_embeddings argument has no value in the graph"
-        for p in ("h.0", "h.0.self_attention", "h.1", "h.1.self_attention", "rotary_emb")},
-}
+UNSIGNED: dict[str, dict[str, str]] = {}
 
 
 def _exact(a, b) -> bool:

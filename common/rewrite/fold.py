@@ -69,7 +69,12 @@ def _remove_bn(s: Session, bn_ref: NodeRef) -> None:
 
 def fold_into_leaf(s: Session, conv_ref: NodeRef, bn_ref: NodeRef, how: str) -> None:
     """Fold the batch norm called at ``bn_ref`` into the Conv/ConvTranspose/Linear leaf called at ``conv_ref``
-    (in any graph: the batch norm's node goes, its consumers read its input)."""
+    (in any graph: the batch norm's node goes, its consumers read its input).
+
+    Raises:
+        RewriteError: no state was given, or a module of the pair is also called from elsewhere.
+        StateDictError: the input state lacks a tensor the fold reads.
+    """
     conv_key, bn_key = callee(graph_of(s.ir, conv_ref).node(conv_ref.node)), callee(graph_of(s.ir, bn_ref)
                                                                                       .node(bn_ref.node))
     assert conv_key is not None and bn_key is not None
@@ -135,7 +140,12 @@ def conv_of_graph(ir: IR, key: str) -> tuple[str, str, str | None] | None:
 def fold_into_graph(s: Session, module_ref: NodeRef, bn_ref: NodeRef) -> None:
     """Fold the batch norm at ``bn_ref`` into the module called at ``module_ref``, whose graph computes one
     convolution (:func:`conv_of_graph`): its weight is scaled, its bias made or changed (a ``bias`` parameter
-    and a ``get_attr`` of it are added when it had none)."""
+    and a ``get_attr`` of it are added when it had none).
+
+    Raises:
+        RewriteError: no state was given, or the batch norm is also called from elsewhere.
+        StateDictError: the input state lacks a tensor the fold reads.
+    """
     key = callee(graph_of(s.ir, module_ref).node(module_ref.node))
     bn_key = callee(graph_of(s.ir, bn_ref).node(bn_ref.node))
     assert key is not None and bn_key is not None

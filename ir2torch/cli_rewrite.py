@@ -4,6 +4,7 @@
 
     ir2torch rewrite resnet.ir.json --pass fold-batchnorm --state resnet.safetensors \\
         -o folded.ir.json --state-out folded.safetensors --verify -i 1x3x224x224
+    ir2torch rewrite model.ir.json --pass insert-after --type conv2d --new-type identity -o out.ir.json
 
 Prints the count of changes per pass. With ``--verify``, the input IR (with its weights) and the result
 are both rebuilt and run on the example inputs (``-i``); the files are written only when they agree.
@@ -20,23 +21,46 @@ from typing import Any
 from common.cli.app import EXIT_FAILED, EXIT_OK, CommandError, add_allow_op, add_common_options
 
 PASSES: dict[str, str] = {
-    "fold-batchnorm": "fold every BatchNorm into the Conv/Linear it follows (eval semantics; needs --state)",
+    "fold-batchnorm": "fold every BatchNorm into the Conv/ConvTranspose/Linear it follows (eval semantics; needs "
+                      "--state)",
     "fuse-qkv": "one Linear for the query/key/value projections of every attention block (needs --state)",
     "remove-dropout": "remove dropout nodes (the identity in eval mode)",
     "remove-identity": "remove nn.Identity nodes",
+    "replace-type": "replace every module of --type (and/or with a key matching --where) by one of --new-type, "
+                    "attributes from --data (default: kept) and the same state",
+    "insert-after": "insert a module of --new-type (attributes --data, no state) after every node of --type",
 }
 
 
-def _pass(name: str) -> Callable[..., Any]:
-    from common.rewrite import fold_batchnorm, fuse_qkv, remove_types
+def _pass(name: str, options: argparse.Namespace) -> Callable[..., Any]:
+    """The pass ``name`` as ``fn(ir, state, allow=...)``, its options taken from ``options``.
+
+    Raises:
+        CommandError: an option the pass needs is missing.
+    """
+    from common.cli.inputs import parse_json_option
+    from common.rewrite import fold_batchnorm, fuse_qkv, insert_after_type, remove_types, replace_type
     from common.rewrite.passes import DROPOUT_FUNCTIONS, DROPOUT_TYPES, IDENTITY_TYPES
 
+    where = options.where
+    data = parse_json_option(options.data, "--data") if options.data is not None else None
+    if name == "replace-type" and (options.new_type is None or (options.type is None and where is None)):
+        raise CommandError("replace-type needs --new-type and --type or --where",
+                           hint="e.g. --pass replace-type --type relu --new-type relu6")
+    if name == "insert-after" and (options.new_type is None or options.type is None):
+        raise CommandError("insert-after needs --type (after what) and --new-type (what to insert)",
+                           hint="e.g. --pass insert-after --type conv2d --new-type identity")
     return {
-        "fold-batchnorm": fold_batchnorm,
-        "fuse-qkv": fuse_qkv,
+        "fold-batchnorm": lambda ir, state, allow: fold_batchnorm(ir, state, where=where, allow=allow),
+        "fuse-qkv": lambda ir, state, allow: fuse_qkv(ir, state, where=where, allow=allow),
         "remove-dropout": lambda ir, state, allow: remove_types(ir, state, DROPOUT_TYPES + DROPOUT_FUNCTIONS,
-                                                                allow=allow),
-        "remove-identity": lambda ir, state, allow: remove_types(ir, state, IDENTITY_TYPES, allow=allow),
+                                                                where=where, allow=allow),
+        "remove-identity": lambda ir, state, allow: remove_types(ir, state, IDENTITY_TYPES, where=where,
+                                                                 allow=allow),
+        "replace-type": lambda ir, state, allow: replace_type(ir, state, new_type=options.new_type, type=options.type,
+                                                              where=where, data=data, allow=allow),
+        "insert-after": lambda ir, state, allow: insert_after_type(ir, state, options.type, type=options.new_type,
+                                                                   data=data or {}, where=where, allow=allow),
     }[name]
 
 
@@ -49,6 +73,13 @@ def add_rewrite_command(commands: Any) -> None:
     cmd.add_argument("file", type=Path, metavar="IN", help="an IR JSON file (read as data)")
     cmd.add_argument("--pass", dest="passes", action="append", required=True, choices=sorted(PASSES),
                      metavar="PASS", help=f"a pass to run (repeatable, in order): {', '.join(PASSES)}")
+    cmd.add_argument("--type", metavar="TYPE", help="replace-type: the module type replaced; insert-after: the "
+                     "node type (or function target) after which to insert")
+    cmd.add_argument("--new-type", metavar="TYPE", help="replace-type / insert-after: the type of the new modules")
+    cmd.add_argument("--data", metavar="JSON", help="replace-type / insert-after: the new modules' attributes "
+                     "(a JSON object, or @file.json)")
+    cmd.add_argument("--where", metavar="GLOB", help="only implementations whose key matches this glob "
+                     "(every pass), e.g. 'encoder.*'")
     cmd.add_argument("--state", type=Path, metavar="IN.safetensors", help="the weights of IN")
     cmd.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.ir.json", help="the rewritten IR")
     cmd.add_argument("--state-out", type=Path, metavar="OUT.safetensors", help="the rewritten weights")
@@ -82,11 +113,12 @@ def rewrite_command(options: argparse.Namespace) -> int:
         raise CommandError("--verify needs example inputs", hint="add -i SHAPE[:DTYPE] for each input")
     if options.verify and options.state is None:
         raise CommandError("--verify needs --state", hint="the models are compared with their weights")
+    passes = [(name, _pass(name, options)) for name in options.passes]
     ir = IR.load(options.file, allow=options.allow_op)
     state = load_safetensors(options.state) if options.state is not None else None
     new_ir, new_state = ir, state
-    for name in options.passes:
-        result = _pass(name)(new_ir, new_state, allow=options.allow_op)
+    for name, run in passes:
+        result = run(new_ir, new_state, allow=options.allow_op)
         new_ir, new_state = result
         skipped = f", {len(result.skipped)} left alone" if result.skipped else ""
         print(f"{name}: {result.count} change{'s' if result.count != 1 else ''}{skipped}")

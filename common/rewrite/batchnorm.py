@@ -1,68 +1,118 @@
-"""``fold_batchnorm``: fold every eval-mode BatchNorm into the Conv or Linear it follows."""
+"""``fold_batchnorm``: fold every eval-mode BatchNorm into the Conv, ConvTranspose or Linear it follows."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import torch
 
 from common.ir import IR
-from common.provenance import PROVENANCE_KEY
+from common.values import Ref
 
-from .core import Match, Where, call_sites, graph_of
+from .core import NodeRef, Where, all_graphs, call_sites, callee, graph_of, matches_where
 from .find import find
-from .ops import replace_nodes
+from .fold import conv_of_graph, fold_into_graph, fold_into_leaf, has_running_stats
 from .passes import Rewritten
 from .session import Session
 
 CONVS = ("conv1d", "conv2d", "conv3d", "linear")
+TRANSPOSED = ("convtranspose1d", "convtranspose2d", "convtranspose3d")
+LAYERS = CONVS + TRANSPOSED
 NORMS = ("batchnorm1d", "batchnorm2d", "batchnorm3d")
+#: Function nodes that only reshape (a BatchNorm after one of a Linear's output, keeping its last dim, folds).
+RESHAPES = ("aten.flatten.using_ints", "aten.reshape.default", "aten.view.default", "aten._unsafe_view.default")
+#: ``(target, argument)`` of consumers that read only the shape of a value (``x.reshape_as(linear_out)``).
+SHAPE_ONLY = (("aten.reshape_as.default", 1), ("aten.view_as.default", 1))
 
 
-def _why_not(ir: IR, match: Match) -> str | None:
-    """Why the match cannot be folded exactly, or ``None``."""
-    conv_key, bn_key = match.implementations
+def _shape(ir: IR, ref: NodeRef) -> list[Any] | None:
+    shape = (graph_of(ir, ref).node(ref.node).get("meta") or {}).get("shape")
+    return shape if isinstance(shape, list) else None
+
+
+def _why_not(ir: IR, layer_key: str, bn_ref: NodeRef, out: Any, linear: bool) -> str | None:
+    """Why the batch norm at ``bn_ref`` cannot be folded exactly into ``layer_key`` (``out`` channels), or ``None``."""
+    bn_key = callee(graph_of(ir, bn_ref).node(bn_ref.node))
     sites = call_sites(ir)
-    if len(sites.get(conv_key, [])) != 1 or len(sites.get(bn_key, [])) != 1:
+    if len(sites.get(layer_key, [])) != 1 or len(sites.get(bn_key or "", [])) != 1:
         return "a module of the pair is called more than once"
-    conv, bn = ir[conv_key], ir[bn_key]
-    out = conv.data.get("out_features" if conv.type == "linear" else "out_channels")
-    if not bn.data.get("track_running_stats", True) or "running_var" not in bn.state:
+    bn = ir[bn_key]
+    if not has_running_stats(bn):
         return "the batch norm has no running statistics (it normalizes with batch statistics)"
     if bn.data.get("num_features") != out:
         return f"the batch norm has {bn.data.get('num_features')} features, the layer {out} outputs"
-    if conv.type == "linear":
-        shape = (graph_of(ir, match.nodes[1]).node(match.nodes[1].node).get("meta") or {}).get("shape")
-        if not isinstance(shape, list) or len(shape) != 2:
-            return "a Linear's output is normalized per feature only when it is 2-d (N, C)"
+    shape = _shape(ir, bn_ref)
+    if linear and (shape is None or len(shape) != 2):
+        return "a Linear's output is normalized per feature only when it is 2-d (N, C)"
     return None
 
 
-def _fold(conv_key: str, bn_key: str, bias: bool, affine: bool, eps: float):
-    def fold(original: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        w = original[f"{conv_key}.weight"]
-        wide = torch.float64
-        mean, var = original[f"{bn_key}.running_mean"].to(wide), original[f"{bn_key}.running_var"].to(wide)
-        gamma = original[f"{bn_key}.weight"].to(wide) if affine else torch.ones_like(mean)
-        beta = original[f"{bn_key}.bias"].to(wide) if affine else torch.zeros_like(mean)
-        b = original[f"{conv_key}.bias"].to(wide) if bias else torch.zeros_like(mean)
-        scale = gamma / torch.sqrt(var + eps)
-        weight = w.to(wide) * scale.reshape(-1, *([1] * (w.dim() - 1)))
-        return {"weight": weight.to(w.dtype), "bias": ((b - mean) * scale + beta).to(w.dtype)}
+def _out(ir: IR, key: str) -> Any:
+    impl = ir[key]
+    if impl.type == "module":
+        found = conv_of_graph(ir, key)
+        return impl.state[found[1]]["shape"][0] if found else None
+    return impl.data.get("out_features" if impl.type == "linear" else "out_channels")
 
-    return fold
+
+def _is_conv_module(ir: IR):
+    def test(attrs: dict[str, Any], ref: NodeRef) -> bool:
+        target = callee(attrs)
+        return attrs.get("type") == "module" and target is not None and conv_of_graph(ir, target) is not None
+
+    return test
+
+
+def _through_reshape(ir: IR, where: Where) -> list[tuple[NodeRef, NodeRef]]:
+    """``(linear call, batch norm call)`` where Linear -> reshape to ``[M, C]`` -> BatchNorm1d, the reshape
+    keeping the Linear's last dim ``C`` and feeding only the batch norm, the Linear's output read otherwise only
+    for its shape (``reshape_as``)."""
+    found = []
+    for key, variant, graph in all_graphs(ir):
+        g = graph.graph
+        for bn, attrs in g.nodes(data=True):
+            if attrs.get("type") != "batchnorm1d" or g.in_degree(bn) != 1:
+                continue
+            (src, _, edge), = g.in_edges(bn, data=True)
+            shaped = g.nodes[src]
+            args = shaped.get("args") or [None]
+            if shaped.get("type") != "function" or shaped.get("implementation") not in RESHAPES or \
+                    edge.get("src_index") is not None or g.out_degree(src) != 1 or not isinstance(args[0], Ref):
+                continue
+            lin = args[0].node
+            if args[0].index is not None or g.nodes[lin].get("type") != "linear":
+                continue
+            readers = [(g.nodes[v], d.get("slot"), d.get("src_index")) for _, v, d in g.out_edges(lin, data=True)
+                       if v != src]
+            if any(r.get("type") != "function" or (r.get("implementation"), slot) not in SHAPE_ONLY or i is not None
+                   for r, slot, i in readers):
+                continue
+            lin_ref, bn_ref = NodeRef(key, lin, variant), NodeRef(key, bn, variant)
+            before, after = _shape(ir, lin_ref), _shape(ir, bn_ref)
+            if not before or not after or len(after) != 2 or after[-1] != before[-1]:
+                continue
+            if all(matches_where(where, k) for k in (callee(g.nodes[lin]), callee(attrs))):
+                found.append((lin_ref, bn_ref))
+    return found
 
 
 def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: Where = None,
                    allow: Iterable[str] | None = None) -> Rewritten:
-    """Fold every BatchNorm1d/2d/3d that directly follows a Conv1d/2d/3d or Linear whose only consumer it
-    is, in every graph of the hierarchy (``Sequential``\\ s included): the layer gets
-    ``w * gamma / sqrt(var + eps)`` and bias ``(b - mean) * gamma / sqrt(var + eps) + beta`` (computed in
-    float64), and the BatchNorm goes. Eval semantics: the result computes the model in eval mode.
+    """Fold every BatchNorm1d/2d/3d (eval semantics) into the layer whose output it normalizes, in every graph
+    of the hierarchy (``Sequential``\\ s included):
 
-    Pairs that cannot be folded exactly are left alone and listed in ``skipped`` of the result
-    (a module called twice, a BatchNorm without running statistics, a Linear whose output is not 2-d),
-    and so is every other BatchNorm left, with what it follows.
+    - a Conv1d/2d/3d, ConvTranspose1d/2d/3d or Linear whose only consumer it is, in the same graph or across
+      module boundaries (the layer the last op of one module, the batch norm the first op of another);
+    - a module rebuilt from its graph (an ``nn.Conv2d`` subclass) computing one convolution of its own weight
+      (possibly after a pad): its weight is scaled and its bias made (a ``bias`` parameter added) or changed;
+    - a Linear whose output is reshaped to ``[M, C]`` (same last dim ``C``) for a BatchNorm1d (LeViT).
+
+    The layer gets ``w * gamma / sqrt(var + eps)`` (per output channel; per group for a ConvTranspose) and
+    bias ``(b - mean) * gamma / sqrt(var + eps) + beta`` (computed in float64); the BatchNorm goes.
+    Pairs that cannot be folded exactly are left alone and listed in ``skipped`` (a module called twice, no
+    running statistics, a Linear output that is not 2-d, a layer output with other consumers), and so is
+    every other BatchNorm left, with what it follows.
 
     Returns:
         ``(new_ir, new_state)`` with ``changes`` (one line per fold) and ``skipped``.
@@ -72,38 +122,53 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
         StateDictError: ``state`` does not fit ``ir``.
     """
     s = Session(ir, state, allow=allow, pass_name="fold_batchnorm")
-    skipped: list[str] = []
-    for match in find(ir, [CONVS, NORMS], where=where):
-        why = _why_not(s.ir, match)
+    skipped: dict[str, str] = {}
+
+    def attempt(layer_ref: NodeRef, bn_ref: NodeRef, how: str) -> None:
+        layer_key = callee(graph_of(s.ir, layer_ref).node(layer_ref.node))
+        bn_key = callee(graph_of(s.ir, bn_ref).node(bn_ref.node))
+        assert layer_key is not None and bn_key is not None
+        linear = s.ir[layer_key].type == "linear"
+        why = _why_not(s.ir, layer_key, bn_ref, _out(s.ir, layer_key), linear)
         if why is not None:
-            skipped.append(f"{match.implementations[0]} -> {match.implementations[1]}: {why}")
-            continue
-        conv_key, bn_key = match.implementations
-        conv, bn = s.ir[conv_key], s.ir[bn_key]
-        s.need_state("fold_batchnorm", conv_key)
-        fold = _fold(conv_key, bn_key, bool(conv.data.get("bias", True)), bool(bn.data.get("affine", True)),
-                     float(bn.data.get("eps", 1e-5)))
-        meta = {k: v for k, v in conv.meta.items() if k != PROVENANCE_KEY}
-        replace_nodes(s, match, type=conv.type, key=conv_key, data={**conv.data, "bias": True}, state_fn=fold,
-                      meta=meta, split=None, record=True, pass_name=None)
+            skipped[bn_key] = f"{layer_key} -> {bn_key}: {why}"
+        elif s.ir[layer_key].type == "module":
+            fold_into_graph(s, layer_ref, bn_ref)
+        else:
+            fold_into_leaf(s, layer_ref, bn_ref, how)
+
+    for match in find(s.ir, [LAYERS, NORMS], where=where, through_modules=True):
+        attempt(*match.nodes, " (across modules)" if match.crosses_modules else "")
+    for match in find(s.ir, [_is_conv_module(s.ir), NORMS], where=where, through_modules=True):
+        attempt(*match.nodes, "")
+    for lin_ref, bn_ref in _through_reshape(s.ir, where):
+        attempt(lin_ref, bn_ref, " (through a reshape)")
     result = Rewritten(*s.finish(), s.changes)
-    result.skipped = skipped + _not_after_a_layer(result.ir, skipped)
+    result.skipped = list(skipped.values()) + _left(result.ir, skipped)
     return result
 
 
-def _not_after_a_layer(ir: IR, skipped: list[str]) -> list[str]:
+def _left(ir: IR, skipped: Mapping[str, str]) -> list[str]:
     """The batch norms left that were not already reported: what each one follows."""
+    shared = {}
+    for match in find(ir, [(*LAYERS, "module"), NORMS], through_modules=True, sole_consumer=False):
+        layer, bn = match.implementations
+        if layer is not None and bn is not None and (ir[layer].type != "module" or conv_of_graph(ir, layer)):
+            shared[bn] = layer
     out = []
     for ref_key, refs in call_sites(ir).items():
-        if ir[ref_key].type not in NORMS or any(line.split(" -> ")[1].startswith(ref_key + ":") for line in skipped):
+        if ir[ref_key].type not in NORMS or ref_key in skipped:
+            continue
+        if ref_key in shared:
+            out.append(f"{shared[ref_key]} -> {ref_key}: the layer's output has other consumers")
             continue
         for ref in refs:
             graph = graph_of(ir, ref)
             before = [graph.node(u)["type"] if graph.node(u)["type"] != "function" else graph.node(u)["implementation"]
                       for u, _, _ in graph.in_edges(ref.node)]
-            out.append(f"{ref_key}: follows {', '.join(before) or 'nothing'}, not a Conv1d/2d/3d or Linear "
-                       "(a subclass is a 'module', rebuilt from its graph)")
+            out.append(f"{ref_key}: follows {', '.join(before) or 'nothing'}, not a Conv, ConvTranspose or Linear "
+                       "(nor a module computing one convolution, nor a Linear through a reshape)")
     return out
 
 
-__all__ = ["CONVS", "NORMS", "fold_batchnorm"]
+__all__ = ["CONVS", "LAYERS", "NORMS", "TRANSPOSED", "fold_batchnorm"]

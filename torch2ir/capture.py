@@ -279,9 +279,20 @@ def _digest_impl(h: Any, key: str, impl: Implementation) -> None:
     h.update(repr((key, impl.type, _plain(impl.data), impl.state, impl.aliases, _plain(impl.meta))).encode())
     for graph in impl.graphs():
         h.update(b"graph")
-        for name, attrs in graph.graph.nodes(data=True):
-            h.update(repr((name, _plain(attrs))).encode())
+        # attributes holding no Subgraph (all but a higher-order op's, usually) are hashed as they are
+        nodes = [(name, _plain(attrs) if _holds_subgraph(attrs) else attrs)
+                 for name, attrs in graph.graph.nodes(data=True)]
+        h.update(repr(nodes).encode())
         h.update(repr(list(graph.graph.edges(keys=True, data=True))).encode())
+
+
+def _holds_subgraph(value: Any) -> bool:
+    """Whether a :class:`Subgraph` is anywhere in ``value`` (dicts, lists and tuples walked)."""
+    if isinstance(value, dict):
+        return any(_holds_subgraph(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_subgraph(v) for v in value)
+    return isinstance(value, Subgraph)
 
 
 def _plain(value: Any) -> Any:

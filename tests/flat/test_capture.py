@@ -186,3 +186,25 @@ def test_lower_ir_takes_no_inputs() -> None:
         torch2ir.lower(ir, (x,))
     with pytest.raises(TypeError, match="example inputs"):
         torch2ir.lower(model)
+
+
+class _NoGradRegion(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            y = x.cos() * 2
+        return x + y
+
+
+def test_a_change_inside_a_higher_order_op_body_is_refused() -> None:
+    from common.values import Subgraph
+
+    ir = torch2ir.convert(_NoGradRegion().eval(), (torch.randn(3),))
+    copied = copy.deepcopy(ir)
+    bodies = [v for _, a in copied["root"].graph.nodes(data=True) for v in a.get("args", []) if isinstance(v, Subgraph)]
+    assert bodies, "the no_grad region became a higher-order op with a body"
+    body = bodies[0].impl
+    name = next(n for n, a in body.graph.nodes(data=True) if a.get("implementation") == "aten.mul.Tensor")
+    body.node(name)["args"] = [body.node(name)["args"][0], 3]
+    with pytest.raises(StaleCaptureError):
+        copied.lower()
+    ir.lower()

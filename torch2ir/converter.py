@@ -168,13 +168,18 @@ class Torch2Ir:
         return new
 
 
+_DEFAULTS: list[Torch2Ir] = []  # the converter with the default handlers, built on first use and only copied
+
+
 def get_default_converter() -> Torch2Ir:
     """A fresh converter with every default handler (registering on it changes only it)."""
-    from .handlers import register_defaults
+    if not _DEFAULTS:
+        from .handlers import register_defaults
 
-    converter = Torch2Ir()
-    register_defaults(converter)
-    return converter
+        converter = Torch2Ir()
+        register_defaults(converter)
+        _DEFAULTS.append(converter)
+    return _DEFAULTS[0].copy()
 
 
 def convert(

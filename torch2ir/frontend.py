@@ -11,6 +11,7 @@ that multi-input / multi-output leaves (``MultiheadAttention(q, k, v)``,
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import warnings
 from collections.abc import Callable, Iterator, Mapping
@@ -114,12 +115,18 @@ def needs_signature(module: nn.Module) -> bool:
     cls = type(module)
     if not cls.__module__.startswith("torch.nn.") or getattr(module, "return_indices", False):
         return True
+    return not _one_required_argument(cls)
+
+
+@functools.cache
+def _one_required_argument(cls: type) -> bool:
+    """Whether ``cls.forward`` takes exactly one positional argument without a default (read once per class)."""
     try:
         params = list(inspect.signature(cls.forward).parameters.values())[1:]
     except (TypeError, ValueError):
-        return True
+        return False
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return len(params) != 1 or params[0].kind not in positional or params[0].default is not inspect.Parameter.empty
+    return len(params) == 1 and params[0].kind in positional and params[0].default is inspect.Parameter.empty
 
 
 class ExportFailedError(ConversionError):

@@ -155,7 +155,9 @@ class Implementation(ImplementationTextViews):
 
     def in_edges(self, dst: str) -> list[tuple[str, int, dict[str, Any]]]:
         """``(src, key, attrs)`` of the edges into ``dst``, in graph order."""
-        return [(u, k, d) for u, _, k, d in self.graph.in_edges(dst, keys=True, data=True)]
+        # the order of ``graph.in_edges(dst, keys=True, data=True)``, read from the adjacency itself (the edge
+        # views cost more than the edges when a large IR is rebuilt)
+        return [(u, k, d) for u, keyed in self.graph._pred[dst].items() for k, d in keyed.items()]
 
     # -- plain dict form -----------------------------------------------------------------
     def to_dict(self, *, value_fn: ValueFn = _same, edge_list: bool = False) -> dict[str, Any]:

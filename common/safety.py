@@ -209,8 +209,19 @@ class Allowlist:
 
 def _aten_overload(op: str, overload: str | None) -> Any:
     """``torch.ops.aten.<op>.<overload>`` (or the packet), or None when it is not an operator (see
-    :func:`registered_op`: ``aten.__init__`` or ``aten.name`` resolve to nothing and nothing is called on them)."""
-    return registered_op("aten", op, overload)
+    :func:`registered_op`: ``aten.__init__`` or ``aten.name`` resolve to nothing and nothing is called on them).
+
+    Operators found are remembered (ATen's are torch's own and stay registered; a large IR asks for the same few
+    dozen thousands of times); a name not found is asked again each time, as it may be registered later."""
+    found = _ATEN_FOUND.get((op, overload))
+    if found is None:
+        found = registered_op("aten", op, overload)
+        if found is not None:
+            _ATEN_FOUND[(op, overload)] = found
+    return found
+
+
+_ATEN_FOUND: dict[tuple[str, str | None], Any] = {}
 
 
 def required_ops_error(missing: list[str], what: str) -> UnsafeTargetError:

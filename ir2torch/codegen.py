@@ -33,6 +33,8 @@ from common.names import check_forward_arg_names
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import kwarg_names, load_spec
 
+from .shared_code import CodeCache
+
 _COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -205,16 +207,25 @@ def check_graph(graph: fx.Graph, implementation: str) -> None:
         kwarg_names(codegen.pytree_info.in_spec, implementation=implementation)
 
 
-def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str) -> fx.GraphModule:
-    """Check ``graph`` (:func:`check_graph`) and make it ``gm``'s graph (fx generates and runs its source).
+def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str,
+                  codes: CodeCache | None = None) -> fx.GraphModule:
+    """Check ``graph`` (:func:`check_graph`) and make it ``gm``'s graph (fx generates and runs its source; with
+    ``codes``, only once per distinct graph of a conversion: :mod:`ir2torch.shared_code`).
 
     Raises:
         UnsafeNameError: a string that would reach generated source is not a plain name.
         IRFormatError: fx cannot generate or compile the source (names the implementation).
     """
     check_graph(graph, implementation)
-    try:
+
+    def compile_one() -> None:
         gm.graph = graph  # the setter generates the source and executes the ``def``
+
+    try:
+        if codes is None:
+            compile_one()
+        else:
+            codes.install(gm, graph, compile_one)
     except IRError:
         raise
     except (SyntaxError, RecursionError, ValueError, TypeError, RuntimeError) as exc:
@@ -237,10 +248,17 @@ def select_variant(module: nn.Module, variant: int) -> None:
     module.__dict__[VARIANT_ATTR] = variant
 
 
-def compile_variant(graph: fx.Graph, implementation: str) -> Callable[..., Any]:
-    """The generated ``forward(self, ...)`` of a per-call graph, through the same checks as every graph."""
-    holder = install_graph(fx.GraphModule(nn.Module(), fx.Graph(), class_name="Variant"), graph, implementation)
-    return type(holder).forward
+def compile_variant(graph: fx.Graph, implementation: str, codes: CodeCache | None = None) -> Callable[..., Any]:
+    """The generated ``forward(self, ...)`` of a per-call graph, through the same checks as every graph (with
+    ``codes``: generated once per distinct graph of a conversion)."""
+    def compile_one() -> Callable[..., Any]:
+        holder = install_graph(fx.GraphModule(nn.Module(), fx.Graph(), class_name="Variant"), graph, implementation)
+        return type(holder).forward
+
+    if codes is None:
+        return compile_one()
+    check_graph(graph, implementation)
+    return codes.function(graph, compile_one)
 
 
 def report_errors(gm: fx.GraphModule, implementation: str, check: Check | None = None,

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from common.collector import collector_paused
 from common.errors import BuildError, HandlerNotFoundError, IRError, IRFormatError
 from common.flat import FlatIR
 from common.ir import IR, Implementation
@@ -25,6 +26,7 @@ from .flat_state import weight_budget
 from .guard_specs import root_guard
 from .handlers.quant import restore_quantization
 from .rebuild import graph_module
+from .shared_code import CodeCache
 from .state import StateMap, load_into, read_state
 
 Builder = Callable[[Implementation], nn.Module]
@@ -170,12 +172,19 @@ class Ir2Torch:
                 return build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
                                          executors=self.executors, guard_inputs=guard_inputs)
         ir = self._as_ir(ir)
+        with collector_paused():  # building allocates much and frees little (see common.collector)
+            return self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs)
+
+    def _convert_ir(self, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None,
+                    device: torch.device | str | None, strict: bool, budget: Any, guard_inputs: bool) -> nn.Module:
+        """:meth:`convert` of an :class:`~common.ir.IR` (see there; raises the same errors)."""
         validate(ir, allowlist=self.allowlist)
         if "root" not in ir:
             raise IRFormatError("the IR has no 'root' implementation", hint="the top-level module's key is 'root'")
         check_budget({}, budget, target_device(device), what="implementation", measure=lambda: self.declared_sizes(ir))
         maps: dict[str, StateMap] = {}
-        modules = {key: self._build_one(impl, device, maps, guard_inputs) for key, impl in ir.items()}
+        codes = CodeCache()  # identical graphs (repeated layers) share their generated code
+        modules = {key: self._build_one(impl, device, maps, guard_inputs, codes) for key, impl in ir.items()}
         root = attach_children(ir, modules)
         restore_quantization(ir, modules)
         restore_state_layout(ir, modules)
@@ -225,7 +234,8 @@ class Ir2Torch:
         raise TypeError(f"ir must be an IR, a dict or a file path, not {type(ir).__name__}")
 
     def _build_one(self, impl: Implementation, device: torch.device | str | None,
-                   maps: dict[str, StateMap], guard_inputs: bool = False) -> nn.Module:
+                   maps: dict[str, StateMap], guard_inputs: bool = False,
+                   codes: CodeCache | None = None) -> nn.Module:
         if impl.type in self.builders:
             if impl.variants:
                 raise BuildError(f"type {impl.type!r} is built by its builder, which has one forward, but the IR "
@@ -251,7 +261,7 @@ class Ir2Torch:
             # a "module" never called has no graph: it only holds its state and children
             guard = root_guard(impl) if guard_inputs and impl.name == "root" else None
             try:
-                gm = graph_module(impl, self.allowlist, device=device, guard=guard)
+                gm = graph_module(impl, self.allowlist, device=device, guard=guard, codes=codes)
             except IRError:
                 raise
             except Exception as exc:

@@ -20,6 +20,7 @@ import builtins
 import functools
 import keyword
 import operator
+import re
 from typing import Any
 
 import networkx as nx
@@ -34,6 +35,7 @@ from common.values import TRAINING, Ref, Subgraph
 
 from .codegen import calling_convention, compile_variant, install_graph, report_errors, select_variant
 from .fast_ops import fast_binding
+from .shared_code import CodeCache
 from .signature_check import SignatureCheck
 
 #: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
@@ -99,7 +101,11 @@ def run_with_grad_enabled(enabled: bool, body: Any, *args: Any) -> Any:
 
 def execution_order(impl: Implementation) -> list[str]:
     """Nodes in a topological order that follows the stored order wherever possible."""
-    position = {n: i for i, n in enumerate(impl.graph.nodes)}
+    order = list(impl.graph.nodes)
+    position = {n: i for i, n in enumerate(order)}
+    pred = impl.graph._pred  # the adjacency itself: networkx's views cost more than the check
+    if all(position[u] < i for i, n in enumerate(order) for u in pred[n]):
+        return order  # the stored order is topological: the sort would return it unchanged
     return list(nx.lexicographical_topological_sort(impl.graph, key=position.__getitem__))
 
 
@@ -154,9 +160,10 @@ def runtime_device(value: Any) -> torch.device:
 class _GraphBuilder:
     """Builds one fx graph from one implementation's IR graph."""
 
-    def __init__(self, impl: Implementation, allowlist: Allowlist) -> None:
+    def __init__(self, impl: Implementation, allowlist: Allowlist, codes: CodeCache | None = None) -> None:
         self.impl = impl
         self.allowlist = allowlist
+        self.codes = codes
         self.graph = fx.Graph()
         self.env: dict[str, fx.Node] = {}
         self._items: dict[tuple[str, int], fx.Node] = {}
@@ -234,7 +241,7 @@ class _GraphBuilder:
         """A higher-order op's body becomes a ``GraphModule`` bound into the call target."""
         bodies = {
             i: install_graph(fx.GraphModule(nn.Module(), fx.Graph(), class_name="Subgraph"),
-                             _GraphBuilder(a.impl, self.allowlist).build(), self.impl.name)
+                             _GraphBuilder(a.impl, self.allowlist, self.codes).build(), self.impl.name, self.codes)
             for i, a in enumerate(args) if isinstance(a, Subgraph)
         }
         if fn is torch.ops.higher_order.wrap_with_set_grad_enabled:
@@ -273,7 +280,7 @@ class _GraphBuilder:
                 self.graph.output(result)
                 outputs_seen = True
                 continue
-            name = _fx_name(node)
+            name = _fx_name(local_name(node))
             if kind == "function":
                 fn = self.allowlist.resolve(attrs["implementation"], implementation=self.impl.name, node=node)
                 if any(isinstance(a, Subgraph) for a in args):
@@ -315,6 +322,20 @@ class SubgraphCall:
         return self.fn(*full, **kwargs)
 
 
+_COUNTER = re.compile(r"_\d+\Z")
+
+
+def local_name(node: str) -> str:
+    """The name of IR node ``node`` without the numeric suffix of export's counters (``add_14`` -> ``add``).
+
+    Export numbers its nodes across the whole model, so the same node of two identical layers has two names;
+    without the counter, fx numbers them again within each graph (``add``, ``add_1``...), which makes the
+    generated code of identical layers identical (and shareable, :mod:`ir2torch.shared_code`). The IR's own
+    name stays on the fx node (``meta["ir_node"]``) and in error messages.
+    """
+    return _COUNTER.sub("", node) or node
+
+
 def _fx_name(name: str) -> str:
     """A Python identifier for generated code: no keyword, builtin or ``self``."""
     cleaned = sanitize(name)
@@ -327,13 +348,16 @@ _RESERVED_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree"} | set(dir(b
 
 
 def graph_module(
-    impl: Implementation, allowlist: Allowlist, *, device: torch.device | str | None = None, guard: Any = None
+    impl: Implementation, allowlist: Allowlist, *, device: torch.device | str | None = None, guard: Any = None,
+    codes: CodeCache | None = None,
 ) -> fx.GraphModule:
     """An empty-bodied ``GraphModule`` for ``impl`` running its graph.
 
     Its own parameters and buffers are created from ``impl.state`` (uninitialised, of the
     recorded shape and dtype, on ``device``); children are attached later by the caller. A
     ``guard`` (:class:`~ir2torch.guards.InputGuard`) is called with the placeholders first.
+    ``codes`` (one per conversion) shares generated code between identical graphs
+    (:mod:`ir2torch.shared_code`).
     """
     gm = fx.GraphModule(nn.Module(), fx.Graph(), class_name=_class_name(impl))
     if isinstance(impl.meta.get("class"), str):
@@ -349,7 +373,7 @@ def graph_module(
             _set_state(gm, name, value, "parameter", True)
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
-    graph = _GraphBuilder(impl, allowlist).build()
+    graph = _GraphBuilder(impl, allowlist, codes).build()
     if guard is not None:
         guard.insert(graph)
     if "in_spec" in impl.meta:
@@ -366,11 +390,11 @@ def graph_module(
                                constants)
     variants = []
     for variant in impl.variants:  # per-call graphs share the module's calling convention
-        vgraph = _GraphBuilder(variant, allowlist).build()
+        vgraph = _GraphBuilder(variant, allowlist, codes).build()
         if "in_spec" in impl.meta:
             vgraph._codegen = calling_convention(impl.meta, impl.name)
-        variants.append(compile_variant(vgraph, impl.name))
-    return report_errors(install_graph(gm, graph, impl.name), impl.name, check, variants)
+        variants.append(compile_variant(vgraph, impl.name, codes))
+    return report_errors(install_graph(gm, graph, impl.name, codes), impl.name, check, variants)
 
 
 def _set_state(root: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:

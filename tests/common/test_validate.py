@@ -44,6 +44,8 @@ CASES = [
                           _add_node("b", type="function", implementation="aten.relu.default"),
                           _add_edge("a", "b"), _add_edge("b", "a")),
      E.CycleError, "graph has a cycle"),
+    ("self-loop", _both(_add_node("a", type="function", implementation="aten.relu.default"), _add_edge("a", "a")),
+     E.CycleError, "graph has a cycle"),
     ("call-cycle", lambda d: d["0"].update(nodes={
         "i": {"type": "input"}, "c": {"type": "module", "implementation": "root"}, "output": {"type": "output"}},
         edges={("i", "c"): {}, ("c", "output"): {}}),

@@ -1,0 +1,196 @@
+"""Generate and compile a ``forward`` once per distinct graph of one conversion.
+
+A model with 80 identical decoder layers rebuilds 80 implementations whose fx graphs differ in nothing that
+reaches the generated source: torch.fx would write, and Python compile, the same ``forward`` 80 times (most of
+a meta rebuild's time at Llama-70B dimensions). :class:`CodeCache` keys each graph on a structural key that
+this module computes from the fx graph the rebuilder built (every node's op, name, target, arguments and
+type, and the calling convention's inputs) and gives a graph whose key was seen before the source and
+compiled function of the first one.
+
+Only the generated code is shared. Every rebuilt module stays its own ``GraphModule`` (its own class, graph,
+parameters, hooks and per-call wrapper); its ``forward`` is its own function object made from the shared code
+object, with the same globals; ``code``, ``print_readable()``, ``recompile()`` and ``inspect.signature`` work
+as for a module fx compiled itself, and recompiling one module changes only that one.
+
+The key decides only *whether* code is reused; it is never turned into code. Two graphs share code only when
+every string fx pastes into source is equal, every constant is of the same type and spelling, and every called
+object is the same object (anything this module does not know how to compare counts as distinct).
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx
+from torch.fx.experimental import _config as fx_experimental_config
+from torch.fx.graph import CodeGen, _PyTreeCodeGen
+from torch.fx.graph_module import _WrappedCall
+from torch.fx.immutable_collections import immutable_dict, immutable_list
+
+#: Environment switches under which fx writes node metadata (which the key leaves out) into the source.
+_META_SWITCHES = ("FX_GRAPH_SHOW_META",)
+
+
+class _Same:
+    """Key part equal only to a part wrapping the very same object (and keeping it alive)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
+_PLAIN = (bool, int, str, type(None))
+
+
+def value_key(value: Any) -> Hashable:
+    """A key equal for two argument values that fx spells, and binds, identically in generated source."""
+    kind = type(value)
+    if kind is fx.Node:
+        return ("node", value.name)
+    if kind in _PLAIN:
+        return (kind, value)
+    if kind in (float, complex):
+        return (kind, repr(value))  # tells -0.0 from 0.0 and compares NaN equal to itself
+    if kind in (tuple, list, immutable_list):  # fx keeps a node's lists as ``immutable_list``s
+        return (kind, tuple(value_key(v) for v in value))
+    if kind in (dict, immutable_dict):
+        return (dict, tuple((value_key(k), value_key(v)) for k, v in value.items()))
+    if kind is slice:
+        return (slice, value_key(value.start), value_key(value.stop), value_key(value.step))
+    if kind is torch.device:
+        return (torch.device, str(value))
+    return _Same(value)  # dtypes, layouts, Ellipsis (singletons) and any other object: shared only with itself
+
+
+def _spec_key(spec: Any) -> Hashable:
+    if spec is None:
+        return None
+    if spec.is_leaf():
+        return ("leaf",)
+    return (_Same(spec.type), value_key(spec.context), tuple(_spec_key(c) for c in spec.children()))
+
+
+def _codegen_key(codegen: CodeGen) -> Hashable | None:
+    """What of the calling convention reaches the source; ``None`` for a code generator this module does not know."""
+    from .codegen import SafePyTreeCodeGen
+
+    if type(codegen) is CodeGen:
+        return ("plain",)
+    if type(codegen) is SafePyTreeCodeGen:
+        info = codegen.pytree_info
+        params = tuple((p.name, p.kind, value_key(p.default)) for p in codegen.parameters)
+        return ("pytree", tuple(info.orig_args), _spec_key(info.in_spec), _spec_key(info.out_spec), params)
+    return None
+
+
+def graph_key(graph: fx.Graph) -> Hashable | None:
+    """The structural key of ``graph``'s generated code, or ``None`` when it must be generated on its own."""
+    if fx_experimental_config.enrich_profiler_metadata or any(os.environ.get(s, "0") == "1" for s in _META_SWITCHES):
+        return None  # fx then writes node metadata into the source
+    codegen = _codegen_key(graph._codegen)
+    if codegen is None:
+        return None
+    nodes = []
+    for node in graph.nodes:
+        target = node.target if isinstance(node.target, str) else _Same(node.target)
+        nodes.append((node.op, node.name, target, value_key(node.args), value_key(node.kwargs),
+                      _Same(node.type), bool(node.meta.get("is_wrapped", False))))
+    return codegen, tuple(nodes)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One generated and compiled ``forward``, and what fx keeps of its source on the module."""
+
+    key: Hashable
+    src: str
+    lineno_map: Any
+    prologue_start: int
+    forward: Callable[..., Any]
+
+
+class CodeCache:
+    """Generated ``forward``s of one conversion by :func:`graph_key` (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Hashable, _Entry] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def install(self, gm: fx.GraphModule, graph: fx.Graph, compile_one: Callable[[], Any]) -> None:
+        """Make ``graph`` ``gm``'s graph: with the code of an earlier graph of the same key, else through
+        ``compile_one()`` (fx's own code generation, which sets ``gm.graph``), remembering the result."""
+        key = graph_key(graph)
+        entry = self._entries.get(key) if key is not None else None
+        if entry is None:
+            compile_one()
+            self.misses += 1
+            if key is not None:
+                self._entries[key] = _Entry(key, gm._code, gm._lineno_map, gm._prologue_start, type(gm).forward)
+            return
+        self.hits += 1
+        adopt(gm, graph, entry)
+
+    def function(self, graph: fx.Graph, compile_one: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
+        """The generated ``forward`` of ``graph`` as a plain function (a per-call graph's), compiled at most once
+        per key."""
+        key = graph_key(graph)
+        entry = self._entries.get(("function", key)) if key is not None else None
+        if entry is not None:
+            self.hits += 1
+            return entry.forward
+        fn = compile_one()
+        self.misses += 1
+        if key is not None:
+            self._entries[("function", key)] = _Entry(key, "", None, 0, fn)
+        return fn
+
+
+def adopt(gm: fx.GraphModule, graph: fx.Graph, entry: _Entry) -> None:
+    """What ``gm.graph = graph`` (fx's ``recompile``) does, with ``entry``'s source and compiled code."""
+    gm._graph = graph
+    graph.owning_module = gm
+    if isinstance(graph._codegen, _PyTreeCodeGen):
+        gm._in_spec = graph._codegen.pytree_info.in_spec
+        gm._out_spec = graph._codegen.pytree_info.out_spec
+    gm._code = entry.src
+    gm._lineno_map = entry.lineno_map
+    gm._prologue_start = entry.prologue_start
+    cls = type(gm)
+    cls.forward = copy_function(entry.forward)
+    cls_call = cls.__call__ if "__call__" in vars(cls) else None
+    if "_wrapped_call" not in vars(cls):
+        cls._wrapped_call = _WrappedCall(cls, cls_call)
+    gm._recompile_submodules()
+
+    def call_wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapped_call(self, *args, **kwargs)
+
+    cls.__call__ = call_wrapped
+
+
+def copy_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A new function object running ``fn``'s code with its globals and defaults (its own attributes)."""
+    new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ else None
+    new.__qualname__ = fn.__qualname__
+    new.__dict__.update(fn.__dict__)
+    return new
+
+
+__all__ = ["CodeCache", "adopt", "copy_function", "graph_key", "value_key"]

@@ -254,3 +254,24 @@ def test_meta_device_conversion_matches_cpu(name: str) -> None:
         if a["type"] not in NODE_KINDS
     )
     assert calls == cpu_calls
+
+
+def test_default_converters_are_independent_of_each_other():
+    """``get_default_converter`` hands out copies: registering on one reaches neither the next nor the
+    module-level ``convert``."""
+    from common.errors import IRError
+
+    class Custom(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    first = torch2ir.get_default_converter()
+    first.register(Custom, lambda module: {}, type="custom")
+    first.allowlist.allow("mylib::*")
+    second = torch2ir.get_default_converter()
+    assert Custom in first._types and Custom not in second._types
+    assert first.allowlist._patterns and not second.allowlist._patterns
+    # the registered class is refused a second handler on the first converter only
+    with pytest.raises(IRError):
+        first.register(Custom, lambda module: {}, type="custom")
+    second.register(Custom, lambda module: {}, type="custom")

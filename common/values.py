@@ -334,6 +334,30 @@ def _collect(value: Any, path: tuple, out: list[tuple[tuple, Any]]) -> None:
         out.append((path, value))
 
 
+def collect_refs(value: Any, path: tuple, refs: list[tuple[tuple, Ref]], subgraphs: list[Subgraph]) -> None:
+    """Append ``(path, Ref)`` for every :class:`Ref` inside a nested args/kwargs ``value`` to ``refs`` and every
+    :class:`Subgraph` to ``subgraphs``: what :func:`iter_refs` and a scan of :func:`iter_values` for subgraphs give,
+    in one walk that builds a path only for a container or a reference (validation runs this over every argument
+    of every node)."""
+    if isinstance(value, (list, tuple)):
+        items: Any = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    else:
+        if isinstance(value, Ref):
+            refs.append((path, value))
+        elif isinstance(value, Subgraph):
+            subgraphs.append(value)
+        return
+    for key, item in items:
+        if isinstance(item, (list, tuple, dict)):
+            collect_refs(item, (*path, key), refs, subgraphs)
+        elif isinstance(item, Ref):
+            refs.append(((*path, key), item))
+        elif isinstance(item, Subgraph):
+            subgraphs.append(item)
+
+
 def values_equal(a: Any, b: Any) -> bool:
     """Equality that treats NaN as equal to NaN and keeps tuple/list and int/float apart."""
     if type(a) is not type(b) and not (isinstance(a, tuple) and isinstance(b, tuple)):

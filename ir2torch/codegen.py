@@ -33,7 +33,7 @@ from common.names import check_forward_arg_names
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import kwarg_names, load_spec
 
-from .shared_code import CodeCache
+from .shared_code import CodeCache, placeholder_module
 
 _COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -252,7 +252,7 @@ def compile_variant(graph: fx.Graph, implementation: str, codes: CodeCache | Non
     """The generated ``forward(self, ...)`` of a per-call graph, through the same checks as every graph (with
     ``codes``: generated once per distinct graph of a conversion)."""
     def compile_one() -> Callable[..., Any]:
-        holder = install_graph(fx.GraphModule(nn.Module(), fx.Graph(), class_name="Variant"), graph, implementation)
+        holder = install_graph(placeholder_module("Variant"), graph, implementation)
         return type(holder).forward
 
     if codes is None:

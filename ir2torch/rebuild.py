@@ -35,7 +35,7 @@ from common.values import TRAINING, Ref, Subgraph
 
 from .codegen import calling_convention, compile_variant, install_graph, report_errors, select_variant
 from .fast_ops import fast_binding
-from .shared_code import CodeCache
+from .shared_code import CodeCache, placeholder_module
 from .signature_check import SignatureCheck
 
 #: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
@@ -240,7 +240,7 @@ class _GraphBuilder:
     def bind_subgraphs(self, fn: Any, args: tuple) -> tuple[Any, tuple]:
         """A higher-order op's body becomes a ``GraphModule`` bound into the call target."""
         bodies = {
-            i: install_graph(fx.GraphModule(nn.Module(), fx.Graph(), class_name="Subgraph"),
+            i: install_graph(placeholder_module("Subgraph"),
                              _GraphBuilder(a.impl, self.allowlist, self.codes).build(), self.impl.name, self.codes)
             for i, a in enumerate(args) if isinstance(a, Subgraph)
         }
@@ -359,7 +359,7 @@ def graph_module(
     ``codes`` (one per conversion) shares generated code between identical graphs
     (:mod:`ir2torch.shared_code`).
     """
-    gm = fx.GraphModule(nn.Module(), fx.Graph(), class_name=_class_name(impl))
+    gm = placeholder_module(_class_name(impl))  # its graph is installed below
     if isinstance(impl.meta.get("class"), str):
         gm.meta[ORIGINAL_CLASS_KEY] = impl.meta["class"]
     notes = {k: impl.meta[k] for k in CARRIED_NOTES if k in impl.meta} if impl.name == "root" else {}

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import fx
+from torch import fx, nn
 from torch.fx.experimental import _config as fx_experimental_config
 from torch.fx.graph import CodeGen, _PyTreeCodeGen
 from torch.fx.graph_module import _WrappedCall
@@ -184,6 +184,37 @@ def adopt(gm: fx.GraphModule, graph: fx.Graph, entry: _Entry) -> None:
     cls.__call__ = call_wrapped
 
 
+def _store_graph(self: fx.GraphModule, graph: fx.Graph) -> None:
+    """The constructor's ``self.graph = graph`` in :func:`placeholder_module`: store it, generate nothing."""
+    if not isinstance(graph, fx.Graph):
+        raise AssertionError(f"Expected a Graph instance, but got {type(graph)}")
+    self._graph = graph
+    graph.owning_module = self
+
+
+class _Constructing(fx.GraphModule):
+    """The class of a :func:`placeholder_module` while fx's constructor runs (never afterwards)."""
+
+    graph = property(fx.GraphModule.graph.fget, _store_graph)  # type: ignore[attr-defined]
+
+
+def placeholder_module(class_name: str) -> fx.GraphModule:
+    """``fx.GraphModule(nn.Module(), fx.Graph(), class_name=class_name)`` without fx's code generation and compilation
+    of the empty graph, for a caller that makes another graph the module's graph right after (``gm.graph = g``, or
+    :meth:`CodeCache.install`), before the module is used: that step sets everything the skipped one would have
+    set (source, ``forward``, ``__call__``). At 70B dimensions the skipped compilations were 11% of a meta rebuild.
+
+    fx's constructor runs on a subclass whose ``graph`` setter only stores the graph; then the module gets the class
+    fx's constructor gives every ``GraphModule`` (a fresh ``GraphModuleImpl`` of ``fx.GraphModule``, named
+    ``class_name``), so nothing of the subclass remains: ``gm.graph = g``, copies, deep copies and pickles are fx's.
+    """
+    gm = _Constructing(nn.Module(), fx.Graph(), class_name=class_name)
+    cls = type(fx.GraphModule.__new__(fx.GraphModule))  # what fx's __new__ makes for each instance
+    cls.__name__ = class_name
+    gm.__class__ = cls
+    return gm
+
+
 def copy_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     """A new function object running ``fn``'s code with its globals and defaults (its own attributes)."""
     new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
@@ -193,4 +224,4 @@ def copy_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     return new
 
 
-__all__ = ["CodeCache", "adopt", "copy_function", "graph_key", "value_key"]
+__all__ = ["CodeCache", "adopt", "copy_function", "graph_key", "placeholder_module", "value_key"]

@@ -198,11 +198,10 @@ def _decode_float(raw: Any, where: str) -> float:
 MAX_DEPTH = 32
 
 
-def _tagged(value: dict[str, Any], where: str, depth: int) -> Any:
-    (tag,) = [k for k in value if k.startswith("$")]
+def _tagged(value: dict[str, Any], tag: str, where: str, depth: int) -> Any:
+    """Decode ``value``, whose one tag (key starting with ``$``) is ``tag``."""
     raw = value[tag]
-    extra = set(value) - {tag} - ({"index"} if tag == "$ref" else set())
-    if extra:
+    if len(value) > 1 and (extra := set(value) - {tag} - ({"index"} if tag == "$ref" else set())):
         raise IRFormatError(f"tagged value {tag} has unexpected keys {sorted(extra)}", key=where)
     if tag == "$tuple":
         if not isinstance(raw, list):
@@ -276,6 +275,10 @@ def _untag_float(raw: Any) -> Any:
     return raw["$float"] if isinstance(raw, dict) and set(raw) == {"$float"} else raw
 
 
+#: JSON values :func:`decode` returns unchanged (exact types: a subclass goes through :func:`decode`).
+_KEPT = frozenset({str, int, bool, type(None)})
+
+
 def decode(value: JSONValue, where: str = "value", *, _depth: int = 0) -> Any:
     """Decode a JSON value produced by :func:`encode`.
 
@@ -292,14 +295,22 @@ def decode(value: JSONValue, where: str = "value", *, _depth: int = 0) -> Any:
         if not math.isfinite(value):
             raise IRFormatError("non-finite number in JSON", key=where, hint='write {"$float": "inf"}')
         return value
+    # below: strings, integers, booleans and None one level down are kept as they are without a call (and without
+    # spelling their place), as decode would keep them; only at the deepest level does each go through the depth check
     if isinstance(value, list):
+        if _depth < MAX_DEPTH:
+            return [v if type(v) in _KEPT else decode(v, f"{where}[{i}]", _depth=_depth + 1)
+                    for i, v in enumerate(value)]
         return [decode(v, f"{where}[{i}]", _depth=_depth + 1) for i, v in enumerate(value)]
     if isinstance(value, dict):
         tags = [k for k in value if isinstance(k, str) and k.startswith("$")]
         if len(tags) > 1:
             raise IRFormatError(f"a value has several tags {tags}", key=where)
         if tags:
-            return _tagged(value, where, _depth)
+            return _tagged(value, tags[0], where, _depth)
+        if _depth < MAX_DEPTH:
+            return {k: v if type(v) in _KEPT else decode(v, f"{where}.{k}", _depth=_depth + 1)
+                    for k, v in value.items()}
         return {k: decode(v, f"{where}.{k}", _depth=_depth + 1) for k, v in value.items()}
     raise IRFormatError(f"unexpected {type(value).__name__} in document", key=where)
 

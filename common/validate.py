@@ -49,7 +49,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         ir: the IR to check.
         allowlist: function names to accept (default: :data:`common.safety.DEFAULT_ALLOWLIST`).
     """
-    allow = allowlist or DEFAULT_ALLOWLIST
+    allow = _CheckedNames(allowlist or DEFAULT_ALLOWLIST)
     for key, impl in ir.items():
         if impl.type in NODE_KINDS:
             raise IRValidationError(
@@ -74,6 +74,24 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         )
 
 
+class _CheckedNames:
+    """An allow-list's :meth:`~common.safety.Allowlist.check`, asked once per function name in one validation
+    (nothing registers operators or changes the allow-list while an IR is validated; a name it refuses is asked
+    again each time, for the error naming each node)."""
+
+    def __init__(self, allow: Allowlist) -> None:
+        self.allow = allow
+        self.allowed: set[str] = set()
+
+    def check(self, name: object, *, implementation: str, node: str) -> None:
+        """Raise :class:`~common.errors.UnsafeTargetError` unless ``name`` is allowed."""
+        if type(name) is str and name in self.allowed:
+            return
+        self.allow.check(name, implementation=implementation, node=node)
+        if type(name) is str:
+            self.allowed.add(name)
+
+
 def _acyclic(g: Any) -> bool:
     """Whether graph ``g`` has no cycle: at once when its stored node order is topological (as written by
     torch2ir), else networkx's check."""
@@ -84,7 +102,7 @@ def _acyclic(g: Any) -> bool:
     return nx.is_directed_acyclic_graph(g)
 
 
-def _validate_graph(ir: IR, impl: Implementation, allow: Allowlist) -> set[str]:
+def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[str]:
     g = impl.graph
     name = impl.name
     callees: set[str] = set()
@@ -150,7 +168,7 @@ def _state_exists(ir: IR, impl: Implementation, target: Any) -> bool:
     return any(key in (k, *ir[k].aliases) and attr in ir[k].state for k in ir)
 
 
-def _check_subgraph(ir: IR, sub: Implementation, allow: Allowlist, name: str, node: str) -> None:
+def _check_subgraph(ir: IR, sub: Implementation, allow: _CheckedNames, name: str, node: str) -> None:
     """A higher-order op's body: only inputs, functions and one output; checked recursively."""
     for n, attrs in sub.graph.nodes(data=True):
         if attrs.get("type") not in ("input", "output", "function"):

@@ -203,9 +203,20 @@ def _tagged(value: dict[str, Any], tag: str, where: str, depth: int) -> Any:
     raw = value[tag]
     if len(value) > 1 and (extra := set(value) - {tag} - ({"index"} if tag == "$ref" else set())):
         raise IRFormatError(f"tagged value {tag} has unexpected keys {sorted(extra)}", key=where)
+    # the most frequent tags first (every node's arguments and dtypes)
+    if tag == "$ref":
+        index = value.get("index")
+        if not isinstance(raw, str) or not (index is None or (isinstance(index, int) and not isinstance(index, bool))):
+            raise IRFormatError("$ref takes a node name and an optional integer index", key=where)
+        return Ref(raw, index)
+    if tag == "$dtype":
+        return dtype_from_name(raw, where=where)
     if tag == "$tuple":
         if not isinstance(raw, list):
             raise IRFormatError("$tuple takes a list", key=where)
+        if depth < MAX_DEPTH:  # plain leaves kept without a call, as in decode's lists
+            return tuple([v if type(v) in _KEPT else decode(v, f"{where}[{i}]", _depth=depth + 1)
+                          for i, v in enumerate(raw)])
         return tuple(decode(v, f"{where}[{i}]", _depth=depth + 1) for i, v in enumerate(raw))
     if tag == "$dict":
         if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 for p in raw):
@@ -218,8 +229,6 @@ def _tagged(value: dict[str, Any], tag: str, where: str, depth: int) -> Any:
             except TypeError:
                 raise IRFormatError("$dict key is not hashable", key=f"{where}[{i}]") from None
         return out
-    if tag == "$dtype":
-        return dtype_from_name(raw, where=where)
     if tag == "$device":
         if not isinstance(raw, str):
             raise IRFormatError("$device takes a string", key=where)
@@ -263,11 +272,6 @@ def _tagged(value: dict[str, Any], tag: str, where: str, depth: int) -> Any:
         if not isinstance(name, str):
             raise IRFormatError("$graph takes an implementation dict with a name", key=where)
         return Subgraph(Implementation.from_dict(name, raw, value_fn=functools.partial(decode, _depth=depth + 1)))
-    if tag == "$ref":
-        index = value.get("index")
-        if not isinstance(raw, str) or not (index is None or (isinstance(index, int) and not isinstance(index, bool))):
-            raise IRFormatError("$ref takes a node name and an optional integer index", key=where)
-        return Ref(raw, index)
     raise IRFormatError(f"unknown tag {tag!r}", key=where, hint=f"known tags: {', '.join(TAGS)}")
 
 

@@ -99,3 +99,15 @@ def test_depth_limit_holds_for_plain_leaves():
         decode([ok])  # one more level: the integer is deeper than the limit, as before
     with pytest.raises(IRFormatError, match="nested more than"):
         decode({"k": ok})
+
+
+def test_depth_limit_holds_inside_tuples():
+    ok: object = 1
+    for _ in range(MAX_DEPTH - 1):
+        ok = [ok]
+    doc = {"$tuple": [ok]}  # the tuple is one level: MAX_DEPTH levels around the integer in all
+    assert decode(doc) == (ok,)
+    with pytest.raises(IRFormatError, match="nested more than"):
+        decode({"$tuple": [[ok]]})
+    with pytest.raises(IRFormatError, match="nested more than"):
+        decode([{"$tuple": [ok]}])

@@ -126,6 +126,8 @@ class CodeCache:
 
     def __init__(self) -> None:
         self._entries: dict[Hashable, _Entry] = {}
+        #: calling-convention specs read in this conversion, by ``(field, text)`` (see ``codegen.calling_convention``)
+        self.specs: dict[tuple[str, str], Any] = {}
         self.hits = 0
         self.misses = 0
 

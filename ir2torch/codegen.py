@@ -151,21 +151,19 @@ def _not_a_sequence(name: str, value: Any) -> None:
                              hint="pass a tuple or list as in the conversion call, or convert again with this call")
 
 
-def calling_convention(meta: dict[str, Any], implementation: str,
-                       specs: dict[tuple[str, str], Any] | None = None) -> SafePyTreeCodeGen:
+def calling_convention(meta: dict[str, Any], implementation: str, codes: CodeCache | None = None) -> SafePyTreeCodeGen:
     r"""The codegen that makes a rebuilt module take the original ``(*args, **kwargs)`` and return
     the original output structure (tuples, dicts, ``ModelOutput``\ s), from ``in_spec``,
-    ``out_spec``, ``forward_arg_names`` and (for a submodule) ``parameters`` of ``meta``.
-
-    ``specs``: specs read so far in this conversion, by ``(field, text)`` (repeated layers share their spec
-    texts; a spec is immutable and read the same while nothing registers or removes pytree types).
+    ``out_spec``, ``forward_arg_names`` and (for a submodule) ``parameters`` of ``meta``. With ``codes``
+    (one per conversion), each spec text is read once (:meth:`CodeCache.spec`).
 
     Raises:
         IRFormatError: a spec is unreadable or names an output type no imported library registered.
         UnsafeNameError: an argument or keyword name is not a plain identifier.
     """
-    in_spec = _spec(meta["in_spec"], "in_spec", implementation, specs)
-    out_spec = _spec(meta["out_spec"], "out_spec", implementation, specs) if meta.get("out_spec") else None
+    read = codes.spec if codes is not None else load_spec
+    in_spec = read(meta["in_spec"], "in_spec", implementation=implementation)
+    out_spec = read(meta["out_spec"], "out_spec", implementation=implementation) if meta.get("out_spec") else None
     kwarg_names(in_spec, implementation=implementation)
     names = check_forward_arg_names(meta.get("forward_arg_names", []), implementation=implementation)
     if not names:
@@ -173,16 +171,6 @@ def calling_convention(meta: dict[str, Any], implementation: str,
     params = parse_parameters(meta["parameters"], names, implementation=implementation) \
         if "parameters" in meta else None
     return SafePyTreeCodeGen(_PyTreeInfo(names, in_spec, out_spec), params)
-
-
-def _spec(text: Any, field: str, implementation: str, specs: dict[tuple[str, str], Any] | None) -> Any:
-    """``load_spec(text, field)``, read once per text within one conversion when ``specs`` is given."""
-    if specs is None or not isinstance(text, str):
-        return load_spec(text, field, implementation=implementation)
-    spec = specs.get((field, text))
-    if spec is None:
-        spec = specs[(field, text)] = load_spec(text, field, implementation=implementation)
-    return spec
 
 
 def _check_text(value: Any, pattern: re.Pattern[str], what: str, implementation: str, node: str) -> None:

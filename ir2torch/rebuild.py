@@ -377,7 +377,7 @@ def graph_module(
     if guard is not None:
         guard.insert(graph)
     if "in_spec" in impl.meta:
-        graph._codegen = calling_convention(impl.meta, impl.name, codes.specs if codes is not None else None)
+        graph._codegen = calling_convention(impl.meta, impl.name, codes)
     # generates the source once, with the codegen in place; failures while running name this implementation
     check = guard.check_call if guard is not None and guard.arg_names else None
     if check is None and "parameters" in impl.meta:
@@ -392,7 +392,7 @@ def graph_module(
     for variant in impl.variants:  # per-call graphs share the module's calling convention
         vgraph = _GraphBuilder(variant, allowlist, codes).build()
         if "in_spec" in impl.meta:
-            vgraph._codegen = calling_convention(impl.meta, impl.name, codes.specs if codes is not None else None)
+            vgraph._codegen = calling_convention(impl.meta, impl.name, codes)
         variants.append(compile_variant(vgraph, impl.name, codes))
     return report_errors(install_graph(gm, graph, impl.name, codes), impl.name, check, variants)
 

@@ -32,6 +32,8 @@ from torch.fx.graph import CodeGen, _PyTreeCodeGen
 from torch.fx.graph_module import _WrappedCall
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 
+from common.treespec import load_spec
+
 #: Environment switches under which fx writes node metadata (which the key leaves out) into the source.
 _META_SWITCHES = ("FX_GRAPH_SHOW_META",)
 
@@ -126,13 +128,27 @@ class CodeCache:
 
     def __init__(self) -> None:
         self._entries: dict[Hashable, _Entry] = {}
-        #: calling-convention specs read in this conversion, by ``(field, text)`` (see ``codegen.calling_convention``)
-        self.specs: dict[tuple[str, str], Any] = {}
+        self._specs: dict[tuple[str, str], Any] = {}
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def spec(self, text: Any, field: str, *, implementation: str | None = None) -> Any:
+        """``common.treespec.load_spec(text, field)``, read once per text in this conversion (repeated layers share
+        their calling conventions' texts; a ``TreeSpec`` is immutable, and reads the same while nothing registers
+        or removes pytree types). A failure is not remembered: it raises naming each ``implementation``.
+
+        Raises:
+            IRFormatError: as ``load_spec``.
+        """
+        if not isinstance(text, str):
+            return load_spec(text, field, implementation=implementation)
+        spec = self._specs.get((field, text))
+        if spec is None:
+            spec = self._specs[(field, text)] = load_spec(text, field, implementation=implementation)
+        return spec
 
     def install(self, gm: fx.GraphModule, graph: fx.Graph, compile_one: Callable[[], Any]) -> None:
         """Make ``graph`` ``gm``'s graph: with the code of an earlier graph of the same key, else through

@@ -1,5 +1,5 @@
 """What a rebuild reads once and reuses: calling-convention specs per text within one conversion
-(``CodeCache.specs``), and ``sanitize``'s shortcut for names that are already ASCII identifiers."""
+(``CodeCache.spec``), and ``sanitize``'s shortcut for names that are already ASCII identifiers."""
 
 from __future__ import annotations
 

@@ -141,6 +141,8 @@ def check_forward_arg_names(names: object, *, implementation: str | None = None,
 
 def sanitize(name: str) -> str:
     """An identifier derived from any string, for names the rebuilder makes (not unique by itself)."""
+    if len(name) <= MAX_NAME_LENGTH and name.isascii() and name.isidentifier():
+        return name  # what the character walk below gives for an ASCII identifier: itself
     cleaned = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name[:MAX_NAME_LENGTH])
     if not cleaned or cleaned[0].isdigit():
         cleaned = f"n_{cleaned}"

@@ -61,11 +61,13 @@ def dumps(document: Any) -> str:
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise IRFormatError(f"duplicate key {key!r} in JSON object", hint="each key may appear once")
-        out[key] = value
+    out = dict(pairs)
+    if len(out) != len(pairs):  # some key came twice: name the first one that did
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise IRFormatError(f"duplicate key {key!r} in JSON object", hint="each key may appear once")
+            seen.add(key)
     return out
 
 
@@ -298,25 +300,31 @@ def _load_with_tensors(path: PathLike, build: Callable[[Any, str], T]) -> tuple[
                 failure = exc
         obj = build(doc, source)
         if failure is None:
-            clean_after_load(path)
+            clean_after_load(path, read=(identity, doc))
             return obj, tensors
         if attempt == _LOAD_ATTEMPTS or _identity(path) == identity:
             raise failure
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def clean_after_load(path: PathLike) -> list[str]:
+def clean_after_load(path: PathLike, *, read: tuple[Any, Any] | None = None) -> list[str]:
     """Remove temp files and stale tensors files of ``path`` if no save of it is under way; return their names.
 
     Only when the save lock file exists (a save ran here) and can be taken at once: a save in progress
     holds it, so nothing it is writing is touched. The JSON is read again under the lock to learn which
-    tensors file it names now. A read-only folder, or any other obstacle, just skips the cleanup.
+    tensors file it names now, unless ``read`` is ``(identity, document)`` of a read of it whose identity
+    (:func:`_identity`: device, inode, times, size, taken before that read) is still the file's: a save
+    replaces the file (a new inode), so the document read then is the one on disk. A read-only folder, or
+    any other obstacle, just skips the cleanup.
     """
     try:
         with try_save_lock(path) as locked:
             if not locked:
                 return []
-            doc = loads_json(read_text(path), source=os.fspath(path))
+            if read is not None and read[0] is not None and _identity(path) == read[0]:
+                doc = read[1]
+            else:
+                doc = loads_json(read_text(path), source=os.fspath(path))
             spec = doc.get("tensors") if isinstance(doc, Mapping) else None
             keep = spec.get("file") if isinstance(spec, Mapping) and isinstance(spec.get("file"), str) else None
             return clean_stale(path, keep)

@@ -38,8 +38,8 @@ from .errors import (
 from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .provenance import check_provenance
 from .safety import DEFAULT_ALLOWLIST, Allowlist
-from .validate_names import check_names
-from .values import Ref, Subgraph, iter_refs, iter_values
+from .validate_names import check_graph_names, check_names
+from .values import Ref, Subgraph, collect_refs
 
 
 def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
@@ -49,7 +49,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         ir: the IR to check.
         allowlist: function names to accept (default: :data:`common.safety.DEFAULT_ALLOWLIST`).
     """
-    allow = allowlist or DEFAULT_ALLOWLIST
+    allow = _CheckedNames(allowlist or DEFAULT_ALLOWLIST)
     for key, impl in ir.items():
         if impl.type in NODE_KINDS:
             raise IRValidationError(
@@ -58,7 +58,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
                 hint=f"give it another type; {', '.join(NODE_KINDS)} are reserved",
             )
         check_provenance(key, impl.meta)
-    check_names(ir)
+    check_names(ir, subgraphs=False)  # the bodies of higher-order ops: in _check_subgraph, found by the same walk
     calls = nx.DiGraph()
     for key, impl in ir.items():
         calls.add_node(key)
@@ -74,6 +74,24 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         )
 
 
+class _CheckedNames:
+    """An allow-list's :meth:`~common.safety.Allowlist.check`, asked once per function name in one validation
+    (nothing registers operators or changes the allow-list while an IR is validated; a name it refuses is asked
+    again each time, for the error naming each node)."""
+
+    def __init__(self, allow: Allowlist) -> None:
+        self.allow = allow
+        self.allowed: set[str] = set()
+
+    def check(self, name: object, *, implementation: str, node: str) -> None:
+        """Raise :class:`~common.errors.UnsafeTargetError` unless ``name`` is allowed."""
+        if type(name) is str and name in self.allowed:
+            return
+        self.allow.check(name, implementation=implementation, node=node)
+        if type(name) is str:
+            self.allowed.add(name)
+
+
 def _acyclic(g: Any) -> bool:
     """Whether graph ``g`` has no cycle: at once when its stored node order is topological (as written by
     torch2ir), else networkx's check."""
@@ -84,7 +102,7 @@ def _acyclic(g: Any) -> bool:
     return nx.is_directed_acyclic_graph(g)
 
 
-def _validate_graph(ir: IR, impl: Implementation, allow: Allowlist) -> set[str]:
+def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[str]:
     g = impl.graph
     name = impl.name
     callees: set[str] = set()
@@ -110,10 +128,8 @@ def _validate_graph(ir: IR, impl: Implementation, allow: Allowlist) -> set[str]:
                 )
         elif ntype != "input":
             callees.add(_check_call(ir, impl, node, ntype, target))
-        _check_args(impl, node, attrs)
-        for _, value in iter_values([attrs.get("args", []), attrs.get("kwargs", {})]):
-            if isinstance(value, Subgraph):
-                _check_subgraph(ir, value.impl, allow, name, node)
+        for sub in _check_args(impl, node, attrs):
+            _check_subgraph(ir, sub.impl, allow, name, node)
     if g.number_of_nodes() and len(outputs) != 1:
         raise IRValidationError(
             f"graph has {len(outputs)} output nodes",
@@ -121,13 +137,15 @@ def _validate_graph(ir: IR, impl: Implementation, allow: Allowlist) -> set[str]:
             node=outputs[1] if outputs else None,
             hint="a graph needs exactly one node of type 'output'",
         )
-    for src, dst in g.edges():
-        if g.nodes[dst].get("type") == "input":
-            raise IRValidationError(f"edge from {src!r} flows into input node", implementation=name, node=dst,
-                                    hint="input nodes take no edges")
-        if g.nodes[src].get("type") == "output":
-            raise IRValidationError(f"edge from the output node into {dst!r}", implementation=name, node=src,
-                                    hint="nothing may follow the output node")
+    node_attrs = g._node  # the adjacency itself, in the order of ``g.edges()``: networkx's views cost more
+    for src, targets in g._succ.items():
+        for dst in targets:
+            if node_attrs[dst].get("type") == "input":
+                raise IRValidationError(f"edge from {src!r} flows into input node", implementation=name, node=dst,
+                                        hint="input nodes take no edges")
+            if node_attrs[src].get("type") == "output":
+                raise IRValidationError(f"edge from the output node into {dst!r}", implementation=name, node=src,
+                                        hint="nothing may follow the output node")
     if not _acyclic(g):
         cycle = [u for u, *_ in nx.find_cycle(g)]
         raise CycleError(f"graph has a cycle: {' -> '.join(cycle + cycle[:1])}", implementation=name,
@@ -150,7 +168,7 @@ def _state_exists(ir: IR, impl: Implementation, target: Any) -> bool:
     return any(key in (k, *ir[k].aliases) and attr in ir[k].state for k in ir)
 
 
-def _check_subgraph(ir: IR, sub: Implementation, allow: Allowlist, name: str, node: str) -> None:
+def _check_subgraph(ir: IR, sub: Implementation, allow: _CheckedNames, name: str, node: str) -> None:
     """A higher-order op's body: only inputs, functions and one output; checked recursively."""
     for n, attrs in sub.graph.nodes(data=True):
         if attrs.get("type") not in ("input", "output", "function"):
@@ -158,6 +176,7 @@ def _check_subgraph(ir: IR, sub: Implementation, allow: Allowlist, name: str, no
                 f"subgraph {sub.name!r} has node {n!r} of type {attrs.get('type')!r}",
                 implementation=name, node=node, hint="subgraphs hold input, function and output nodes only",
             )
+    check_graph_names(sub, name, subgraphs=False)  # its own bodies: in the _validate_graph below
     _validate_graph(ir, sub, allow)
 
 
@@ -193,15 +212,20 @@ def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any
     return target
 
 
-def _check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> None:
+def _check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> list[Subgraph]:
+    """Check that ``node``'s ``Ref`` placeholders and in-edges agree; return the subgraphs among its arguments
+    (args first, then kwargs, in order)."""
     name = impl.name
     edges = impl.in_edges(node)
     if "args" in attrs or "kwargs" in attrs:
         args, kwargs = attrs.get("args", []), attrs.get("kwargs", {})
         if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
             raise ArgumentMismatchError("'args' must be a list and 'kwargs' a dict", implementation=name, node=node)
-        refs = {path: ref for path, ref in iter_refs(list(args))}
-        refs.update({path: ref for path, ref in iter_refs(kwargs)})
+        found: list[tuple[tuple, Ref]] = []
+        subgraphs: list[Subgraph] = []
+        collect_refs(args, (), found, subgraphs)
+        collect_refs(kwargs, (), found, subgraphs)
+        refs = dict(found)
         filled: set[tuple] = set()
         for src, _, data in edges:
             slot = data.get("slot")
@@ -218,7 +242,7 @@ def _check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> None:
                     implementation=name, node=node,
                     hint=f"put {{'$ref': {src!r}}} at {list(path)} in args/kwargs, or fix the edge's slot",
                 )
-            if ref != Ref(src, data.get("src_index")):
+            if type(ref) is not Ref or (ref.node, ref.index) != (src, data.get("src_index")):  # Ref's own __eq__
                 raise ArgumentMismatchError(
                     f"slot {list(path)} refers to {ref.node!r} (index {ref.index}) but its edge comes from "
                     f"{src!r} (index {data.get('src_index')})",
@@ -233,7 +257,7 @@ def _check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> None:
                 f"argument slots {missing} reference other nodes but no edge fills them",
                 implementation=name, node=node, hint="add the edges, or replace the references by values",
             )
-        return
+        return subgraphs
     positions: list[int] = []
     for src, _, data in edges:
         slot = data.get("slot")
@@ -256,3 +280,4 @@ def _check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> None:
             f"positional slots {sorted(positions)} leave a gap",
             implementation=name, node=node, hint="positional arguments must be numbered 0, 1, 2, ... without gaps",
         )
+    return []

@@ -27,7 +27,7 @@ from .ir import IR, Implementation, slot_path
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .parameters import parse_parameters
 from .treespec import kwarg_names, load_spec
-from .values import Subgraph, iter_values
+from .values import Subgraph, collect_refs
 
 #: Every string field of an implementation that names something in the rebuilt model, with its rule.
 NAME_FIELDS = {
@@ -46,9 +46,14 @@ NAME_FIELDS = {
 }
 
 
-def check_names(ir: IR) -> None:
+def check_names(ir: IR, *, subgraphs: bool = True) -> None:
     """Raise :class:`~common.errors.UnsafeNameError` for the first name of ``ir`` that breaks its rule,
-    :class:`~common.errors.CycleError` when aliases put a module inside itself."""
+    :class:`~common.errors.CycleError` when aliases put a module inside itself.
+
+    ``subgraphs=False`` leaves out the bodies of higher-order ops (:class:`~common.values.Subgraph` arguments):
+    for a caller that walks every argument itself and calls :func:`check_graph_names` on each body it finds
+    (:func:`common.validate.validate` does, sparing a second walk of every argument).
+    """
     for key, impl in ir.items():
         if key != "root":
             check_attr_path(key, "implementation key", implementation=key)
@@ -59,13 +64,19 @@ def check_names(ir: IR) -> None:
         for alias in impl.aliases:
             check_attr_path(alias, "alias", implementation=key)
         for graph in impl.graphs():
-            _check_graph_names(graph, key)
+            check_graph_names(graph, key, subgraphs=subgraphs)
         if any(k in impl.meta for k in ("in_spec", "out_spec", "forward_arg_names", "parameters")):
             _check_convention(impl.meta, key)
     _check_tree(ir)
 
 
-def _check_graph_names(impl: Implementation, key: str) -> None:
+def check_graph_names(impl: Implementation, key: str, *, subgraphs: bool = True) -> None:
+    """The names of one graph (``impl``'s) of implementation ``key``: targets, keyword names, keyword slots; with
+    ``subgraphs``, those of the higher-order ops' bodies among its arguments too.
+
+    Raises:
+        UnsafeNameError: a name breaks its rule.
+    """
     for node, attrs in impl.graph.nodes(data=True):
         kind = attrs.get("type")
         if kind == "get_attr":
@@ -76,14 +87,17 @@ def _check_graph_names(impl: Implementation, key: str) -> None:
         if isinstance(kwargs, dict) and kind != "output":
             for name in kwargs:
                 check_identifier(name, "keyword argument", implementation=key, node=node)
-        for src, _, data in impl.in_edges(node):
-            slot = data.get("slot")
-            if slot is not None and isinstance(slot_path(slot)[0], str) and "args" not in attrs:
-                check_identifier(slot_path(slot)[0], f"keyword slot of the edge from {src!r}",
-                                 implementation=key, node=node)
-        for _, value in iter_values([attrs.get("args", []), kwargs]):
-            if isinstance(value, Subgraph):
-                _check_graph_names(value.impl, key)
+        if "args" not in attrs:  # with args, slots are paths into them (checked against the Refs there)
+            for src, _, data in impl.in_edges(node):
+                slot = data.get("slot")
+                if slot is not None and isinstance(slot_path(slot)[0], str):
+                    check_identifier(slot_path(slot)[0], f"keyword slot of the edge from {src!r}",
+                                     implementation=key, node=node)
+        if subgraphs:
+            bodies: list[Subgraph] = []
+            collect_refs([attrs.get("args", []), kwargs], (), [], bodies)
+            for sub in bodies:
+                check_graph_names(sub.impl, key)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -154,4 +168,4 @@ def _resolve(path: str, owner: dict[str, str]) -> str:
     return owner.get(path, f"container:{path}")
 
 
-__all__ = ["NAME_FIELDS", "check_names"]
+__all__ = ["NAME_FIELDS", "check_graph_names", "check_names"]

@@ -198,15 +198,25 @@ def _decode_float(raw: Any, where: str) -> float:
 MAX_DEPTH = 32
 
 
-def _tagged(value: dict[str, Any], where: str, depth: int) -> Any:
-    (tag,) = [k for k in value if k.startswith("$")]
+def _tagged(value: dict[str, Any], tag: str, where: str, depth: int) -> Any:
+    """Decode ``value``, whose one tag (key starting with ``$``) is ``tag``."""
     raw = value[tag]
-    extra = set(value) - {tag} - ({"index"} if tag == "$ref" else set())
-    if extra:
+    if len(value) > 1 and (extra := set(value) - {tag} - ({"index"} if tag == "$ref" else set())):
         raise IRFormatError(f"tagged value {tag} has unexpected keys {sorted(extra)}", key=where)
+    # the most frequent tags first (every node's arguments and dtypes)
+    if tag == "$ref":
+        index = value.get("index")
+        if not isinstance(raw, str) or not (index is None or (isinstance(index, int) and not isinstance(index, bool))):
+            raise IRFormatError("$ref takes a node name and an optional integer index", key=where)
+        return Ref(raw, index)
+    if tag == "$dtype":
+        return dtype_from_name(raw, where=where)
     if tag == "$tuple":
         if not isinstance(raw, list):
             raise IRFormatError("$tuple takes a list", key=where)
+        if depth < MAX_DEPTH:  # plain leaves kept without a call, as in decode's lists
+            return tuple([v if type(v) in _KEPT else decode(v, f"{where}[{i}]", _depth=depth + 1)
+                          for i, v in enumerate(raw)])
         return tuple(decode(v, f"{where}[{i}]", _depth=depth + 1) for i, v in enumerate(raw))
     if tag == "$dict":
         if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 for p in raw):
@@ -219,8 +229,6 @@ def _tagged(value: dict[str, Any], where: str, depth: int) -> Any:
             except TypeError:
                 raise IRFormatError("$dict key is not hashable", key=f"{where}[{i}]") from None
         return out
-    if tag == "$dtype":
-        return dtype_from_name(raw, where=where)
     if tag == "$device":
         if not isinstance(raw, str):
             raise IRFormatError("$device takes a string", key=where)
@@ -264,16 +272,15 @@ def _tagged(value: dict[str, Any], where: str, depth: int) -> Any:
         if not isinstance(name, str):
             raise IRFormatError("$graph takes an implementation dict with a name", key=where)
         return Subgraph(Implementation.from_dict(name, raw, value_fn=functools.partial(decode, _depth=depth + 1)))
-    if tag == "$ref":
-        index = value.get("index")
-        if not isinstance(raw, str) or not (index is None or (isinstance(index, int) and not isinstance(index, bool))):
-            raise IRFormatError("$ref takes a node name and an optional integer index", key=where)
-        return Ref(raw, index)
     raise IRFormatError(f"unknown tag {tag!r}", key=where, hint=f"known tags: {', '.join(TAGS)}")
 
 
 def _untag_float(raw: Any) -> Any:
     return raw["$float"] if isinstance(raw, dict) and set(raw) == {"$float"} else raw
+
+
+#: JSON values :func:`decode` returns unchanged (exact types: a subclass goes through :func:`decode`).
+_KEPT = frozenset({str, int, bool, type(None)})
 
 
 def decode(value: JSONValue, where: str = "value", *, _depth: int = 0) -> Any:
@@ -292,14 +299,22 @@ def decode(value: JSONValue, where: str = "value", *, _depth: int = 0) -> Any:
         if not math.isfinite(value):
             raise IRFormatError("non-finite number in JSON", key=where, hint='write {"$float": "inf"}')
         return value
+    # below: strings, integers, booleans and None one level down are kept as they are without a call (and without
+    # spelling their place), as decode would keep them; only at the deepest level does each go through the depth check
     if isinstance(value, list):
+        if _depth < MAX_DEPTH:
+            return [v if type(v) in _KEPT else decode(v, f"{where}[{i}]", _depth=_depth + 1)
+                    for i, v in enumerate(value)]
         return [decode(v, f"{where}[{i}]", _depth=_depth + 1) for i, v in enumerate(value)]
     if isinstance(value, dict):
         tags = [k for k in value if isinstance(k, str) and k.startswith("$")]
         if len(tags) > 1:
             raise IRFormatError(f"a value has several tags {tags}", key=where)
         if tags:
-            return _tagged(value, where, _depth)
+            return _tagged(value, tags[0], where, _depth)
+        if _depth < MAX_DEPTH:
+            return {k: v if type(v) in _KEPT else decode(v, f"{where}.{k}", _depth=_depth + 1)
+                    for k, v in value.items()}
         return {k: decode(v, f"{where}.{k}", _depth=_depth + 1) for k, v in value.items()}
     raise IRFormatError(f"unexpected {type(value).__name__} in document", key=where)
 
@@ -332,6 +347,30 @@ def _collect(value: Any, path: tuple, out: list[tuple[tuple, Any]]) -> None:
                 out.append(((*path, k), v))
     else:
         out.append((path, value))
+
+
+def collect_refs(value: Any, path: tuple, refs: list[tuple[tuple, Ref]], subgraphs: list[Subgraph]) -> None:
+    """Append ``(path, Ref)`` for every :class:`Ref` inside a nested args/kwargs ``value`` to ``refs`` and every
+    :class:`Subgraph` to ``subgraphs``: what :func:`iter_refs` and a scan of :func:`iter_values` for subgraphs give,
+    in one walk that builds a path only for a container or a reference (validation runs this over every argument
+    of every node)."""
+    if isinstance(value, (list, tuple)):
+        items: Any = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    else:
+        if isinstance(value, Ref):
+            refs.append((path, value))
+        elif isinstance(value, Subgraph):
+            subgraphs.append(value)
+        return
+    for key, item in items:
+        if isinstance(item, (list, tuple, dict)):
+            collect_refs(item, (*path, key), refs, subgraphs)
+        elif isinstance(item, Ref):
+            refs.append(((*path, key), item))
+        elif isinstance(item, Subgraph):
+            subgraphs.append(item)
 
 
 def values_equal(a: Any, b: Any) -> bool:

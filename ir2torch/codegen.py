@@ -33,7 +33,7 @@ from common.names import check_forward_arg_names
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import kwarg_names, load_spec
 
-from .shared_code import CodeCache
+from .shared_code import CodeCache, placeholder_module
 
 _COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -151,17 +151,19 @@ def _not_a_sequence(name: str, value: Any) -> None:
                              hint="pass a tuple or list as in the conversion call, or convert again with this call")
 
 
-def calling_convention(meta: dict[str, Any], implementation: str) -> SafePyTreeCodeGen:
+def calling_convention(meta: dict[str, Any], implementation: str, codes: CodeCache | None = None) -> SafePyTreeCodeGen:
     r"""The codegen that makes a rebuilt module take the original ``(*args, **kwargs)`` and return
     the original output structure (tuples, dicts, ``ModelOutput``\ s), from ``in_spec``,
-    ``out_spec``, ``forward_arg_names`` and (for a submodule) ``parameters`` of ``meta``.
+    ``out_spec``, ``forward_arg_names`` and (for a submodule) ``parameters`` of ``meta``. With ``codes``
+    (one per conversion), each spec text is read once (:meth:`CodeCache.spec`).
 
     Raises:
         IRFormatError: a spec is unreadable or names an output type no imported library registered.
         UnsafeNameError: an argument or keyword name is not a plain identifier.
     """
-    in_spec = load_spec(meta["in_spec"], "in_spec", implementation=implementation)
-    out_spec = load_spec(meta["out_spec"], "out_spec", implementation=implementation) if meta.get("out_spec") else None
+    read = codes.spec if codes is not None else load_spec
+    in_spec = read(meta["in_spec"], "in_spec", implementation=implementation)
+    out_spec = read(meta["out_spec"], "out_spec", implementation=implementation) if meta.get("out_spec") else None
     kwarg_names(in_spec, implementation=implementation)
     names = check_forward_arg_names(meta.get("forward_arg_names", []), implementation=implementation)
     if not names:
@@ -252,7 +254,7 @@ def compile_variant(graph: fx.Graph, implementation: str, codes: CodeCache | Non
     """The generated ``forward(self, ...)`` of a per-call graph, through the same checks as every graph (with
     ``codes``: generated once per distinct graph of a conversion)."""
     def compile_one() -> Callable[..., Any]:
-        holder = install_graph(fx.GraphModule(nn.Module(), fx.Graph(), class_name="Variant"), graph, implementation)
+        holder = install_graph(placeholder_module("Variant"), graph, implementation)
         return type(holder).forward
 
     if codes is None:

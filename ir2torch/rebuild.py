@@ -35,7 +35,7 @@ from common.values import TRAINING, Ref, Subgraph
 
 from .codegen import calling_convention, compile_variant, install_graph, report_errors, select_variant
 from .fast_ops import fast_binding
-from .shared_code import CodeCache
+from .shared_code import CodeCache, placeholder_module
 from .signature_check import SignatureCheck
 
 #: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
@@ -240,7 +240,7 @@ class _GraphBuilder:
     def bind_subgraphs(self, fn: Any, args: tuple) -> tuple[Any, tuple]:
         """A higher-order op's body becomes a ``GraphModule`` bound into the call target."""
         bodies = {
-            i: install_graph(fx.GraphModule(nn.Module(), fx.Graph(), class_name="Subgraph"),
+            i: install_graph(placeholder_module("Subgraph"),
                              _GraphBuilder(a.impl, self.allowlist, self.codes).build(), self.impl.name, self.codes)
             for i, a in enumerate(args) if isinstance(a, Subgraph)
         }
@@ -359,7 +359,7 @@ def graph_module(
     ``codes`` (one per conversion) shares generated code between identical graphs
     (:mod:`ir2torch.shared_code`).
     """
-    gm = fx.GraphModule(nn.Module(), fx.Graph(), class_name=_class_name(impl))
+    gm = placeholder_module(_class_name(impl))  # its graph is installed below
     if isinstance(impl.meta.get("class"), str):
         gm.meta[ORIGINAL_CLASS_KEY] = impl.meta["class"]
     notes = {k: impl.meta[k] for k in CARRIED_NOTES if k in impl.meta} if impl.name == "root" else {}
@@ -377,7 +377,7 @@ def graph_module(
     if guard is not None:
         guard.insert(graph)
     if "in_spec" in impl.meta:
-        graph._codegen = calling_convention(impl.meta, impl.name)
+        graph._codegen = calling_convention(impl.meta, impl.name, codes)
     # generates the source once, with the codegen in place; failures while running name this implementation
     check = guard.check_call if guard is not None and guard.arg_names else None
     if check is None and "parameters" in impl.meta:
@@ -392,7 +392,7 @@ def graph_module(
     for variant in impl.variants:  # per-call graphs share the module's calling convention
         vgraph = _GraphBuilder(variant, allowlist, codes).build()
         if "in_spec" in impl.meta:
-            vgraph._codegen = calling_convention(impl.meta, impl.name)
+            vgraph._codegen = calling_convention(impl.meta, impl.name, codes)
         variants.append(compile_variant(vgraph, impl.name, codes))
     return report_errors(install_graph(gm, graph, impl.name, codes), impl.name, check, variants)
 

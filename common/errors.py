@@ -103,6 +103,19 @@ class MissingImplementationError(IRValidationError):
     """A node calls an implementation key that the IR does not contain."""
 
 
+class ImplementationNotFound(MissingImplementationError, KeyError):
+    """``ir[key]`` for a key the IR does not hold."""
+
+    def __init__(self, key: Any, known: list[str]) -> None:
+        import difflib
+
+        near = difflib.get_close_matches(str(key), known, n=3)
+        super().__init__(
+            f"the IR has no implementation {key!r}",
+            hint=f"nearest keys: {', '.join(near)}" if near else "see list(ir) for the keys it holds",
+        )
+
+
 class UnknownNodeKindError(IRValidationError):
     """A node's ``type`` is neither a node kind nor the type of an implementation."""
 
@@ -172,6 +185,7 @@ __all__ = [
     "ExecutionError",
     "HandlerNotFoundError",
     "IRError",
+    "ImplementationNotFound",
     "IRFormatError",
     "IRSerializationError",
     "IRValidationError",

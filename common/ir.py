@@ -24,7 +24,7 @@ from typing import Any
 import networkx as nx
 
 from .capture import IRLowering
-from .errors import DanglingEdgeError, IRFormatError, MissingImplementationError
+from .errors import DanglingEdgeError, ImplementationNotFound, IRFormatError
 from .htmlview import IRHtmlView
 from .schema import (
     NODE_KINDS,
@@ -386,16 +386,3 @@ def parent_key(key: str, keys: Mapping[str, Any] | set[str]) -> str:
 
 def _same_tensor(a: Any, b: Any) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and (a.is_meta or b.is_meta or bool((a == b).all()))
-
-
-class ImplementationNotFound(MissingImplementationError, KeyError):
-    """``ir[key]`` for a key the IR does not hold."""
-
-    def __init__(self, key: Any, known: list[str]) -> None:
-        import difflib
-
-        near = difflib.get_close_matches(str(key), known, n=3)
-        super().__init__(
-            f"the IR has no implementation {key!r}",
-            hint=f"nearest keys: {', '.join(near)}" if near else "see list(ir) for the keys it holds",
-        )

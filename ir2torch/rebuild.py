@@ -17,7 +17,6 @@ anything else   ``call_module`` of the called implementation (a child module)
 from __future__ import annotations
 
 import builtins
-import functools
 import keyword
 import operator
 import re
@@ -34,60 +33,13 @@ from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
 
 from .codegen import calling_convention, compile_variant, install_graph, report_errors, select_variant
-from .fast_ops import fast_binding
+from .direct_op import direct_op
 from .shared_code import CodeCache, placeholder_module
 from .signature_check import SignatureCheck
 
 #: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
 #: at every ``.to(...)``; eager PyTorch never runs them, so a rebuilt graph leaves them out when nothing uses them.
 CHECK_ONLY_OPS = frozenset({"aten._assert_tensor_metadata.default"})
-
-
-class DirectOp(functools.partial):
-    """An ATen overload called through its C++ entry point.
-
-    ``OpOverload.__call__`` is one Python frame per op call (about 7% of a small model's forward time);
-    ``functools.partial`` calls the entry point from C. ``overload`` is the ``OpOverload`` itself, and a
-    ``DirectOp`` compares and hashes equal to it, so graph passes that match ``node.target ==
-    torch.ops.aten.linear.default`` or look targets up in a dict keyed by overloads keep working.
-    Generated code spells it ``aten_linear_default(...)``.
-    """
-
-    overload: Any
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, DirectOp):
-            return self.overload is other.overload
-        return self.overload is other
-
-    def __hash__(self) -> int:
-        return hash(self.overload)
-
-    def __repr__(self) -> str:
-        return f"DirectOp({self.overload})"
-
-
-def direct_op(overload: Any, kwargs: dict[str, Any] | None = None, positional: int = 0) -> Any:
-    """The :class:`DirectOp` of an ``OpOverload`` (anything else is returned as it is): through the Python binding
-    that runs that overload (:mod:`ir2torch.fast_ops`) when the call's keywords and positional argument count
-    allow, else its boxed entry."""
-    if isinstance(overload, torch._ops.OpOverload) and \
-            fast_binding(overload, kwargs or {}, positional) is not None:
-        return _direct_op(overload, True)
-    return _direct_op(overload, False)
-
-
-@functools.cache
-def _direct_op(overload: Any, fast: bool) -> Any:
-    if not isinstance(overload, torch._ops.OpOverload):
-        return overload
-    op = DirectOp(fast_binding(overload, {}) if fast else overload._op)
-    op.overload = overload
-    # fx names the global after ``__module__.__name__``; a module outside ``torch`` makes fx bind the object
-    # itself (a name under ``torch`` would be spelled ``torch.ops...`` and resolved back to the slow overload)
-    op.__module__ = overload.namespace
-    op.__name__ = op.__qualname__ = f"{overload._opname}.{overload._overloadname}"
-    return op
 
 
 def run_with_grad_enabled(enabled: bool, body: Any, *args: Any) -> Any:

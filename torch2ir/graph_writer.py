@@ -22,7 +22,7 @@ from common.values import Ref, Subgraph, encode
 
 from .graphs import add_node_with_edges, flat_implementation
 from .hierarchy import Frame, Hierarchy
-from .signatures import Dead, Signature, is_stand_in
+from .signature_match import Dead, Signature, is_stand_in
 from .tensormeta import value_meta
 
 

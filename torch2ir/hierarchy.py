@@ -27,7 +27,8 @@ from torch import fx, nn
 from common.ir import Implementation
 
 from .modules import ModuleTable
-from .signatures import CallRecord, Signature, match_calls
+from .signature_match import Signature, match_calls
+from .signatures import CallRecord
 
 Problem = tuple[str, str, str]  # (implementation, message, hint)
 

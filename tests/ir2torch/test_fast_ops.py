@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ir2torch.direct_op import DirectOp, direct_op
 from ir2torch.fast_ops import FAST, fast_binding
-from ir2torch.rebuild import DirectOp, direct_op
 
 x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
 sq = torch.randn(3, 3, generator=torch.Generator().manual_seed(1))

@@ -14,8 +14,8 @@ from torch import fx, nn
 
 import ir2torch
 import torch2ir
+from ir2torch.direct_op import DirectOp, direct_op
 from ir2torch.guards import InputGuard
-from ir2torch.rebuild import DirectOp, direct_op
 from tests.helpers import converted, max_abs_diff
 
 

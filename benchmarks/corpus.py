@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -222,11 +223,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parts = [json.loads(p.read_text()) for p in options.merge]
         rows = [r for part in parts for r in part["rows"]]
         seen = {r["model"] for r in rows}
-        text = render(rows, [*parts[0]["machine"], f"- merged from {len(parts)} shards run in parallel"],
-                      [n for n in names if n not in seen])
+        machine = [*parts[0]["machine"], f"- merged from {len(parts)} shards run in parallel"]
+        # the first line counts the shard's models: say how many the merged report has, and each shard's wall time
+        walls = [re.search(r"wall time (\d+) s", part["machine"][0]) for part in parts]
+        machine[0] = re.sub(r"^- \d+ corpus models", f"- {len(seen)} corpus models", machine[0])
+        machine[0] = re.sub(r"wall time \d+ s", "wall time " + " / ".join(
+            f"{w.group(1)} s" for w in walls if w) + " (per shard)", machine[0])
+        text = render(rows, machine, [n for n in names if n not in seen])
         write_atomic(options.output, text)
         write_atomic(options.output.with_suffix(".json"), json.dumps(
-            {"machine": parts[0]["machine"], "summary": summary(rows), "rows": rows}, indent=1) + "\n")
+            {"machine": machine, "summary": summary(rows), "rows": rows}, indent=1) + "\n")
         print(text)
         return 0
     index, count = (int(v) for v in options.shard.split("/"))

@@ -1,4 +1,4 @@
-"""Shared test configuration: hypothesis profiles.
+"""Shared test configuration: one torch thread per process, hypothesis profiles.
 
 Profiles (``HYPOTHESIS_PROFILE=...``):
 
@@ -14,7 +14,16 @@ from __future__ import annotations
 
 import os
 
+# One intra-op thread per test process (and per command a test starts, which inherits the variable): the
+# suite runs one pytest-xdist worker per core, and the ops of these small models are too small to gain from
+# more threads, while threads waiting for a busy core cost several times the work itself (a CNN's forward
+# passes took 3.5x the CPU time with 2 threads on 2 loaded cores). Set OMP_NUM_THREADS to choose another count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # after the variable, so that torch reads it
 from hypothesis import HealthCheck, settings
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # also when torch was imported before this file
 
 settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(

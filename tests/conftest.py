@@ -38,3 +38,21 @@ SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "long" else 1
 def examples(n: int) -> int:
     """Example count for a property test: ``n`` by default, ``10 * n`` under the long profile."""
     return n * SCALE
+
+
+
+class _Scheduling:
+    """Under ``--dist loadgroup``, the tests that share work go to one worker (see ``tests/scheduling.py``)."""
+
+    @staticmethod
+    def pytest_xdist_make_scheduler(config, log):
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from tests.scheduling import GroupScheduling
+
+        return GroupScheduling(config, log)
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):  # the hook is xdist's: unknown without it (-p no:xdist)
+        config.pluginmanager.register(_Scheduling(), "torch2ir-scheduling")

@@ -4,7 +4,7 @@ being called on the exported ``GraphModule`` (which refuses them).
 
 Quantizing is deterministic (seeded) and slow (``convert_pt2e`` of a QAT model exports about a hundred
 pattern graphs), so each quantized model is made once per process and every test gets its own deep copy;
-the tests of one kind share an ``xdist_group`` so that they run in the same worker.
+``make test`` runs this file's tests in one worker (see tests/scheduling.py).
 """
 
 from __future__ import annotations
@@ -82,8 +82,7 @@ def _converters() -> tuple[torch2ir.Torch2Ir, ir2torch.Ir2Torch]:
 
 
 @pytest.mark.parametrize("training", [True, False])
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.xdist_group(f"pt2e_{k}"))
-                                  for k in ("ptq_converted", "qat_prepared", "qat_converted")])
+@pytest.mark.parametrize("kind", ["ptq_converted", "qat_prepared", "qat_converted"])
 def test_pt2e_model_round_trips_exactly(kind: str, training: bool) -> None:
     model = _quantized(qat=kind.startswith("qat"), convert=kind.endswith("converted"))
     with pytest.raises(NotImplementedError):
@@ -103,7 +102,6 @@ def test_pt2e_model_round_trips_exactly(kind: str, training: bool) -> None:
     assert all(torch.equal(v, rebuilt.state_dict()[k]) for k, v in state.items())
 
 
-@pytest.mark.xdist_group("pt2e_ptq_converted")
 def test_pt2e_model_needs_the_opt_in() -> None:
     model = _quantized(qat=False, convert=True)
     with pytest.raises(ConversionError, match="quantized_decomposed"):

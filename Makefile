@@ -25,9 +25,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # pytest exits 5 when it collects no test; make treats that as a failure, as it should.
-# Tests run on every core (pytest-xdist); PYTEST_ARGS="-n0" runs them in one process.
+# Tests run on every core (pytest-xdist); PYTEST_ARGS="-n0" runs them in one process. --dist loadgroup
+# hands out tests one at a time, except that tests marked with the same xdist_group go to one worker together
+# (those that share work made once per process: a corpus architecture's conversion, a quantized model).
 test: lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

@@ -1,4 +1,4 @@
-"""Shared test configuration: hypothesis profiles.
+"""Shared test configuration: one torch thread per process, hypothesis profiles.
 
 Profiles (``HYPOTHESIS_PROFILE=...``):
 
@@ -12,9 +12,19 @@ Profiles (``HYPOTHESIS_PROFILE=...``):
 
 from __future__ import annotations
 
+import gc
 import os
 
+# One intra-op thread per test process (and per command a test starts, which inherits the variable): the
+# suite runs one pytest-xdist worker per core, and the ops of these small models are too small to gain from
+# more threads, while threads waiting for a busy core cost several times the work itself (a CNN's forward
+# passes took 3.5x the CPU time with 2 threads on 2 loaded cores). Set OMP_NUM_THREADS to choose another count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # after the variable, so that torch reads it
 from hypothesis import HealthCheck, settings
+
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # also when torch was imported before this file
 
 settings.register_profile("default", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
@@ -29,3 +39,30 @@ SCALE = 10 if os.environ.get("HYPOTHESIS_PROFILE") == "long" else 1
 def examples(n: int) -> int:
     """Example count for a property test: ``n`` by default, ``10 * n`` under the long profile."""
     return n * SCALE
+
+
+
+class _Scheduling:
+    """Under ``--dist loadgroup``, the tests that share work go to one worker (see ``tests/scheduling.py``)."""
+
+    @staticmethod
+    def pytest_xdist_make_scheduler(config, log):
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from tests.scheduling import GroupScheduling
+
+        return GroupScheduling(config, log)
+
+
+def pytest_collection_finish(session):
+    """Collect less often during the tests: what collection built (torch, transformers, the test modules) is
+    frozen out of the collector's walks, and a collection starts after 20000 allocations instead of 700 (the
+    tests allocate many short-lived graphs; full collections walked the whole heap about every 10 s)."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):  # the hook is xdist's: unknown without it (-p no:xdist)
+        config.pluginmanager.register(_Scheduling(), "torch2ir-scheduling")

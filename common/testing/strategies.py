@@ -13,6 +13,7 @@ their JSON documents into (mostly) invalid ones.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import math
 from typing import Any
@@ -35,6 +36,7 @@ names = st.text(
 identifiers = st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True).filter(is_identifier).filter(is_component)
 
 
+@functools.cache  # one strategy object: hypothesis validates each new one again (a recursive one slowly)
 def _scalars() -> st.SearchStrategy[Any]:
     return st.one_of(
         st.none(),
@@ -51,6 +53,7 @@ def _scalars() -> st.SearchStrategy[Any]:
     )
 
 
+@functools.cache  # the same strategy object per ``max_leaves``: built and validated once
 def ir_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
     """Values an IR may hold in attributes, node fields and ``meta``."""
     return st.recursive(
@@ -79,13 +82,16 @@ def _state_record(draw: st.DrawFn) -> dict[str, Any]:
     return rec
 
 
+# drawn names must not collide with the fixed ones ("output", "in_<i>", "attr_<id>"): add_node would
+# silently retype that node (an "in_0" call fed by itself is a cycle); the filter almost never rejects
+_NODE_NAMES = st.lists(names.filter(lambda x: x != "output" and not x.startswith(("in_", "attr_"))),
+                       min_size=8, max_size=8, unique=True)
+
+
 @st.composite
 def _graph(draw: st.DrawFn, impl: Implementation, callees: list[Implementation]) -> None:
     """Fill ``impl.graph`` with a random valid DAG calling ``callees``."""
-    # drawn names must not collide with the fixed ones ("output", "in_<i>", "attr_<id>"): add_node would
-    # silently retype that node (an "in_0" call fed by itself is a cycle); the filter almost never rejects
-    fresh = names.filter(lambda x: x != "output" and not x.startswith(("in_", "attr_")))
-    node_names = draw(st.lists(fresh, min_size=8, max_size=8, unique=True))
+    node_names = draw(_NODE_NAMES)
     pool = iter(node_names)
     available: list[str] = []
     for i in range(draw(st.integers(1, 3))):
@@ -140,8 +146,8 @@ def irs(draw: st.DrawFn) -> IR:
     for i in range(draw(st.integers(0, 3))):
         parent = draw(st.sampled_from(["root", block_key]))
         key = f"leaf{i}" if parent == "root" else f"{block_key}.leaf{i}"
-        data = draw(st.dictionaries(identifiers.filter(lambda k: k not in _RESERVED), ir_values(6), max_size=4))
-        aliases = draw(st.lists(identifiers.map(lambda s, i=i: f"alias.a{i}_{s}"), max_size=2, unique=True))
+        data = draw(_LEAF_DATA)
+        aliases = [f"alias.a{i}_{s}" for s in draw(_ALIAS_SUFFIXES)]
         leaves.append(ir.add(Implementation(key, draw(st.sampled_from(leaf_types)), data, aliases=aliases)))
     for impl in (root, block):
         impl.state = {draw(identifiers): _state_record(draw) for _ in range(draw(st.integers(0, 2)))}
@@ -153,6 +159,8 @@ def irs(draw: st.DrawFn) -> IR:
 
 
 _RESERVED = set(RESERVED_KEYS)
+_LEAF_DATA = st.dictionaries(identifiers.filter(lambda k: k not in _RESERVED), ir_values(6), max_size=4)
+_ALIAS_SUFFIXES = st.lists(identifiers, max_size=2, unique=True)
 
 
 @st.composite

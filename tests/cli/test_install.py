@@ -1,9 +1,11 @@
 """A plain install: numpy declared, versions, ``--version``, the demo without the ``viz`` extra, and the
 check that the imported ``common`` is this project's.
 
-Building a fresh virtual environment from the local wheels takes longer than a test may (torch alone is
-a large wheel to unpack on 2 shared cores), so the missing ``viz`` extra is simulated by making
-``import matplotlib`` fail in the process that runs the demo.
+The fresh virtual environment of the plain-install test gets torch (a wheel of several hundred MB, most
+of the test's time to unpack) from this environment through a ``.pth`` file naming a folder that holds
+only torch's own top-level packages; pip sees that torch installed and installs everything else the
+project declares (numpy, safetensors, networkx and torch's small dependencies) from the wheels. Elsewhere
+the missing ``viz`` extra is simulated by making ``import matplotlib`` fail in the process that runs the demo.
 """
 
 from __future__ import annotations
@@ -72,8 +74,20 @@ def test_a_foreign_common_package_is_refused_on_import(tmp_path, package):
     assert fine.returncode == 0 and fine.stdout.strip() == common.__version__, explain(fine)
 
 
+def _share_torch(venv: Path, folder: Path) -> None:
+    """Make this environment's torch (only its files: ``torch``, ``torchgen``, ``functorch`` and its
+    dist-info) importable in ``venv`` through a ``.pth`` file, instead of unpacking its wheel again."""
+    dist = importlib.metadata.distribution("torch")
+    tops = {Path(str(f)).parts[0] for f in dist.files or [] if not str(f).startswith("..")}
+    folder.mkdir()
+    for name in sorted(tops):
+        (folder / name).symlink_to(Path(str(dist.locate_file(name))))
+    (site,) = (venv / "lib").glob("python3*/site-packages")
+    (site / "shared_torch.pth").write_text(f"{folder}\n")
+
+
 def test_plain_install_in_a_fresh_venv_runs_the_demo(tmp_path):
-    """``pip install .`` without extras, offline from the machine's local wheels (about 20 s), then the demo."""
+    """``pip install .`` without extras, offline from the machine's local wheels, then the demo (torch shared)."""
     import shutil
     import subprocess
 
@@ -92,13 +106,18 @@ def test_plain_install_in_a_fresh_venv_runs_the_demo(tmp_path):
     # offline from this machine's wheel mirror when it has one, else from the configured registry
     local = ["--index-url", "file:///opt/pypi/simple", "--find-links", "/opt/wheels"] \
         if Path("/opt/pypi/simple").is_dir() else []
-    steps = [
-        [sys.executable, "-m", "venv", str(venv)],
-        [str(venv / "bin" / "pip"), "install", "--quiet", *local, "-c", str(source / "constraints.txt"), str(source)],
-    ]
-    for step in steps:
-        done = subprocess.run(step, capture_output=True, text=True, timeout=240, check=False)
-        assert done.returncode == 0, explain(done)
+    done = subprocess.run([sys.executable, "-m", "venv", str(venv)], capture_output=True, text=True, timeout=240,
+                          check=False)
+    assert done.returncode == 0, explain(done)
+    _share_torch(venv, tmp_path / "shared")
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", *local, "-c", str(source / "constraints.txt"),
+                           str(source)], capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, explain(done)
+    installed = done.stdout.splitlines()[-1]  # "Successfully installed ...": the declared dependencies came from pip
+    assert all(f" {name}-" in installed for name in ("torch2ir", "numpy", "safetensors", "networkx")), installed
+    assert " torch-" not in installed and "matplotlib" not in done.stdout, installed
+    where = run([str(venv / "bin" / "python"), "-c", "import numpy, torch; print(numpy.__file__, torch.__file__)"])
+    assert where.returncode == 0 and str(venv) in where.stdout.split()[0], explain(where)
     demo = run([str(venv / "bin" / "torch2ir"), "demo", "--out", str(tmp_path / "out")], cwd=tmp_path)
     assert demo.returncode == 0, explain(demo)
     assert "verify: OK" in demo.stdout and "NumPy" not in demo.stderr, explain(demo)

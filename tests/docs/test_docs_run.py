@@ -7,26 +7,36 @@ blocks run their ``torch2ir`` / ``ir2torch`` lines in order in the page's folder
 repository's, so ``--import-path .`` finds the model zoo as from a checkout. Shell blocks without such a
 command (``make``, ``python benchmarks/...``, ``pip``) are not run. A command exits 0, or 0/1 where its comment
 says "exit code 1 when" (``diff``, ``verify``).
+
+The commands run in this process through the tools' ``main`` (with the page's folder as the current folder,
+``sys.path`` restored afterwards), which saves a Python + torch start-up per command; the first ``torch2ir``
+and the first ``ir2torch`` command of README.md run through the installed console scripts in a subprocess,
+so the commands as installed are covered too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+import ir2torch.cli
+import torch2ir.cli
 from tests.cli.helpers import REPO, explain, run
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)\s*$")
 MARKER = re.compile(r"^<!--\s*not-run:(.*?)-->\s*$")
 TOOLS = ("torch2ir", "ir2torch")
+MAINS = {"torch2ir": torch2ir.cli.main, "ir2torch": ir2torch.cli.main}
 
 
 @dataclass
@@ -108,6 +118,20 @@ def test_python_blocks_run(page, tmp_path):
                 raise AssertionError(f"{page.name} line {block.line}: {type(exc).__name__}: {exc}") from exc
 
 
+def _in_process(argv: list[str], folder: Path) -> subprocess.CompletedProcess:
+    """Run ``argv`` (``torch2ir ...`` / ``ir2torch ...``) through the tool's ``main`` in ``folder``."""
+    out, err, path = io.StringIO(), io.StringIO(), list(sys.path)
+    try:
+        with _inside(folder), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = MAINS[argv[0]](argv[1:])
+            except SystemExit as exc:  # argparse: --help, --version, usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        sys.path[:] = path  # --import-path . put the page's folder first
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p in PAGES if any(b.lang in ("sh", "bash") and b.skip is None
                                                           and _commands(b.text) for b in blocks(p))],
@@ -115,11 +139,17 @@ def test_python_blocks_run(page, tmp_path):
 def test_shell_commands_run(page, tmp_path):
     folder = _folder(tmp_path)
     bin_dir = Path(sys.executable).parent
+    scripted = set() if page.name == "README.md" else set(TOOLS)  # tools already run as console scripts
     for block in blocks(page):
         if block.lang not in ("sh", "bash") or block.skip is not None:
             continue
         for argv, comment in _commands(block.text):
-            result = run([str(bin_dir / argv[0]), *argv[1:], "-q"], timeout=300, cwd=folder)
+            if argv[0] in scripted:
+                result = _in_process([*argv, "-q"], folder)
+            else:
+                scripted.add(argv[0])
+                result = run([str(bin_dir / argv[0]), *argv[1:], "-q"], timeout=300, cwd=folder)
             allowed = {0, 1} if "exit code 1 when" in comment else {0}
             where = f"{page.name} line {block.line}: {shlex.join(argv)}\n"
             assert result.returncode in allowed, where + explain(result)
+    assert scripted == set(TOOLS)

@@ -1,8 +1,17 @@
 """PT2E quantization with torchao (#15 point 3): ``prepare_pt2e`` + ``convert_pt2e`` and ``prepare_qat_pt2e``
 models convert and rebuild exactly with ``quantized_decomposed::*`` allowed, without ``.train()`` / ``.eval()``
-being called on the exported ``GraphModule`` (which refuses them)."""
+being called on the exported ``GraphModule`` (which refuses them).
+
+Quantizing is deterministic (seeded) and slow (``convert_pt2e`` of a QAT model exports about a hundred
+pattern graphs), so each quantized model is made once per process and every test gets its own deep copy;
+``make test`` runs this file's tests in one worker (see tests/scheduling.py).
+"""
 
 from __future__ import annotations
+
+import copy
+import types
+from functools import cache
 
 import pytest
 import torch
@@ -37,7 +46,8 @@ class ConvNet(nn.Module):
 X = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
 
 
-def _quantized(qat: bool, convert: bool) -> nn.Module:
+@cache
+def _made(qat: bool, convert: bool) -> nn.Module:
     torch.manual_seed(0)
     graph = torch.export.export(ConvNet().train(qat), (X,)).module()
     quantizer = X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config(is_qat=qat))
@@ -45,6 +55,22 @@ def _quantized(qat: bool, convert: bool) -> nn.Module:
     for _ in range(2):
         model(torch.randn(2, 3, 8, 8))
     return convert_pt2e(model) if convert else model
+
+
+def _quantized(qat: bool, convert: bool) -> nn.Module:
+    """A fresh copy of the (cached) quantized ConvNet: prepared for QAT or PTQ, calibrated, maybe converted.
+
+    ``GraphModule.__deepcopy__`` rebuilds the module and drops what was set on the instance afterwards (export's
+    refusing ``train`` / ``eval``, ``convert_pt2e``'s ``_frozen_param_count``): those are set on the copy again.
+    """
+    made = _made(qat, convert)
+    model = copy.deepcopy(made)
+    for name, value in made.__dict__.items():
+        if name not in model.__dict__:
+            bound = isinstance(value, types.MethodType) and value.__self__ is made
+            setattr(model, name, types.MethodType(value.__func__, model) if bound else copy.deepcopy(value))
+    assert model.__dict__.keys() == made.__dict__.keys() and model.code == made.code
+    return model
 
 
 def _converters() -> tuple[torch2ir.Torch2Ir, ir2torch.Ir2Torch]:

@@ -15,11 +15,11 @@ import warnings
 import pytest
 import torch
 
-import ir2torch
 import torch2ir
 from common.errors import ConversionError
 from common.testing import assert_roundtrip
 from tests.real.corpus import CORPUS, UNSUPPORTED, Arch
+from tests.real.shared import converters, keep
 from torch2ir.training import TrainModeWarning
 
 # LeViT caches a tensor on itself while traced; export warns, the round trip is still exact
@@ -30,23 +30,19 @@ def _ids(arch: Arch) -> str:
     return arch.name
 
 
-def _converters(arch: Arch) -> dict:
-    """A converter and a rebuilder that have opted in to the operators ``arch`` needs (defaults otherwise)."""
-    converter, rebuilder = torch2ir.get_default_converter(), ir2torch.get_default_converter()
-    for pattern in arch.allow:
-        converter.allowlist.allow(pattern)
-        rebuilder.allowlist.allow(pattern)
-    return {"converter": converter, "rebuilder": rebuilder}
+_converters = converters  # a converter and a rebuilder with the operators ``arch`` opts in to
 
 
 @pytest.mark.parametrize("arch", CORPUS, ids=_ids)
 def test_eval_mode_round_trip_is_exact(arch):
     model = arch.build()
+    built = copy.deepcopy(model)  # for the next tests of this architecture (see shared.py)
     args, kwargs = arch.inputs()
     converters = _converters(arch)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TrainModeWarning)  # about train mode only; eval is checked here
         ir, rebuilt, report = assert_roundtrip(model, args, kwargs, **converters)
+        keep(arch, built, ir)
         again = converters["converter"].convert(rebuilt, args, kwargs)
     assert report.max_abs_diff <= 1e-5, report
     assert not rebuilt.training

@@ -4,8 +4,6 @@ every node links to a node of the module-level IR it was lowered from."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -15,8 +13,8 @@ from common.errors import ConversionError
 from common.safety import Allowlist
 from tests.helpers import max_abs_diff
 from tests.real.corpus import CORPUS, Arch
+from tests.real.shared import converted, converters
 from torch2ir.capture import lower_directly
-from torch2ir.training import TrainModeWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore:The tensor attributes:UserWarning")
 
@@ -29,15 +27,11 @@ def _run(rebuilder: ir2torch.Ir2Torch, flat, model, args, kwargs):
 
 @pytest.mark.parametrize("arch", CORPUS, ids=lambda a: a.name)
 def test_flat_from_the_capture_runs_like_the_model_and_the_direct_lowering(arch: Arch) -> None:
-    model = arch.build().eval()
+    shared = converted(arch)  # the eval-mode model and its IR, converted once (see shared.py)
+    model, ir = shared.model, shared.ir
     args, kwargs = arch.inputs()
-    converter, rebuilder = torch2ir.get_default_converter(), ir2torch.get_default_converter()
-    for pattern in arch.allow:
-        converter.allowlist.allow(pattern)
-        rebuilder.allowlist.allow(pattern)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TrainModeWarning)
-        ir = converter.convert(model, args, kwargs)
+    pair = converters(arch)
+    converter, rebuilder = pair["converter"], pair["rebuilder"]
     if ir.capture.refused is not None:  # a whole-model leaf (no export): refused by name, lowered directly instead
         with pytest.raises(ConversionError, match="cannot be lowered"):
             ir.lower()

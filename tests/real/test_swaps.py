@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import warnings
 
 import pytest
 import torch
@@ -21,8 +20,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from tests.real.corpus import CORPUS, Arch
-from tests.real.test_corpus import _converters
-from torch2ir.training import TrainModeWarning
+from tests.real.shared import converted, converters
 
 pytestmark = pytest.mark.filterwarnings("ignore:The tensor attributes:UserWarning")
 
@@ -54,13 +52,10 @@ def _swap(root: nn.Module, path: str, module: nn.Module) -> nn.Module:
 
 @pytest.mark.parametrize("arch", CORPUS, ids=lambda a: a.name)
 def test_every_rebuilt_module_can_be_swapped_for_the_original(arch: Arch):
-    model = arch.build().eval()
+    shared = converted(arch)  # the eval-mode model and its IR, converted once (see shared.py)
+    model, ir = shared.model, shared.ir
     args, kwargs = arch.inputs()
-    pair = _converters(arch)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TrainModeWarning)
-        ir = pair["converter"].convert(model, args, kwargs)
-    rebuilt = pair["rebuilder"].convert(ir, model.state_dict())
+    rebuilt = converters(arch)["rebuilder"].convert(ir, model.state_dict())
     with torch.no_grad():
         expected = model(*args, **kwargs)
     unsigned = UNSIGNED.get(arch.name, {})

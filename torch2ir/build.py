@@ -24,7 +24,6 @@ from .frontend import (
     export_root,
     graph_module_scopes,
     needs_signature,
-    outermost_handled,
     traced_mode,
 )
 from .hierarchy import Frame, Hierarchy, Problem
@@ -195,7 +194,7 @@ def _apply_train(ir: IR, table: ModuleTable, hierarchy: Hierarchy, train: TrainO
 
 def _preserved(model: nn.Module, table: ModuleTable) -> list[str]:
     """Paths of the outermost handled leaves whose call signature export must keep (see :func:`needs_signature`)."""
-    return [p for p in outermost_handled(model, table.is_leaf) if needs_signature(model.get_submodule(p))]
+    return [p for p in table.outermost_leaves() if needs_signature(table.module_of_key[table.key_of_path[p]])]
 
 
 def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: list[Frame],

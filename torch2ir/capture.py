@@ -276,23 +276,22 @@ def ir_digest(ir: IR) -> str:
 
 
 def _digest_impl(h: Any, key: str, impl: Implementation) -> None:
-    h.update(repr((key, impl.type, _plain(impl.data), impl.state, impl.aliases, _plain(impl.meta))).encode())
+    h.update(_text((key, impl.type, impl.data, impl.state, impl.aliases, impl.meta)))
     for graph in impl.graphs():
         h.update(b"graph")
-        # attributes holding no Subgraph (all but a higher-order op's, usually) are hashed as they are
-        nodes = [(name, _plain(attrs) if _holds_subgraph(attrs) else attrs)
-                 for name, attrs in graph.graph.nodes(data=True)]
-        h.update(repr(nodes).encode())
+        h.update(_text(list(graph.graph.nodes(data=True))))
         h.update(repr(list(graph.graph.edges(keys=True, data=True))).encode())
 
 
-def _holds_subgraph(value: Any) -> bool:
-    """Whether a :class:`Subgraph` is anywhere in ``value`` (dicts, lists and tuples walked)."""
-    if isinstance(value, dict):
-        return any(_holds_subgraph(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return any(_holds_subgraph(v) for v in value)
-    return isinstance(value, Subgraph)
+_MARK = "Subgraph("
+
+
+def _text(value: Any) -> bytes:
+    """``repr(value)``, with each :class:`Subgraph` in it replaced by its graph's digest (a Subgraph's repr shows
+    counts only). The walk runs only when the repr shows a Subgraph's mark; a string holding the mark just
+    takes the walk."""
+    text = repr(value)
+    return (repr(_plain(value)) if _MARK in text else text).encode()
 
 
 def _plain(value: Any) -> Any:

@@ -87,21 +87,6 @@ def export_root(model: nn.Module) -> nn.Module:
     return view
 
 
-def outermost_handled(model: nn.Module, is_handled: Callable[[nn.Module], bool]) -> list[str]:
-    """Paths of handled modules that are not inside another handled module (root excluded)."""
-    out: list[str] = []
-    handled_prefixes: list[str] = []
-    for path, module in model.named_modules(remove_duplicate=False):
-        if not path:
-            continue
-        if any(path.startswith(p + ".") for p in handled_prefixes):
-            continue
-        if is_handled(module):
-            out.append(path)
-            handled_prefixes.append(path)
-    return out
-
-
 def needs_signature(module: nn.Module) -> bool:
     """Whether ``torch.export`` must preserve the call signature of handled leaf ``module``.
 

@@ -43,6 +43,7 @@ class ModuleTable:
         self._owned: dict[str, set[int]] = {}
         self._names: dict[int, list[str]] | None = None  # id(tensor) -> its names, built on first use
         self._tensor_of: dict[str, int] = {}
+        self._outermost: list[str] | None = None
         first: dict[int, str] = {}
         for path, module in model.named_modules(remove_duplicate=False):
             key = path or "root"
@@ -59,6 +60,23 @@ class ModuleTable:
 
     def is_leaf(self, module: nn.Module) -> bool:
         return self.converter.has_handler(module)
+
+    def outermost_leaves(self) -> list[str]:
+        """Paths of the handled leaves that are not inside another handled leaf (root excluded), in
+        ``named_modules()`` order; read once per table."""
+        if self._outermost is None:
+            self._outermost = []
+            inside: set[str] = set()  # paths of handled leaves and everything under them
+            for path, key in self.key_of_path.items():
+                if not path:
+                    continue
+                parent = path.rpartition(".")[0]
+                if parent in inside:
+                    inside.add(path)
+                elif self.is_leaf(self.module_of_key[key]):
+                    self._outermost.append(path)
+                    inside.add(path)
+        return self._outermost
 
     def owns(self, path: str, fqn: str) -> bool:
         """True when the parameter or buffer named ``fqn`` (any of its tied names) is one of the tensors of

@@ -26,7 +26,7 @@ from torch.utils import _pytree as pytree
 
 from common.ir import IR
 
-from .frontend import outermost_handled, traced_mode
+from .frontend import traced_mode
 from .modules import ModuleTable
 from .train_record import TrainOps, _on_meta, reads_training
 from .training import TrainModeWarning
@@ -34,9 +34,15 @@ from .training import TrainModeWarning
 
 def _outside_leaves(model: nn.Module, table: ModuleTable) -> list[tuple[str, nn.Module]]:
     """``(path, module)`` of every module that is neither a handled leaf nor inside one."""
-    leaves = outermost_handled(model, table.is_leaf)
-    return [(p, m) for p, m in model.named_modules()
-            if not any(p == leaf or p.startswith(leaf + ".") for leaf in leaves)]
+    leaves = set(table.outermost_leaves())
+    out: list[tuple[str, nn.Module]] = []
+    inside: set[str] = set()
+    for path, module in model.named_modules():
+        if path in leaves or (path and path.rpartition(".")[0] in inside):
+            inside.add(path)
+        else:
+            out.append((path, module))
+    return out
 
 
 def written_in_graph(ep: torch.export.ExportedProgram) -> set[str]:

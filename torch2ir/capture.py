@@ -19,6 +19,7 @@ it tells by a digest of the IR taken when the conversion finished.
 from __future__ import annotations
 
 import hashlib
+import marshal
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -276,22 +277,26 @@ def ir_digest(ir: IR) -> str:
 
 
 def _digest_impl(h: Any, key: str, impl: Implementation) -> None:
-    h.update(_text((key, impl.type, impl.data, impl.state, impl.aliases, impl.meta)))
+    h.update(_encoded((key, impl.type, impl.data, impl.state, impl.aliases, impl.meta)))
     for graph in impl.graphs():
         h.update(b"graph")
-        h.update(_text(list(graph.graph.nodes(data=True))))
-        h.update(repr(list(graph.graph.edges(keys=True, data=True))).encode())
+        # the graph's own node and adjacency dicts (networkx's storage; reading them copies nothing)
+        h.update(_encoded(graph.graph._node))
+        h.update(_encoded(graph.graph._succ))
 
 
 _MARK = "Subgraph("
 
 
-def _text(value: Any) -> bytes:
-    """``repr(value)``, with each :class:`Subgraph` in it replaced by its graph's digest (a Subgraph's repr shows
-    counts only). The walk runs only when the repr shows a Subgraph's mark; a string holding the mark just
-    takes the walk."""
-    text = repr(value)
-    return (repr(_plain(value)) if _MARK in text else text).encode()
+def _encoded(value: Any) -> bytes:
+    """An exact encoding of ``value``: ``marshal`` for plain data (dicts, lists, strings, numbers, in order),
+    else ``repr`` with each :class:`Subgraph` in it replaced by its graph's digest (a Subgraph's repr shows
+    counts only; the walk runs only when the repr shows a Subgraph's mark)."""
+    try:
+        return b"m" + marshal.dumps(value, 2)  # version 2: no references, no interning marks
+    except ValueError:  # an object marshal does not write (a dtype, a Subgraph, ...)
+        text = repr(value)
+        return b"r" + (repr(_plain(value)) if _MARK in text else text).encode()
 
 
 def _plain(value: Any) -> Any:

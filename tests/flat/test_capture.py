@@ -208,3 +208,54 @@ def test_a_change_inside_a_higher_order_op_body_is_refused() -> None:
     with pytest.raises(StaleCaptureError):
         copied.lower()
     ir.lower()
+
+
+def _edit_kernel_to_list(ir: IR) -> None:
+    impl = next(i for _, i in ir.items() if "kernel_size" in i.data)
+    impl.data["kernel_size"] = list(impl.data["kernel_size"])  # equal numbers, another type
+
+
+def _edit_state_dtype(ir: IR) -> None:
+    ir["conv"].state["weight"]["dtype"] = torch.float64
+
+
+def _edit_ref_index(ir: IR) -> None:
+    from common.values import Ref
+
+    attrs = next(a for _, a in ir["root"].graph.nodes(data=True) if a.get("args"))
+    first = attrs["args"][0]
+    attrs["args"] = [Ref(first.node, 0), *attrs["args"][1:]]
+
+
+def _edit_edge_data(ir: IR) -> None:
+    source, target, key = next(iter(ir["root"].graph.edges(keys=True)))
+    ir["root"].graph.edges[source, target, key]["planted"] = 1
+
+
+def _edit_flag_to_int(ir: IR) -> None:
+    ir["conv"].data["bias"] = int(ir["conv"].data["bias"])  # True becomes 1: equal, not the same
+
+
+def _edit_zero_sign(ir: IR) -> None:
+    ir["root"].meta["planted"] = 0.0
+    ir.capture.seal(ir)  # sealed with 0.0; -0.0 compares equal and must still count as a change
+    ir["root"].meta["planted"] = -0.0
+
+
+class _ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, (3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).relu()
+
+
+@pytest.mark.parametrize("edit", [_edit_kernel_to_list, _edit_state_dtype, _edit_ref_index, _edit_edge_data,
+                                  _edit_flag_to_int, _edit_zero_sign])
+def test_edits_that_compare_equal_or_touch_one_field_are_refused(edit) -> None:
+    ir = torch2ir.convert(_ConvNet().eval(), (torch.randn(1, 3, 8, 8),))
+    assert ir.lower() == ir.lower()  # the digest of an unchanged IR is stable across calls
+    edit(ir)
+    with pytest.raises(StaleCaptureError):
+        ir.lower()

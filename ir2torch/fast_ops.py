@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 _nn = torch._C._nn
+_FACTORY = ("dtype", "layout", "device", "pin_memory")  # a factory's keyword-only tensor options
 
 #: ``"aten.<name>.<overload>"`` -> (binding, keywords it takes under the schema's names).
 FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
@@ -54,6 +55,28 @@ FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
         ("aten.linear.default", _nn.linear, ("bias",)),
         ("aten.gelu.default", _nn.gelu, ("approximate",)),
         ("aten.silu.default", _nn.silu, ()),
+        # mask building, position ids, dtype checks (small transformer graphs run these on every call)
+        ("aten.arange.default", torch.arange, _FACTORY),
+        ("aten.zeros.default", torch.zeros, _FACTORY),
+        ("aten.full.default", torch.full, _FACTORY),
+        ("aten.new_ones.default", torch.Tensor.new_ones, _FACTORY),
+        ("aten.ge.Scalar", torch.ge, ()), ("aten.gt.Scalar", torch.gt, ()),
+        ("aten.le.Scalar", torch.le, ()), ("aten.lt.Scalar", torch.lt, ()),
+        ("aten.eq.Scalar", torch.eq, ()), ("aten.ne.Scalar", torch.ne, ()),
+        ("aten.__and__.Tensor", torch.Tensor.__and__, ()),
+        ("aten.where.self", torch.where, ()),
+        ("aten.where.ScalarOther", torch.where, ()),
+        ("aten.masked_fill.Scalar", torch.masked_fill, ()),
+        ("aten._assert_tensor_metadata.default", torch._assert_tensor_metadata,
+         ("size", "stride", "dtype", "device", "layout")),
+        ("aten.stack.default", torch.stack, ()),
+        ("aten.flatten.using_ints", torch.flatten, ()),
+        ("aten.reshape_as.default", torch.Tensor.reshape_as, ()),
+        ("aten.layer_norm.default", torch.layer_norm, ()),
+        ("aten.addmm.default", torch.addmm, ("beta", "alpha")),
+        ("aten.embedding.default", torch.embedding, ()),
+        ("aten.conv1d.default", torch.conv1d, ()),
+        ("aten.conv2d.default", torch.conv2d, ()),
     ]
 }
 

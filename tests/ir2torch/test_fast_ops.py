@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ir2torch.direct_op import DirectOp, direct_op
 from ir2torch.fast_ops import FAST, fast_binding
@@ -37,7 +38,44 @@ CALLS: dict[str, list[tuple[tuple, dict]]] = {
     "aten.to.dtype": [((x, torch.float32), {}), ((x, torch.float64), {}), ((i32, torch.bool), {"copy": True})],
     "aten.linear.default": [((x, torch.ones(5, 4)), {}), ((x, torch.ones(5, 4)), {"bias": torch.arange(5.0)})],
     "aten.gelu.default": [((x,), {}), ((x,), {"approximate": "tanh"})], "aten.silu.default": [((x,), {})],
+    "aten.arange.default": [((8,), {}), ((5,), {"dtype": torch.int32, "device": torch.device("cpu"),
+                                                 "pin_memory": False}), ((2.5,), {"layout": torch.strided})],
+    "aten.zeros.default": [(([2, 3],), {}), (([4],), {"dtype": torch.int64, "device": torch.device("cpu"),
+                                                      "pin_memory": False})],
+    "aten.full.default": [(([2], 1.5), {}), (([3], 7), {"dtype": torch.int16}), (([1], True), {})],
+    "aten.new_ones.default": [((x, [2]), {}), ((i32, [3]), {"dtype": torch.bool, "pin_memory": False})],
+    "aten.ge.Scalar": [((x, 0), {}), ((i32, 2.5), {})], "aten.gt.Scalar": [((x, 0.5), {})],
+    "aten.le.Scalar": [((i32, 3), {})], "aten.lt.Scalar": [((x, -0.5), {})],
+    "aten.eq.Scalar": [((i32, 4), {})], "aten.ne.Scalar": [((i32, 0), {})],
+    "aten.__and__.Tensor": [((x > 0, x < 1), {}), ((i32, i32 + 1), {})],
+    "aten.where.self": [((x > 0, x, -x), {}), ((x > 0, i32.float(), x), {})],
+    "aten.where.ScalarOther": [((x > 0, x, -3.4e38), {}), ((x > 0, i32, 0), {})],
+    "aten.masked_fill.Scalar": [((x, x > 0, 0.5), {}), ((i32, i32 > 3, -1), {})],
+    "aten._assert_tensor_metadata.default": [((x,), {}), ((x,), {"dtype": torch.float32, "device": torch.device(
+        "cpu"), "layout": torch.strided}), ((x, [2, 3, 4]), {"stride": [12, 4, 1]})],
+    "aten.stack.default": [(([x, x], 1), {}), (([x, x],), {})],
+    "aten.flatten.using_ints": [((x, 1), {}), ((x.transpose(0, 1), 0, 1), {})],
+    "aten.reshape_as.default": [((x, x.reshape(6, 4)), {}), ((x.transpose(1, 2), x.reshape(24)), {})],
+    "aten.layer_norm.default": [((x, [4]), {}), ((x, [3, 4], torch.ones(3, 4), torch.zeros(3, 4), 1e-6), {})],
+    "aten.addmm.default": [((torch.ones(3), sq, sq), {}), ((torch.ones(3), sq, sq), {"beta": 0.5, "alpha": 2})],
+    "aten.embedding.default": [((sq, torch.tensor([[0, 2], [1, 1]])), {}), ((sq, torch.tensor([2, 0]), 0), {})],
+    "aten.conv1d.default": [((x, torch.ones(5, 3, 2)), {}), ((x, torch.ones(4, 3, 3), torch.arange(4.0), [1], [1]),
+                                                             {})],
+    "aten.conv2d.default": [((x[None], torch.ones(2, 2, 2, 2)), {}),
+                            ((x[None], torch.ones(4, 1, 1, 1), None, [1, 1], [0, 0], [1, 1], 2), {})],
 }
+
+
+class _Kernels(TorchDispatchMode):
+    """Records the ATen overloads a call reaches below autograd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -56,7 +94,14 @@ def test_binding_runs_its_overload(name):
     for args, kwargs in CALLS[name]:
         fn = direct_op(boxed, kwargs, len(args))
         assert isinstance(fn, DirectOp) and fn == boxed and fn.func is FAST[name][0]
-        expected, got = boxed(*args, **kwargs), fn(*args, **kwargs)
+        with _Kernels() as boxed_run:
+            expected = boxed(*args, **kwargs)
+        with _Kernels() as fast_run:
+            got = fn(*args, **kwargs)
+        assert fast_run.ops == boxed_run.ops  # the same kernels, in the same order, below autograd
+        if expected is None:  # a check (``_assert_tensor_metadata``)
+            assert got is None
+            continue
         _same(got, expected)
         if isinstance(args[0], torch.Tensor):  # a view (or ``to`` returning its input) in both or in neither
             first = args[0].untyped_storage().data_ptr()
@@ -70,3 +115,12 @@ def test_other_keywords_take_the_boxed_path():
     assert slow == add and slow.func is add._op
     assert torch.equal(slow(self=x, other=x), x + x)
     assert direct_op(add, {}, 3).func is add._op  # more positional arguments than the schema takes
+
+
+def test_a_failing_metadata_check_raises_through_the_binding_as_through_the_overload():
+    boxed = torch.ops.aten._assert_tensor_metadata.default
+    fn = direct_op(boxed, {"dtype": torch.float64}, 1)
+    assert fn.func is torch._assert_tensor_metadata
+    for call in (boxed, fn):
+        with pytest.raises(RuntimeError, match="dtype"):
+            call(x, dtype=torch.float64)

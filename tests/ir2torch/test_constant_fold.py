@@ -275,3 +275,24 @@ def test_dtype_inference_mode_and_recompile_follow_the_plain_forward() -> None:
             module.double()(x.double())
     folded.recompile()  # a recompiled graph may differ: the fold steps aside
     assert torch.equal(folded(x), plain(x)) and _aten_ops(folded, x)["aten::arange"] >= 1
+
+
+class _SizedByInput(nn.Module):
+    """A mask of the input's (dynamic) length next to one of a fixed length."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = torch.arange(x.shape[0])
+        fixed = (torch.arange(4) * 2).sum()
+        return x + (n[:, None] >= n[None, :]).sum(1)[:, None] + fixed
+
+
+def test_symbolic_sizes_are_never_folded() -> None:
+    model = _SizedByInput()
+    dim = torch.export.Dim("n", min=2, max=16)
+    ir = torch2ir.convert(model, (torch.randn(5, 3),), dynamic_shapes={"x": {0: dim}})
+    folded = ir2torch.convert(ir)
+    plan = plan_fold(folded.graph)
+    assert plan is not None and len([n for n in plan.folded if "arange" in str(overload_of(n))]) == 1
+    for rows in (5, 9, 3, 9):
+        x = torch.randn(rows, 3)
+        assert torch.equal(folded(x), model(x))

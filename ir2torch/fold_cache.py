@@ -45,7 +45,8 @@ _exporting = torch.compiler.is_exporting
 
 def plain_call_required() -> bool:
     """Whether something (a tracer, a mode, a transform: see the module docstring) must see the plain forward."""
-    return bool(_dispatch_modes() or _function_modes() or _compiling() or _exporting()
+    # dynamo reads ``is_compiling()`` as True and stops there: nothing after it is traced
+    return bool(_compiling() or _exporting() or _dispatch_modes() or _function_modes()
                 or _jit_tracing() is not None or _functorch() is not None or _autocast()
                 or nn.Module.__call__ is not _MODULE_CALL)
 

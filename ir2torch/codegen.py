@@ -33,6 +33,7 @@ from common.names import check_forward_arg_names
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import kwarg_names, load_spec
 
+from .fold_cache import FOLD_ATTR
 from .shared_code import CodeCache, placeholder_module
 
 _COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
@@ -294,10 +295,7 @@ class _ReportingCall:
 
     def __init__(self, cls: type, implementation: str, check: Check | None,
                  variants: list[Callable[..., Any]]) -> None:
-        self.cls = cls
-        self.implementation = implementation
-        self.check = check
-        self.variants = variants
+        self.cls, self.implementation, self.check, self.variants = cls, implementation, check, variants
 
     def method(self) -> Callable[..., Any]:
         """This call as a plain function, to be the class's ``__call__``: no ``call_wrapped`` frame, and no
@@ -311,6 +309,8 @@ class _ReportingCall:
                     check(obj, args, kwargs)
                 if variants and obj.__dict__.get(VARIANT_ATTR):
                     return call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
+                if (fold := obj.__dict__.get(FOLD_ATTR)) is not None and fold.ready(obj):
+                    return fold.call(obj, args, kwargs)  # constants computed once (ir2torch.constant_fold)
                 if nn.Module.__call__ is _MODULE_CALL and obj._compiled_call_impl is None:
                     return obj._call_impl(*args, **kwargs)  # what ``nn.Module.__call__`` does, one frame fewer
                 return super(cls, obj).__call__(*args, **kwargs)

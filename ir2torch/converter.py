@@ -122,6 +122,7 @@ class Ir2Torch:
         max_bytes: Budget = _CONVERTER_BUDGET,
         guard_inputs: bool = True,
         allow: Iterable[str] | None = None,
+        fold_constants: bool = True,
     ) -> nn.Module:
         """Rebuild the model described by ``ir``, optionally loading state.
 
@@ -153,6 +154,10 @@ class Ir2Torch:
             allow: operators of other namespaces to accept besides this converter's allow-list
                 (``"transformers::grouped_mm_fallback"``, ``"quantized_decomposed::*"``); resolved only
                 among operators registered in this process.
+            fold_constants: compute each graph's input-independent values (built from literals only, such as
+                a relative-position index or an all-true mask) once per module and reuse them on later calls
+                (:mod:`ir2torch.constant_fold`); tracers, modes and transforms still see every op. ``False``
+                recomputes them on every call, as the IR's graph does. Not used for a FlatIR.
 
         Raises:
             IRError: the IR is malformed or unsafe, a type has no builder, or the state
@@ -164,7 +169,7 @@ class Ir2Torch:
             worker = self.copy()
             worker.allowlist = self.allowlist.extended(allow)
             return worker.convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes,
-                                  guard_inputs=guard_inputs)
+                                  guard_inputs=guard_inputs, fold_constants=fold_constants)
         budget = self.max_bytes if isinstance(max_bytes, _Unset) else max_bytes
         flat = self._as_flat(ir)
         if flat is not None:
@@ -173,10 +178,11 @@ class Ir2Torch:
                                          executors=self.executors, guard_inputs=guard_inputs)
         ir = self._as_ir(ir)
         with collector_paused():  # building allocates much and frees little (see common.collector)
-            return self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs)
+            return self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
 
     def _convert_ir(self, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None,
-                    device: torch.device | str | None, strict: bool, budget: Any, guard_inputs: bool) -> nn.Module:
+                    device: torch.device | str | None, strict: bool, budget: Any, guard_inputs: bool,
+                    fold_constants: bool = True) -> nn.Module:
         """:meth:`convert` of an :class:`~common.ir.IR` (see there; raises the same errors)."""
         validate(ir, allowlist=self.allowlist)
         if "root" not in ir:
@@ -184,7 +190,8 @@ class Ir2Torch:
         check_budget({}, budget, target_device(device), what="implementation", measure=lambda: self.declared_sizes(ir))
         maps: dict[str, StateMap] = {}
         codes = CodeCache()  # identical graphs (repeated layers) share their generated code
-        modules = {key: self._build_one(impl, device, maps, guard_inputs, codes) for key, impl in ir.items()}
+        modules = {key: self._build_one(impl, device, maps, guard_inputs, codes, fold_constants)
+                   for key, impl in ir.items()}
         root = attach_children(ir, modules)
         restore_quantization(ir, modules)
         restore_state_layout(ir, modules)
@@ -235,7 +242,7 @@ class Ir2Torch:
 
     def _build_one(self, impl: Implementation, device: torch.device | str | None,
                    maps: dict[str, StateMap], guard_inputs: bool = False,
-                   codes: CodeCache | None = None) -> nn.Module:
+                   codes: CodeCache | None = None, fold_constants: bool = True) -> nn.Module:
         if impl.type in self.builders:
             if impl.variants:
                 raise BuildError(f"type {impl.type!r} is built by its builder, which has one forward, but the IR "
@@ -261,7 +268,7 @@ class Ir2Torch:
             # a "module" never called has no graph: it only holds its state and children
             guard = root_guard(impl) if guard_inputs and impl.name == "root" else None
             try:
-                gm = graph_module(impl, self.allowlist, device=device, guard=guard, codes=codes)
+                gm = graph_module(impl, self.allowlist, device=device, guard=guard, codes=codes, fold=fold_constants)
             except IRError:
                 raise
             except Exception as exc:
@@ -295,7 +302,8 @@ def convert(
     max_bytes: Budget = AVAILABLE,
     guard_inputs: bool = True,
     allow: Iterable[str] | None = None,
+    fold_constants: bool = True,
 ) -> nn.Module:
     """Rebuild ``ir`` with a default converter (see :meth:`Ir2Torch.convert`)."""
     return get_default_converter().convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes,
-                                           guard_inputs=guard_inputs, allow=allow)
+                                           guard_inputs=guard_inputs, allow=allow, fold_constants=fold_constants)

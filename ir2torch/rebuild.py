@@ -33,6 +33,7 @@ from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
 
 from .codegen import calling_convention, compile_variant, install_graph, report_errors, select_variant
+from .constant_fold import attach_fold
 from .direct_op import direct_op
 from .shared_code import CodeCache, placeholder_module
 from .signature_check import SignatureCheck
@@ -301,7 +302,7 @@ _RESERVED_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree"} | set(dir(b
 
 def graph_module(
     impl: Implementation, allowlist: Allowlist, *, device: torch.device | str | None = None, guard: Any = None,
-    codes: CodeCache | None = None,
+    codes: CodeCache | None = None, fold: bool = True,
 ) -> fx.GraphModule:
     """An empty-bodied ``GraphModule`` for ``impl`` running its graph.
 
@@ -309,7 +310,8 @@ def graph_module(
     recorded shape and dtype, on ``device``); children are attached later by the caller. A
     ``guard`` (:class:`~ir2torch.guards.InputGuard`) is called with the placeholders first.
     ``codes`` (one per conversion) shares generated code between identical graphs
-    (:mod:`ir2torch.shared_code`).
+    (:mod:`ir2torch.shared_code`). With ``fold``, input-independent values are computed once per module
+    (:mod:`ir2torch.constant_fold`).
     """
     gm = placeholder_module(_class_name(impl))  # its graph is installed below
     if isinstance(impl.meta.get("class"), str):
@@ -346,7 +348,11 @@ def graph_module(
         if "in_spec" in impl.meta:
             vgraph._codegen = calling_convention(impl.meta, impl.name, codes)
         variants.append(compile_variant(vgraph, impl.name, codes))
-    return report_errors(install_graph(gm, graph, impl.name, codes), impl.name, check, variants)
+    gm = report_errors(install_graph(gm, graph, impl.name, codes), impl.name, check, variants)
+    if fold:
+        attach_fold(gm, graph, impl.name, codes,
+                    (lambda: calling_convention(impl.meta, impl.name, codes)) if "in_spec" in impl.meta else None)
+    return gm
 
 
 def _set_state(root: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:

@@ -26,9 +26,10 @@ from common.registry import Registry
 from common.safety import Allowlist
 from common.values import Ref
 
-from .codegen import calling_convention, install_graph, report_errors
+from .codegen import calling_convention, install_graph
 from .flat_state import StateSource, attach_weights, resolve_weights
 from .guard_specs import flat_guard
+from .module_call import report_errors
 from .rebuild import _fx_name, runtime_device
 
 Executor = Callable[..., Any]

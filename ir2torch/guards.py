@@ -95,7 +95,7 @@ class InputGuard:
 
     def attach(self, module: nn.Module) -> None:
         """Keep the guard in ``module.meta["input_guard"]``. The call's structure is checked by
-        :meth:`check_call`, which :func:`ir2torch.codegen.report_errors` runs before ``forward`` binds the
+        :meth:`check_call`, which :func:`ir2torch.module_call.report_errors` runs before ``forward`` binds the
         arguments (no forward hook: the rebuilt model carries no hook the original did not have)."""
         if isinstance(getattr(module, "meta", None), dict):
             module.meta["input_guard"] = self

@@ -32,9 +32,10 @@ from common.names import sanitize
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
 
-from .codegen import calling_convention, compile_variant, install_graph, report_errors, select_variant
+from .codegen import calling_convention, compile_variant, install_graph
 from .constant_fold import attach_fold
 from .direct_op import direct_op
+from .module_call import report_errors, select_variant
 from .shared_code import CodeCache, placeholder_module
 from .signature_check import SignatureCheck
 

@@ -24,7 +24,8 @@ _HINT = "call the module as the converted model did, or convert again with this 
 
 
 class SignatureCheck:
-    """Runs before a rebuilt submodule's ``forward`` binds its arguments (:func:`ir2torch.codegen.report_errors`)."""
+    """Runs before a rebuilt submodule's ``forward`` binds its arguments
+    (:func:`ir2torch.module_call.report_errors`)."""
 
     def __init__(self, parameters: list[Param], in_spec: pytree.TreeSpec,
                  constants: list[tuple[int, Any]] | None = None) -> None:
@@ -51,6 +52,9 @@ class SignatureCheck:
                 self._nested = True
         self.in_spec = in_spec
         self.args_kwargs = args_kwargs
+        #: the traced call's positional count when it takes no keywords and no constants: such a call passes
+        #: this check without running it (the call wrapper compares the count; -1: always run the check)
+        self.plain_count = self.count if not self.keywords and not self.constants else -1
 
     def __call__(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
         """Raises:

@@ -240,3 +240,38 @@ def test_a_changed_parameters_list_does_not_reach_the_next_conversion():
     second = torch2ir.convert(model, (x,))
     assert second["layers.0"].meta["parameters"][0][0] == "hidden"
     assert second["layers.0"].meta["forward_arg_names"] == ["hidden", "position", "scale"]
+
+
+class _Scale(nn.Module):
+    def forward(self, x: torch.Tensor, factor: float = 2.0, *, shift: torch.Tensor | None = None) -> torch.Tensor:
+        return x * factor if shift is None else x * factor + shift
+
+
+class _ScaleParent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = _Scale()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale(x).relu()
+
+
+def test_the_traced_positional_call_skips_the_check_and_every_other_call_runs_it(monkeypatch):
+    """A child traced with positional tensors only (no keywords, no constants) is called by its parent without
+    running the signature check; any other way of calling it still runs it, and still refuses what differs."""
+    from common.errors import InputMismatchError
+    from ir2torch.signature_check import SignatureCheck
+
+    model, x = _ScaleParent().eval(), torch.randn(3)
+    _, rebuilt = _convert(model, (x,), {})
+    runs, real = [], SignatureCheck.__call__
+    monkeypatch.setattr(SignatureCheck, "__call__", lambda self, *a: runs.append(a[1:]) or real(self, *a))
+    assert torch.equal(rebuilt(x), model(x)) and runs == []  # the parent's call: as traced
+    assert torch.equal(rebuilt.scale(x=x), x * 2) and runs[0][1].keys() == {"x"}  # by name: checked, accepted
+    for call, fragment in ((lambda: rebuilt.scale(x, 3.0), "factor=3.0 differs from the default 2.0"),
+                           (lambda: rebuilt.scale(x, shift=x), "shift=tensor")):
+        runs.clear()
+        with pytest.raises(InputMismatchError) as info:
+            call()
+        assert fragment in str(info.value), str(info.value)
+        assert runs, "the check ran"

@@ -1,0 +1,169 @@
+"""The call of a rebuilt module whose ``forward`` is generated code.
+
+:func:`report_errors` replaces the module class's call: it runs the call check (a signature or input guard
+check) first, the per-call graph a caller selected (:func:`select_variant`), the folded forward when one holds
+(:mod:`ir2torch.fold_cache`), and makes a failure of the generated code raise :class:`ExecutionError`, naming
+the implementation and node (an IR that loads but does not run), instead of an exception from deep inside.
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from common.errors import ExecutionError, IRError
+
+from .fold_cache import FOLD_ATTR
+
+Check = Callable[[nn.Module, tuple, dict], None]
+
+
+#: Instance attribute through which a caller picks the per-call graph of its next call of a module.
+VARIANT_ATTR = "_ir_variant"
+
+
+def select_variant(module: nn.Module, variant: int) -> None:
+    """Make ``module``'s next call run its per-call graph ``variant`` (called by the parent's generated code
+    right before the call; a module without variants, such as a user's replacement, ignores it)."""
+    module.__dict__[VARIANT_ATTR] = variant
+
+
+
+def report_errors(gm: fx.GraphModule, implementation: str, check: Check | None = None,
+                  variants: list[Callable[..., Any]] | None = None) -> fx.GraphModule:
+    """Make failures of ``gm``'s generated code raise :class:`ExecutionError` naming ``implementation``
+    and the node (instead of an exception from deep inside generated code); run ``check(gm, args, kwargs)``
+    first on every call (the input guard's structure check), without a forward hook; run the per-call graph
+    a caller selected (:func:`select_variant`) among ``variants``. Deep copies keep all three.
+    """
+    variants = list(variants or [])
+    _install(gm, implementation, check, variants)
+    gm._register_deepcopy_hook(functools.partial(_install, implementation=implementation, check=check,
+                                                 variants=variants))
+    return gm
+
+
+def _install(gm: fx.GraphModule, implementation: str, check: Check | None,
+             variants: list[Callable[..., Any]]) -> None:
+    cls = type(gm)
+    cls._wrapped_call = _ReportingCall(cls, implementation, check, variants)
+    cls.__call__ = cls._wrapped_call.method()  # one frame fewer than fx's ``call_wrapped`` (see its docstring)
+
+
+#: ``nn.Module.__call__`` as torch defines it (tracers such as ``torch.fx.symbolic_trace`` patch it).
+_MODULE_CALL = nn.Module.__call__
+
+
+class _ReportingCall:
+    """Replaces fx's per-class call wrapper and reports errors by node (see :meth:`method`)."""
+
+    def __init__(self, cls: type, implementation: str, check: Check | None,
+                 variants: list[Callable[..., Any]]) -> None:
+        self.cls, self.implementation, self.check, self.variants = cls, implementation, check, variants
+
+    def method(self) -> Callable[..., Any]:
+        """This call as a plain function, to be the class's ``__call__``: no ``call_wrapped`` frame, and no
+        ``nn.Module.__call__`` frame while no tracer patched it (``_call_impl`` itself runs the hooks). A later
+        ``recompile()`` puts fx's ``call_wrapped`` back, which still calls :meth:`__call__`: same behaviour."""
+        cls, check, variants, report, call_variant = self.cls, self.check, self.variants, self._report, \
+            self._call_variant
+        plain = getattr(check, "plain_count", -1)  # a call of this many positional arguments needs no check
+
+        def __call__(obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            try:
+                if check is not None and (kwargs or len(args) != plain):
+                    check(obj, args, kwargs)
+                if variants and obj.__dict__.get(VARIANT_ATTR):
+                    return call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
+                if (fold := obj.__dict__.get(FOLD_ATTR)) is not None and fold.ready(obj):
+                    return fold.call(obj, args, kwargs)  # constants computed once (ir2torch.constant_fold)
+                if nn.Module.__call__ is _MODULE_CALL and obj._compiled_call_impl is None:
+                    return obj._call_impl(*args, **kwargs)  # what ``nn.Module.__call__`` does, one frame fewer
+                return super(cls, obj).__call__(*args, **kwargs)
+            except IRError:
+                raise
+            except Exception as exc:
+                error = report(obj, exc)
+                if error is exc:
+                    raise
+                raise error from exc
+
+        return __call__
+
+    def __call__(self, obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """fx's ``call_wrapped`` calls this (after a ``recompile()``): the same as :meth:`method`'s function."""
+        try:
+            if self.check is not None:
+                self.check(obj, args, kwargs)
+            if self.variants and obj.__dict__.get(VARIANT_ATTR):
+                return self._call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
+            return super(self.cls, obj).__call__(*args, **kwargs)
+        except IRError:
+            raise
+        except Exception as exc:
+            error = self._report(obj, exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def _report(self, obj: nn.Module, exc: Exception) -> Exception:
+        """The :class:`ExecutionError` for ``exc`` raised by ``obj``'s generated code (``exc`` itself under a
+        tracer, which uses exceptions of its own)."""
+        if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+            return exc  # tracers use exceptions of their own; leave them untouched
+        message = f"running {_failed_at(obj, exc)} raised {type(exc).__name__}: {str(exc).strip()[:500]}"
+        hint = ("if the inputs are valid, the IR's graph is inconsistent here (the exception's cause has the "
+                "full traceback)")
+        try:
+            return _execution_error(type(exc))(message, implementation=self.implementation, hint=hint)
+        except Exception:  # noqa: BLE001 - an exception class whose __init__ wants other arguments
+            return ExecutionError(message, implementation=self.implementation, hint=hint)
+
+    def _call_variant(self, obj: nn.Module, variant: int, args: tuple, kwargs: dict) -> Any:
+        """One call through ``nn.Module.__call__`` (hooks, tracers' module scopes) running per-call graph
+        ``variant``: the instance's ``forward`` is that graph's for the duration of the call."""
+        obj.__dict__["forward"] = self.variants[variant - 1].__get__(obj)
+        try:
+            return super(self.cls, obj).__call__(*args, **kwargs)
+        finally:
+            obj.__dict__.pop("forward", None)
+
+
+def _reduce_plain(self: ExecutionError) -> tuple:
+    """Pickle as a plain :class:`ExecutionError` (the combined class exists only in this process)."""
+    return ExecutionError(self.message, implementation=self.implementation, node=self.node, key=self.key,
+                          hint=self.hint).__reduce__()
+
+
+@functools.cache
+def _execution_error(kind: type[BaseException]) -> type[ExecutionError]:
+    """:class:`ExecutionError` that is also a ``kind`` (plain ExecutionError where the two cannot be combined)."""
+    try:
+        return type("ExecutionError", (ExecutionError, kind), {"__module__": ExecutionError.__module__,
+                                                              "__reduce__": _reduce_plain})
+    except TypeError:  # e.g. OSError's instance layout
+        return ExecutionError
+
+
+def _failed_at(obj: nn.Module, exc: BaseException) -> str:
+    """``node 'x' (aten.mm.default)`` for the innermost line of ``obj``'s generated code in ``exc``'s traceback."""
+    code = getattr(type(obj).forward, "__code__", None)
+    lineno = None
+    for frame, line in traceback.walk_tb(exc.__traceback__):
+        if frame.f_code is code:
+            lineno = line
+    lines = getattr(obj, "_lineno_map", None) or {}
+    index = lines.get(lineno - getattr(obj, "_prologue_start", 0)) if lineno is not None else None
+    if index is None:
+        return "the graph"
+    node = list(obj.graph.nodes)[index]
+    target = node.meta.get("op_type") or getattr(node.target, "__name__", node.target)
+    return f"node {node.meta.get('ir_node', node.name)!r} ({target})"
+
+
+__all__ = ["VARIANT_ATTR", "Check", "report_errors", "select_variant"]

@@ -77,6 +77,18 @@ FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
         ("aten.embedding.default", torch.embedding, ()),
         ("aten.conv1d.default", torch.conv1d, ()),
         ("aten.conv2d.default", torch.conv2d, ()),
+        ("aten.conv2d.padding", torch.conv2d, ()),
+        # residual adds, in-place updates and the rest of the convolutional and windowed models' ops
+        ("aten.add_.Tensor", torch.Tensor.add_, ("alpha",)),
+        ("aten.mul_.Tensor", torch.Tensor.mul_, ()),
+        ("aten.copy_.default", torch.Tensor.copy_, ("non_blocking",)),
+        ("aten.fill_.Tensor", torch.Tensor.fill_, ()),
+        ("aten.clamp.default", torch.clamp, ()),
+        ("aten.clamp_min.default", torch.clamp_min, ()),
+        ("aten.expand_as.default", torch.Tensor.expand_as, ()),
+        ("aten.roll.default", torch.roll, ()),
+        ("aten.pad.default", _nn.pad, ()),
+        ("aten.linalg_vector_norm.default", torch._C._linalg.linalg_vector_norm, ("dtype",)),
     ]
 }
 

@@ -3,6 +3,8 @@ and aliasing as the boxed ``OpOverload`` call, for positional arguments and the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -63,6 +65,18 @@ CALLS: dict[str, list[tuple[tuple, dict]]] = {
                                                              {})],
     "aten.conv2d.default": [((x[None], torch.ones(2, 2, 2, 2)), {}),
                             ((x[None], torch.ones(4, 1, 1, 1), None, [1, 1], [0, 0], [1, 1], 2), {})],
+    "aten.conv2d.padding": [((x[None], torch.ones(2, 2, 3, 3), None, [1, 1], "same"), {}),
+                            ((x[None], torch.ones(2, 2, 2, 2), torch.ones(2), [1, 1], "valid"), {})],
+    "aten.add_.Tensor": [((x.clone(), x), {}), ((x.clone(), 2), {}), ((x.clone(), x), {"alpha": 3})],
+    "aten.mul_.Tensor": [((x.clone(), x), {}), ((i32.clone(), 3), {})],
+    "aten.copy_.default": [((x.clone(), -x), {}), ((x.clone(), i32), {"non_blocking": False})],
+    "aten.fill_.Tensor": [((x.clone(), torch.tensor(2.5)), {})],
+    "aten.clamp.default": [((x, -0.5, 0.5), {}), ((x, None, 0.1), {}), ((i32, 2), {})],
+    "aten.clamp_min.default": [((x, 0.0), {}), ((i32, 3), {})],
+    "aten.expand_as.default": [((x[:1], x), {})],
+    "aten.roll.default": [((x, [1], [2]), {}), ((x, [1, -1], [0, 1]), {})],
+    "aten.pad.default": [((x, [1, 1]), {}), ((x, [0, 1, 2, 0], "constant", 0.5), {}), ((x, [1, 1], "reflect"), {})],
+    "aten.linalg_vector_norm.default": [((x,), {}), ((x, 2, [-1], True), {}), ((x, 1, [0]), {"dtype": torch.float64})],
 }
 
 
@@ -78,7 +92,17 @@ class _Kernels(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> None:
+def _fresh(args: tuple, inplace: bool) -> tuple:
+    return (args[0].clone(), *args[1:]) if inplace else args
+
+
+def _same(a: Any, b: Any) -> None:
+    assert type(a) is type(b)  # a list stays a list (a binding returning a tuple would change the output)
+    if isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x_, y_ in zip(a, b):
+            _same(x_, y_)
+        return
     assert a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
     assert torch.equal(a, b)
 
@@ -94,10 +118,14 @@ def test_binding_runs_its_overload(name):
     for args, kwargs in CALLS[name]:
         fn = direct_op(boxed, kwargs, len(args))
         assert isinstance(fn, DirectOp) and fn == boxed and fn.func is FAST[name][0]
+        first = boxed._schema.arguments[0].alias_info
+        inplace = first is not None and first.is_write  # each call writes a fresh copy of its first argument
+        boxed_args, fast_args = _fresh(args, inplace), _fresh(args, inplace)
         with _Kernels() as boxed_run:
-            expected = boxed(*args, **kwargs)
+            expected = boxed(*boxed_args, **kwargs)
         with _Kernels() as fast_run:
-            got = fn(*args, **kwargs)
+            got = fn(*fast_args, **kwargs)
+        assert not inplace or (got is fast_args[0] and expected is boxed_args[0])  # both return what they wrote
         assert fast_run.ops == boxed_run.ops  # the same kernels, in the same order, below autograd
         if expected is None:  # a check (``_assert_tensor_metadata``)
             assert got is None

@@ -19,15 +19,22 @@ is exact only while the folded values' storage is the folded region's alone, so 
 *storage class* (a node producing fresh storage, and every view or in-place result of it, following the schemas'
 alias annotations) until nothing changes:
 
-* a class is refused (every node of it stops being foldable, and so does everything depending on one) when a
-  non-folded node consumes one of its values through an argument its schema annotates as aliased or written
-  (an in-place op, ``out=``, a view such as ``expand``/``view``/``slice``/``contiguous``/``to``), when the graph
-  output, a submodule call or any non-ATen function consumes one of its values, or when a non-folded node reads
-  one of its values before the last folded in-place op on the class has run (it would see the final value early);
+* a value that *escapes* (a non-folded node consumes it through an argument its schema annotates as aliased or
+  written: an in-place op, ``out=``, a view such as ``expand``/``view``/``slice``/``contiguous``/``to``; or the
+  graph output, a submodule call or any non-ATen function consumes it) is *copied*: the forward reads a fresh
+  ``clone`` of the cached value, made once per call and shared by all its readers of that call, exactly what a
+  recomputation would hand them. That holds only for a value with fresh storage of its own (its class's root,
+  no view or in-place result) that is the only value of its class read outside the fold, and only when the
+  computed tensor is contiguous and fills its storage from offset 0 (so that the clone has its strides; checked
+  when the values are computed, see :func:`ir2torch.fold_cache.exact_copy`, which turns the module's fold off
+  otherwise). An escaping value that is not such a root refuses its class (every node of it stops being
+  foldable, and so does everything depending on one);
+* a class is also refused when a non-folded node reads one of its values before the last folded in-place op on
+  the class has run (it would see the final value early);
 * the nodes that stay foldable and have a non-folded user are the *frontier*: the values the forward reads.
 
-So a cached value is only ever read, never written, never returned and never seen by code the rebuilder did not
-generate from an ATen schema. The rule trusts the ops' schemas (the alias annotations PyTorch's own passes rely on).
+So a cached value is only ever read by ATen ops that neither write nor alias it; anything else gets its own copy.
+The rule trusts the ops' schemas (the alias annotations PyTorch's own passes rely on).
 """
 
 from __future__ import annotations
@@ -35,11 +42,13 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import fx
+
+from .direct_op import direct_op
 
 #: Types a literal argument of a foldable node may have (exact types: a ``SymInt`` is none of them).
 _LITERALS = frozenset({type(None), bool, int, float, complex, str, torch.dtype, torch.device, torch.layout,
@@ -48,6 +57,8 @@ _LITERALS = frozenset({type(None), bool, int, float, complex, str, torch.dtype, 
 #: Op names never folded: uninitialised memory, storage swaps, and the random families (besides the tag).
 _NEVER = re.compile(r"(_?empty|new_empty|resize|set_|.*(rand|bernoulli|dropout|normal|uniform|multinomial|poisson|"
                     r"cauchy|exponential|geometric|log_normal|seed))")
+
+_CLONE = torch.ops.aten.clone.default
 
 #: Fewest ATen ops worth a fold (the cached path's per-call check costs about as much as one small op).
 MIN_FOLDED_OPS = 2
@@ -150,10 +161,12 @@ def _close(foldable: set[fx.Node], order: Iterable[fx.Node]) -> None:
 
 @dataclass(frozen=True)
 class FoldPlan:
-    """The nodes computed once (``folded``, graph order) and those of them the forward reads (``frontier``)."""
+    """The nodes computed once (``folded``, graph order), those of them the forward reads (``frontier``), and
+    those of the frontier it reads as a fresh copy made on every call (``copied``)."""
 
     folded: list[fx.Node]
     frontier: list[fx.Node]
+    copied: list[fx.Node] = field(default_factory=list)
 
     @property
     def op_count(self) -> int:
@@ -177,14 +190,27 @@ def plan_fold(graph: fx.Graph) -> FoldPlan | None:
                     if arg.alias_info is not None and arg.alias_info.is_write:
                         for target in _nodes_in(value):
                             last_write[root[target]] = position[node]
-        refused = {root[node] for node in foldable for user in node.users if user not in foldable and (
-            _refused_by(user, node) or position[user] < last_write.get(root[node], -1))}
+        refused: set[fx.Node] = set()
+        copied: set[fx.Node] = set()
+        for node in foldable:
+            for user in node.users:
+                if user in foldable:
+                    continue
+                if position[user] < last_write.get(root[node], -1):
+                    refused.add(root[node])
+                elif _refused_by(user, node):
+                    # fresh storage of its own (no view, no in-place result): handed out as a copy per call
+                    (copied if root[node] is node else refused).add(root[node])
+        for node in copied - refused:  # a copy is exact only as its class's one value read outside the fold
+            if any(n is not node and root[n] is node and any(u not in foldable for u in n.users) for n in foldable):
+                refused.add(node)
         if not refused:
             break
         foldable -= {n for n in foldable if root[n] in refused}
         _close(foldable, order)
     folded = [n for n in order if n in foldable]
-    plan = FoldPlan(folded, [n for n in folded if any(u not in foldable for u in n.users)])
+    frontier = [n for n in folded if any(u not in foldable for u in n.users)]
+    plan = FoldPlan(folded, frontier, [n for n in frontier if n in copied])
     return plan if plan.op_count >= MIN_FOLDED_OPS else None
 
 
@@ -206,6 +232,8 @@ def split(graph: fx.Graph, plan: FoldPlan, values_attr: str,
     reads: dict[fx.Node, fx.Node] = {}
     holder: list[fx.Node] = []
 
+    copied = set(plan.copied)
+
     def mapped(node: fx.Node) -> fx.Node:
         if node not in index:
             return reads[node]
@@ -213,6 +241,8 @@ def split(graph: fx.Graph, plan: FoldPlan, values_attr: str,
             if not holder:
                 holder.append(forward.get_attr(values_attr))
             reads[node] = forward.call_function(operator.getitem, (holder[0], index[node]))
+            if node in copied:  # every reader of this call sees one fresh tensor, as a recomputation gives
+                reads[node] = forward.call_function(direct_op(_CLONE, {}, 1), (reads[node],))
             reads[node].meta.update(node.meta)
         return reads[node]
 
@@ -239,7 +269,8 @@ def attach_fold(gm: fx.GraphModule, graph: fx.Graph, implementation: str, codes:
         return False
     constants, forward = split(graph, plan, VALUES_ATTR, codegen)
     install(gm, FoldPlan(compile_variant(constants, implementation, codes),
-                         compile_variant(forward, implementation, codes), plan.op_count))
+                         compile_variant(forward, implementation, codes), plan.op_count,
+                         tuple(plan.frontier.index(n) for n in plan.copied)))
     return True
 
 

@@ -62,10 +62,13 @@ class FoldPlan:
     ``constants(module)`` returns the tuple of folded values; ``forward(module, ...)`` is the folded forward.
     """
 
-    def __init__(self, constants: Callable[..., tuple], forward: Callable[..., Any], op_count: int) -> None:
+    def __init__(self, constants: Callable[..., tuple], forward: Callable[..., Any], op_count: int,
+                 copied: tuple[int, ...] = ()) -> None:
         self.constants = constants
         self.forward = forward
         self.op_count = op_count
+        #: indices of the values the forward hands out as a fresh copy per call (:func:`exact_copy`)
+        self.copied = copied
 
     def __deepcopy__(self, memo: dict[int, Any]) -> FoldPlan:
         return self  # compiled code only: shared
@@ -74,12 +77,13 @@ class FoldPlan:
 class FoldState:
     """One module's fold: its plan, the plain forward it stands in for, and the key of the values it holds."""
 
-    __slots__ = ("key", "plain", "plan")
+    __slots__ = ("key", "off", "plain", "plan")
 
     def __init__(self, plan: FoldPlan, plain: Callable[..., Any]) -> None:
         self.plan = plan
         self.plain = plain
         self.key: tuple[Any, ...] | None = None
+        self.off = False  # a value to hand out as a copy could not be copied exactly: the plain forward runs
 
     def __deepcopy__(self, memo: dict[int, Any]) -> FoldState:
         return FoldState(self.plan, self.plain)
@@ -90,12 +94,18 @@ class FoldState:
         Raises:
             Exception: whatever the folded ops raise (the plain forward would raise it too).
         """
-        if plain_call_required() or type(obj).forward is not self.plain or obj._compiled_call_impl is not None:
+        if self.off or plain_call_required() or type(obj).forward is not self.plain or \
+                obj._compiled_call_impl is not None:
             return False
         key = _key()
         if key != self.key:
             self.key = None
-            obj.__dict__[VALUES_ATTR] = self.plan.constants(obj)
+            values = self.plan.constants(obj)
+            if not all(exact_copy(values[i]) for i in self.plan.copied):
+                self.off = True
+                obj.__dict__.pop(VALUES_ATTR, None)
+                return False
+            obj.__dict__[VALUES_ATTR] = values
             self.key = key
         return True
 
@@ -113,6 +123,15 @@ class FoldState:
             obj.__dict__.pop("forward", None)
 
 
+def exact_copy(value: Any) -> bool:
+    """Whether ``value.clone()`` is indistinguishable from computing ``value`` again: a strided tensor that is no
+    view, starts its storage and fills it contiguously (a clone keeps such strides; a view's aliasing, a strided
+    layout with gaps or overlaps would be lost)."""
+    return isinstance(value, torch.Tensor) and value.layout is torch.strided and value._base is None and \
+        value.storage_offset() == 0 and value.is_contiguous() and \
+        value.untyped_storage().nbytes() == value.numel() * value.element_size()
+
+
 def install(gm: nn.Module, plan: FoldPlan) -> None:
     """Give ``gm`` (whose forward is installed) a fold running ``plan``; deep copies get a fresh one."""
     gm.__dict__[FOLD_ATTR] = FoldState(plan, type(gm).forward)
@@ -125,4 +144,4 @@ def _reinstall(copy: nn.Module, plan: FoldPlan) -> None:
     copy.__dict__.pop(VALUES_ATTR, None)
 
 
-__all__ = ["FOLD_ATTR", "VALUES_ATTR", "FoldPlan", "FoldState", "install", "plain_call_required"]
+__all__ = ["FOLD_ATTR", "VALUES_ATTR", "FoldPlan", "FoldState", "exact_copy", "install", "plain_call_required"]

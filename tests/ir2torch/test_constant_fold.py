@@ -126,13 +126,14 @@ def test_a_constant_mask_is_computed_once_and_gives_the_same_outputs() -> None:
     assert sum(ran.values()) < sum(plain_ran.values())
 
 
-def test_an_in_place_consumer_keeps_its_operand_recomputed() -> None:
+def test_an_in_place_consumer_writes_a_fresh_copy_of_the_constant() -> None:
     x = torch.randn(4)
     _, folded = _rebuild(_InPlaceConsumer(), x)
     ops = _folded_ops(folded)
-    assert ops == {"aten.arange.default", "aten.add.Tensor"}  # ``(arange + 1)``, not ``* 2`` which ``add_`` mutates
-    for _ in range(3):  # a cached ``c`` would grow by ``x`` on every call
+    assert ops == {"aten.arange.default", "aten.add.Tensor", "aten.mul.Tensor"}  # ``c``, which ``add_`` writes
+    for _ in range(3):  # a cached ``c`` written in place would grow by ``x`` on every call
         assert torch.equal(folded(x), _InPlaceConsumer()(x))
+    assert _aten_ops(folded, x)["aten::clone"] == 1  # the copy ``add_`` writes
 
 
 def test_mutations_inside_the_constant_part_are_folded_with_it() -> None:
@@ -145,23 +146,110 @@ def test_mutations_inside_the_constant_part_are_folded_with_it() -> None:
     assert _aten_ops(folded, x)["aten::add_"] == 0
 
 
-@pytest.mark.parametrize("model", [_ViewToOutput(), _ConstantOutput()], ids=["view", "value"])
-def test_a_constant_reaching_the_output_is_fresh_on_every_call(model: nn.Module) -> None:
-    x = torch.randn(4)
+def test_a_view_of_a_constant_reaching_the_output_is_recomputed() -> None:
+    x, model = torch.randn(4), _ViewToOutput()
     _, folded = _rebuild(model, x)
-    assert "aten.mul.Tensor" not in _folded_ops(folded)  # the class of the returned value stays in the graph
+    assert "aten.mul.Tensor" not in _folded_ops(folded)  # the class of the returned view stays in the graph
     first = folded(x)[1]
     first.add_(100)  # the caller owns what it got back
-    assert torch.equal(folded(x)[1], model(x)[1])
+    assert torch.equal(folded(x)[1], model(x)[1]) and folded(x)[1]._base is not None  # a view, as eager's
 
 
-def test_a_constant_passed_to_a_submodule_is_not_cached() -> None:
+def test_a_constant_reaching_the_output_is_a_fresh_tensor_on_every_call() -> None:
+    x, model = torch.randn(4), _ConstantOutput()
+    _, folded = _rebuild(model, x)
+    assert "aten.mul.Tensor" in _folded_ops(folded)
+    first, second = folded(x)[1], folded(x)[1]
+    assert first.untyped_storage().data_ptr() != second.untyped_storage().data_ptr()
+    first.add_(100)  # the caller owns what it got back
+    assert torch.equal(second, model(x)[1]) and torch.equal(folded(x)[1], model(x)[1])
+    assert second.stride() == model(x)[1].stride() and second._version == 0
+
+
+def test_a_constant_a_submodule_writes_in_place_is_copied_for_each_call() -> None:
     x = torch.randn(4)
     model = _IntoSubmodule()
     _, folded = _rebuild(model, x)
-    assert "aten.mul.Tensor" not in _folded_ops(folded)
-    for _ in range(3):  # the submodule bumps its argument in place
+    assert "aten.mul.Tensor" in _folded_ops(folded)
+    for _ in range(3):  # the submodule bumps its argument in place: each call gets its own copy
         assert torch.equal(folded(x), model(x))
+
+
+class _Echo(nn.Module):
+    """Returns a view of its argument: what it was given reaches its caller."""
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return t.view(-1)
+
+
+class _ThroughChild(nn.Module):
+    """A constant a child returns unchanged: it reaches the caller through the child."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.echo = _Echo()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = (torch.arange(4.0) + 1) * 2
+        return x + 1, self.echo(c)
+
+
+def test_a_constant_a_child_returns_is_the_callers_own_on_every_call() -> None:
+    x, model = torch.randn(4), _ThroughChild()
+    _, folded = _rebuild(model, x)
+    assert "aten.mul.Tensor" in _folded_ops(folded)
+    first = folded(x)[1]
+    first.mul_(0)
+    assert torch.equal(folded(x)[1], model(x)[1])
+
+
+class _BaseAndView(nn.Module):
+    """A constant and a view of it both read outside the constant part: copies would not alias each other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bump = _Bump()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = (torch.arange(4.0) + 1) * 2
+        return x + self.bump(c[:2]).sum() + c
+
+
+def test_a_constant_read_outside_through_a_view_too_is_recomputed() -> None:
+    x, model = torch.randn(4), _BaseAndView()
+    _, folded = _rebuild(model, x)
+    assert "aten.mul.Tensor" not in _folded_ops(folded)
+    for _ in range(3):  # ``bump`` writes ``c`` through the view; the parent then reads the written ``c``
+        assert torch.equal(folded(x), model(x))
+
+
+class _First(nn.Module):
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return t[0] * 1
+
+
+class _ChannelsLast(nn.Module):
+    """A constant in channels-last layout, passed to a child: a copy keeps its strides only when dense."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.echo = _Echo()
+        self.first = _First()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = (torch.arange(24.0).view(1, 2, 3, 4) * 2).contiguous(memory_format=torch.channels_last) + 1
+        return self.echo(c.sum((0, 1)))[:4] + self.first(c).sum() + x
+
+
+def test_a_constant_that_cannot_be_copied_exactly_turns_the_fold_off() -> None:
+    x, model = torch.randn(4), _ChannelsLast()
+    _, folded = _rebuild(model, x)
+    plan = plan_fold(folded.graph)
+    assert plan is not None and plan.copied  # planned as a copy; the computed value is not contiguous
+    for _ in range(2):
+        assert torch.equal(folded(x), model(x))
+    assert folded.__dict__[FOLD_ATTR].off and VALUES_ATTR not in folded.__dict__
+    assert _aten_ops(folded, x)["aten::arange"] >= 1  # the plain forward runs
 
 
 def test_random_ops_are_never_folded() -> None:

@@ -12,7 +12,8 @@ memory formats, lists and tuples of them; never a symbolic size) and foldable no
 (``torch.Tag.nondeterministic_seeded``, or a name of the random families), not bitwise nondeterministic, and not a
 producer of uninitialised memory (``empty*``, ``new_empty*``, ``resize_``, ``set_``). Nothing reading an input, a
 parameter, buffer or attribute (``get_attr``), a submodule call, a higher-order op or any other Python function is
-foldable, and neither is anything depending on one.
+foldable, and neither is anything depending on one; except the ``get_attr`` of a lifted constant that only
+``lift_fresh_copy`` reads (its value is compared on every call: see :mod:`ir2torch.fold_cache`).
 
 In-place ops are foldable under the same rule, which makes their mutations part of the one-time computation. That
 is exact only while the folded values' storage is the folded region's alone, so the rule is then narrowed, per
@@ -59,6 +60,7 @@ _NEVER = re.compile(r"(_?empty|new_empty|resize|set_|.*(rand|bernoulli|dropout|n
                     r"cauchy|exponential|geometric|log_normal|seed))")
 
 _CLONE = torch.ops.aten.clone.default
+_LIFT = torch.ops.aten.lift_fresh_copy.default
 
 #: Fewest ATen ops worth a fold (the cached path's per-call check costs about as much as one small op).
 MIN_FOLDED_OPS = 2
@@ -127,9 +129,13 @@ def storage_roots(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     return root
 
 
-def _candidates(graph: fx.Graph) -> set[fx.Node]:
+def _candidates(graph: fx.Graph, constants: frozenset[str]) -> set[fx.Node]:
     foldable: set[fx.Node] = set()
     for node in graph.nodes:
+        if node.op == "get_attr":  # a lifted constant that only ``lift_fresh_copy`` reads (it copies)
+            if node.target in constants and node.users and all(overload_of(u) is _LIFT for u in node.users):
+                foldable.add(node)
+            continue
         if node.op != "call_function":
             continue
         if node.target is operator.getitem:
@@ -169,17 +175,23 @@ class FoldPlan:
     copied: list[fx.Node] = field(default_factory=list)
 
     @property
+    def attrs(self) -> list[str]:
+        """The lifted constants (module attributes) the folded values are computed from."""
+        return [str(n.target) for n in self.folded if n.op == "get_attr"]
+
+    @property
     def op_count(self) -> int:
         """ATen ops folded (``getitem``s not counted)."""
         return sum(1 for n in self.folded if overload_of(n) is not None)
 
 
-def plan_fold(graph: fx.Graph) -> FoldPlan | None:
+def plan_fold(graph: fx.Graph, constants: frozenset[str] = frozenset()) -> FoldPlan | None:
     """What of ``graph`` to compute once (see the module docstring), or ``None`` when fewer than
-    :data:`MIN_FOLDED_OPS` ATen ops would be."""
+    :data:`MIN_FOLDED_OPS` ATen ops would be. ``constants``: the module's lifted constants (plain tensor
+    attributes) the fold may read, through ``lift_fresh_copy`` only."""
     order = list(graph.nodes)
     position = {n: i for i, n in enumerate(order)}
-    foldable = _candidates(graph)
+    foldable = _candidates(graph, constants)
     root = storage_roots(graph)
     while foldable:
         last_write: dict[fx.Node, int] = {}
@@ -201,6 +213,7 @@ def plan_fold(graph: fx.Graph) -> FoldPlan | None:
                 elif _refused_by(user, node):
                     # fresh storage of its own (no view, no in-place result): handed out as a copy per call
                     (copied if root[node] is node else refused).add(root[node])
+        refused |= {n for n in foldable if n.op == "get_attr" and any(u not in foldable for u in n.users)}
         for node in copied - refused:  # a copy is exact only as its class's one value read outside the fold
             if any(n is not node and root[n] is node and any(u not in foldable for u in n.users) for n in foldable):
                 refused.add(node)
@@ -253,7 +266,7 @@ def split(graph: fx.Graph, plan: FoldPlan, values_attr: str,
 
 
 def attach_fold(gm: fx.GraphModule, graph: fx.Graph, implementation: str, codes: Any = None,
-                codegen: Callable[[], Any] | None = None) -> bool:
+                codegen: Callable[[], Any] | None = None, constants: frozenset[str] = frozenset()) -> bool:
     """Give ``gm`` (running ``graph``, already installed) a folded forward when :func:`plan_fold` finds enough to
     fold; both halves go through the same checks and code cache as every graph (:func:`ir2torch.codegen.
     compile_variant`). ``codegen()`` makes the calling convention. Returns whether it did.
@@ -264,13 +277,13 @@ def attach_fold(gm: fx.GraphModule, graph: fx.Graph, implementation: str, codes:
     from .codegen import compile_variant
     from .fold_cache import VALUES_ATTR, FoldPlan, install
 
-    plan = plan_fold(graph)
+    plan = plan_fold(graph, constants)
     if plan is None:
         return False
-    constants, forward = split(graph, plan, VALUES_ATTR, codegen)
-    install(gm, FoldPlan(compile_variant(constants, implementation, codes),
+    once, forward = split(graph, plan, VALUES_ATTR, codegen)
+    install(gm, FoldPlan(compile_variant(once, implementation, codes),
                          compile_variant(forward, implementation, codes), plan.op_count,
-                         tuple(plan.frontier.index(n) for n in plan.copied)))
+                         tuple(plan.frontier.index(n) for n in plan.copied), tuple(plan.attrs)))
     return True
 
 

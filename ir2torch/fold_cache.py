@@ -15,7 +15,8 @@ user's op counter) or ``TorchFunctionMode`` (``with torch.device(...)``, ``set_d
 graph was recompiled. The folded values depend on nothing but literals, so the module's weights, their device and
 dtype never change them; what global state could, keys the values: the default dtype (factory ops without a
 dtype), inference mode (inference tensors), the thread count (reduction order of floating-point sums) and
-deterministic-algorithms mode. A new key recomputes them.
+deterministic-algorithms mode, and the current values of the lifted constants they are computed from. A new key
+recomputes them.
 """
 
 from __future__ import annotations
@@ -63,12 +64,14 @@ class FoldPlan:
     """
 
     def __init__(self, constants: Callable[..., tuple], forward: Callable[..., Any], op_count: int,
-                 copied: tuple[int, ...] = ()) -> None:
+                 copied: tuple[int, ...] = (), attrs: tuple[str, ...] = ()) -> None:
         self.constants = constants
         self.forward = forward
         self.op_count = op_count
         #: indices of the values the forward hands out as a fresh copy per call (:func:`exact_copy`)
         self.copied = copied
+        #: the module's lifted constants (plain tensor attributes) the values are computed from
+        self.attrs = attrs
 
     def __deepcopy__(self, memo: dict[int, Any]) -> FoldPlan:
         return self  # compiled code only: shared
@@ -98,6 +101,11 @@ class FoldState:
                 obj._compiled_call_impl is not None:
             return False
         key = _key()
+        if self.plan.attrs:
+            held = _held(obj, self.plan.attrs)
+            if held is None:
+                return False
+            key = (*key, held)
         if key != self.key:
             self.key = None
             values = self.plan.constants(obj)
@@ -121,6 +129,23 @@ class FoldState:
             return obj._call_impl(*args, **kwargs)
         finally:
             obj.__dict__.pop("forward", None)
+
+
+#: Most elements of a lifted constant the fold reads (each call compares their values with the ones folded).
+MAX_CONSTANT_ELEMENTS = 64
+
+
+def _held(obj: nn.Module, names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """What ``obj``'s lifted constants hold now (type, dtype, device, shape and values), or ``None`` when one is
+    not a small plain tensor (the plain forward then runs). A constant a user changed, by assignment or in
+    place (``.data`` writes included), gives another key: the values are computed again from it."""
+    held = []
+    for name in names:
+        value = obj.__dict__.get(name)
+        if type(value) is not torch.Tensor or value.numel() > MAX_CONSTANT_ELEMENTS:
+            return None
+        held.append((value.dtype, value.device, value.shape, value.tolist()))
+    return tuple(held)
 
 
 def exact_copy(value: Any) -> bool:

@@ -352,7 +352,8 @@ def graph_module(
     gm = report_errors(install_graph(gm, graph, impl.name, codes), impl.name, check, variants)
     if fold:
         attach_fold(gm, graph, impl.name, codes,
-                    (lambda: calling_convention(impl.meta, impl.name, codes)) if "in_spec" in impl.meta else None)
+                    (lambda: calling_convention(impl.meta, impl.name, codes)) if "in_spec" in impl.meta else None,
+                    frozenset(n for n, rec in impl.state.items() if rec["kind"] == "constant"))
     return gm
 
 

@@ -92,7 +92,8 @@ def _rebuild(model: nn.Module, *args: torch.Tensor, fold: bool = True) -> tuple:
 
 def _folded_ops(rebuilt: nn.Module) -> set[str]:
     """Names of the ATen ops the root's fold computes once."""
-    plan = plan_fold(rebuilt.graph)
+    constants = frozenset(n for n, v in vars(rebuilt).items() if type(v) is torch.Tensor)  # lifted: plain attributes
+    plan = plan_fold(rebuilt.graph, constants)
     return set() if plan is None else {str(overload_of(n)) for n in plan.folded if overload_of(n) is not None}
 
 
@@ -384,3 +385,40 @@ def test_symbolic_sizes_are_never_folded() -> None:
     for rows in (5, 9, 3, 9):
         x = torch.randn(rows, 3)
         assert torch.equal(folded(x), model(x))
+
+
+class _Filled(nn.Module):
+    """Index assignments of Python numbers (as BEiT's relative-position index): export lifts the numbers as
+    tensor constants that ``lift_fresh_copy`` reads."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        idx = torch.zeros(3, 3, dtype=torch.long)
+        idx[0, :] = 5
+        idx[:, 0] = 6
+        return x + idx.sum(0)
+
+
+def _lifted(rebuilt: nn.Module) -> list[str]:
+    return [n.target for n in rebuilt.graph.nodes if n.op == "get_attr" and "lifted" in str(n.target)]
+
+
+def test_lifted_constants_are_folded_and_their_current_values_are_used() -> None:
+    x, model = torch.randn(3), _Filled()
+    _, folded = _rebuild(model, x)
+    _, plain = _rebuild(model, x, fold=False)
+    names = _lifted(folded)
+    assert names and {"aten.lift_fresh_copy.default", "aten.fill_.Tensor"} <= _folded_ops(folded)
+    assert torch.equal(folded(x), model(x)) and _aten_ops(folded, x)["aten::lift_fresh_copy"] == 0
+    for change in (lambda m: getattr(m, names[0]).data.fill_(9),  # in place, past the version counter
+                   lambda m: setattr(m, names[-1], torch.tensor(-4)),  # another tensor
+                   lambda m: setattr(m, names[0], torch.tensor(2.5))):  # another dtype
+        change(folded)
+        change(plain)
+        assert torch.equal(folded(x), plain(x))  # the changed constant, as the plain forward reads it
+    setattr(folded, names[0], torch.arange(100))  # too large to compare on every call: the plain forward runs
+    setattr(plain, names[0], torch.arange(100))
+    with pytest.raises(Exception) as folded_error:
+        folded(x)
+    with pytest.raises(Exception) as plain_error:
+        plain(x)
+    assert type(folded_error.value) is type(plain_error.value)

@@ -52,6 +52,8 @@ class SignatureCheck:
                 self._nested = True
         self.in_spec = in_spec
         self.args_kwargs = args_kwargs
+        self._paths = _nested_paths(in_spec, [(leaf, value) for leaf, value in self.constants if leaf not in index]) \
+            if self._nested else None
         #: the traced call's positional count when it takes no keywords and no constants: such a call passes
         #: this check without running it (the call wrapper compares the count; -1: always run the check)
         self.plain_count = self.count if not self.keywords and not self.constants else -1
@@ -67,7 +69,7 @@ class SignatureCheck:
                 if type(given) is not type(value) or given != value:
                     raise InputMismatchError(f"argument {self._name(key)!r} is {_short(given)}; the model was "
                                              f"converted with {_short(value)}", key=self._name(key), hint=_HINT)
-            if self._nested:
+            if self._nested and not self._nested_match((args, kwargs) if self.args_kwargs else args):
                 leaves = pytree.tree_leaves((args, kwargs) if self.args_kwargs else args)
                 for leaf, value in self.constants:
                     if leaf < len(leaves) and not _same(leaves[leaf], value):
@@ -93,11 +95,37 @@ class SignatureCheck:
         positional = tuple(arguments[n] for n in traced[: self.count])
         self(module, positional, {n: arguments[n] for n in traced[self.count:]})
 
+    def _nested_match(self, given: Any) -> bool:
+        """Whether every nested constant is where the trace had it, and equal (``False``: compare leaf by leaf)."""
+        if self._paths is None:
+            return False
+        try:
+            for path, value in self._paths:
+                found = given
+                for entry in path:
+                    found = entry.get(found)
+                if not _same(found, value):
+                    return False
+        except Exception:  # noqa: BLE001 - another structure than the trace's: the leaf-by-leaf comparison says
+            return False
+        return True
+
     def _name(self, key: int | str) -> str:
         if isinstance(key, str):
             return key
         traced = [p.name for p in self.parameters if p.traced]
         return traced[key] if key < len(traced) else f"args[{key}]"
+
+
+def _nested_paths(in_spec: pytree.TreeSpec, constants: list[tuple[int, Any]]) -> list[tuple[tuple, Any]] | None:
+    """The key path of each nested constant (by flat leaf index) in the traced call's structure, or ``None`` when
+    the structure cannot be rebuilt with placeholders (a custom node that refuses them)."""
+    try:
+        skeleton = pytree.tree_unflatten(list(range(in_spec.num_leaves)), in_spec)
+        paths = {leaf: path for path, leaf in pytree.tree_flatten_with_path(skeleton)[0]}
+        return [(paths[leaf], value) for leaf, value in constants]
+    except Exception:  # noqa: BLE001 - the leaf-by-leaf comparison stays
+        return None
 
 
 def _same(value: Any, default: Any) -> bool:

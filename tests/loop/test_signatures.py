@@ -275,3 +275,34 @@ def test_the_traced_positional_call_skips_the_check_and_every_other_call_runs_it
             call()
         assert fragment in str(info.value), str(info.value)
         assert runs, "the check ran"
+
+
+class _Windowed(nn.Module):
+    def forward(self, x: torch.Tensor, window: tuple[int, int], *, scale: float = 1.0) -> torch.Tensor:
+        return x.reshape(window[0], window[1]) * scale
+
+
+class _WindowParent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.win = _Windowed()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.win(x, (2, 3), scale=2.0).sum(0)
+
+
+def test_a_nested_constant_is_checked_where_the_trace_had_it():
+    """``window=(2, 3)`` was traced: the graph holds the reshape to (2, 3). Another window is refused with the
+    nested argument named; the traced one, by position or by name, is accepted."""
+    from common.errors import InputMismatchError
+
+    model, x = _WindowParent().eval(), torch.randn(6)
+    _, rebuilt = _convert(model, (x,), {})
+    check = type(rebuilt.win)._wrapped_call.check
+    assert [value for _, value in check._paths] == [2, 3]  # found by key path, without flattening the call
+    assert torch.equal(rebuilt(x), model(x))
+    assert torch.equal(rebuilt.win(x, (2, 3), scale=2.0), model.win(x, (2, 3), scale=2.0))
+    assert torch.equal(rebuilt.win(x, window=(2, 3), scale=2.0), model.win(x, (2, 3), scale=2.0))
+    for window in ((3, 2), (2, 4), (1, 6)):
+        with pytest.raises(InputMismatchError, match="nested argument"):
+            rebuilt.win(x, window, scale=2.0)

@@ -190,6 +190,10 @@ def plan_fold(graph: fx.Graph, constants: frozenset[str] = frozenset()) -> FoldP
     :data:`MIN_FOLDED_OPS` ATen ops would be. ``constants``: the module's lifted constants (plain tensor
     attributes) the fold may read, through ``lift_fresh_copy`` only."""
     order = list(graph.nodes)
+    # a folded region starts at a call of literals only or at a lifted constant: without one, nothing folds
+    if not any((n.op == "call_function" and not n.all_input_nodes) or (n.op == "get_attr" and n.target in constants)
+               for n in order):
+        return None
     position = {n: i for i, n in enumerate(order)}
     foldable = _candidates(graph, constants)
     root = storage_roots(graph)

@@ -10,7 +10,6 @@ from typing import Any
 import networkx as nx
 import torch
 from torch import fx, nn
-from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError, IRError
 from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
@@ -28,6 +27,7 @@ from .frontend import (
 )
 from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import STAND_IN_TYPES, check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
+from .lowering import spec_text
 from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
 from .tensormeta import state_record
@@ -340,8 +340,8 @@ def _calling_convention(root: Implementation, ep: torch.export.ExportedProgram) 
     entry = next((e for e in ep.module_call_graph if e.fqn == ""), None)
     names = list(entry.signature.forward_arg_names) if entry and entry.signature else []
     root.meta.update(
-        in_spec=pytree.treespec_dumps(spec.in_spec),
-        out_spec=pytree.treespec_dumps(spec.out_spec),
+        in_spec=spec_text(spec.in_spec),
+        out_spec=spec_text(spec.out_spec),
         forward_arg_names=names,
         torch_version=torch.__version__.split("+")[0],
     )

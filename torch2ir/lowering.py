@@ -20,6 +20,7 @@ are kept in ``flat.tensors``: no state dict carries them.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -280,8 +281,8 @@ class _Lowering:
     def calling_convention(self) -> None:
         spec = self.ep.call_spec
         entry = next((e for e in self.ep.module_call_graph if e.fqn == ""), None)
-        self.flat.in_spec = pytree.treespec_dumps(spec.in_spec) if spec.in_spec is not None else None
-        self.flat.out_spec = pytree.treespec_dumps(spec.out_spec) if spec.out_spec is not None else None
+        self.flat.in_spec = spec_text(spec.in_spec) if spec.in_spec is not None else None
+        self.flat.out_spec = spec_text(spec.out_spec) if spec.out_spec is not None else None
         self.flat.forward_arg_names = list(entry.signature.forward_arg_names) if entry and entry.signature else []
         self.flat.range_constraints = {
             str(sym): [_bound(r.lower), _bound(r.upper)] for sym, r in self.ep.range_constraints.items()
@@ -292,6 +293,19 @@ def _check_value(value: Any, where: str) -> Any:
     """``value`` if the IR can hold it (see :mod:`common.values`); raises IRSerializationError otherwise."""
     encode(value, where)
     return value
+
+
+def spec_text(spec: pytree.TreeSpec) -> str:
+    """``treespec_dumps(spec)``, remembered for equal specs (a conversion and its lowering write the same two)."""
+    try:
+        return _spec_text(spec)
+    except TypeError:  # a context that cannot be hashed
+        return pytree.treespec_dumps(spec)
+
+
+@functools.lru_cache(maxsize=256)
+def _spec_text(spec: pytree.TreeSpec) -> str:
+    return pytree.treespec_dumps(spec)
 
 
 def _bound(value: Any) -> int | str:

@@ -1,5 +1,5 @@
 """Constant folding of rebuilt graphs (ir2torch.constant_fold, ir2torch.fold_cache): what is folded, what is
-refused (values an input-fed in-place op mutates, views reaching the output, randomness), and that the folded module
+refused (views reaching the output, randomness, symbolic sizes), and that the folded module
 behaves as the plain one everywhere (hooks, deep copies, state, tracers, the fixpoint). Copies of escaping values
 and lifted constants: test_constant_fold_copies.py."""
 

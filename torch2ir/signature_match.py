@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from .lowering import spec_text
 from .signatures import STAMP, CallRecord, Leaf
 
 
@@ -154,7 +155,6 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
     from common.values import encode
 
     nodes = _Nodes(graph)
-    dumps: dict[pytree.TreeSpec, str] = {}  # repeated layers share their specs
     out: dict[int, Signature] = {}
     for rec in calls:
         node = next((m for m in map(nodes.frame_node, rec.created) if m is not None and m in frame_of), None)
@@ -170,8 +170,7 @@ def match_calls(graph: Any, frame_of: dict[Any, Any], module_of: Any, calls: lis
             continue
         try:
             encode([v for v in (*inputs, *outputs) if not isinstance(v, (torch.fx.Node, Dead))], "signature")
-            texts = [dumps.get(spec) or dumps.setdefault(spec, pytree.treespec_dumps(spec))
-                     for spec in (rec.in_spec, rec.out_spec)]
+            texts = [spec_text(spec) for spec in (rec.in_spec, rec.out_spec)]  # repeated layers share theirs
         except (IRSerializationError, TypeError, ValueError, NotImplementedError):
             continue
         out[id(frame)] = Signature(rec.names, rec.in_spec, inputs, rec.out_spec, outputs, rec.parameters, *texts)

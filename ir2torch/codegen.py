@@ -57,14 +57,15 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
             namespace.create_name(name, None)
         defaults = {self._default_name(i): p.default for i, p in enumerate(self.parameters)
                     if p.default is not NO_DEFAULT}
-        for name in [*defaults, "_ir_sequences", "_ir_not_a_sequence", "_ir_out_unflatten", "_ir_out_context"]:
+        outputs = self._output_nodes()
+        builders = [name for i in range(len(outputs)) for name in (f"_ir_out_fn_{i}", f"_ir_out_ctx_{i}")]
+        for name in [*defaults, "_ir_sequences", "_ir_not_a_sequence", *builders]:
             namespace.create_name(name, None)
         code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
         code.globals.update(defaults, _ir_sequences=(tuple, list), _ir_not_a_sequence=_not_a_sequence)
-        if self._one_level_output():
-            spec = self.pytree_info.out_spec
-            code.globals.update(_ir_out_unflatten=pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
-                                _ir_out_context=spec.context)
+        for i, spec in enumerate(outputs):
+            code.globals.update({f"_ir_out_fn_{i}": pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
+                                 f"_ir_out_ctx_{i}": spec.context})
         return code
 
     def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str, *, expanded_def: bool = False) -> str:
@@ -116,25 +117,44 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
     {", ".join(names)}, = {", ".join(parts)},"""
 
     def generate_output(self, output_args: Any, *, descs: Any = None, repr_fn: Any = None) -> str:
-        """Return the original result structure; a single value or a plain tuple is built directly."""
+        """Return the original result structure, built by the generated expression itself: tuples and lists as
+        literals, every other node (a dict, ``ModelOutput``, named tuple...) by its registered unflatten function
+        (what ``tree_unflatten`` ends up calling, without its per-call recursion over the spec)."""
         spec = self.pytree_info.out_spec if self.pytree_info is not None else None
-        if spec is not None and isinstance(output_args, (list, tuple)) and descs is None:
-            show = repr_fn or repr
-            if spec.is_leaf() and len(output_args) == 1:
-                return f"return {show(output_args[0])}"
-            if spec.type is tuple and all(c.is_leaf() for c in spec.children()) and \
-                    spec.num_children == len(output_args):
-                return f"return ({''.join(show(a) + ', ' for a in output_args)})"
-            if self._one_level_output() and spec.num_children == len(output_args):
-                # what ``tree_unflatten`` ends up calling for a one-level spec, without its per-call recursion
-                return f"return _ir_out_unflatten([{''.join(show(a) + ', ' for a in output_args)}], _ir_out_context)"
+        if spec is not None and isinstance(output_args, (list, tuple)) and descs is None \
+                and spec.num_leaves == len(output_args):
+            leaves = iter(output_args)
+            calls = iter(range(len(self._output_nodes())))
+            return f"return {self._build(spec, leaves, calls, repr_fn or repr)}"
         return super().generate_output(output_args, descs=descs, repr_fn=repr_fn)
 
-    def _one_level_output(self) -> bool:
-        """The output is one registered pytree node (a ``ModelOutput``, dict, list...) whose children are leaves."""
+    def _output_nodes(self) -> list[pytree.TreeSpec]:
+        """The output spec's nodes built by their unflatten function (neither leaves, tuples nor lists), in the
+        order :meth:`_build` numbers them."""
         spec = self.pytree_info.out_spec if self.pytree_info is not None else None
-        return spec is not None and not spec.is_leaf() and spec.type in pytree.SUPPORTED_NODES and \
-            spec.num_children > 0 and all(c.is_leaf() for c in spec.children())
+        found: list[pytree.TreeSpec] = []
+
+        def walk(node: pytree.TreeSpec) -> None:
+            if node.is_leaf():
+                return
+            if node.type not in (tuple, list):
+                found.append(node)
+            for child in node.children():
+                walk(child)
+
+        if spec is not None:
+            walk(spec)
+        return found
+
+    def _build(self, spec: pytree.TreeSpec, leaves: Any, calls: Any, show: Callable[[Any], str]) -> str:
+        if spec.is_leaf():
+            return show(next(leaves))
+        if spec.type not in (tuple, list):
+            index = next(calls)  # pre-order, as :meth:`_output_nodes` walks
+            items = "".join(self._build(c, leaves, calls, show) + ", " for c in spec.children())
+            return f"_ir_out_fn_{index}([{items}], _ir_out_ctx_{index})"
+        items = "".join(self._build(c, leaves, calls, show) + ", " for c in spec.children())
+        return f"({items})" if spec.type is tuple else f"[{items}]"
 
 
 def _not_a_sequence(name: str, value: Any) -> None:

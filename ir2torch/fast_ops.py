@@ -17,6 +17,12 @@ from typing import Any
 import torch
 
 _nn = torch._C._nn
+
+
+def _split_with_sizes(self: torch.Tensor, split_sizes: list[int], dim: int = 0) -> list[torch.Tensor]:
+    """``torch.split_with_sizes``, as the list the overload returns (the binding returns a tuple)."""
+    return list(torch.split_with_sizes(self, split_sizes, dim))
+
 _FACTORY = ("dtype", "layout", "device", "pin_memory")  # a factory's keyword-only tensor options
 
 #: ``"aten.<name>.<overload>"`` -> (binding, keywords it takes under the schema's names).
@@ -89,6 +95,7 @@ FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
         ("aten.roll.default", torch.roll, ()),
         ("aten.pad.default", _nn.pad, ()),
         ("aten.linalg_vector_norm.default", torch._C._linalg.linalg_vector_norm, ("dtype",)),
+        ("aten.split_with_sizes.default", _split_with_sizes, ()),
     ]
 }
 

@@ -41,9 +41,17 @@ class SignatureCheck:
         keys = [*range(self.count), *(in_spec.child(1).context if args_kwargs else [])]
         first, self._direct, self._nested = 0, [], False
         index = {}
+        given_at = dict(self.constants)
+        wholes, covered = [], set()
         for key, spec in zip(keys, tops):
             if spec.is_leaf():
                 index[first] = key
+            else:
+                leaves = range(first, first + spec.num_leaves)
+                if _whole_constant(spec, leaves, given_at):
+                    values = [given_at[leaf] for leaf in leaves]
+                    wholes.append((key, spec.type, spec.type(values), tuple(map(type, values))))
+                    covered.update(leaves)
             first += spec.num_leaves
         for leaf, value in self.constants:
             if leaf in index:
@@ -54,6 +62,10 @@ class SignatureCheck:
         self.args_kwargs = args_kwargs
         self._paths = _nested_paths(in_spec, [(leaf, value) for leaf, value in self.constants if leaf not in index]) \
             if self._nested else None
+        #: when every nested constant fills a top-level tuple or list of ints, bools, strings or ``None`` (such as
+        #: ``input_dimensions=(8, 8)``): ``(key, type, value, leaf types)`` of each, compared in one go
+        self._wholes = wholes if self._nested and covered == {leaf for leaf, _ in self.constants} - index.keys() \
+            else None
         #: the traced call's positional count when it takes no keywords and no constants: such a call passes
         #: this check without running it (the call wrapper compares the count; -1: always run the check)
         self.plain_count = self.count if not self.keywords and not self.constants else -1
@@ -69,7 +81,8 @@ class SignatureCheck:
                 if type(given) is not type(value) or given != value:
                     raise InputMismatchError(f"argument {self._name(key)!r} is {_short(given)}; the model was "
                                              f"converted with {_short(value)}", key=self._name(key), hint=_HINT)
-            if self._nested and not self._nested_match((args, kwargs) if self.args_kwargs else args):
+            if self._nested and not self._wholes_match(args, kwargs) and \
+                    not self._nested_match((args, kwargs) if self.args_kwargs else args):
                 leaves = pytree.tree_leaves((args, kwargs) if self.args_kwargs else args)
                 for leaf, value in self.constants:
                     if leaf < len(leaves) and not _same(leaves[leaf], value):
@@ -95,6 +108,17 @@ class SignatureCheck:
         positional = tuple(arguments[n] for n in traced[: self.count])
         self(module, positional, {n: arguments[n] for n in traced[self.count:]})
 
+    def _wholes_match(self, args: tuple, kwargs: dict[str, Any]) -> bool:
+        """Whether each all-constant tuple or list argument is given as traced: same type, values and value types
+        (``False``: compare by key path, then leaf by leaf)."""
+        if self._wholes is None:
+            return False
+        for key, kind, value, types in self._wholes:
+            given = args[key] if isinstance(key, int) else kwargs[key]
+            if type(given) is not kind or tuple(map(type, given)) != types or given != value:
+                return False
+        return True
+
     def _nested_match(self, given: Any) -> bool:
         """Whether every nested constant is where the trace had it, and equal (``False``: compare leaf by leaf)."""
         if self._paths is None:
@@ -115,6 +139,17 @@ class SignatureCheck:
             return key
         traced = [p.name for p in self.parameters if p.traced]
         return traced[key] if key < len(traced) else f"args[{key}]"
+
+
+#: Constant types whose ``==`` is :func:`~common.values.values_equal` once the types match (no float signs or NaNs).
+_PLAIN = frozenset({int, bool, str, type(None)})
+
+
+def _whole_constant(spec: pytree.TreeSpec, leaves: range, constants: dict[int, Any]) -> bool:
+    """Whether the argument of ``spec`` (flat leaves ``leaves``) is a tuple or list of constants of plain types."""
+    return spec.type in (tuple, list) and spec.num_children == len(leaves) and \
+        all(c.is_leaf() for c in spec.children()) and \
+        all(leaf in constants and type(constants[leaf]) in _PLAIN for leaf in leaves)
 
 
 def _nested_paths(in_spec: pytree.TreeSpec, constants: list[tuple[int, Any]]) -> list[tuple[tuple, Any]] | None:

@@ -29,7 +29,7 @@ import torch
 from torch import fx
 from torch.utils import _pytree as pytree
 
-from common.errors import ConversionError, IRError
+from common.errors import ConversionError, IRError, IRSerializationError
 from common.flat import FlatIR, FlatNode, ValueMeta, WeightMeta
 from common.safety import Allowlist, function_name, required_ops_error
 from common.values import Ref, dtype_name, encode, iter_refs
@@ -296,11 +296,21 @@ def _check_value(value: Any, where: str) -> Any:
 
 
 def spec_text(spec: pytree.TreeSpec) -> str:
-    """``treespec_dumps(spec)``, remembered for equal specs (a conversion and its lowering write the same two)."""
+    """``treespec_dumps(spec)``, remembered for equal specs (a conversion and its lowering write the same two).
+
+    Raises:
+        IRSerializationError: a node type of the structure has no serialized name (a ``torch.return_types``
+            structseq, a named tuple or pytree node registered without one), naming the type.
+    """
     try:
-        return _spec_text(spec)
-    except TypeError:  # a context that cannot be hashed
-        return pytree.treespec_dumps(spec)
+        try:
+            return _spec_text(spec)
+        except TypeError:  # a context that cannot be hashed
+            return pytree.treespec_dumps(spec)
+    except NotImplementedError as exc:  # its message names the type
+        raise IRSerializationError(f"a call's input or output structure cannot be written: {exc}",
+                                   hint="return plain tuples, lists or dicts there, or register the type with "
+                                        "torch.utils._pytree (serialized_type_name=...)") from None
 
 
 @functools.lru_cache(maxsize=256)

@@ -33,6 +33,7 @@ CALLS: dict[str, list[tuple[tuple, dict]]] = {
     "aten.contiguous.default": [((x.transpose(1, 2),), {}), ((x,), {"memory_format": torch.contiguous_format})],
     "aten.clone.default": [((x.transpose(1, 2),), {}), ((x,), {"memory_format": torch.preserve_format})],
     "aten.cat.default": [(([x, x], -1), {}), (([x, x],), {})],
+    "aten.split_with_sizes.default": [((x, [1, 2], 1), {}), ((x, [2]), {}), ((x, [3, 0, 1], -1), {})],
     "aten.mean.dim": [((x, [-1], True), {}), ((x, [0, 2]), {"keepdim": False, "dtype": torch.float64})],
     "aten.sum.dim_IntList": [((i32, [1]), {}), ((x, [-1]), {"keepdim": True})],
     "aten.softmax.int": [((x, -1), {}), ((x, -1, torch.float64), {}), ((x, 0), {"dtype": torch.float32})],
@@ -133,7 +134,9 @@ def test_binding_runs_its_overload(name):
         _same(got, expected)
         if isinstance(args[0], torch.Tensor):  # a view (or ``to`` returning its input) in both or in neither
             first = args[0].untyped_storage().data_ptr()
-            assert (got.untyped_storage().data_ptr() == first) == (expected.untyped_storage().data_ptr() == first)
+            got_all, expected_all = (got, expected) if isinstance(got, list) else ([got], [expected])
+            for g, e in zip(got_all, expected_all, strict=True):  # each piece of a split, too
+                assert (g.untyped_storage().data_ptr() == first) == (e.untyped_storage().data_ptr() == first)
 
 
 def test_other_keywords_take_the_boxed_path():

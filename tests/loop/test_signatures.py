@@ -306,3 +306,26 @@ def test_a_nested_constant_is_checked_where_the_trace_had_it():
     for window in ((3, 2), (2, 4), (1, 6)):
         with pytest.raises(InputMismatchError, match="nested argument"):
             rebuilt.win(x, window, scale=2.0)
+
+
+def test_an_all_constant_tuple_is_compared_in_one_go_and_anything_else_by_key_path(monkeypatch):
+    """``window=(2, 3)`` is all constants: the traced call compares the tuple whole (no key-path walk). A list, a
+    bool for an int, a float, a tensor or another length falls back to the key-path and leaf comparisons, which
+    accept the list (as the generated binding does) and refuse the rest."""
+    from common.errors import InputMismatchError, IRError
+    from ir2torch.signature_check import SignatureCheck
+
+    model, x = _WindowParent().eval(), torch.randn(6)
+    _, rebuilt = _convert(model, (x,), {})
+    check = type(rebuilt.win)._wrapped_call.check
+    assert check._wholes == [(1, tuple, (2, 3), (int, int))]
+    walks, real = [], SignatureCheck._nested_match
+    monkeypatch.setattr(SignatureCheck, "_nested_match", lambda self, given: walks.append(given) or real(self, given))
+    assert torch.equal(rebuilt(x), model(x)) and walks == []
+    assert torch.equal(rebuilt.win(x, [2, 3], scale=2.0), model.win(x, (2, 3), scale=2.0)) and len(walks) == 1
+    for window in ((2, True), (2.0, 3), (torch.tensor(2), 3), (2, 4)):
+        with pytest.raises(InputMismatchError):
+            rebuilt.win(x, window, scale=2.0)
+    for window in ((2, 3, 1), (2,)):  # another length: refused by the check or by the generated binding
+        with pytest.raises(IRError):
+            rebuilt.win(x, window, scale=2.0)

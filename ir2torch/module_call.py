@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.nn.modules import module as _module
 
 from common.errors import ExecutionError, IRError
 
@@ -57,6 +58,7 @@ def _install(gm: fx.GraphModule, implementation: str, check: Check | None,
 
 #: ``nn.Module.__call__`` as torch defines it (tracers such as ``torch.fx.symbolic_trace`` patch it).
 _MODULE_CALL = nn.Module.__call__
+_jit_tracing = torch._C._get_tracing_state
 
 
 class _ReportingCall:
@@ -67,9 +69,11 @@ class _ReportingCall:
         self.cls, self.implementation, self.check, self.variants = cls, implementation, check, variants
 
     def method(self) -> Callable[..., Any]:
-        """This call as a plain function, to be the class's ``__call__``: no ``call_wrapped`` frame, and no
-        ``nn.Module.__call__`` frame while no tracer patched it (``_call_impl`` itself runs the hooks). A later
-        ``recompile()`` puts fx's ``call_wrapped`` back, which still calls :meth:`__call__`: same behaviour."""
+        """This call as a plain function, to be the class's ``__call__``: no ``call_wrapped`` frame, no
+        ``nn.Module.__call__`` frame while no tracer patched it, and no ``_call_impl`` frame either while no hook
+        (the module's or a global one) and no ``torch.jit.trace`` would make it do more than call ``forward``
+        (the same test ``_call_impl`` makes; with one, ``_call_impl`` runs them). A later ``recompile()`` puts
+        fx's ``call_wrapped`` back, which still calls :meth:`__call__`: same behaviour."""
         cls, check, variants, report, call_variant = self.cls, self.check, self.variants, self._report, \
             self._call_variant
         plain = getattr(check, "plain_count", -1)  # a call of this many positional arguments needs no check
@@ -83,6 +87,11 @@ class _ReportingCall:
                 if (fold := obj.__dict__.get(FOLD_ATTR)) is not None and fold.ready(obj):
                     return fold.call(obj, args, kwargs)  # constants computed once (ir2torch.constant_fold)
                 if nn.Module.__call__ is _MODULE_CALL and obj._compiled_call_impl is None:
+                    if not (obj._forward_hooks or obj._forward_pre_hooks or obj._backward_hooks
+                            or obj._backward_pre_hooks or _module._global_forward_hooks
+                            or _module._global_forward_pre_hooks or _module._global_backward_hooks
+                            or _module._global_backward_pre_hooks or _jit_tracing()):
+                        return obj.forward(*args, **kwargs)  # what ``_call_impl`` does without hooks
                     return obj._call_impl(*args, **kwargs)  # what ``nn.Module.__call__`` does, one frame fewer
                 return super(cls, obj).__call__(*args, **kwargs)
             except IRError:

@@ -273,6 +273,26 @@ def section_sweep(results: list[dict[str, Any]]) -> tuple[list[str], list[Check]
     return lines + _errors(results), checks
 
 
+def section_corpus(rows: list[dict[str, Any]], machine: list[str]) -> tuple[list[str], list[Check]]:
+    """The whole-corpus forward distribution of the latest ``python -m benchmarks.corpus`` run (its own machine
+    lines: it is a separate run), with issue #19's two targets."""
+    from benchmarks.corpus import summary
+
+    s = summary(rows)
+    if s["median"] is None:
+        return ["No row of the corpus run ran."], []
+    worst = ", ".join(f"{m} b{b} {r:.3f}x" for m, b, r in s["worst"])
+    lines = [f"From `benchmarks/results-corpus.md` ({s['ran']} of {s['rows']} rows ran; every row there):", "",
+             *[f"- {line.lstrip('- ')}" for line in machine], "",
+             *_table(["rebuilt / eager", "median", "p90", "max", "worst five"],
+                     [["all rows", _x(s["median"]), _x(s["p90"]), _x(s["max"]), worst]])]
+    checks = [Check("forward rebuilt / eager over the real corpus, median", _x(s["median"]), "<= 1.0x",
+                    s["median"] <= 1.0),
+              Check("forward rebuilt / eager over the real corpus, max", _x(s["max"]), f"<= {FORWARD_VS_EAGER}x",
+                    s["max"] <= FORWARD_VS_EAGER)]
+    return lines, checks
+
+
 def render(title: str, machine: list[str], sections: list[tuple[str, list[str], list[Check]]],
            footer: list[str]) -> str:
     """The whole Markdown document: title, machine, target summary, then every section."""

@@ -172,6 +172,11 @@ def build_report(results: dict[str, list[dict[str, Any]]], machine: list[str]) -
     if "sweep" in results:
         sections.append(("scaling: convert time vs layer count (small Llama, hidden 64, on meta)",
                          *report.section_sweep(results["sweep"])))
+    corpus = ROOT / "benchmarks" / "results-corpus.json"
+    if corpus.exists() and "forward" in results:  # a separate run (about 20 minutes): its latest results
+        saved = json.loads(corpus.read_text())
+        sections.append(("forward over the whole real corpus (`python -m benchmarks.corpus`, batch 1 and 8)",
+                         *report.section_corpus(saved["rows"], saved.get("machine", []))))
     footer = ["Rerun: `python benchmarks/run.py --quick` (under a minute) or `python benchmarks/run.py` (full); "
               "see docs/performance.md."]
     return report.render("torch2ir / ir2torch benchmarks", machine, sections, footer)

@@ -58,6 +58,7 @@ FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
         ("aten.softmax.int", torch.softmax, ("dtype",)),
         ("aten.dropout.default", torch.dropout, ()),
         ("aten.to.dtype", torch.Tensor.to, ("non_blocking", "copy", "memory_format")),
+        ("aten.to.device", torch.Tensor.to, ("non_blocking", "copy", "memory_format")),
         ("aten.linear.default", _nn.linear, ("bias",)),
         ("aten.gelu.default", _nn.gelu, ("approximate",)),
         ("aten.silu.default", _nn.silu, ()),

@@ -18,12 +18,13 @@ import torch
 
 _nn = torch._C._nn
 
+_FACTORY = ("dtype", "layout", "device", "pin_memory")  # a factory's keyword-only tensor options
+
 
 def _split_with_sizes(self: torch.Tensor, split_sizes: list[int], dim: int = 0) -> list[torch.Tensor]:
     """``torch.split_with_sizes``, as the list the overload returns (the binding returns a tuple)."""
     return list(torch.split_with_sizes(self, split_sizes, dim))
 
-_FACTORY = ("dtype", "layout", "device", "pin_memory")  # a factory's keyword-only tensor options
 
 #: ``"aten.<name>.<overload>"`` -> (binding, keywords it takes under the schema's names).
 FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {

@@ -17,6 +17,7 @@ The call of a module running generated code (checks, per-call graphs, folds, err
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -123,9 +124,7 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
         spec = self.pytree_info.out_spec if self.pytree_info is not None else None
         if spec is not None and isinstance(output_args, (list, tuple)) and descs is None \
                 and spec.num_leaves == len(output_args):
-            leaves = iter(output_args)
-            calls = iter(range(len(self._output_nodes())))
-            return f"return {self._build(spec, leaves, calls, repr_fn or repr)}"
+            return f"return {self._build(spec, iter(output_args), itertools.count(), repr_fn or repr)}"
         return super().generate_output(output_args, descs=descs, repr_fn=repr_fn)
 
     def _output_nodes(self) -> list[pytree.TreeSpec]:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torch import fx
-from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+from torch.fx.graph import _format_target, _PyTreeCodeGen, _PyTreeInfo
 from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError, IRError, IRFormatError, UnsafeNameError
@@ -31,6 +31,8 @@ from common.names import check_forward_arg_names
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import kwarg_names, load_spec
 
+from .module_call import call_module
+from .module_call import child as module_child
 from .shared_code import CodeCache, placeholder_module
 
 _COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
@@ -60,10 +62,13 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
                     if p.default is not NO_DEFAULT}
         outputs = self._output_nodes()
         builders = [name for i in range(len(outputs)) for name in (f"_ir_out_fn_{i}", f"_ir_out_ctx_{i}")]
-        for name in [*defaults, "_ir_sequences", "_ir_not_a_sequence", *builders]:
+        for name in [*defaults, "_ir_sequences", "_ir_not_a_sequence", "_ir_call_module", "_ir_child",
+                     *builders]:
             namespace.create_name(name, None)
         code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
-        code.globals.update(defaults, _ir_sequences=(tuple, list), _ir_not_a_sequence=_not_a_sequence)
+        code.src = _fast_lookups(code.src, nodes, root_module)
+        code.globals.update(defaults, _ir_sequences=(tuple, list), _ir_not_a_sequence=_not_a_sequence,
+                            _ir_call_module=call_module, _ir_child=module_child)
         for i, spec in enumerate(outputs):
             code.globals.update({f"_ir_out_fn_{i}": pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
                                  f"_ir_out_ctx_{i}": spec.context})
@@ -154,6 +159,54 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
             return f"_ir_out_fn_{index}([{items}], _ir_out_ctx_{index})"
         items = "".join(self._build(c, leaves, calls, show) + ", " for c in spec.children())
         return f"({items})" if spec.type is tuple else f"[{items}]"
+
+
+#: Names the generated module class answers itself (its ``code``, ``graph``, ``forward``...): looked up as fx writes
+#: them, never in the module's dictionaries.
+_CLASS_NAMES = frozenset(dir(fx.GraphModule)) | {"_wrapped_call"}
+
+
+def _first_hop(root: str, name: str, kinds: tuple[str, ...]) -> str:
+    """``root.name`` as ``nn.Module.__getattr__`` finds it (its ``_parameters``, ``_buffers``, ``_modules``, in that
+    order, among ``kinds``), else fx's own expression. The same object without ``__getattr__``'s failed lookup
+    first: a submodule, parameter or buffer of a module costs about 0.55 us through the attribute and 0.03 us from
+    its dictionary."""
+    plain = _format_target(root, name)
+    if name in _CLASS_NAMES:
+        return plain
+    tests = "".join(f'{root}.{kind}["{name}"] if "{name}" in {root}.{kind} else ' for kind in kinds)
+    return f"({tests}{plain})"
+
+
+def _fast_lookups(src: str, nodes: Any, root_module: str) -> str:
+    """``src`` with the module's own submodules, parameters and buffers read from its dictionaries, and each
+    submodule call ``x = self.a.b(...)`` written ``x = _ir_call_module(<self.a>.b, ...)``
+    (:func:`ir2torch.module_call.call_module`: the same call, two frames fewer without hooks).
+
+    Only the start of the line fx wrote for a ``call_module`` or ``get_attr`` node changes, from names fx made and
+    the graph's checked targets (:func:`check_graph`), so the lines, and the line-to-node map error reports use,
+    stay as they are; a line in another form is left as fx wrote it. The first step of a path is the generated
+    module's own (a class fx and the rebuilder define); a later step goes through
+    :func:`ir2torch.module_call.child`, which reads a torch container's ``_modules`` and takes ``getattr`` for
+    anything else, since a user's module may sit there."""
+    for node in nodes:
+        if node.op not in ("call_module", "get_attr"):
+            continue
+        first, _, rest = node.target.partition(".")
+        if node.op == "call_module" or rest:
+            base = _first_hop(root_module, first, ("_modules",))
+        else:
+            base = _first_hop(root_module, first, ("_parameters", "_buffers", "_modules"))
+        target = base
+        for name in rest.split(".") if rest else ():
+            target = f'_ir_child({target}, "{name}")'
+        head = f"\n    {node.name} = {_format_target(root_module, node.target)}"
+        if node.op == "call_module":
+            src = src.replace(head + "(", f"\n    {node.name} = _ir_call_module({target}, ", 1)
+        else:
+            for end in (";", "\n"):
+                src = src.replace(head + end, f"\n    {node.name} = {target}{end}", 1)
+    return src
 
 
 def _not_a_sequence(name: str, value: Any) -> None:

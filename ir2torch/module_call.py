@@ -60,7 +60,10 @@ def _install(gm: fx.GraphModule, implementation: str, check: Check | None,
 _MODULE_CALL = nn.Module.__call__
 _CALL_IMPL = nn.Module._call_impl
 _jit_tracing = torch._C._get_tracing_state
-_compiling = torch.compiler.is_compiling  # True while torch.compile (dynamo) or torch.export traces
+#: True while dynamo traces (torch.compile, strict torch.export): dynamo evaluates the call as ``True``; a plain
+#: call is one frame returning ``False`` (``torch.compiler.is_compiling`` is two). Non-strict export and fx tracing
+#: patch ``nn.Module.__call__``, which the calls below check.
+_compiling = torch.compiler.is_dynamo_compiling
 
 
 #: torch's containers: classes whose children are found in ``_modules`` exactly as ``getattr`` finds them.

@@ -51,27 +51,30 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
         super().__init__(pytree_info)
         self.parameters = list(parameters or [])
 
-    @staticmethod
-    def _default_name(index: int) -> str:
-        return f"_ir_default_{index}"
+    def _name(self, base: str) -> str:
+        """The name generated code uses for the global ``base`` (a name ir2torch makes), as reserved by
+        :meth:`_gen_python_code`: ``base`` itself unless a forward argument already has it (then fx's next free
+        variant, so that no argument shadows it)."""
+        return getattr(self, "_names", {}).get(base, base)
 
     def _gen_python_code(self, nodes: Any, root_module: str, namespace: Any, **kwargs: Any) -> Any:
         for name in self.pytree_info.orig_args:
             namespace.create_name(name, None)
-        defaults = {self._default_name(i): p.default for i, p in enumerate(self.parameters)
-                    if p.default is not NO_DEFAULT}
+        for node in nodes:  # the locals the argument binding assigns, before any global takes their names
+            if node.op == "placeholder" and node.target not in self.pytree_info.orig_args:
+                namespace.create_name(node.target, node if node.target == node.name else None)
         outputs = self._output_nodes()
-        builders = [name for i in range(len(outputs)) for name in (f"_ir_out_fn_{i}", f"_ir_out_ctx_{i}")]
-        for name in [*defaults, "_ir_sequences", "_ir_not_a_sequence", "_ir_call_module", "_ir_child",
-                     *builders]:
-            namespace.create_name(name, None)
-        code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
-        code.src = _fast_lookups(code.src, nodes, root_module)
-        code.globals.update(defaults, _ir_sequences=(tuple, list), _ir_not_a_sequence=_not_a_sequence,
-                            _ir_call_module=call_module, _ir_child=module_child)
+        values: dict[str, Any] = {f"_ir_default_{i}": p.default for i, p in enumerate(self.parameters)
+                                  if p.default is not NO_DEFAULT}
+        values.update(_ir_sequences=(tuple, list), _ir_not_a_sequence=_not_a_sequence, _ir_call_module=call_module,
+                      _ir_child=module_child)
         for i, spec in enumerate(outputs):
-            code.globals.update({f"_ir_out_fn_{i}": pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
-                                 f"_ir_out_ctx_{i}": spec.context})
+            values.update({f"_ir_out_fn_{i}": pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
+                           f"_ir_out_ctx_{i}": spec.context})
+        self._names = {base: namespace.create_name(base, None) for base in values}
+        code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
+        code.src = _fast_lookups(code.src, nodes, root_module, self._name)
+        code.globals.update({self._name(base): value for base, value in values.items()})
         return code
 
     def gen_fn_def(self, free_vars: list[str], maybe_return_annotation: str, *, expanded_def: bool = False) -> str:
@@ -82,7 +85,8 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
         for i, param in enumerate(self.parameters):
             if param.kind is KINDS["keyword_only"] and "*" not in parts:
                 parts.append("*")
-            parts.append(param.name if param.default is NO_DEFAULT else f"{param.name}={self._default_name(i)}")
+            default = self._name(f"_ir_default_{i}")
+            parts.append(param.name if param.default is NO_DEFAULT else f"{param.name}={default}")
             following = self.parameters[i + 1].kind if i + 1 < len(self.parameters) else None
             if param.kind is KINDS["positional_only"] and following is not KINDS["positional_only"]:
                 parts.append("/")
@@ -106,7 +110,8 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
             if child.is_leaf():
                 parts.append(name)
             elif child.type in (tuple, list) and child.num_children and all(c.is_leaf() for c in child.children()):
-                parts.append(f"*({name} if type({name}) in _ir_sequences else _ir_not_a_sequence({name!r}, {name}))")
+                parts.append(f"*({name} if type({name}) in {self._name('_ir_sequences')} else "
+                             f"{self._name('_ir_not_a_sequence')}({name!r}, {name}))")
             else:
                 return None
         return parts
@@ -156,7 +161,7 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
         if spec.type not in (tuple, list):
             index = next(calls)  # pre-order, as :meth:`_output_nodes` walks
             items = "".join(self._build(c, leaves, calls, show) + ", " for c in spec.children())
-            return f"_ir_out_fn_{index}([{items}], _ir_out_ctx_{index})"
+            return f"{self._name(f'_ir_out_fn_{index}')}([{items}], {self._name(f'_ir_out_ctx_{index}')})"
         items = "".join(self._build(c, leaves, calls, show) + ", " for c in spec.children())
         return f"({items})" if spec.type is tuple else f"[{items}]"
 
@@ -178,7 +183,7 @@ def _first_hop(root: str, name: str, kinds: tuple[str, ...]) -> str:
     return f"({tests}{plain})"
 
 
-def _fast_lookups(src: str, nodes: Any, root_module: str) -> str:
+def _fast_lookups(src: str, nodes: Any, root_module: str, name_of: Callable[[str], str] = str) -> str:
     """``src`` with the module's own submodules, parameters and buffers read from its dictionaries, and each
     submodule call ``x = self.a.b(...)`` written ``x = _ir_call_module(<self.a>.b, ...)``
     (:func:`ir2torch.module_call.call_module`: the same call, two frames fewer without hooks).
@@ -199,10 +204,10 @@ def _fast_lookups(src: str, nodes: Any, root_module: str) -> str:
             base = _first_hop(root_module, first, ("_parameters", "_buffers", "_modules"))
         target = base
         for name in rest.split(".") if rest else ():
-            target = f'_ir_child({target}, "{name}")'
+            target = f'{name_of("_ir_child")}({target}, "{name}")'
         head = f"\n    {node.name} = {_format_target(root_module, node.target)}"
         if node.op == "call_module":
-            src = src.replace(head + "(", f"\n    {node.name} = _ir_call_module({target}, ", 1)
+            src = src.replace(head + "(", f"\n    {node.name} = {name_of('_ir_call_module')}({target}, ", 1)
         else:
             for end in (";", "\n"):
                 src = src.replace(head + end, f"\n    {node.name} = {target}{end}", 1)

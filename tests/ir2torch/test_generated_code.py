@@ -137,3 +137,34 @@ def test_nested_tuple_argument_and_dict_output_bind_without_pytree_calls():
         rebuilt.child(x, {0: pair[0], 1: pair[1]})
     with pytest.raises(Exception, match="unpack"):
         rebuilt.child(x, (*pair, x))
+
+
+class _NamesLikeGenerated(nn.Module):
+    """Forward arguments named like the globals generated code uses (its own and fx's op names)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.seq = nn.Sequential(nn.ReLU())
+
+    def forward(self, _ir_call_module, _ir_child, _ir_child_1, aten_add_Tensor, _ir_out_fn_0=None,
+                _ir_out_ctx_0=None, _ir_sequences=None, _ir_not_a_sequence=None):
+        h = _ir_call_module + _ir_child[0] + _ir_child[1] + _ir_child_1 + aten_add_Tensor
+        y = self.seq[0](self.lin(h))
+        return {"a": y, "b": [y, (y * 2,)]}
+
+
+def test_arguments_named_like_generated_globals_do_not_shadow_them() -> None:
+    """An argument may be called ``_ir_call_module`` or ``aten_add_Tensor``: the generated code's globals then take
+    other names, and the rebuilt model computes what eager does (it used to call the argument)."""
+    model = _NamesLikeGenerated().eval()
+    x = torch.randn(2, 4)
+    args = (x, (x + 1, x + 2), x + 3)
+    kwargs = {"aten_add_Tensor": x + 4}
+    rebuilt = ir2torch.convert(torch2ir.convert(model, args, kwargs), model.state_dict())
+    new = (torch.randn(2, 4), (torch.randn(2, 4), torch.randn(2, 4)), torch.randn(2, 4))
+    new_kwargs = {"aten_add_Tensor": torch.randn(2, 4)}
+    with torch.no_grad():
+        got, want = rebuilt(*new, **new_kwargs), model(*new, **new_kwargs)
+    assert torch.equal(got["a"], want["a"]) and torch.equal(got["b"][1][0], want["b"][1][0])
+    assert "_ir_call_module_" in rebuilt.code and "_ir_out_fn_0_" not in rebuilt.code

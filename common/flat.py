@@ -158,6 +158,8 @@ class FlatIR:
         weight_name_mapping: weight placeholder name -> state-dict key.
         in_spec / out_spec: torch pytree specs (``treespec_dumps`` JSON) of the calling convention.
         forward_arg_names: names of the model's forward arguments.
+        same_inputs: graph input name -> the earlier graph input that was the very same tensor in the traced call
+            (the graph reads one of them for both: a call must pass one tensor there too).
         range_constraints: ``{symbol: [min, max]}`` of dynamic dimensions (``"int_oo"``: unbounded).
         meta: facts about the extraction: ``model`` (class), ``torch_version``, ``decomposition``
             (``"none"``, ``"core_aten"`` or ``"custom"``), ``device`` (the device traced on).
@@ -178,6 +180,7 @@ class FlatIR:
         range_constraints: Mapping[str, list[Any]] | None = None,
         meta: Mapping[str, Any] | None = None,
         tensors: Mapping[str, torch.Tensor] | None = None,
+        same_inputs: Mapping[str, str] | None = None,
     ) -> None:
         self.nodes: list[FlatNode] = list(nodes)
         self.graph_inputs: list[ValueMeta] = list(graph_inputs)
@@ -190,6 +193,7 @@ class FlatIR:
         self.range_constraints: dict[str, list[Any]] = {k: list(v) for k, v in (range_constraints or {}).items()}
         self.meta: dict[str, Any] = dict(meta or {})
         self.tensors: dict[str, torch.Tensor] = dict(tensors or {})
+        self.same_inputs: dict[str, str] = dict(same_inputs or {})
 
     # -- lookups -------------------------------------------------------------------------
     def node(self, name: str) -> FlatNode:
@@ -269,6 +273,7 @@ class FlatIR:
             "weights": [w.to_dict() for w in self.weights],
             "weight_name_mapping": dict(self.weight_name_mapping),
             "nodes": [n.to_dict(value_fn) for n in self.nodes],
+            **({"same_inputs": dict(self.same_inputs)} if self.same_inputs else {}),
         }
 
     @classmethod

@@ -19,13 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .errors import (
-    ArgumentMismatchError,
-    DanglingEdgeError,
-    IRFormatError,
-    IRValidationError,
-    UnsafeTargetError,
-)
+from .errors import ArgumentMismatchError, DanglingEdgeError, IRFormatError, IRValidationError, UnsafeTargetError
 from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
@@ -47,7 +41,7 @@ FLAT_FORMAT = "torch2ir.flat"
 FLAT_FORMAT_VERSION = 1
 
 _BODY_KEYS = ("meta", "graph_inputs", "graph_outputs", "in_spec", "out_spec", "forward_arg_names",
-              "range_constraints", "weights", "weight_name_mapping", "nodes")  # fmt: skip
+              "range_constraints", "weights", "weight_name_mapping", "nodes", "same_inputs")  # fmt: skip
 _NODE_KEYS = {"name", "op_type", "module_path", "args", "kwargs", "inputs", "outputs", "source"}
 
 
@@ -163,7 +157,7 @@ def parse_flat(cls: type, d: Any, value_fn: ValueFn) -> Any:
         if len(lists[key]) > MAX_GRAPH_NODES:
             raise IRFormatError(f"'{key}' has {len(lists[key])} entries, more than {MAX_GRAPH_NODES}", key=key,
                                 hint="is the file corrupt?")
-    for key in ("meta", "range_constraints", "weight_name_mapping"):
+    for key in ("meta", "range_constraints", "weight_name_mapping", "same_inputs"):
         expect(d.get(key, {}), Mapping, key)
     for key in ("in_spec", "out_spec"):
         if d.get(key) is not None and not isinstance(d[key], str):
@@ -174,6 +168,9 @@ def parse_flat(cls: type, d: Any, value_fn: ValueFn) -> Any:
     if not all(isinstance(k, str) and isinstance(v, str) and v for k, v in mapping.items()):
         raise IRFormatError("'weight_name_mapping' maps placeholder names to state-dict keys (strings)",
                             key="weight_name_mapping")
+    same = d.get("same_inputs", {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in same.items()):
+        raise IRFormatError("'same_inputs' maps graph input names to graph input names", key="same_inputs")
     ranges = d.get("range_constraints", {})
     for sym, bounds in ranges.items():
         if not (isinstance(bounds, list) and len(bounds) == 2
@@ -190,6 +187,7 @@ def parse_flat(cls: type, d: Any, value_fn: ValueFn) -> Any:
         forward_arg_names=lists["forward_arg_names"],
         range_constraints=ranges,
         meta={str(k): value_fn(v, f"meta.{k}") for k, v in d.get("meta", {}).items()},
+        same_inputs=same,
     )
 
 
@@ -265,6 +263,11 @@ def validate_flat(flat: Any, allowlist: Allowlist | None, extra_ops: frozenset[s
 
     for meta in flat.graph_inputs:
         define(meta, "graph_inputs")
+    order = {m.name: i for i, m in enumerate(flat.graph_inputs)}
+    for name, other in flat.same_inputs.items():
+        if not order.get(name, -1) > order.get(other, len(order)):
+            raise IRValidationError(f"same_inputs maps {str(name)[:80]!r} to {str(other)[:80]!r}: map a graph input "
+                                    "to an earlier one", key="same_inputs", hint="fix or remove the entry")
     names = [w.name for w in flat.weights]
     for w in flat.weights:
         define(ValueMeta.tensor(w.name, w.shape, w.dtype), "weights")

@@ -31,6 +31,7 @@ from .flat_state import StateSource, attach_weights, resolve_weights
 from .guard_specs import flat_guard
 from .module_call import report_errors
 from .rebuild import _fx_name, runtime_device
+from .same_inputs import insert_flat_same_inputs
 
 Executor = Callable[..., Any]
 
@@ -81,6 +82,7 @@ def build_flat_module(
     attach_weights(gm, flat, tensors)
     fallback = torch.device(device) if device is not None else torch.device("cpu")
     graph = _FlatGraph(flat, allow, registry, fallback).build()
+    insert_flat_same_inputs(graph, flat)
     if flat.in_spec is not None:
         graph._codegen = calling_convention({"in_spec": flat.in_spec, "out_spec": flat.out_spec,
                                              "forward_arg_names": flat.forward_arg_names}, "root")

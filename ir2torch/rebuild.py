@@ -36,6 +36,7 @@ from .codegen import calling_convention, compile_variant, install_graph
 from .constant_fold import attach_fold
 from .direct_op import direct_op
 from .module_call import report_errors, select_variant
+from .same_inputs import insert_same_inputs
 from .shared_code import CodeCache, placeholder_module
 from .signature_check import SignatureCheck
 
@@ -329,6 +330,7 @@ def graph_module(
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
     graph = _GraphBuilder(impl, allowlist, codes).build()
+    insert_same_inputs(graph, impl)
     if guard is not None:
         guard.insert(graph)
     if "in_spec" in impl.meta:
@@ -346,6 +348,7 @@ def graph_module(
     variants = []
     for variant in impl.variants:  # per-call graphs share the module's calling convention
         vgraph = _GraphBuilder(variant, allowlist, codes).build()
+        insert_same_inputs(vgraph, variant)
         if "in_spec" in impl.meta:
             vgraph._codegen = calling_convention(impl.meta, impl.name, codes)
         variants.append(compile_variant(vgraph, impl.name, codes))

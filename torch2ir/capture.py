@@ -36,6 +36,7 @@ from common.safety import Allowlist
 from common.values import Subgraph
 
 from .frontend import ExportFailedError, export
+from .hierarchy import same_objects
 from .lowering import check_ops, flat_from_program
 
 #: deepcopy of export's tree specs inside run_decompositions warns about a deprecated isinstance check.
@@ -74,6 +75,8 @@ class Capture:
         self.allowlist = allowlist
         self.refused = refused
         self.digest: str | None = None
+        #: flat user input -> the earlier one that was the same tensor object (:func:`torch2ir.hierarchy.same_objects`)
+        self.same_input = same_objects(ep, (args, kwargs)) if ep is not None else {}
 
     def link(self, hierarchy: Any, placed: Mapping[int, tuple[str, int, Implementation]]) -> None:
         """Record each call node's IR node: an op of a handled leaf links to the leaf's call node, an op of a
@@ -129,6 +132,8 @@ class Capture:
                 "device": self.meta["device"]}
         flat = flat_from_program(ep, self.paths, meta, links=self.links if linked else None, base=self.ep.graph)
         check_ops(flat.nodes, allowlist)
+        inputs = flat.graph_inputs
+        flat.same_inputs = {inputs[i].name: inputs[j].name for i, j in self.same_input.items() if i < len(inputs)}
         # state-dict keys the graph does not read (unused buffers, the second name of a tied parameter): a
         # rebuild with strict=True accepts exactly these besides the weights', and refuses any other key
         flat.meta["unread_state"] = sorted(self.state_names - set(flat.weight_name_mapping.values()))

@@ -101,13 +101,19 @@ class GraphWriter:
                 plain = value is None or type(value) in (bool, int, float, str)
                 meta = value_meta(node.meta.get("val")) if node is not None else \
                     value if plain else {"python": type(value).__name__}
+                if node is not None and node in self.env:  # the call passed one tensor for both
+                    meta = {**meta, "same_as": self.env[node].node}
                 name = self.impl.add_node(self.name(label), "input", "input", meta=meta)
                 if node is not None:
                     self.env.setdefault(node, Ref(name))
         inputs = self.h.user_inputs if frame is self.h.root else [] if sig is not None else list(frame.inputs)
-        for value in inputs:
-            name = self.impl.add_node(self.name(value.name), "input", "input", meta=value_meta(value.meta.get("val")))
-            self.env[value] = Ref(name)
+        names: list[str] = []
+        for i, value in enumerate(inputs):
+            meta = value_meta(value.meta.get("val"))
+            if frame is self.h.root and i in self.h.same_input and isinstance(meta, dict):
+                meta = {**meta, "same_as": names[self.h.same_input[i]]}  # one tensor given twice
+            names.append(self.impl.add_node(self.name(value.name), "input", "input", meta=meta))
+            self.env[value] = Ref(names[-1])
         for item in frame.items:
             try:
                 if isinstance(item, Frame):

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.fx import _pytree as fx_pytree
+from torch.utils import _pytree as pytree
 
 from common.ir import Implementation
 
@@ -70,7 +72,7 @@ class Hierarchy:
     """Frames, flows and graphs of one exported program."""
 
     def __init__(self, ep: torch.export.ExportedProgram, table: ModuleTable,
-                 calls: list[CallRecord] | None = None) -> None:
+                 calls: list[CallRecord] | None = None, inputs: tuple[tuple, Any] | None = None) -> None:
         self.ep = ep
         self.table = table
         self.problems: list[Problem] = []
@@ -82,6 +84,9 @@ class Hierarchy:
         # every user input, constants (a bool flag passed in) included: the root keeps the original arity
         self.user_inputs = [placeholders[s.arg.name] for s in sig.input_specs
                             if s.kind.name == "USER_INPUT" and getattr(s.arg, "name", None) in placeholders]
+        #: index of a user input -> index of the earlier one that was the same tensor object in the call
+        #: (export gives the graph one of them to read for both)
+        self.same_input = same_objects(ep, inputs) if inputs is not None else {}
         self.root = Frame("", "", None, leaf=False)
         self.frame_of: dict[fx.Node, Frame] = {}
         self.frames_by_path: dict[str, list[Frame]] = {}
@@ -290,6 +295,24 @@ class Hierarchy:
         from .graph_writer import GraphWriter
 
         GraphWriter(self, frame, impl).write()
+
+
+def same_objects(ep: torch.export.ExportedProgram, inputs: tuple[tuple, Any]) -> dict[int, int]:
+    """``{i: j}`` for each flat user input ``i`` that is the very tensor of an earlier one ``j`` (in export's
+    order of the inputs: its ``in_spec``)."""
+    args, kwargs = inputs
+    try:
+        leaves = fx_pytree.tree_flatten_spec((tuple(args), dict(kwargs or {})), ep.call_spec.in_spec)
+    except Exception:  # noqa: BLE001 - a structure export normalised differently: compare in plain order
+        leaves = pytree.tree_leaves((tuple(args), dict(kwargs or {})))
+    first: dict[int, int] = {}
+    same = {}
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, torch.Tensor):
+            j = first.setdefault(id(leaf), i)
+            if j != i:
+                same[i] = j
+    return same
 
 
 _TO = frozenset({"to.dtype", "to.device", "to.dtype_layout", "to.other"})

@@ -82,10 +82,27 @@ def _signed() -> tuple[nn.Module, tuple, dict]:
     return _SignedParent().eval(), (torch.randn(2, 4),), {}
 
 
+class _SameTwice(nn.Module):
+    """Called with one tensor for both arguments: the FlatIR lists ``same_inputs``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * y
+
+
+def _same_twice() -> tuple[nn.Module, tuple, dict]:
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    return _SameTwice().eval(), (x, x), {}
+
+
 #: Cases that are not in the zoo: name -> () -> (model, args, kwargs).
-EXTRA = {"per_call": _per_call, "signed": _signed}
-#: Zoo case lowered to the FlatIR attacked.
-FLAT_CASE = "kwargs"
+EXTRA = {"per_call": _per_call, "signed": _signed, "same_twice": _same_twice}
+#: Cases lowered to the FlatIRs attacked.
+FLAT_CASES = ("kwargs", "same_twice")
 
 
 @dataclass(frozen=True)
@@ -104,14 +121,14 @@ class Document:
 def documents(tmp: str) -> tuple[Document, ...]:
     """The attacked documents, written once per session under ``tmp``."""
     out = []
-    for name in (*IR_CASES, FLAT_CASE):
+    for i, name in enumerate((*IR_CASES, *FLAT_CASES)):
         if name in EXTRA:
             model, args, kwargs = EXTRA[name]()
         else:
             case = by_name(name)
             model = case.build()
             args, kwargs = case.inputs()
-        kind = "flat" if name == FLAT_CASE and len(out) == len(IR_CASES) else "ir"
+        kind = "flat" if i >= len(IR_CASES) else "ir"
         obj = torch2ir.lower(model, args, kwargs) if kind == "flat" else torch2ir.convert(model, args, kwargs)
         path = Path(tmp) / f"{name}.{kind}.json"
         obj.save(path)

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from common.errors import InputMismatchError
 from tests.real.corpus import CORPUS, Arch
 from tests.real.shared import converted, converters
 
@@ -78,3 +79,43 @@ def test_every_rebuilt_module_can_be_swapped_for_the_original(arch: Arch):
             _swap(rebuilt, path, old)
         swapped.append(path)
     assert len(swapped) == len(paths) - len(unsigned)
+
+
+def _marked(ir) -> dict[str, list[str]]:
+    """Module path -> its input nodes marked ``same_as`` (one tensor was passed for two arguments)."""
+    out: dict[str, list[str]] = {}
+    for key, impl in ir.items():
+        for n in impl.nodes:
+            meta = impl.node(n).get("meta")
+            if impl.node(n)["type"] == "input" and isinstance(meta, dict) and "same_as" in meta:
+                out.setdefault(key, []).append(n)
+    return out
+
+
+@pytest.mark.parametrize("name", ["mobilebert", "funnel"])
+def test_attention_called_with_one_tensor_for_query_and_key_refuses_two(name: str):
+    """MobileBERT's and Funnel's attention modules are called with one tensor as query, key (and value): their
+    graphs read it once. Called on their own with the original call's arguments they are exact; with a copy as
+    the key they raise instead of ignoring it."""
+    arch = next(a for a in CORPUS if a.name == name)
+    shared = converted(arch)
+    model, ir = shared.model, shared.ir
+    rebuilt = converters(arch)["rebuilder"].convert(ir, model.state_dict())
+    marked = _marked(ir)
+    assert marked, "the corpus model no longer passes one tensor twice"
+    args, kwargs = arch.inputs()
+    for path, names in marked.items():
+        calls: list[tuple] = []
+        hook = model.get_submodule(path).register_forward_pre_hook(
+            lambda m, a, kw, calls=calls: calls.append((a, kw)), with_kwargs=True)
+        with torch.no_grad():
+            model(*args, **kwargs)
+        hook.remove()
+        a, kw = calls[0]
+        original, module = model.get_submodule(path), rebuilt.get_submodule(path)
+        with torch.no_grad():
+            assert _exact(module(*a, **kw), original(*a, **kw)), path
+            bound = inspect.signature(original.forward).bind(*a, **kw)
+            bound.arguments[names[0]] = bound.arguments[names[0]].clone()
+            with pytest.raises(InputMismatchError, match="different objects"):
+                module(*bound.args, **bound.kwargs)

@@ -10,7 +10,9 @@ For every :class:`tests.real.corpus.Arch` of ``CORPUS`` (MoE ones with their ``a
 ``ir2torch.convert`` (input guards ON, the default) once per batch size, then eager and rebuilt are timed
 interleaved (single thread, ``torch.no_grad()``, warm-up, a few rounds of calibrated call counts; see
 :mod:`benchmarks.measure`). Batch 1 takes ``x[:1]`` of every tensor input, batch 8 repeats it along dim 0;
-when eager refuses the resized inputs, the row uses the Arch's inputs as given (and says so). Models run
+when eager refuses the resized inputs, the row uses the Arch's inputs as given (and says so). A deep copy of the
+eager model, made after the rebuild, is timed in the same rounds as a control (``copy / eager``: identical code,
+so its spread is the noise floor of a row; ``--no-control`` leaves it out). Models run
 in groups, each group in a fresh child process. A model that fails anywhere is a row with its error: nothing
 is left out. The report (median, p90, max, worst five of rebuilt / eager) goes to
 ``benchmarks/results-corpus.md`` (and ``.json``).
@@ -85,7 +87,9 @@ def _load_baseline(checkout: str) -> Any:
     return module
 
 
-def _measure(arch: Any, batch: int, rounds: int, baseline: str | None = None) -> dict[str, Any]:
+def _measure(arch: Any, batch: int, rounds: int, baseline: str | None = None, control: bool = True) -> dict[str, Any]:
+    from copy import deepcopy
+
     import torch
 
     from benchmarks.measure import calibrate, interleaved, paired_ratio
@@ -101,6 +105,9 @@ def _measure(arch: Any, batch: int, rounds: int, baseline: str | None = None) ->
         note = "; ".join(filter(None, [note, f"root rebuilt as {type(rebuilt).__name__} (no generated code, "
                                              "no guard)"]))
     calls = {"eager": lambda: model(*args, **kwargs), "rebuilt": lambda: rebuilt(*args, **kwargs)}
+    if control:  # the same model again, allocated after the rebuild: what identical code reads as (the noise floor)
+        copy = deepcopy(model)
+        calls["copy"] = lambda: copy(*args, **kwargs)
     if baseline:
         old = _load_baseline(baseline).get_default_converter()
         for pattern in arch.allow:
@@ -114,12 +121,15 @@ def _measure(arch: Any, batch: int, rounds: int, baseline: str | None = None) ->
         series = interleaved(calls, rounds=rounds, warmup=0, number=number)
     extra = {"before_ms": series["before"].median * 1e3, "before_ratio": paired_ratio(series, "before", "eager")} \
         if baseline else {}
+    if control:
+        extra["copy_ratio"] = paired_ratio(series, "copy", "eager")
     return {"eager_ms": series["eager"].median * 1e3, "rebuilt_ms": series["rebuilt"].median * 1e3,
             "ratio": paired_ratio(series, "rebuilt", "eager"), "calls_per_sample": number,
             "max_abs_diff": diff, "note": note, **extra}
 
 
-def task_corpus(names: list[str], batches: list[int], rounds: int, baseline: str | None = None) -> dict[str, Any]:
+def task_corpus(names: list[str], batches: list[int], rounds: int, baseline: str | None = None,
+                control: bool = True) -> dict[str, Any]:
     """Child task: one row per (model, batch) of ``names``; a failure is a row with ``error``."""
     import torch
 
@@ -134,7 +144,7 @@ def task_corpus(names: list[str], batches: list[int], rounds: int, baseline: str
         for batch in batches:
             start = time.perf_counter()
             try:
-                row = _measure(archs[name], batch, rounds, baseline)
+                row = _measure(archs[name], batch, rounds, baseline, control)
             except Exception as exc:  # noqa: BLE001 - reported as a row, never dropped
                 row = {"error": _error(exc)}
             rows.append({"model": name, "batch": batch, "wall_s": time.perf_counter() - start, **row})
@@ -159,10 +169,10 @@ def summary(rows: list[dict[str, Any]], key: str = "ratio") -> dict[str, Any]:
             "worst": [(r["model"], r["batch"], r[key]) for r in worst]}
 
 
-def _distribution(label: str, s: dict[str, Any]) -> list[str]:
+def _distribution(label: str, s: dict[str, Any], target: bool = True) -> list[str]:
     if s["median"] is None:
         return [f"| {label} | - | - | - | - | no row ran |"]
-    met = "met" if s["median"] <= 1.0 and s["max"] <= 1.05 else "missed"
+    met = ("met" if s["median"] <= 1.0 and s["max"] <= 1.05 else "missed") if target else "-"
     worst = ", ".join(f"{m} b{b} {r:.3f}x" for m, b, r in s["worst"])
     return [f"| {label} | {s['median']:.3f}x | {s['p90']:.3f}x | {s['max']:.3f}x | {met} | {worst} |"]
 
@@ -171,6 +181,7 @@ def render(rows: list[dict[str, Any]], machine: list[str], pending: Sequence[str
     """The Markdown report: the distribution (before / after when a baseline ran), then one line per row."""
     s = summary(rows)
     before = any("before_ratio" in r for r in rows)
+    control = any("copy_ratio" in r for r in rows)
     out = ["# Rebuilt forward vs eager over the real corpus (issue #19)", "", *machine, "",
            f"{s['ran']} of {s['rows']} (model, batch) rows ran ({s['failed']} failed, listed below)."]
     if pending:
@@ -180,17 +191,24 @@ def render(rows: list[dict[str, Any]], machine: list[str], pending: Sequence[str
     if before:
         out += _distribution("before (baseline checkout)", summary(rows, "before_ratio"))
     out += _distribution("after (this checkout)" if before else "all rows", s)
+    if control:
+        out += _distribution("control: copy / eager (a deep copy of the eager model, timed in the same rounds)",
+                             summary(rows, "copy_ratio"), target=False)
+        out += ["", "The control row times identical code: a deep copy of the eager model made after the rebuild. "
+                "Its spread is what placement in memory alone does to a row."]
     out += ["", "| model | batch | eager ms | rebuilt ms | rebuilt / eager |" + (" before / eager |" if before else "")
-            + " max abs diff | note |", "|---|---|---|---|---|---|" + ("---|" if before else "") + "---|"]
+            + (" copy / eager |" if control else "") + " max abs diff | note |",
+            "|---|---|---|---|---|---|" + ("---|" if before else "") + ("---|" if control else "") + "---|"]
     for r in sorted(rows, key=lambda r: (r["model"], r["batch"])):
         if "error" in r:
             out.append(f"| {r['model']} | {r['batch']} | - | - | failed |" + (" - |" if before else "")
-                       + f" - | {r['error']} |")
+                       + (" - |" if control else "") + f" - | {r['error']} |")
             continue
         diff = "-" if r["max_abs_diff"] is None else f"{r['max_abs_diff']:.1e}"
         old = f" {r['before_ratio']:.3f}x |" if "before_ratio" in r else (" - |" if before else "")
+        ctl = f" {r['copy_ratio']:.3f}x |" if "copy_ratio" in r else (" - |" if control else "")
         out.append(f"| {r['model']} | {r['batch']} | {r['eager_ms']:.3f} | {r['rebuilt_ms']:.3f} | {r['ratio']:.3f}x "
-                   f"|{old} {diff} | {r['note']} |")
+                   f"|{old}{ctl} {diff} | {r['note']} |")
     return "\n".join(out) + "\n"
 
 
@@ -201,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", help="comma-separated corpus names (default: all)")
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--no-control", action="store_true", help="do not time a deep copy of the eager model "
+                        "(the control row: identical code, placed in memory after the rebuild)")
     parser.add_argument("--group", type=int, default=GROUP, help="models per child process")
     parser.add_argument("--baseline", type=Path, help="a checkout (e.g. `git worktree add /tmp/base <commit>`) whose "
                         "ir2torch is timed too, in the same rounds: before / after columns")
@@ -239,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = names[index - 1::count]
     start, load0 = time.perf_counter(), os.getloadavg()[0]
     rows: list[dict[str, Any]] = []
-    params = {"batches": batches, "rounds": options.rounds,
+    params = {"batches": batches, "rounds": options.rounds, "control": not options.no_control,
               **({"baseline": str(options.baseline.resolve())} if options.baseline else {})}
     for i in range(0, len(names), options.group):
         group = names[i:i + options.group]

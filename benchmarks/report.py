@@ -286,6 +286,11 @@ def section_corpus(rows: list[dict[str, Any]], machine: list[str]) -> tuple[list
              *[f"- {line.lstrip('- ')}" for line in machine], "",
              *_table(["rebuilt / eager", "median", "p90", "max", "worst five"],
                      [["all rows", _x(s["median"]), _x(s["p90"]), _x(s["max"]), worst]])]
+    c = summary(rows, "copy_ratio")
+    if c["median"] is not None:  # the control: a deep copy of the eager model, timed in the same rounds
+        noise = ", ".join(f"{m} b{b} {r:.3f}x" for m, b, r in c["worst"])
+        lines.append(f"| control: copy / eager (identical code) | {_x(c['median'])} | {_x(c['p90'])} | "
+                     f"{_x(c['max'])} | {noise} |")
     checks = [Check("forward rebuilt / eager over the real corpus, median", _x(s["median"]), "<= 1.0x",
                     s["median"] <= 1.0),
               Check("forward rebuilt / eager over the real corpus, max", _x(s["max"]), f"<= {FORWARD_VS_EAGER}x",

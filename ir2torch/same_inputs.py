@@ -11,7 +11,8 @@ call, with one node right after the placeholders, that those arguments are still
 both, so the check holds there too.
 
 The check is identity (``is``), the relation the trace saw: two distinct tensors holding equal values, or two
-views of one storage, are refused, since gradients and in-place updates would reach one of them only.
+views of one storage, are refused, since gradients and in-place updates would reach one of them only. A symbolic
+int passed twice (one size for two arguments) is checked by value: Python does not keep one object per int.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import torch
 from torch import fx
 
 from common.errors import InputMismatchError, IRFormatError
@@ -51,9 +53,12 @@ class SameInputs:
             InputMismatchError: two inputs that were one tensor at conversion are different objects.
         """
         for i, j, name, other in self.pairs:
-            if values[i] is not values[j]:
+            a, b = values[i], values[j]
+            if a is not b and (isinstance(a, torch.Tensor) or type(a) is not type(b) or a != b):
+                tensor = isinstance(b, torch.Tensor)
                 raise InputMismatchError(
-                    f"inputs {other!r} and {name!r} are different objects, but they were one tensor when "
+                    f"inputs {other!r} and {name!r} are different {'objects' if tensor else 'values'}, "
+                    f"but they were one {'tensor' if tensor else 'value'} when "
                     f"{'the model' if self.implementation == 'root' else 'this module'} was converted: its graph "
                     "reads one of them for both and would ignore the other",
                     implementation=self.implementation, key=name,

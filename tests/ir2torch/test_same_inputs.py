@@ -17,6 +17,7 @@ import torch2ir
 from common import IR, FlatIR
 from common.errors import InputMismatchError, IRFormatError, IRValidationError
 from common.serialize import ir_to_document
+from ir2torch.same_inputs import SameInputs
 
 
 class _Mix(nn.Module):
@@ -146,3 +147,13 @@ def test_a_bad_same_inputs_entry_is_refused(entry: dict) -> None:
         ir2torch.convert(flat, model.state_dict())
     with pytest.raises(IRFormatError, match="same_inputs"):
         FlatIR.from_dict({**flat.to_dict(), "same_inputs": {"y": 1}})
+
+
+def test_the_check_compares_tensors_by_identity_and_ints_by_value() -> None:
+    check = SameInputs(((1, 0, "m", "n"),), "block")
+    x = torch.randn(2)
+    check(x, x)
+    check(int("300"), int("300"))  # equal ints need not be one object
+    for a, b in ((x, x.clone()), (x, x.view(2)), (3, 4), (3, 3.0)):
+        with pytest.raises(InputMismatchError, match="'n' and 'm'"):
+            check(a, b)

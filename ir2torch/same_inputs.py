@@ -5,10 +5,9 @@ arguments apart: ``torch.export`` gives the graph one of them to read for both, 
 with two different tensors, such a graph would return a result computed from one of them only, without a word
 (``torch.export``'s own ``ExportedProgram.module()`` does exactly that). torch2ir marks each such input node with
 ``meta["same_as"]``, the name of the earlier input node it was identical to (a FlatIR lists them in its
-``same_inputs``); the rebuilt module checks on every
-call, with one node right after the placeholders, that those arguments are still one object, and raises an
-:class:`~common.errors.InputMismatchError` naming both otherwise. Under a tracer the same variable is passed for
-both, so the check holds there too.
+``same_inputs``); the rebuilt module checks on every call, with one node right after the placeholders, that
+those arguments are still one object, and raises an :class:`~common.errors.InputMismatchError` naming both
+otherwise. Under a tracer the same variable is passed for both, so the check holds there too.
 
 The check is identity (``is``), the relation the trace saw: two distinct tensors holding equal values, or two
 views of one storage, are refused, since gradients and in-place updates would reach one of them only. A symbolic

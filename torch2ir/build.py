@@ -84,7 +84,7 @@ def build_ir(
                       if stand_ins else None)
     if captured is not None:
         captured.append(capture)
-    hierarchy = Hierarchy(ep, table, calls, (args, kwargs))
+    hierarchy = Hierarchy(ep, table, calls, capture.same_input)
     frames = list(hierarchy.graph_frames())
     called = {table.key(f.path) or "root" for f in frames}
     ir = table.build(called)

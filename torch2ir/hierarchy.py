@@ -72,7 +72,7 @@ class Hierarchy:
     """Frames, flows and graphs of one exported program."""
 
     def __init__(self, ep: torch.export.ExportedProgram, table: ModuleTable,
-                 calls: list[CallRecord] | None = None, inputs: tuple[tuple, Any] | None = None) -> None:
+                 calls: list[CallRecord] | None = None, same_input: dict[int, int] | None = None) -> None:
         self.ep = ep
         self.table = table
         self.problems: list[Problem] = []
@@ -85,8 +85,8 @@ class Hierarchy:
         self.user_inputs = [placeholders[s.arg.name] for s in sig.input_specs
                             if s.kind.name == "USER_INPUT" and getattr(s.arg, "name", None) in placeholders]
         #: index of a user input -> index of the earlier one that was the same tensor object in the call
-        #: (export gives the graph one of them to read for both)
-        self.same_input = same_objects(ep, inputs) if inputs is not None else {}
+        #: (export gives the graph one of them to read for both; see :func:`same_objects`)
+        self.same_input = dict(same_input or {})
         self.root = Frame("", "", None, leaf=False)
         self.frame_of: dict[fx.Node, Frame] = {}
         self.frames_by_path: dict[str, list[Frame]] = {}

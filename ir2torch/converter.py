@@ -23,6 +23,7 @@ from .assemble import attach_children, restore_modes, restore_state_layout, rest
 from .budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
 from .flat import Executor, build_flat_module, new_executor_registry
 from .flat_state import weight_budget
+from .forward_budget import install_budgets, static_guard
 from .guard_specs import root_guard
 from .handlers.quant import restore_quantization
 from .rebuild import graph_module
@@ -174,11 +175,14 @@ class Ir2Torch:
         flat = self._as_flat(ir)
         if flat is not None:
             with weight_budget(budget):
-                return build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
-                                         executors=self.executors, guard_inputs=guard_inputs)
-        ir = self._as_ir(ir)
-        with collector_paused():  # building allocates much and frees little (see common.collector)
-            return self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
+                model = build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
+                                          executors=self.executors, guard_inputs=guard_inputs)
+        else:
+            ir = self._as_ir(ir)
+            with collector_paused():  # building allocates much and frees little (see common.collector)
+                model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
+        install_budgets(model, budget, target_device(device), guarded=static_guard(model))
+        return model
 
     def _convert_ir(self, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None,
                     device: torch.device | str | None, strict: bool, budget: Any, guard_inputs: bool,

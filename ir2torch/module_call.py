@@ -20,6 +20,8 @@ from torch.nn.modules import module as _module
 from common.errors import ExecutionError, IRError
 
 from .fold_cache import FOLD_ATTR
+from .forward_budget import _LOCAL as _BUDGET_LOCAL
+from .forward_budget import BUDGET_ATTR, skip_budget
 
 Check = Callable[[nn.Module, tuple, dict], None]
 
@@ -127,6 +129,9 @@ class _ReportingCall:
             try:
                 if check is not None and (kwargs or len(args) != plain):
                     check(obj, args, kwargs)
+                if (budget := obj.__dict__.get(BUDGET_ATTR)) is not None and not _BUDGET_LOCAL.depth and \
+                        not skip_budget():
+                    return budget.call(obj, __call__, args, kwargs)  # probed first (ir2torch.forward_budget)
                 if variants and obj.__dict__.get(VARIANT_ATTR):
                     return call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
                 if (fold := obj.__dict__.get(FOLD_ATTR)) is not None and fold.ready(obj):
@@ -154,6 +159,9 @@ class _ReportingCall:
         try:
             if self.check is not None:
                 self.check(obj, args, kwargs)
+            if (budget := obj.__dict__.get(BUDGET_ATTR)) is not None and not _BUDGET_LOCAL.depth and \
+                    not skip_budget():
+                return budget.call(obj, self.__call__, args, kwargs)
             if self.variants and obj.__dict__.get(VARIANT_ATTR):
                 return self._call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
             return super(self.cls, obj).__call__(*args, **kwargs)

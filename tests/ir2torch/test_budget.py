@@ -94,7 +94,10 @@ def test_a_small_budget_refuses_a_normal_model_and_names_its_largest_implementat
     assert info.value.implementation == largest
     assert f"would allocate {human(total)}" in str(info.value)
     assert f"'{largest}' ({human(sizes[largest])})" in str(info.value)
-    rebuilt = ir2torch.convert(ir, model.state_dict(), max_bytes=total)  # exactly enough
+    rebuilt = ir2torch.convert(ir, model.state_dict(), max_bytes=total)  # exactly enough to rebuild
+    with pytest.raises(ResourceBudgetError, match="forward budget"):  # not for the call's activations
+        rebuilt(*args)
+    rebuilt = ir2torch.convert(ir, model.state_dict(), max_bytes=100 * total)
     assert torch.equal(rebuilt(*args), model(*args))
 
 
@@ -107,7 +110,9 @@ def test_the_budget_is_a_converter_attribute_and_none_disables_it():
     with pytest.raises(ResourceBudgetError):
         conv.copy().convert(ir, model.state_dict())
     assert torch.equal(conv.convert(ir, model.state_dict(), max_bytes=None)(*args), model(*args))
-    assert torch.equal(conv.convert(ir, model.state_dict(), device="meta")(*args), model(*args))
+    on_meta = conv.convert(ir, model.state_dict(), device="meta")  # the weights are assigned: nothing allocated
+    with pytest.raises(ResourceBudgetError, match="forward budget of 16 B"):  # but its call runs on the CPU
+        on_meta(*args)
     conv.max_bytes = None
     assert torch.equal(conv.convert(ir, model.state_dict())(*args), model(*args))
     assert ir2torch.get_default_converter().max_bytes == "available"
@@ -143,7 +148,10 @@ def test_flat_ir_weights_go_through_the_budget():
         ir2torch.convert(flat, max_bytes=100)  # uninitialised weights would be created
     assert info.value.key == "0.weight" and "'0.weight' (512 B)" in str(info.value)
     # given tensors already on the target device are used as they are: nothing to allocate
-    assert torch.equal(ir2torch.convert(flat, model.state_dict(), max_bytes=100)(x), model(x))
+    rebuilt = ir2torch.convert(flat, model.state_dict(), max_bytes=100)
+    with pytest.raises(ResourceBudgetError, match="forward budget of 100 B"):  # the call's activations: 192 B
+        rebuilt(x)
+    assert torch.equal(ir2torch.convert(flat, model.state_dict(), max_bytes=400)(x), model(x))
     assert all(p.is_meta for p in ir2torch.convert(flat, device="meta", max_bytes=0).parameters())
     built = ir2torch.convert(flat, max_bytes=None)
     assert built.get_parameter("0.weight").shape == (16, 8)

@@ -1,0 +1,468 @@
+"""The memory budget of a rebuilt model's forward: what a call would allocate is measured before it runs.
+
+A file names its graph's operators and their size arguments: ``aten.full([625000000], 1.0)`` is a few bytes of
+JSON and 2.5 GB at the first call; ``expand`` + ``contiguous``, ``repeat`` or a broadcast of two long vectors grow
+the same way. :mod:`ir2torch.budget` bounds the parameters and buffers a rebuild allocates; this module bounds the
+forward.
+
+Every module whose ``forward`` is generated code (the rebuilt root, every rebuilt submodule, an executed FlatIR)
+holds a :class:`ForwardBudget`. A call from outside any other checked call (the user calling the model, or one of
+its submodules on its own) is first **probed**: the same call runs on fake tensors (``FakeTensorMode``: shapes,
+dtypes and strides propagate, no byte of data is allocated, factory ops with ``device="cpu"`` included), and a
+dispatch mode adds up the storage each operator creates and follows when it is freed. A call whose peak, or one
+of whose operators, would exceed the budget raises :class:`~common.errors.ResourceBudgetError` naming the
+implementation, the node, the operator and the size, before anything real runs. Constant folding computes its
+values in the first real call, after the probe covered the plain graph they come from.
+
+A call is probed once per input signature (shapes, dtypes and non-tensor values of its arguments): a root whose
+input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature. Where a
+size depends on data (``nonzero``, ``.item()``), or an operator has no fake implementation, the probe cannot
+finish; that signature then runs **checked**: every operator's output is measured on fake tensors right before
+the real operator runs (an operator whose output size depends on data is bounded by its inputs' size).
+
+The budget is the converter's ``max_bytes``: an int in bytes, ``"available"`` (the memory available on the
+device when the call is probed) or ``None`` (no check, no probe). It bounds the peak of what one call allocates
+(the parameters and buffers are bounded separately when rebuilding, see :mod:`ir2torch.budget`). A rebuild on
+``meta`` is probed too: a factory op runs on the device it records (``aten.full(..., device=cpu)``), and its
+``"available"`` budget is the CPU's memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as _module
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+
+from common.errors import ExecutionError, IRError, ResourceBudgetError
+
+from .budget import AVAILABLE, Budget, available_bytes, human
+
+#: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
+BUDGET_ATTR = "_ir_forward_budget"
+#: Signatures one module remembers as probed; a model called with more distinct shapes is probed again.
+MAX_SIGNATURES = 64
+
+
+class _Local(threading.local):
+    depth = 0  # > 0 while a checked call (probed, checked, or the probe itself) runs on this thread
+
+
+_LOCAL = _Local()
+
+
+_MODULE_CALL = nn.Module.__call__
+_compiling = torch.compiler.is_compiling
+_exporting = torch.compiler.is_exporting
+_jit_tracing = torch._C._get_tracing_state
+
+
+def skip_budget() -> bool:
+    """Whether a tracer runs the call (torch.compile, torch.export, ``jit.trace``, fx): it allocates nothing real
+    and must see the plain call."""
+    return bool(_compiling() or _exporting() or _jit_tracing() is not None or nn.Module.__call__ is not _MODULE_CALL)
+
+
+def inside_checked_call() -> bool:
+    """Whether a call checked by a budget is running on this thread (its submodule calls are covered by it)."""
+    return _LOCAL.depth > 0
+
+
+class _OverBudget(Exception):
+    """Raised inside a probe; turned into :class:`ResourceBudgetError` once out of the generated code."""
+
+    def __init__(self, message: str, implementation: str | None, node: str | None) -> None:
+        super().__init__(message)
+        self.message, self.implementation, self.node = message, implementation, node
+
+
+class ForwardBudget:
+    """The forward budget of one rebuilt module (see the module docstring).
+
+    Args:
+        budget: bytes, :data:`~ir2torch.budget.AVAILABLE` or ``None``.
+        device: the device the module was rebuilt on (for ``"available"``).
+        static: the module's input guard fixes every input (shapes, dtypes, constants): one probe covers
+            every call it lets through.
+    """
+
+    __slots__ = ("budget", "checked", "device", "probed", "static")
+
+    def __init__(self, budget: Budget, device: torch.device, static: bool = False) -> None:
+        self.budget = budget
+        self.device = device
+        self.static = static
+        self.probed: set[Any] = set()
+        self.checked: set[Any] = set()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
+        return ForwardBudget(self.budget, self.device, self.static)  # a copy is probed again
+
+    def limit(self) -> int | None:
+        """The budget in bytes now (``"available"`` is read at each probe)."""
+        if self.budget is None:
+            return None
+        if self.budget == AVAILABLE:
+            # a model on meta still runs factory ops on their recorded device (the CPU): its memory counts
+            return available_bytes(torch.device("cpu") if self.device.type == "meta" else self.device)
+        return int(self.budget)
+
+    def call(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+        """``call(obj, *args, **kwargs)`` after the probe of its signature (or checked op by op)."""
+        signature = None if self.static else _signature(args, kwargs)
+        if signature not in self.probed:
+            if signature in self.checked:
+                return self._run_checked(obj, call, args, kwargs)
+            limit = self.limit()
+            if limit is None:
+                self.probed.add(signature)
+            elif not self._probe(obj, call, args, kwargs, limit):
+                _remember(self.checked, signature)
+                return self._run_checked(obj, call, args, kwargs)
+            else:
+                _remember(self.probed, signature)
+        _LOCAL.depth += 1
+        try:
+            return call(obj, *args, **kwargs)
+        finally:
+            _LOCAL.depth -= 1
+
+    def _probe(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
+               limit: int) -> bool:
+        """Run the call on fake tensors; True when it fits, False when it cannot be told (data-dependent sizes).
+
+        Raises:
+            ResourceBudgetError: the call would exceed ``limit``.
+            IRError: what the call raises on fake tensors (an input guard's mismatch, a bad graph).
+        """
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+        if any(isinstance(t, FakeTensor) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)):
+            return True  # a caller's fake tensors (its own FakeTensorMode runs the ops): nothing real runs
+        _LOCAL.depth += 1
+        try:
+            with _disable_current_modes(), _hooks_off(obj), FakeTensorMode() as mode, \
+                    _fake_state(obj, mode) as external:
+                fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
+                external.update(_storage_key(t) for t in pytree.tree_leaves((fake_args, fake_kwargs))
+                                if isinstance(t, torch.Tensor))
+                with _Tally(limit, self._where(obj), external):
+                    call(obj, *fake_args, **fake_kwargs)
+        except _OverBudget as over:
+            raise _budget_error(over, limit, self) from None
+        except ExecutionError as exc:
+            over = _over_budget(exc)
+            if over is not None:
+                raise _budget_error(over, limit, self) from None
+            return False  # fake tensors could not run it (data-dependent sizes, no fake kernel): checked op by op
+        except IRError:
+            raise  # the input guard's mismatch, raised before any op runs
+        except Exception:  # noqa: BLE001 - fake tensors could not run it: the real call is checked op by op
+            return False
+        finally:
+            _LOCAL.depth -= 1
+        return True
+
+    def _run_checked(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+        limit = self.limit()
+        _LOCAL.depth += 1
+        try:
+            with _Checked(limit, self._where(obj)):
+                return call(obj, *args, **kwargs)
+        except IRError as exc:
+            over = _over_budget(exc)
+            if over is not None and limit is not None:
+                raise _budget_error(over, limit, self) from None
+            raise
+        except _OverBudget as over:
+            raise _budget_error(over, limit or 0, self) from None
+        finally:
+            _LOCAL.depth -= 1
+
+    @staticmethod
+    def _where(obj: nn.Module) -> str | None:
+        wrapped = getattr(type(obj), "_wrapped_call", None)
+        return getattr(wrapped, "implementation", None)
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks")
+
+
+@contextlib.contextmanager
+def _hooks_off(root: nn.Module) -> Iterator[None]:
+    """No module hook (of ``root``'s modules, or global) runs during a probe: hooks see real calls only."""
+    saved = [(m, name, m.__dict__[name]) for m in root.modules() for name in _HOOK_DICTS
+             if m.__dict__.get(name)]
+    saved_globals = [(name, getattr(_module, name)) for name in _GLOBAL_HOOKS if getattr(_module, name)]
+    for m, name, _ in saved:
+        m.__dict__[name] = OrderedDict()
+    for name, _ in saved_globals:
+        setattr(_module, name, OrderedDict())
+    try:
+        yield
+    finally:
+        for m, name, hooks in saved:
+            m.__dict__[name] = hooks
+        for name, hooks in saved_globals:
+            setattr(_module, name, hooks)
+
+
+@contextlib.contextmanager
+def _fake_state(root: nn.Module, mode: Any) -> Iterator[set[Any]]:
+    """``root``'s parameters, buffers and tensor attributes replaced by fake tensors for a probe (restored after):
+    nothing the probe runs reads or writes a real tensor (a real tensor reaching the fake mode makes it fail).
+    Yields the storage keys of those fakes (they exist before the call: not allocated by it)."""
+    saved: list[tuple[dict, str, Any]] = []
+    external: set[Any] = set()
+    try:
+        for m in root.modules():
+            for table in (m._parameters, m._buffers, m.__dict__):
+                for name, value in list(table.items()):
+                    if isinstance(value, torch.Tensor):
+                        saved.append((table, name, value))
+                        table[name] = fake = mode.from_tensor(value)
+                        external.add(_storage_key(fake))
+        yield external
+    finally:
+        for table, name, value in reversed(saved):
+            table[name] = value
+
+
+def _remember(signatures: set[Any], signature: Any) -> None:
+    if len(signatures) >= MAX_SIGNATURES:
+        signatures.clear()
+    signatures.add(signature)
+
+
+def _signature(args: tuple, kwargs: dict[str, Any]) -> Any:
+    """What decides a call's sizes: each tensor's shape, dtype and device; every other leaf's value."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    out: list[Any] = [spec]
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            out.append((tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.layout))
+        elif isinstance(leaf, (int, float, bool, str, type(None), torch.dtype, torch.device)):
+            out.append((type(leaf), leaf))
+        else:
+            out.append(id(leaf))  # unhashable or opaque: its identity (a new object is probed again)
+    return tuple(out)
+
+
+def _over_budget(exc: BaseException) -> _OverBudget | None:
+    """The :class:`_OverBudget` that ``exc`` reports (directly, or as the cause of an ExecutionError)."""
+    seen = 0
+    while exc is not None and seen < 50:
+        if isinstance(exc, _OverBudget):
+            return exc
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        seen += 1
+    return None
+
+
+def _undecidable(exc: BaseException) -> bool:
+    """Whether ``exc`` says fake tensors cannot tell a size (data-dependent, or no fake kernel)."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        UnsupportedOperatorException,
+    )
+
+    kinds = (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException)
+    seen = 0
+    while exc is not None and seen < 50:
+        if isinstance(exc, kinds):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        seen += 1
+    return False
+
+
+def _budget_error(over: _OverBudget, limit: int, budget: ForwardBudget) -> ResourceBudgetError:
+    device = "cpu" if budget.device.type == "meta" else budget.device.type
+    source = "max_bytes" if isinstance(budget.budget, int) else f"the memory available on {device}"
+    return ResourceBudgetError(
+        f"{over.message}, more than the forward budget of {human(limit)} ({source}); nothing was allocated",
+        implementation=over.implementation, node=over.node,
+        hint="if the model is trusted and the memory is there, raise the budget: ir2torch.convert(..., "
+             "max_bytes=<bytes>) (None disables the check)")
+
+
+def _node_of_frame() -> tuple[str | None, str | None]:
+    """``(implementation, node)`` of the innermost generated forward running on this thread's stack."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        obj = frame.f_locals.get("self")
+        if isinstance(obj, nn.Module):
+            forwards = [obj.__dict__.get("forward"), type(obj).forward]
+            code = frame.f_code
+            if any(getattr(getattr(f, "__func__", f), "__code__", None) is code for f in forwards if f):
+                wrapped = getattr(type(obj), "_wrapped_call", None)
+                implementation = getattr(wrapped, "implementation", None)
+                lines = getattr(obj, "_lineno_map", None) or {}
+                index = lines.get(frame.f_lineno - getattr(obj, "_prologue_start", 0))
+                node = None
+                graph = getattr(obj, "graph", None)
+                if index is not None and graph is not None:
+                    fx_node = list(graph.nodes)[index]
+                    node = fx_node.meta.get("ir_node", fx_node.name)
+                return implementation, node
+        frame = frame.f_back  # type: ignore[assignment]
+    return None, None
+
+
+def _storage_key(t: torch.Tensor) -> Any:
+    """What identifies ``t``'s storage (its C pointer), or ``t`` itself for layouts without one storage."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):  # sparse and other layouts without one storage
+        return id(t)
+
+
+def _shape_text(t: torch.Tensor) -> str:
+    return f"{str(t.dtype).removeprefix('torch.')}[{', '.join(str(s) for s in t.shape)}]"
+
+
+class _Tally(TorchDispatchMode):
+    """Under a ``FakeTensorMode``: the storage each op creates, kept while a tensor holds it; raises
+    :class:`_OverBudget` when one op's output or the live total exceeds ``limit``."""
+
+    def __init__(self, limit: int, where: str | None, external: set[Any]) -> None:
+        super().__init__()
+        self.limit, self.where, self.external = limit, where, external
+        self.live: dict[int, list[int]] = {}  # storage id -> [bytes, tensors holding it]
+        self.total = 0
+        self.peak = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._hold(t, func)
+        return out
+
+    def _hold(self, t: torch.Tensor, func: Any) -> None:
+        if t.device.type == "meta":
+            return  # a tensor on meta (a model rebuilt there) allocates nothing
+        key = _storage_key(t)
+        if key in self.external:
+            return  # a view of an input, a parameter or a buffer: no new memory
+        try:
+            size = t.untyped_storage().nbytes()
+        except (RuntimeError, NotImplementedError):
+            size = t.numel() * t.element_size()
+        entry = self.live.get(key)
+        if entry is None:
+            if size > self.limit:
+                self._fail(f"{func} would allocate {human(size)} for {_shape_text(t)}")
+            entry = self.live[key] = [size, 0]
+            self.total += size
+        elif size > entry[0]:  # grown in place (resize_)
+            if size > self.limit:
+                self._fail(f"{func} would grow a tensor to {human(size)} ({_shape_text(t)})")
+            self.total += size - entry[0]
+            entry[0] = size
+        entry[1] += 1
+        weakref.finalize(t, self._release, key)
+        if self.total > self.limit:
+            self._fail(f"{func} ({_shape_text(t)}) would bring the live tensors of the call to {human(self.total)}")
+        self.peak = max(self.peak, self.total)
+
+    def _release(self, key: int) -> None:
+        entry = self.live.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            self.total -= entry[0]
+            del self.live[key]
+
+    def _fail(self, message: str) -> None:
+        implementation, node = _node_of_frame()
+        raise _OverBudget(message, implementation or self.where, node)
+
+
+class _Checked(TorchDispatchMode):
+    """Runs each op for real after measuring its output on fake tensors (sizes that depend on data)."""
+
+    def __init__(self, limit: int | None, where: str | None) -> None:
+        super().__init__()
+        self.limit, self.where = limit, where
+        self._fake: Any = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if self.limit is not None:
+            self._measure(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _measure(self, func: Any, args: tuple, kwargs: dict) -> None:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        if self._fake is None:
+            self._fake = FakeTensorMode(allow_non_fake_inputs=True)
+        mode = self._fake
+        try:
+            with mode:
+                fargs, fkwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
+                out = func(*fargs, **fkwargs)
+        except Exception as exc:  # noqa: BLE001 - data-dependent output: bounded by the inputs, checked below
+            if not _undecidable(exc):
+                return  # the real op raises its own error
+            out = None
+        limit = self.limit
+        assert limit is not None
+        inputs = sum(t.numel() * t.element_size() for t in pytree.tree_leaves((args, kwargs))
+                     if isinstance(t, torch.Tensor) and t.layout is torch.strided)
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.numel() * t.element_size() > limit:
+                implementation, node = _node_of_frame()
+                raise _OverBudget(f"{func} would allocate {human(t.numel() * t.element_size())} for "
+                                  f"{_shape_text(t)}", implementation or self.where, node)
+        if out is None and inputs * 8 > limit:  # nonzero & co: at most (numel x ndim) int64 of the inputs
+            implementation, node = _node_of_frame()
+            raise _OverBudget(f"{func} (its output size depends on data) may allocate up to {human(inputs * 8)}",
+                              implementation or self.where, node)
+
+
+def static_guard(root: nn.Module) -> bool:
+    """Whether ``root``'s input guard fixes every input it lets through (static shapes, dtypes and constants)."""
+    meta = getattr(root, "meta", None)
+    guard = meta.get("input_guard") if isinstance(meta, dict) else None
+    if guard is None:
+        return False
+    return bool(guard.leaves) and all(leaf.kind in ("tensor", "constant") for leaf in guard.leaves) and \
+        not guard._dynamic and not guard._scalars
+
+
+def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool) -> None:
+    """Give every module of ``root`` whose forward is generated code a :class:`ForwardBudget`.
+
+    Args:
+        root: the rebuilt model.
+        budget: the rebuild's ``max_bytes``.
+        device: the device it was rebuilt on (``meta`` included: factory ops of the graph run on the device they
+            record, usually the CPU).
+        guarded: the root has an input guard fixing every input (one probe covers every call).
+    """
+    if budget is None:
+        return
+    for module in root.modules():
+        if getattr(type(module), "_wrapped_call", None) is None:
+            continue
+        static = guarded and module is root
+        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static)
+
+
+__all__ = ["BUDGET_ATTR", "MAX_SIGNATURES", "ForwardBudget", "inside_checked_call", "install_budgets", "skip_budget",
+           "static_guard"]

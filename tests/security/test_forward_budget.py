@@ -239,3 +239,15 @@ def test_a_submodule_called_on_its_own_is_probed_too(tmp_path: Path) -> None:
         rebuilt.inner(x)
     with pytest.raises(ResourceBudgetError, match="implementation 'inner'"):
         rebuilt(x)
+
+
+def test_the_probe_leaves_the_random_generator_alone() -> None:
+    """A train-mode dropout draws the same mask in the first (probed) call as eager does."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 2)).train(), torch.randn(4, 8)
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x,)), model.state_dict()).train()
+    torch.manual_seed(3)
+    expected, state = model(x), torch.get_rng_state()
+    torch.manual_seed(3)
+    assert torch.equal(rebuilt(x), expected)
+    assert torch.equal(torch.get_rng_state(), state)

@@ -30,6 +30,7 @@ device when the call is probed) or ``None`` (no check, no probe). It bounds the 
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import threading
 import weakref
@@ -150,7 +151,8 @@ class ForwardBudget:
             return True  # a caller's fake tensors (its own FakeTensorMode runs the ops): nothing real runs
         _LOCAL.depth += 1
         try:
-            with _disable_current_modes(), _hooks_off(obj), FakeTensorMode() as mode, \
+            with _disable_current_modes(), _quiet_fake_tensors(), _hooks_off(obj), \
+                    FakeTensorMode(allow_fallback_kernels=False) as mode, \
                     _fake_state(obj, mode) as external:
                 fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
                 external.update(_storage_key(t) for t in pytree.tree_leaves((fake_args, fake_kwargs))
@@ -192,6 +194,36 @@ class ForwardBudget:
     def _where(obj: nn.Module) -> str | None:
         wrapped = getattr(type(obj), "_wrapped_call", None)
         return getattr(wrapped, "implementation", None)
+
+
+class _ProbeRecords(logging.Filter):
+    """Drops the fake-tensor logger's records of a failing op while this thread probes (the real call reports
+    its own error; the probe's are an internal detail)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.quiet: set[int] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return threading.get_ident() not in self.quiet
+
+
+_RECORDS = _ProbeRecords()
+
+
+@contextlib.contextmanager
+def _quiet_fake_tensors() -> Iterator[None]:
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    if _RECORDS not in logger.filters:
+        logger.addFilter(_RECORDS)
+    ident = threading.get_ident()
+    nested = ident in _RECORDS.quiet
+    _RECORDS.quiet.add(ident)
+    try:
+        yield
+    finally:
+        if not nested:
+            _RECORDS.quiet.discard(ident)
 
 
 _HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
@@ -410,10 +442,10 @@ class _Checked(TorchDispatchMode):
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         if self._fake is None:
-            self._fake = FakeTensorMode(allow_non_fake_inputs=True)
+            self._fake = FakeTensorMode(allow_fallback_kernels=False)
         mode = self._fake
         try:
-            with mode:
+            with _quiet_fake_tensors(), mode:
                 fargs, fkwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
                 out = func(*fargs, **fkwargs)
         except Exception as exc:  # noqa: BLE001 - data-dependent output: bounded by the inputs, checked below

@@ -1,0 +1,238 @@
+"""The child process of the op-level fuzz (``tests/security/test_op_fuzz.py``).
+
+``python -m tests.security.op_fuzz_child OUT.json EXAMPLES WATCHED DERANDOMIZE`` draws ``EXAMPLES`` FlatIR documents,
+each a chain of one to three operators taken from those the default allow-list accepts, with hostile arguments
+built from each operator's schema (negative, zero and huge sizes, out-of-range indices and dims, odd strides, mixed
+dtypes, empty tensors, paths into ``WATCHED``), and runs each through save -> ``FlatIR.load`` -> ``ir2torch.convert``
+-> one call. It writes a summary to ``OUT.json``: the examples run, the IRError classes seen, and every outcome
+that is not an IRError or that changed process-wide state (grad mode, default dtype, thread count, the default
+generator's state where no op of the document draws random numbers). A signal (a crash) is seen by the parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ir2torch
+from common import FlatIR
+from common.errors import IRError
+from common.safety import DEFAULT_ALLOWLIST
+
+_INTS = (0, 1, -1, 2, 3, 7, -7, 64, 2**31 - 1, 2**31, -(2**31), 2**62, 2**63 - 1, -(2**63), 10**6, 10**9, 10**12)
+_FLOATS = (0.0, -1.0, 0.5, 1e308, -1e308, 1e-300, 3.0, -0.0, {"$float": "nan"}, {"$float": "inf"},
+           {"$float": "-inf"})
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int8", "uint8", "bool", "complex64")
+#: The inputs every document gets: float, int64 and bool tensors (one empty), and an int.
+INPUTS = {
+    "x": ((2, 3), "float32"),
+    "i": ((4,), "int64"),
+    "b": ((2, 3), "bool"),
+    "e": ((0, 3), "float32"),
+}
+_SKIP_TYPES = ("Generator", "Storage", "Stream", "Dimname", "Layout", "Device", "MemoryFormat", "ScalarType?[]",
+               "Any", "Future", "Await", "__torch__", "RRef", "Capsule", "Dict", "AnyEnumType")
+
+
+def _allowed_ops() -> list[Any]:
+    """Every ATen overload the default allow-list accepts (the classified table's pure and allocating ones)."""
+    ops = []
+    for name in sorted(torch._C._dispatch_get_all_op_names()):
+        if not name.startswith("aten::"):
+            continue
+        op, _, overload = name[len("aten::"):].partition(".")
+        qualified = f"aten.{op}.{overload or 'default'}"
+        if not DEFAULT_ALLOWLIST.is_allowed(qualified):
+            continue
+        packet = getattr(torch.ops.aten, op, None)
+        overload_obj = getattr(packet, overload or "default", None) if packet is not None else None
+        if overload_obj is None:
+            continue
+        schema = overload_obj._schema
+        if any(any(bad in str(a.type) for bad in _SKIP_TYPES) and not _optional(a) for a in schema.arguments):
+            continue
+        ops.append((qualified, schema))
+    return ops
+
+
+def _optional(arg: Any) -> bool:
+    return arg.has_default_value() or str(arg.type).endswith("?")
+
+
+def _value(arg: Any, refs: list[str], watched: str) -> st.SearchStrategy:
+    """A hostile value for schema argument ``arg`` (``None`` omitted by the caller)."""
+    kind = str(arg.type)
+    ref = st.sampled_from(refs).map(lambda r: {"$ref": r})
+    ints = st.sampled_from(_INTS)
+    if kind.startswith("Tensor") and kind.endswith("[]"):
+        return st.lists(ref, min_size=0, max_size=3)
+    if kind.startswith("Tensor"):
+        return ref
+    if kind.startswith(("SymInt[]", "int[]")) or kind.startswith(("SymInt[", "int[")):
+        return st.lists(ints, min_size=0, max_size=4)
+    if kind.startswith(("SymInt", "int")):
+        return ints
+    if kind.startswith("float[]"):
+        return st.lists(st.sampled_from(_FLOATS), max_size=3)
+    if kind.startswith("float"):
+        return st.sampled_from(_FLOATS)
+    if kind.startswith("bool[]"):
+        return st.lists(st.booleans(), max_size=3)
+    if kind.startswith("bool"):
+        return st.booleans()
+    if kind.startswith("ScalarType"):
+        return st.sampled_from(_DTYPES).map(lambda d: {"$dtype": d})
+    if kind.startswith("Scalar"):
+        return st.one_of(ints, st.sampled_from(_FLOATS), st.booleans())
+    if kind.startswith("str"):
+        return st.sampled_from(["mean", "none", "sum", "reflect", "tanh", "", f"{watched}/pwned", "/etc/passwd",
+                                "../x", "a\x00b"])
+    return st.none()
+
+
+_RANDOM_WORDS = ("rand", "bernoulli", "normal", "uniform", "exponential", "geometric", "cauchy", "multinomial",
+                 "dropout", "random", "poisson", "rrelu")
+
+
+def _draws_random(name: str) -> bool:
+    """Whether op ``name`` may draw from the default generator (its tag, or a sampling word in its name)."""
+    _, op, overload = name.split(".")
+    tags = getattr(getattr(getattr(torch.ops.aten, op), overload), "tags", ())
+    return torch.Tag.nondeterministic_seeded in tags or any(w in op for w in _RANDOM_WORDS)
+
+
+def _refs(value: Any) -> list[str]:
+    """The names ``value`` references, in order (as the FlatIR's ``inputs`` lists them)."""
+    if isinstance(value, dict):
+        if "$ref" in value:
+            return [value["$ref"]]
+        return [r for v in value.values() for r in _refs(v)]
+    if isinstance(value, list):
+        return [r for v in value for r in _refs(v)]
+    return []
+
+
+@st.composite
+def documents(draw: Any, ops: list[Any], watched: str) -> tuple[dict[str, Any], bool]:
+    """A FlatIR document of 1-3 allowed ops with hostile arguments, and whether one of them draws random numbers."""
+    refs = list(INPUTS)
+    records = {k: {"name": k, "shape": list(shape), "dtype": dtype} for k, (shape, dtype) in INPUTS.items()}
+    nodes = []
+    random = False
+    for index in range(draw(st.integers(1, 3))):
+        name, schema = ops[draw(st.integers(0, len(ops) - 1))]
+        random = random or _draws_random(name)
+        args: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {}
+        for arg in schema.arguments:
+            if _optional(arg) and draw(st.booleans()):
+                continue
+            value = draw(_value(arg, refs, watched))
+            if value is None and not _optional(arg):
+                break
+            (kwargs if arg.kwarg_only else args)[arg.name] = value
+        node = f"n{index}"
+        output = {"name": node, "shape": [], "dtype": "float32"}
+        inputs = [records[r] for r in _refs([args, kwargs])]
+        nodes.append({"name": node, "op_type": name, "module_path": "root", "args": args, "kwargs": kwargs,
+                      "inputs": inputs, "outputs": [output], "source": ["root", node]})
+        records[node] = output
+        refs.append(node)
+    last = nodes[-1]["name"]
+    spec_leaf = {"type": None, "context": None, "children_spec": []}
+    in_spec = [1, {"type": "builtins.tuple", "context": "null", "children_spec": [
+        {"type": "builtins.tuple", "context": "null", "children_spec": [spec_leaf] * len(INPUTS)},
+        {"type": "builtins.dict", "context": "[]", "children_spec": []}]}]
+    doc = {
+        "format": "torch2ir.flat", "format_version": 1,
+        "meta": {"model": "Fuzz", "torch_version": torch.__version__, "decomposition": "none", "device": "cpu",
+                 "unread_state": []},
+        "graph_inputs": [{"name": k, "shape": list(s), "dtype": d} for k, (s, d) in INPUTS.items()],
+        "graph_outputs": [{"name": last, "shape": [], "dtype": "float32"}],
+        "in_spec": json.dumps(in_spec), "out_spec": json.dumps([1, spec_leaf]),
+        "forward_arg_names": list(INPUTS), "range_constraints": {}, "weights": [], "weight_name_mapping": {},
+        "nodes": nodes,
+    }
+    return doc, random
+
+
+def _inputs() -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(0)
+    out = []
+    for shape, dtype in INPUTS.values():
+        if dtype == "bool":
+            out.append(torch.rand(shape, generator=gen) > 0.5)
+        elif dtype == "int64":
+            out.append(torch.randint(-3, 5, shape, generator=gen))
+        else:
+            out.append(torch.randn(shape, generator=gen))
+    return tuple(out)
+
+
+def _state() -> dict[str, Any]:
+    return {"grad": torch.is_grad_enabled(), "dtype": str(torch.get_default_dtype()),
+            "threads": torch.get_num_threads(), "inference": torch.is_inference_mode_enabled(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "anomaly": torch.is_anomaly_enabled(), "cwd": os.getcwd()}
+
+
+def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
+    ops = _allowed_ops()
+    folder = Path(tempfile.mkdtemp(prefix="op-fuzz-docs-"))
+    summary: dict[str, Any] = {"ops": len(ops), "examples": 0, "outcomes": Counter(), "failures": [],
+                               "state_changes": []}
+    reference = _state()
+    started = time.perf_counter()
+
+    @settings(max_examples=examples, derandomize=derandomize, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
+    @given(documents(ops, watched))
+    def run(drawn: tuple[dict[str, Any], bool]) -> None:
+        doc, random = drawn
+        summary["examples"] += 1
+        path = folder / "doc.flat.json"
+        path.write_text(json.dumps(doc))
+        rng = torch.get_rng_state()
+        try:
+            model = ir2torch.convert(FlatIR.load(path), max_bytes=2 * 2**30)
+            with torch.no_grad():
+                model(*_inputs())
+            outcome = "ok"
+        except IRError as exc:
+            outcome = type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - every other exception is a finding, recorded
+            outcome = "not-an-IRError"
+            summary["failures"].append({"ops": [n["op_type"] for n in doc["nodes"]],
+                                        "error": f"{type(exc).__name__}: {str(exc)[:300]}",
+                                        "doc": json.dumps(doc)[:4000]})
+        summary["outcomes"][outcome] += 1
+        now = _state()
+        changed = {k: (reference[k], now[k]) for k in reference if now[k] != reference[k]}
+        if not random and not torch.equal(rng, torch.get_rng_state()):
+            changed["rng"] = ("unchanged", "changed")
+        if changed:
+            summary["state_changes"].append({"ops": [n["op_type"] for n in doc["nodes"]], "changed": repr(changed)})
+            torch.set_grad_enabled(reference["grad"])  # keep examples independent
+            torch.set_default_dtype(getattr(torch, reference["dtype"].removeprefix("torch.")))
+            torch.set_num_threads(reference["threads"])
+            torch.set_rng_state(rng)
+            os.chdir(reference["cwd"])
+
+    run()
+    summary["seconds"] = round(time.perf_counter() - started, 1)
+    summary["outcomes"] = dict(summary["outcomes"])
+    Path(out_path).write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1")

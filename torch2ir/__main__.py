@@ -2,7 +2,7 @@
 
 Like the installed command, it imports nothing from the current folder: the entry ``python -m`` puts first
 on ``sys.path`` is removed by the package itself (``torch2ir/__init__.py``), before anything but the standard
-library is imported; :func:`common.cli.app.drop_script_folder` is then a no-op kept for other entry points.
+library is imported; :func:`common.cli.app.drop_script_folder` removes it still if it is there.
 """
 
 from common.cli.app import drop_script_folder

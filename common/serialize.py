@@ -519,14 +519,15 @@ def _read_tensors(opened: _Opened, records: Mapping[str, tuple[str, list[Any]]] 
             entry, want = opened.header[key], records.get(key)
             dtype, shape = _ST_DTYPES[entry["dtype"]][1], entry["shape"]
             if want is None:
-                problems.append(f"{key}: the JSON records no tensor of this name")
-            elif dtype != want[0] or len(shape) != len(want[1]) or any(
-                    isinstance(w, int) and w != n for w, n in zip(want[1], shape)):
-                problems.append(f"{key}: {dtype}{shape} in the file, {want[0]}{list(want[1])} in the JSON")
+                problems.append((key, "no recorded state entry has this path"))
+            elif len(shape) != len(want[1]) or any(isinstance(w, int) and w != n for w, n in zip(want[1], shape)):
+                problems.append((key, f"expected shape {tuple(want[1])}, found {tuple(shape)} in the file"))
+            elif dtype != want[0]:
+                problems.append((key, f"expected dtype torch.{want[0]}, found torch.{dtype} in the file"))
         if problems:
+            listed = "\n  ".join(f"{key}: {why}" for key, why in problems[:20])
             raise IRFormatError(f"{source}: tensors file {name!r} does not fit the JSON's records; it is not read "
-                                f"({len(problems)} problems):\n  " + "\n  ".join(problems[:20]),
-                                key="tensors.keys", hint=fix)
+                                f"({len(problems)} problems):\n  {listed}", key=problems[0][0], hint=fix)
     hasher, chunks, left = hashlib.sha256(), [], opened.size
     try:
         opened.fh.seek(0)

@@ -24,6 +24,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 try:
     import fcntl
@@ -47,7 +48,20 @@ class NotRegularFileError(OSError):
 
 
 def read_regular(path: PathLike, *, follow_symlinks: bool = True) -> bytes:
-    """The bytes of ``path``, which must be a regular file.
+    """The bytes of ``path``, which must be a regular file (see :func:`open_regular`).
+
+    Raises:
+        NotRegularFileError: the path is a FIFO, device, socket, directory (or a symbolic link when
+            ``follow_symlinks`` is false).
+        OSError: the file is missing (``FileNotFoundError``) or cannot be read.
+    """
+    with open_regular(path, follow_symlinks=follow_symlinks) as fh:
+        return fh.read()
+
+
+@contextlib.contextmanager
+def open_regular(path: PathLike, *, follow_symlinks: bool = True) -> Iterator[BinaryIO]:
+    """Open ``path``, which must be a regular file, for reading bytes (nothing is read yet).
 
     The file's type is checked with ``stat`` (``lstat`` when ``follow_symlinks`` is false) before it
     is opened, and again on the open descriptor (opened non-blocking, so a FIFO swapped in between
@@ -56,7 +70,7 @@ def read_regular(path: PathLike, *, follow_symlinks: bool = True) -> bytes:
     Raises:
         NotRegularFileError: the path is a FIFO, device, socket, directory (or a symbolic link when
             ``follow_symlinks`` is false).
-        OSError: the file is missing (``FileNotFoundError``) or cannot be read.
+        OSError: the file is missing (``FileNotFoundError``) or cannot be opened.
     """
     st = os.stat(path) if follow_symlinks else os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
@@ -74,7 +88,7 @@ def read_regular(path: PathLike, *, follow_symlinks: bool = True) -> bytes:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFileError(path, _KINDS.get(stat.S_IFMT(st.st_mode), "special file"))
-        return fh.read()
+        yield fh
 
 
 @contextlib.contextmanager
@@ -217,5 +231,5 @@ def clean_stale(path: PathLike, keep: str | None) -> list[str]:
     return sorted(removed)
 
 
-__all__ = ["NotRegularFileError", "atomic_path", "clean_stale", "read_regular", "save_lock", "sidecar_name",
-           "sidecar_stem", "sync_folder", "try_save_lock", "write_bytes_atomic", "write_text_atomic"]
+__all__ = ["NotRegularFileError", "atomic_path", "clean_stale", "open_regular", "read_regular", "save_lock",
+           "sidecar_name", "sidecar_stem", "sync_folder", "try_save_lock", "write_bytes_atomic", "write_text_atomic"]

@@ -370,6 +370,11 @@ def flat_from_document(cls: type, doc: Any, *, source: str = "document", allowli
     return cls.from_dict(body, value_fn=decode)
 
 
+def _tensor_records(flat: Any) -> dict[str, tuple[str, list[Any]]]:
+    """``{state key: (dtype name, shape)}`` of the FlatIR's weights: what its tensors file may hold."""
+    return {flat.weight_name_mapping.get(w.name, w.name): (w.dtype, list(w.shape)) for w in flat.weights}
+
+
 def load_flat(cls: type, path: str | os.PathLike, allowlist: Allowlist | None, extra_ops: frozenset[str]) -> Any:
     """Load and validate a FlatIR JSON file and its tensors file, if any.
 
@@ -380,7 +385,7 @@ def load_flat(cls: type, path: str | os.PathLike, allowlist: Allowlist | None, e
         IRError: the FlatIR is invalid.
     """
     flat, tensors = load_with_tensors(path, lambda doc, source: flat_from_document(
-        cls, doc, source=source, allowlist=allowlist, extra_ops=extra_ops))
+        cls, doc, source=source, allowlist=allowlist, extra_ops=extra_ops), _tensor_records)
     flat.tensors = tensors
     return flat.validate(allowlist=allowlist, extra_ops=extra_ops)
 

@@ -32,10 +32,46 @@ _COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
 #: Longest name accepted (a module path of a real model is far shorter).
 MAX_NAME_LENGTH = 512
 
-#: Names fx's generated code uses for its own globals and builtins (a forward argument of that
-#: name would shadow them inside the generated function).
+# -- the names generated code uses: the one registry ir2torch draws from and the checks read ------------------
+#: Names generated code spells as they are (``self``, fx's builtins and module globals, builtins it calls by
+#: name): never renamed, so a forward argument or a parameter of that name would shadow them inside the
+#: generated function; the checks here refuse them, and ir2torch never gives a node one of them.
 CODEGEN_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree", "inf", "nan", "NoneType", "device",
                            "getattr", "slice"})
+
+#: The globals ir2torch adds to generated code, by role (``{}``: an index). The code generator takes the name
+#: of each from fx's namespace after the arguments and the locals of their binding, so an argument that has
+#: one of these names keeps it and the global gets another: they are accepted as argument names.
+GENERATED_GLOBALS = {
+    "call_module": "_ir_call_module", "child": "_ir_child", "sequences": "_ir_sequences",
+    "not_a_sequence": "_ir_not_a_sequence", "default": "_ir_default_{}", "out_fn": "_ir_out_fn_{}",
+    "out_ctx": "_ir_out_ctx_{}",
+}  # fmt: skip
+
+#: ``__module__`` of the checks generated code calls (a call node's target); fx spells such a target
+#: ``<module>_<name>`` and takes that name from its namespace too (an argument of that name gets it first).
+GENERATED_CALL_MODULE = "ir2torch"
+#: ``__name__`` of those checks, by role: the input guard and the same-inputs check.
+GENERATED_CALLS = {"input_guard": "check_inputs", "same_inputs": "check_same_inputs"}
+
+#: Attributes ir2torch keeps in a rebuilt module's ``__dict__``, by role (the variant of the next call, the folded
+#: constants and their plan): a parameter, buffer or child of that name would be hidden by them, so no
+#: component of an attribute path may be one.
+GENERATED_ATTRS = {"variant": "_ir_variant", "fold": "_ir_fold", "folded": "_ir_folded"}
+_ATTR_NAMES = frozenset(GENERATED_ATTRS.values())
+
+
+def generated_global(role: str, index: int | None = None) -> str:
+    """The base name of the generated code's global for ``role`` (a key of :data:`GENERATED_GLOBALS`)."""
+    base = GENERATED_GLOBALS[role]
+    return base.format(index) if index is not None else base
+
+
+def generated_names(count: int = 1) -> list[str]:
+    """Every name generated code may take for a global of ir2torch's, indices ``0..count-1``: the bases of
+    :data:`GENERATED_GLOBALS` and the spellings of :data:`GENERATED_CALLS` (for tests and documentation)."""
+    names = [base.format(i) for base in GENERATED_GLOBALS.values() for i in (range(count) if "{}" in base else [0])]
+    return names + [f"{GENERATED_CALL_MODULE}_{name}" for name in GENERATED_CALLS.values()]
 
 
 @functools.cache
@@ -95,6 +131,7 @@ def is_component(value: object) -> bool:
         and _COMPONENT.match(value) is not None
         and not keyword.iskeyword(value)
         and value not in module_attributes()
+        and value not in _ATTR_NAMES
         and not (value.startswith("__") and value.endswith("__"))
     )
 
@@ -112,6 +149,10 @@ def check_attr_path(value: object, field: str, *, implementation: str | None = N
         if not is_component(part):
             if keyword.iskeyword(part):
                 _fail(value, field, f"has component {part!r}, which is a Python keyword", "rename it",
+                      implementation, node)
+            if part in _ATTR_NAMES:
+                _fail(value, field, f"has component {part!r}, which would be hidden by an attribute ir2torch "
+                      "keeps on rebuilt modules", f"rename it; reserved: {', '.join(sorted(_ATTR_NAMES))}",
                       implementation, node)
             if _COMPONENT.match(part) or part.startswith("__"):
                 _fail(value, field, f"has component {part!r}, which would shadow an attribute of nn.Module",
@@ -149,6 +190,6 @@ def sanitize(name: str) -> str:
     return cleaned
 
 
-__all__ = ["CODEGEN_NAMES", "MAX_NAME_LENGTH", "UnsafeNameError", "check_attr_path", "check_forward_arg_names",
-           "check_identifier",
-           "is_component", "is_identifier", "module_attributes", "sanitize"]
+__all__ = ["CODEGEN_NAMES", "GENERATED_ATTRS", "GENERATED_CALLS", "GENERATED_CALL_MODULE", "GENERATED_GLOBALS",
+           "MAX_NAME_LENGTH", "UnsafeNameError", "check_attr_path", "check_forward_arg_names", "check_identifier",
+           "generated_global", "generated_names", "is_component", "is_identifier", "module_attributes", "sanitize"]

@@ -27,7 +27,7 @@ from torch.fx.graph import _format_target, _PyTreeCodeGen, _PyTreeInfo
 from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError, IRError, IRFormatError, UnsafeNameError
-from common.names import check_forward_arg_names
+from common.names import check_forward_arg_names, generated_global
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import kwarg_names, load_spec
 
@@ -64,13 +64,14 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
             if node.op == "placeholder" and node.target not in self.pytree_info.orig_args:
                 namespace.create_name(node.target, node if node.target == node.name else None)
         outputs = self._output_nodes()
-        values: dict[str, Any] = {f"_ir_default_{i}": p.default for i, p in enumerate(self.parameters)
+        values: dict[str, Any] = {generated_global("default", i): p.default for i, p in enumerate(self.parameters)
                                   if p.default is not NO_DEFAULT}
-        values.update(_ir_sequences=(tuple, list), _ir_not_a_sequence=_not_a_sequence, _ir_call_module=call_module,
-                      _ir_child=module_child)
+        values.update({generated_global("sequences"): (tuple, list),
+                       generated_global("not_a_sequence"): _not_a_sequence,
+                       generated_global("call_module"): call_module, generated_global("child"): module_child})
         for i, spec in enumerate(outputs):
-            values.update({f"_ir_out_fn_{i}": pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
-                           f"_ir_out_ctx_{i}": spec.context})
+            values.update({generated_global("out_fn", i): pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
+                           generated_global("out_ctx", i): spec.context})
         self._names = {base: namespace.create_name(base, None) for base in values}
         code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
         code.src = _fast_lookups(code.src, nodes, root_module, self._name)
@@ -85,7 +86,7 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
         for i, param in enumerate(self.parameters):
             if param.kind is KINDS["keyword_only"] and "*" not in parts:
                 parts.append("*")
-            default = self._name(f"_ir_default_{i}")
+            default = self._name(generated_global("default", i))
             parts.append(param.name if param.default is NO_DEFAULT else f"{param.name}={default}")
             following = self.parameters[i + 1].kind if i + 1 < len(self.parameters) else None
             if param.kind is KINDS["positional_only"] and following is not KINDS["positional_only"]:
@@ -110,8 +111,8 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
             if child.is_leaf():
                 parts.append(name)
             elif child.type in (tuple, list) and child.num_children and all(c.is_leaf() for c in child.children()):
-                parts.append(f"*({name} if type({name}) in {self._name('_ir_sequences')} else "
-                             f"{self._name('_ir_not_a_sequence')}({name!r}, {name}))")
+                parts.append(f"*({name} if type({name}) in {self._name(generated_global('sequences'))} else "
+                             f"{self._name(generated_global('not_a_sequence'))}({name!r}, {name}))")
             else:
                 return None
         return parts
@@ -161,7 +162,8 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
         if spec.type not in (tuple, list):
             index = next(calls)  # pre-order, as :meth:`_output_nodes` walks
             items = "".join(self._build(c, leaves, calls, show) + ", " for c in spec.children())
-            return f"{self._name(f'_ir_out_fn_{index}')}([{items}], {self._name(f'_ir_out_ctx_{index}')})"
+            return (f"{self._name(generated_global('out_fn', index))}([{items}], "
+                    f"{self._name(generated_global('out_ctx', index))})")
         items = "".join(self._build(c, leaves, calls, show) + ", " for c in spec.children())
         return f"({items})" if spec.type is tuple else f"[{items}]"
 
@@ -204,10 +206,11 @@ def _fast_lookups(src: str, nodes: Any, root_module: str, name_of: Callable[[str
             base = _first_hop(root_module, first, ("_parameters", "_buffers", "_modules"))
         target = base
         for name in rest.split(".") if rest else ():
-            target = f'{name_of("_ir_child")}({target}, "{name}")'
+            target = f'{name_of(generated_global("child"))}({target}, "{name}")'
         head = f"\n    {node.name} = {_format_target(root_module, node.target)}"
         if node.op == "call_module":
-            src = src.replace(head + "(", f"\n    {node.name} = {name_of('_ir_call_module')}({target}, ", 1)
+            call = name_of(generated_global("call_module"))
+            src = src.replace(head + "(", f"\n    {node.name} = {call}({target}, ", 1)
         else:
             for end in (";", "\n"):
                 src = src.replace(head + end, f"\n    {node.name} = {target}{end}", 1)

@@ -29,10 +29,12 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
+from common.names import GENERATED_ATTRS
+
 #: Instance attribute holding a module's :class:`FoldState` (names the rebuilder chose: never a string of a file).
-FOLD_ATTR = "_ir_fold"
+FOLD_ATTR = GENERATED_ATTRS["fold"]
 #: Instance attribute holding the folded values the folded forward reads (``self._ir_folded[i]``).
-VALUES_ATTR = "_ir_folded"
+VALUES_ATTR = GENERATED_ATTRS["folded"]
 
 _MODULE_CALL = nn.Module.__call__
 _dispatch_modes = torch._C._len_torch_dispatch_stack

@@ -32,6 +32,7 @@ from torch import fx, nn
 from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError
+from common.names import GENERATED_CALL_MODULE, GENERATED_CALLS
 
 from .guard_specs import DimExpr, LeafSpec, is_call_spec, parse_bound
 
@@ -67,8 +68,8 @@ class InputGuard:
     def __init__(self, leaves: list[LeafSpec], ranges: dict[str, Any], arg_names: list[str],
                  in_spec: pytree.TreeSpec | None) -> None:
         # fx spells a call_function target ``<__module__>.<__name__>`` in generated code: fixed, safe names
-        self.__name__ = self.__qualname__ = "check_inputs"
-        self.__module__ = "ir2torch"
+        self.__name__ = self.__qualname__ = GENERATED_CALLS["input_guard"]
+        self.__module__ = GENERATED_CALL_MODULE
         self.leaves = list(leaves)
         self.ranges = {k: (parse_bound(v, k, 0), parse_bound(v, k, 1)) for k, v in ranges.items()}
         self.arg_names = list(arg_names)

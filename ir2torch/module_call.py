@@ -18,6 +18,7 @@ from torch import fx, nn
 from torch.nn.modules import module as _module
 
 from common.errors import ExecutionError, IRError
+from common.names import GENERATED_ATTRS
 
 from .fold_cache import FOLD_ATTR
 from .forward_budget import _LOCAL as _BUDGET_LOCAL
@@ -27,7 +28,7 @@ Check = Callable[[nn.Module, tuple, dict], None]
 
 
 #: Instance attribute through which a caller picks the per-call graph of its next call of a module.
-VARIANT_ATTR = "_ir_variant"
+VARIANT_ATTR = GENERATED_ATTRS["variant"]
 
 
 def select_variant(module: nn.Module, variant: int) -> None:

@@ -28,7 +28,7 @@ from torch import fx, nn
 
 from common.errors import ArgumentMismatchError, IRValidationError
 from common.ir import CARRIED_NOTES, NOTES_KEY, ORIGINAL_CLASS_KEY, Implementation, slot_path
-from common.names import sanitize
+from common.names import CODEGEN_NAMES, sanitize
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
 
@@ -299,7 +299,7 @@ def _fx_name(name: str) -> str:
     return cleaned
 
 
-_RESERVED_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree"} | set(dir(builtins)))
+_RESERVED_NAMES = CODEGEN_NAMES | frozenset(dir(builtins))
 
 
 def graph_module(

@@ -25,6 +25,7 @@ from torch import fx
 from common.errors import InputMismatchError, IRFormatError
 from common.flat import FlatIR
 from common.ir import Implementation
+from common.names import GENERATED_CALL_MODULE, GENERATED_CALLS
 
 #: The key of an input node's ``meta`` naming the earlier input node it must be identical to.
 SAME_AS = "same_as"
@@ -40,8 +41,8 @@ class SameInputs:
 
     def __init__(self, pairs: tuple[tuple[int, int, str, str], ...], implementation: str) -> None:
         # fx spells a call_function target ``<__module__>.<__name__>`` in generated code: fixed, safe names
-        self.__name__ = self.__qualname__ = "check_same_inputs"
-        self.__module__ = "ir2torch"
+        self.__name__ = self.__qualname__ = GENERATED_CALLS["same_inputs"]
+        self.__module__ = GENERATED_CALL_MODULE
         self.pairs = pairs
         self.implementation = implementation
 

@@ -1,7 +1,8 @@
 """``python -m torch2ir``: the same as the ``torch2ir`` command (see :mod:`torch2ir.cli`).
 
-Like the installed command, it does not search the current folder for ``MODEL``'s modules: the entry
-``python -m`` puts first on ``sys.path`` is removed (:func:`common.cli.app.drop_script_folder`).
+Like the installed command, it imports nothing from the current folder: the entry ``python -m`` puts first
+on ``sys.path`` is removed by the package itself (``torch2ir/__init__.py``), before anything but the standard
+library is imported; :func:`common.cli.app.drop_script_folder` removes it still if it is there.
 """
 
 from common.cli.app import drop_script_folder

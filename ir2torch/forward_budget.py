@@ -45,11 +45,12 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from common.errors import ExecutionError, IRError, ResourceBudgetError
+from common.names import GENERATED_ATTRS
 
 from .budget import AVAILABLE, Budget, available_bytes, human
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
-BUDGET_ATTR = "_ir_forward_budget"
+BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
 #: Signatures one module remembers as probed; a model called with more distinct shapes is probed again.
 MAX_SIGNATURES = 64
 

@@ -55,8 +55,8 @@ GENERATED_CALL_MODULE = "ir2torch"
 GENERATED_CALLS = {"input_guard": "check_inputs", "same_inputs": "check_same_inputs"}
 
 #: Attributes ir2torch keeps in a rebuilt module's ``__dict__``, by role (the variant of the next call, the folded
-#: constants and their plan, the forward's memory budget): a parameter, buffer or child of that name would be hidden by them, so no
-#: component of an attribute path may be one.
+#: constants and their plan, the forward's memory budget): a parameter, buffer or child of that name would be
+#: hidden by them, so no component of an attribute path may be one.
 GENERATED_ATTRS = {"variant": "_ir_variant", "fold": "_ir_fold", "folded": "_ir_folded",
                    "forward_budget": "_ir_forward_budget"}
 _ATTR_NAMES = frozenset(GENERATED_ATTRS.values())

@@ -77,9 +77,10 @@ def test_the_registry_covers_fx_builtins_and_ir2torch_checks() -> None:
     assert {f"{GENERATED_CALL_MODULE}_{n}" for n in GENERATED_CALLS.values()} <= set(NAMES)
     assert not CODEGEN_NAMES & set(NAMES)
     from ir2torch.fold_cache import FOLD_ATTR, VALUES_ATTR
+    from ir2torch.forward_budget import BUDGET_ATTR
     from ir2torch.module_call import VARIANT_ATTR
 
-    assert {FOLD_ATTR, VALUES_ATTR, VARIANT_ATTR} == set(GENERATED_ATTRS.values())
+    assert {FOLD_ATTR, VALUES_ATTR, VARIANT_ATTR, BUDGET_ATTR} == set(GENERATED_ATTRS.values())
 
 
 def test_arguments_named_like_every_generated_global_rebuild_and_keep_their_checks(saved, tmp_path) -> None:

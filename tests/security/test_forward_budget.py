@@ -251,3 +251,19 @@ def test_the_probe_leaves_the_random_generator_alone() -> None:
     torch.manual_seed(3)
     assert torch.equal(rebuilt(x), expected)
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_an_observer_with_huge_bins_is_refused_before_anything_is_allocated(tmp_path: Path) -> None:
+    """A histogram observer's ``bins`` (a constructor attribute) sizes its histogram: the rebuild's budget."""
+    import torch.ao.quantization as tq
+
+    model = nn.Sequential(tq.QuantStub(), nn.Linear(4, 4), tq.DeQuantStub())
+    model.qconfig = tq.QConfig(activation=tq.HistogramObserver.with_args(bins=SIZE),
+                               weight=tq.default_weight_observer)
+    with pytest.warns(Warning):
+        tq.prepare(model, inplace=True)
+    x = torch.randn(2, 4)
+    model(x)
+    path = _hostile(tmp_path, model, (x,), size=10**11)
+    with pytest.raises(ResourceBudgetError, match=r"activation_post_process' \(372.5 GB\)"):
+        ir2torch.convert(IR.load(path), model.state_dict(), max_bytes=10**9)

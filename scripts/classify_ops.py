@@ -100,6 +100,7 @@ REFUSED_OPS: dict[str, str] = {
     "_fw_primal": f"{PROCESS}: forward-mode autograd levels",
     "_fw_primal_copy": f"{PROCESS}: forward-mode autograd levels",
     "Generator": f"{PROCESS}: creates a random generator",
+    "grad": f"{PROCESS}: runs autograd (torch.autograd.grad)",
     "factorial": f"{SCRIPT}: loops as many times as its argument",
     "has_torch_function": f"{SCRIPT}: takes any Python values",
 }
@@ -164,6 +165,15 @@ _SCALE_ARG = re.compile(r"^(scale_factors?|scales(_[dhw])?|output_scale|scales_[
 _DEVICE_NAME = re.compile(r"(^|_)(cuda|cudnn|miopen|mps|xpu|hip|vulkan|metal|mtia|hpu|ipu|xla|cufft)(_|$)")
 _SPARSE_CTOR = re.compile(r"^_?sparse_(coo|csr|csc|bsr|bsc|compressed)_tensor")
 _GENERIC = re.compile(r"\b(t|t1|t2|tVal|Any|AnyEnumType)\b|Dict\[|Future\[|Await\[|RRef\[|__torch__|Capsule")
+#: Argument types whose meaning the rules know; any other type makes an overload unclassified (refused).
+_KNOWN_TYPE = re.compile(r"(Optional\[)?(List\[)?(Optional\[)?(Tensor|int|float|bool|complex|number|str|Device|"
+                         r"Generator|QScheme|ScalarType|Layout|MemoryFormat)\]?\]?\]?")
+#: Names of string arguments that select a mode among a fixed few (never a path, code or a size).
+MODE_STRINGS = frozenset({
+    "mode", "assert_msg", "padding", "api_name", "UPLO", "driver", "activation", "reduce", "algorithm",
+    "rounding_mode", "equation", "norm", "approximate", "p", "ord", "indexing", "interpolation", "padding_side",
+    "side", "pad_mode",
+})
 _NUMBER = re.compile(r"(Optional\[)?(int|float|bool|complex|number|Scalar|ScalarType)\]?")
 _PATH_ARG = re.compile(r"(file|path|filename|dir)$")
 
@@ -213,6 +223,11 @@ def classify_overload(op: str, schema: Any) -> tuple[str, str | None]:
         if all(_NUMBER.fullmatch(t) for t in types):
             return PURE, "arithmetic on int64/double scalars"
         return "refused", f"{SCRIPT} (lists, dicts, strings, futures): not produced by torch.export"
+    for a in args:
+        if not _KNOWN_TYPE.fullmatch(str(a.type).replace(" ", "")):
+            return "refused", f"{UNCLASSIFIED} (argument {a.name!r} of type {a.type})"
+        if "str" in str(a.type) and a.name not in MODE_STRINGS:
+            return "refused", f"{UNCLASSIFIED} (string argument {a.name!r})"
     if op in ALLOCATING_OPS:
         return ALLOCATING, ALLOCATING_OPS[op]
     returns_tensor = any(_is_tensor_type(str(r.type)) for r in schema.returns)

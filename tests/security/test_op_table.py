@@ -84,6 +84,7 @@ REFUSED = {
     "aten.warn.default": "process state",
     "aten.backward.default": "process state",
     "aten._backward.default": "process state",
+    "aten.grad.default": "process state",
     "aten.record_stream.default": "device runtime",
     "aten.mul.left_t": "TorchScript builtin",
     "aten._test_serialization_subcmul.default": "test-only",
@@ -216,6 +217,35 @@ def test_the_required_ops_field_names_the_refusal(tmp: str, tmp_path: Path) -> N
         doc["ops"] = ["aten.add.Tensor", "aten.from_file.default"]
         with pytest.raises(E.UnsafeTargetError, match=r"aten.from_file.default \(refused: file I/O"):
             _load(kind, write(document, doc, tmp_path / kind))
+
+
+def test_a_document_naming_an_unclassified_overload_is_refused(tmp: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """An overload of this torch that the table lacks (as after a torch upgrade) is refused with the fix."""
+    monkeypatch.setattr(op_classes, "ATEN", {k: v for k, v in op_classes.ATEN.items() if k != "aten.sin.default"})
+    monkeypatch.setattr(safety, "_ATEN_ALLOWED", {})
+    for kind in ("ir", "flat"):
+        document = _doc(tmp, kind)
+        doc = copy.deepcopy(document.doc)
+        if kind == "ir":
+            doc["implementations"]["root"]["nodes"]["add"]["implementation"] = "aten.sin.default"
+        else:
+            next(n for n in doc["nodes"] if n["name"] == "add")["op_type"] = "aten.sin.default"
+        with pytest.raises(E.UnsafeTargetError, match="not classified for torch .*run scripts/classify_ops.py"):
+            _load(kind, write(document, doc, tmp_path / kind))
+
+
+@pytest.mark.parametrize(("schema", "reason"), [
+    ("aten::weird(Tensor self, str cmd) -> Tensor", "unclassified: safety not argued (string argument 'cmd')"),
+    ("aten::weird(Tensor self, str filename) -> Tensor", "file I/O"),
+    ("aten::weird(Tensor self, Any x) -> Tensor", "TorchScript builtin"),
+    ("aten::weird_unsafe(Tensor self) -> Tensor", "unchecked memory"),
+    ("aten::weird(Tensor self, Storage s) -> Tensor", "unchecked memory"),
+])
+def test_classifier_rules_refuse_what_they_cannot_argue(schema: str, reason: str) -> None:
+    parsed = torch._C.parse_schema(schema)
+    cls, why = _classifier().classify_overload(parsed.name.split("::")[1], parsed)
+    assert cls == "refused" and why.startswith(reason), why
 
 
 def test_allow_cannot_reopen_a_refused_aten_operator() -> None:

@@ -240,7 +240,7 @@ class Allowlist:
         refused = self.refusal(name)
         if refused is not None:
             message = f"operator {name!r} is refused: {refused}"
-            hint = ("this ATen operator is not on the allow-list (see the operator classes in docs/limitations.md); "
+            hint = ("this ATen operator is not on the allow-list (see Operator classes in docs/ir-spec.md); "
                     "it is never resolved or called")
         elif isinstance(name, str) and _ATEN.match(name):
             message = f"{name!r} is not an ATen operator known to this torch ({torch.__version__})"
@@ -372,8 +372,8 @@ def required_ops_error(missing: list[str], what: str) -> UnsafeTargetError:
     patterns = sorted({"::".join(n.split(".")[:2]) for n in ops})
     if not ops and not others:
         return UnsafeTargetError(f"{what} {'; and '.join(parts)}", key="ops",
-                                 hint="these ATen operators are never resolved or called (see the operator classes "
-                                      "in docs/limitations.md)")
+                                 hint="these ATen operators are never resolved or called (see Operator classes "
+                                      "in docs/ir-spec.md)")
     hint = ("if you trust the operators, pass allow=" + str(patterns) + " (command line: "
             + " ".join(f"--allow-op {p}" for p in patterns) + ")") if ops else \
         "an IR may call ATen operators, the listed torch/operator functions and opted-in registered operators only"

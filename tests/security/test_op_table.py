@@ -323,3 +323,24 @@ def test_docs_quote_the_table_counts() -> None:
     for cls in ("pure", "allocating", "refused"):
         count = sum(1 for v in op_classes.ATEN.values() if v.split(":")[0] == cls)
         assert f"| `{cls}` | {count} |" in text, f"docs/ir-spec.md: update the count of {cls} ({count})"
+
+
+def test_a_refused_operator_inside_a_higher_order_op_body_is_refused(tmp_path: Path) -> None:
+    """Bodies of ``higher_order.*`` ops are graphs of the same IR: their nodes go through the same table."""
+    import json
+
+    import torch2ir
+    from tests.models.zoo import by_name
+
+    case = by_name("no_grad_inside")
+    args, kwargs = case.inputs()
+    path = torch2ir.convert(case.build(), args, kwargs).save(tmp_path / "ng.ir.json")
+    text = Path(path).read_text(encoding="utf-8")
+    assert '"$graph"' in text and '"implementation": "aten.relu.default"' in text
+    Path(path).write_text(text.replace('"implementation": "aten.relu.default"',
+                                       '"implementation": "aten.set_grad_enabled.default"'), encoding="utf-8")
+    with pytest.raises(E.UnsafeTargetError, match="set_grad_enabled.default' is refused: process state"):
+        IR.load(path)
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    with pytest.raises(E.UnsafeTargetError, match="process state"):
+        ir2torch.convert(ir_from_document(doc, validate=False), device="meta")

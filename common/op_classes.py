@@ -4829,7 +4829,7 @@ PYTHON: dict[str, str] = {
     'math.sqrt': 'pure',
     'math.trunc': 'pure',
     'operator.abs': 'pure',
-    'operator.add': 'pure',
+    'operator.add': 'allocating',
     'operator.and_': 'pure',
     'operator.contains': 'pure',
     'operator.eq': 'pure',
@@ -4979,6 +4979,7 @@ PYTHON: dict[str, str] = {
 #: Why a Python-level function has its class.
 PYTHON_NOTES: dict[str, str] = {
     'math.pow': 'float result',
+    'operator.add': 'sequence concatenation: bounded by a size check in common.safety (ResourceBudgetError)',
     'operator.lshift': 'integer shift: bounded by a size check in common.safety (ResourceBudgetError)',
     'operator.mul': 'sequence repetition: bounded by a size check in common.safety (ResourceBudgetError)',
     'operator.pow': 'integer power: bounded by a size check in common.safety (ResourceBudgetError)',

@@ -18,9 +18,9 @@ Allowed:
 - whatever a converter explicitly adds with :meth:`Allowlist.allow`: operators of other namespaces opted in
   with ``allow=`` are not classified and are the user's responsibility.
 
-``operator.mul``, ``operator.pow`` and ``operator.lshift`` resolve to bounded wrappers (:func:`bounded_mul`,
-:func:`bounded_pow`, :func:`bounded_lshift`) that raise :class:`~common.errors.ResourceBudgetError` instead of
-building a huge list or integer from a file's constants.
+``operator.add``, ``operator.mul``, ``operator.pow`` and ``operator.lshift`` resolve to bounded wrappers
+(:func:`bounded_add`, :func:`bounded_mul`, :func:`bounded_pow`, :func:`bounded_lshift`) that raise
+:class:`~common.errors.ResourceBudgetError` instead of building a huge list or integer from a file's constants.
 
 Everything else (``os.system``, ``builtins.eval``, ``subprocess.run``, ``pkg.mod.fn``)
 raises :class:`~common.errors.UnsafeTargetError`.
@@ -98,23 +98,38 @@ def _too_big(what: str, size: int, limit: int, unit: str) -> ResourceBudgetError
                                hint="the IR's constants ask for a result far larger than any model needs")
 
 
+def _repeat_count(n: Any) -> int | None:
+    """The repeat count Python takes from ``n`` for ``sequence * n`` (through ``__index__``: an int tensor too)."""
+    if isinstance(n, _SEQUENCES) or not hasattr(type(n), "__index__"):
+        return None
+    return operator.index(n)
+
+
 def bounded_mul(a: Any, b: Any) -> Any:
     """``operator.mul`` that refuses a sequence repetition above :data:`MAX_SEQUENCE_ITEMS` items or an integer
     product above :data:`MAX_INT_BITS` bits (exact result otherwise; tensors and symbolic ints pass through)."""
-    ta, tb = type(a), type(b)
-    if ta is int and tb is int:
+    if isinstance(a, int) and isinstance(b, int):
         if a.bit_length() + b.bit_length() > MAX_INT_BITS:
             raise _too_big("operator.mul", a.bit_length() + b.bit_length(), MAX_INT_BITS, "bits")
-    elif (isinstance(a, _SEQUENCES) and isinstance(b, int)) or (isinstance(b, _SEQUENCES) and isinstance(a, int)):
+    elif isinstance(a, _SEQUENCES) or isinstance(b, _SEQUENCES):
         seq, n = (a, b) if isinstance(a, _SEQUENCES) else (b, a)
-        if n > 0 and len(seq) * n > MAX_SEQUENCE_ITEMS:
-            raise _too_big("operator.mul", len(seq) * n, MAX_SEQUENCE_ITEMS, "items")
+        count = _repeat_count(n)
+        if count is not None and count > 0 and len(seq) * count > MAX_SEQUENCE_ITEMS:
+            raise _too_big("operator.mul", len(seq) * count, MAX_SEQUENCE_ITEMS, "items")
     return a * b
+
+
+def bounded_add(a: Any, b: Any) -> Any:
+    """``operator.add`` that refuses a sequence concatenation above :data:`MAX_SEQUENCE_ITEMS` items (a chain of
+    ``x + x`` doubles a list at every node); exact result otherwise."""
+    if isinstance(a, _SEQUENCES) and isinstance(b, _SEQUENCES) and len(a) + len(b) > MAX_SEQUENCE_ITEMS:
+        raise _too_big("operator.add", len(a) + len(b), MAX_SEQUENCE_ITEMS, "items")
+    return a + b
 
 
 def bounded_pow(a: Any, b: Any) -> Any:
     """``operator.pow`` that refuses an integer power above :data:`MAX_INT_BITS` bits (exact result otherwise)."""
-    if type(a) is int and type(b) is int and b > 0 and a not in (0, 1, -1):
+    if isinstance(a, int) and isinstance(b, int) and b > 0 and a not in (0, 1, -1):
         bits = (a.bit_length() - 1) * b + 1
         if bits > MAX_INT_BITS:
             raise _too_big("operator.pow", bits, MAX_INT_BITS, "bits")
@@ -123,14 +138,15 @@ def bounded_pow(a: Any, b: Any) -> Any:
 
 def bounded_lshift(a: Any, b: Any) -> Any:
     """``operator.lshift`` that refuses an integer above :data:`MAX_INT_BITS` bits (exact result otherwise)."""
-    if type(a) is int and type(b) is int and a and b > 0 and a.bit_length() + b > MAX_INT_BITS:
+    if isinstance(a, int) and isinstance(b, int) and a and b > 0 and a.bit_length() + b > MAX_INT_BITS:
         raise _too_big("operator.lshift", a.bit_length() + b, MAX_INT_BITS, "bits")
     return a << b
 
 
 #: Python-level functions that resolve to a bounded wrapper instead of the builtin.
 BOUNDED_FUNCTIONS: dict[str, Callable] = {
-    "operator.mul": bounded_mul, "operator.pow": bounded_pow, "operator.lshift": bounded_lshift,
+    "operator.add": bounded_add, "operator.mul": bounded_mul, "operator.pow": bounded_pow,
+    "operator.lshift": bounded_lshift,
 }
 _BOUNDED_NAMES: dict[Callable, str] = {fn: name for name, fn in BOUNDED_FUNCTIONS.items()}
 

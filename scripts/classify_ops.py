@@ -274,6 +274,7 @@ def overloads() -> dict[str, Any]:
 #: Python-level functions of ``common.safety.PYTHON_FUNCTIONS``: name -> (class, reason).
 _BOUNDED = "bounded by a size check in common.safety (ResourceBudgetError)"
 PYTHON_CLASSES: dict[str, tuple[str, str | None]] = {
+    "operator.add": (ALLOCATING, f"sequence concatenation: {_BOUNDED}"),
     "operator.mul": (ALLOCATING, f"sequence repetition: {_BOUNDED}"),
     "operator.pow": (ALLOCATING, f"integer power: {_BOUNDED}"),
     "operator.lshift": (ALLOCATING, f"integer shift: {_BOUNDED}"),

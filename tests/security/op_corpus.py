@@ -35,7 +35,7 @@ def permissive() -> Iterator[None]:
 
 
 def names_of(build: Callable[[], nn.Module], inputs: Callable[[], tuple[tuple, dict]], allow: tuple[str, ...] = (),
-             *, train: bool = True, lower: bool = True) -> set[str]:
+             *, train: bool = True, lower: bool = True, decompositions: tuple[bool, ...] = (False, True)) -> set[str]:
     """Every function name of ``build()``'s IRs (eval and, with ``train``, train mode) and FlatIRs."""
     converter = torch2ir.get_default_converter()
     for pattern in allow:
@@ -55,7 +55,7 @@ def names_of(build: Callable[[], nn.Module], inputs: Callable[[], tuple[tuple, d
         if lower:
             model = build().eval()
             args, kwargs = inputs()
-            for decompose in (False, True):
+            for decompose in decompositions:
                 try:
                     flat = torch2ir.lower(model, args, kwargs, decompose=decompose, converter=converter)
                 except IRError:  # a model that is a whole-model leaf cannot be lowered by the conversion's capture
@@ -109,14 +109,25 @@ def corpus() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tupl
     return out + _quant_models()
 
 
-def main() -> int:
-    """Convert the whole corpus and report the refused names (exit 1 if any)."""
+def main(argv: list[str] | None = None) -> int:
+    """Convert the whole corpus and report the refused names (exit 1 if any).
+
+    ``--skip N`` starts at the N-th model; ``--light`` converts in eval mode only and lowers with
+    ``decompose=True`` only (about half the work).
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("--skip", type=int, default=0)
+    parser.add_argument("--light", action="store_true")
+    options = parser.parse_args(argv)
     everything: set[str] = set()
     failures = []
-    models = corpus()
+    models = corpus()[options.skip:]
     for name, build, inputs, allow in models:
         try:
-            found = names_of(build, inputs, allow, train=not name.startswith("pt2e"))
+            found = names_of(build, inputs, allow, train=not name.startswith("pt2e") and not options.light,
+                             decompositions=(True,) if options.light else (False, True))
         except Exception as exc:  # noqa: BLE001 - report and go on
             failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
@@ -125,6 +136,7 @@ def main() -> int:
         everything |= found
     bad = refused(everything)
     aten = sorted(n for n in everything if n.startswith("aten."))
+    print(f"\nnames: {sorted(everything)}")
     print(f"\n{len(models)} models, {len(failures)} failed to convert, {len(everything)} distinct names "
           f"({len(aten)} aten overloads), {len(bad)} refused")
     for line in failures:

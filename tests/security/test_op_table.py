@@ -272,7 +272,9 @@ def test_corpus_subset_operators_are_all_allowed() -> None:
 @pytest.mark.parametrize(("name", "a", "b"), [("operator.mul", [0], 10**12), ("operator.mul", 10**12, "ab"),
                                               ("operator.mul", 2**60000, 2**60000),
                                               ("operator.pow", 10, 10**10), ("operator.pow", -3, 10**6),
-                                              ("operator.lshift", 1, 10**12)],
+                                              ("operator.lshift", 1, 10**12),
+                                              ("operator.mul", [0], torch.tensor(10**12)),
+                                              ("operator.add", [0] * 6_000_000, [0] * 6_000_000)],
                          ids=lambda v: v if isinstance(v, str) else "v")
 def test_bounded_functions_refuse_hostile_constants(name: str, a: Any, b: Any) -> None:
     fn = safety.resolve_target(name)
@@ -286,7 +288,9 @@ def test_bounded_functions_refuse_hostile_constants(name: str, a: Any, b: Any) -
                                               ("operator.pow", 2, 10), ("operator.pow", 2, -1),
                                               ("operator.pow", 1, 10**12), ("operator.pow", 7, 1000),
                                               ("operator.pow", 2.0, 0.5), ("operator.lshift", 1, 62),
-                                              ("operator.lshift", 0, 10**12), ("operator.lshift", 5, 0)],
+                                              ("operator.lshift", 0, 10**12), ("operator.lshift", 5, 0),
+                                              ("operator.add", [1], [2]), ("operator.add", 2**900, 3),
+                                              ("operator.add", "ab", "c"), ("operator.mul", [1], torch.tensor(3))],
                          ids=lambda v: v if isinstance(v, str) else "v")
 def test_bounded_functions_are_exact(name: str, a: Any, b: Any) -> None:
     assert safety.resolve_target(name)(a, b) == getattr(operator, name.split(".")[1])(a, b)
@@ -297,6 +301,7 @@ def test_bounded_functions_pass_tensors_through() -> None:
     assert torch.equal(safety.resolve_target("operator.mul")(x, 2), x * 2)
     assert torch.equal(safety.resolve_target("operator.pow")(x, 2), x**2)
     assert torch.equal(safety.resolve_target("operator.lshift")(x, 2), x << 2)
+    assert torch.equal(safety.resolve_target("operator.add")(x, x), x + x)
 
 
 @pytest.mark.parametrize("name", sorted(safety.BOUNDED_FUNCTIONS))

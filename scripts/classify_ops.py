@@ -67,6 +67,7 @@ REFUSED_OPS: dict[str, str] = {
     "sparse_resize_": f"{UNCHECKED}: resizes sparse metadata without checking the indices",
     "sparse_resize_and_clear_": f"{UNCHECKED}: resizes sparse metadata without checking the indices",
     "_coalesced_": f"{UNCHECKED}: marks a sparse tensor coalesced without checking",
+    "_pack_padded_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
     "_resize_output": f"{DEVICE}: takes a device",
     "_resize_output_": f"{DEVICE}: takes a device",
     "backward": f"{PROCESS}: runs autograd and accumulates into .grad",
@@ -164,6 +165,9 @@ _SCALE_ARG = re.compile(r"^(scale_factors?|scales(_[dhw])?|output_scale|scales_[
 
 _DEVICE_NAME = re.compile(r"(^|_)(cuda|cudnn|miopen|mps|xpu|hip|vulkan|metal|mtia|hpu|ipu|xla|cufft)(_|$)")
 _SPARSE_CTOR = re.compile(r"^_?sparse_(coo|csr|csc|bsr|bsc|compressed)_tensor")
+_SPARSE_INTERNAL = re.compile(r"sparse|(^|_)(coo|csr|csc|bsr|bsc|compressed)(_|$)")
+_SPARSE_ACCESSORS = frozenset({"_indices", "_values", "indices", "values", "crow_indices", "col_indices",
+                               "ccol_indices", "row_indices", "_coalesced", "coalesce", "is_coalesced"})
 _GENERIC = re.compile(r"\b(t|t1|t2|tVal|Any|AnyEnumType)\b|Dict\[|Future\[|Await\[|RRef\[|__torch__|Capsule")
 #: Argument types whose meaning the rules know; any other type makes an overload unclassified (refused).
 _KNOWN_TYPE = re.compile(r"(Optional\[)?(List\[)?(Optional\[)?(Tensor|int|float|bool|complex|number|str|Device|"
@@ -207,6 +211,11 @@ def classify_overload(op: str, schema: Any) -> tuple[str, str | None]:
         return "refused", TEST_ONLY
     if _SPARSE_CTOR.match(op):
         return "refused", f"{UNCHECKED}: sparse constructor that does not validate its indices by default"
+    if _SPARSE_INTERNAL.search(op) or op in _SPARSE_ACCESSORS:
+        return "refused", (f"{UNCHECKED}: sparse internals that trust their index tensors "
+                           "(_convert_indices_from_csr_to_coo segfaults on crafted indices)")
+    if "segment_reduce" in op:
+        return "refused", f"{UNCHECKED}: offsets are not bounds-checked (reads past the data)"
     if "nested" in op:
         return "refused", f"{UNCHECKED}: nested-tensor internals built from buffers and offsets"
     if "unsafe" in op and op not in UNSAFE_NAMED_BUT_CHECKED:

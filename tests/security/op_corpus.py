@@ -35,8 +35,10 @@ def permissive() -> Iterator[None]:
 
 
 def names_of(build: Callable[[], nn.Module], inputs: Callable[[], tuple[tuple, dict]], allow: tuple[str, ...] = (),
-             *, train: bool = True, lower: bool = True, decompositions: tuple[bool, ...] = (False, True)) -> set[str]:
-    """Every function name of ``build()``'s IRs (eval and, with ``train``, train mode) and FlatIRs."""
+             *, train: bool = True, lower: bool = True, decompositions: tuple[bool, ...] = (False, True),
+             set_mode: bool = True) -> set[str]:
+    """Every function name of ``build()``'s IRs (eval and, with ``train``, train mode) and FlatIRs; without
+    ``set_mode`` the model is converted in the mode it was built in (exported PT2E models refuse ``.train()``)."""
     converter = torch2ir.get_default_converter()
     for pattern in allow:
         converter.allowlist.allow(pattern)
@@ -45,7 +47,9 @@ def names_of(build: Callable[[], nn.Module], inputs: Callable[[], tuple[tuple, d
         warnings.simplefilter("ignore")
         modes = (False, True) if train else (False,)
         for training in modes:
-            model = build().train(training)
+            model = build()
+            if set_mode:
+                model.train(training)
             args, kwargs = inputs()
             try:
                 names |= function_names(converter.convert(model, args, kwargs))
@@ -53,7 +57,7 @@ def names_of(build: Callable[[], nn.Module], inputs: Callable[[], tuple[tuple, d
                 if not training:
                     raise
         if lower:
-            model = build().eval()
+            model = build().eval() if set_mode else build()
             args, kwargs = inputs()
             for decompose in decompositions:
                 try:
@@ -127,12 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, build, inputs, allow in models:
         try:
             found = names_of(build, inputs, allow, train=not name.startswith("pt2e") and not options.light,
-                             decompositions=(True,) if options.light else (False, True))
+                             decompositions=(True,) if options.light else (False, True),
+                             set_mode=not name.startswith("pt2e"))
         except Exception as exc:  # noqa: BLE001 - report and go on
             failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
             continue
         bad = refused(found)
-        print(f"{name}: {len(found)} names{'; REFUSED ' + str(bad) if bad else ''}", flush=True)
+        print(f"{name}: {len(found)} names{'; REFUSED ' + str(bad) if bad else ''}: {sorted(found)}", flush=True)
         everything |= found
     bad = refused(everything)
     aten = sorted(n for n in everything if n.startswith("aten."))

@@ -196,6 +196,8 @@ def check_op(op_type: str, allow: Allowlist, extra_ops: frozenset[str], node: st
     """Refuse an op name that is neither allowed nor accepted explicitly (never imports anything)."""
     if op_type in extra_ops or allow.is_allowed(op_type):
         return
+    if allow.refusal(op_type) is not None:
+        allow.check(op_type, node=node)  # raises, with the reason the operator is refused
     raise UnsafeTargetError(
         f"op {op_type!r} is not on the allow-list and has no registered executor; it will not be imported or called",
         node=node,

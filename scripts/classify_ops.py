@@ -1,0 +1,395 @@
+"""Classify every ATen overload registered in the running torch and write ``common/op_classes.py``.
+
+Run ``python scripts/classify_ops.py`` after a torch upgrade (``tests/security/test_op_table.py`` fails until the
+checked-in table matches the running torch). ``--check`` exits 1 when the table is stale, without writing.
+
+Every overload gets exactly one class, by the first rule of :func:`classify` that matches:
+
+- **refused** (with a reason): explicit per-op exceptions, then name patterns and schema inspection for file I/O,
+  unchecked memory, process state, device runtimes, TorchScript builtins on Python values, and test-only ops;
+- **allocating**: the size of the output comes from a non-tensor argument (factories without tensor inputs,
+  size/shape lists, counts, scale factors) or from tensor *data* (``bincount``, ``repeat_interleave``...);
+- **pure**: everything else: reads tensors and returns tensors (or views torch bounds-checks) whose sizes follow
+  from the shapes of the inputs.
+
+The Python-level functions of ``common.safety.PYTHON_FUNCTIONS`` are classified by the explicit table
+:data:`PYTHON_CLASSES` below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = ROOT / "common" / "op_classes.py"
+
+PURE, ALLOCATING = "pure", "allocating"
+
+# -- reasons ---------------------------------------------------------------------------------------------------
+FILE_IO = "file I/O"
+UNCHECKED = "unchecked memory"
+PROCESS = "process state"
+DEVICE = "device runtime"
+SCRIPT = "TorchScript builtin on Python values"
+TEST_ONLY = "test-only op"
+UNCLASSIFIED = "unclassified: safety not argued"
+
+#: Ops allowed although their name says "unsafe": each was tested on the CPU in a subprocess with out-of-range
+#: indices or sizes (see the report of scripts/classify_ops.py and tests/security/test_op_table.py).
+UNSAFE_NAMED_BUT_CHECKED: dict[str, str] = {
+    "_unsafe_view": "a reshape that checks the element count (RuntimeError: shape is invalid for input of size)",
+    "_unsafe_index": "raises IndexError on an out-of-range index",
+    "_unsafe_index_put": "raises IndexError on an out-of-range index",
+    "_unsafe_masked_index": "clamps indices into range before reading (masked-out lanes take the fill value)",
+    "_unsafe_masked_index_put_accumulate": "clamps indices into range before writing",
+    "unsafe_chunk": "chunk without view tracking; sizes come from the input",
+    "unsafe_split": "split without view tracking; sizes come from the input",
+    "unsafe_split_with_sizes": "checks that the sizes are non-negative and sum to the dimension",
+}
+
+#: Explicit per-op refusals (op name without overload -> reason), checked before any rule.
+REFUSED_OPS: dict[str, str] = {
+    "from_file": f"{FILE_IO}: maps or reads a named file (shared=True writes it)",
+    "save": f"{FILE_IO}: writes a named file",
+    "_reshape_alias": f"{UNCHECKED}: a view with free sizes and strides that torch does not check (reads the heap)",
+    "_reshape_alias_copy": f"{UNCHECKED}: copies from an unchecked view (reads the heap)",
+    "set": f"{UNCHECKED}: rebinds a tensor to another storage, offset and strides",
+    "set_": f"{UNCHECKED}: rebinds a tensor to another storage, offset and strides",
+    "set_data": f"{PROCESS}: replaces a tensor's data in place for autograd",
+    "_sparse_coo_tensor_with_dims": f"{UNCHECKED}: sparse constructor that does not validate its invariants",
+    "_sparse_coo_tensor_with_dims_and_tensors": f"{UNCHECKED}: sparse constructor that does not validate its "
+                                                "indices (to_dense segfaults)",
+    "_sparse_compressed_tensor_with_dims": f"{UNCHECKED}: sparse constructor that does not validate its invariants",
+    "sparse_resize_": f"{UNCHECKED}: resizes sparse metadata without checking the indices",
+    "sparse_resize_and_clear_": f"{UNCHECKED}: resizes sparse metadata without checking the indices",
+    "_coalesced_": f"{UNCHECKED}: marks a sparse tensor coalesced without checking",
+    "_pack_padded_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
+    "_resize_output": f"{DEVICE}: takes a device",
+    "_resize_output_": f"{DEVICE}: takes a device",
+    "backward": f"{PROCESS}: runs autograd and accumulates into .grad",
+    "_backward": f"{PROCESS}: runs autograd and accumulates into .grad",
+    "retain_grad": f"{PROCESS}: changes autograd bookkeeping",
+    "retains_grad": f"{PROCESS}: reads autograd bookkeeping",
+    "requires_grad_": f"{PROCESS}: changes autograd bookkeeping",
+    "set_grad_enabled": f"{PROCESS}: sets the global grad mode",
+    "is_grad_enabled": f"{PROCESS}: reads the global grad mode",
+    "is_inference": f"{PROCESS}: reads inference mode",
+    "is_autocast_enabled": f"{PROCESS}: reads the autocast mode",
+    "is_autocast_cpu_enabled": f"{PROCESS}: reads the autocast mode",
+    "get_autocast_dtype": f"{PROCESS}: reads the autocast mode",
+    "_get_tracing_state": f"{PROCESS}: reads the TorchScript tracer state",
+    "manual_seed": f"{PROCESS}: seeds a random generator",
+    "seed": f"{PROCESS}: seeds a random generator",
+    "initial_seed": f"{PROCESS}: reads a random generator",
+    "_print": f"{PROCESS}: prints",
+    "warn": f"{PROCESS}: emits a warning",
+    "_test_warn_in_autograd": f"{PROCESS}: emits a warning",
+    "wait": f"{PROCESS}: waits on a future",
+    "record_stream": f"{DEVICE}: stream synchronisation",
+    "pin_memory": f"{DEVICE}: allocates page-locked memory through the accelerator runtime",
+    "_pin_memory": f"{DEVICE}: allocates page-locked memory through the accelerator runtime",
+    "is_pinned": f"{DEVICE}: asks the accelerator runtime",
+    "cuda": f"{DEVICE}: moves to CUDA",
+    "is_vulkan_available": f"{DEVICE}: asks the device runtime",
+    "_make_dual": f"{PROCESS}: forward-mode autograd levels",
+    "_make_dual_copy": f"{PROCESS}: forward-mode autograd levels",
+    "_unpack_dual": f"{PROCESS}: forward-mode autograd levels",
+    "_fw_primal": f"{PROCESS}: forward-mode autograd levels",
+    "_fw_primal_copy": f"{PROCESS}: forward-mode autograd levels",
+    "Generator": f"{PROCESS}: creates a random generator",
+    "grad": f"{PROCESS}: runs autograd (torch.autograd.grad)",
+    "factorial": f"{SCRIPT}: loops as many times as its argument",
+    "has_torch_function": f"{SCRIPT}: takes any Python values",
+}
+
+#: Explicit per-op classes among the allowed (op name -> class), checked before the size rules.
+PURE_OPS: dict[str, str] = {
+    **{op: f"unsafe-named but checked: {why}" for op, why in UNSAFE_NAMED_BUT_CHECKED.items()},
+    # reshapes whose size list is checked against the element count of the input
+    "view": "size checked against the input's element count",
+    "view_copy": "size checked against the input's element count",
+    "reshape": "size checked against the input's element count",
+    "_reshape_copy": "size checked against the input's element count",
+    "unflatten": "sizes checked against the dimension",
+    "split_with_sizes": "sizes checked to sum to the dimension",
+    "split_with_sizes_copy": "sizes checked to sum to the dimension",
+    # export's runtime assertions: they only compare and raise
+    "_assert_scalar": "only raises when its condition is false",
+    "_functional_assert_scalar": "only raises when its condition is false",
+    "_assert_async": "only raises when its condition is false",
+    "_functional_assert_async": "only raises when its condition is false",
+    "_assert_tensor_metadata": "only raises when the metadata differ",
+    "sym_constrain_range": "only raises when the value is out of range",
+    "sym_constrain_range_for_size": "only raises when the value is out of range",
+    "_functional_sym_constrain_range": "only raises when the value is out of range",
+    "_functional_sym_constrain_range_for_size": "only raises when the value is out of range",
+}
+
+#: Ops whose output size comes from tensor data or from a count argument the generic rules miss.
+ALLOCATING_OPS: dict[str, str] = {
+    "bincount": "output length is the largest value in the data",
+    "repeat_interleave": "output length is the sum of the repeats",
+    "one_hot": "output width is the largest value in the data",
+    "tensor_split": "number of outputs comes from an argument",
+    "kron": "output size is the product of both input sizes",
+    "nonzero_static": "output size comes from an argument",
+    "_histogramdd_bin_edges": "output size comes from the bins argument",
+    "histogramdd": "output size comes from the bins argument",
+    "histogram": "output size comes from the bins argument",
+    "_pad_packed_sequence": "output length comes from total_length",
+    "to_padded_tensor": "output size comes from an argument",
+    "meshgrid": "output size is the product of all input sizes",
+    "cartesian_prod": "output size is the product of all input sizes",
+}
+
+#: Names of int/int-list arguments that never set an output size (dimensions, modes, indices into the input).
+SAFE_INT_ARGS = frozenset({
+    "dim", "dims", "dim0", "dim1", "dim2", "dim1_", "start_dim", "end_dim", "axis", "axes", "perm", "source",
+    "destination", "dim_list", "shifts", "keepdim", "reduction", "ignore_index", "index", "groups", "group",
+    "num_groups", "correction", "unbiased", "k", "chunks", "split_size", "split_sizes",
+    "start", "end", "step", "length", "narrow_dim", "dtype", "layout", "memory_format", "p", "ord", "blank",
+    "padding_idx", "mode", "batch_dim", "seq_dim", "kernel_size", "stride", "dilation", "ceil_mode",
+    "count_include_pad", "divisor_override", "upper", "lower", "left", "right", "transpose", "inverse", "side",
+    "quant_min", "quant_max", "axis_", "ch_axis", "q_scale", "zero_point", "zero_points", "out_int32",
+    "stacklevel", "largest", "sorted", "stable", "descending", "return_inverse", "return_counts", "approximate",
+    "impl_index", "algorithm", "scale_grad_by_freq", "sparse", "include_last_offset",
+    "dropout_state", "rounding_mode", "self_is_result", "is_result", "half_to_float", "input_dtype",
+})
+
+#: Names of float arguments that set an output size.
+_SCALE_ARG = re.compile(r"^(scale_factors?|scales(_[dhw])?|output_scale|scales_[dhw])$")
+
+_DEVICE_NAME = re.compile(r"(^|_)(cuda|cudnn|miopen|mps|xpu|hip|vulkan|metal|mtia|hpu|ipu|xla|cufft)(_|$)")
+_SPARSE_CTOR = re.compile(r"^_?sparse_(coo|csr|csc|bsr|bsc|compressed)_tensor")
+_SPARSE_INTERNAL = re.compile(r"sparse|(^|_)(coo|csr|csc|bsr|bsc|compressed)(_|$)")
+_SPARSE_ACCESSORS = frozenset({"_indices", "_values", "indices", "values", "crow_indices", "col_indices",
+                               "ccol_indices", "row_indices", "_coalesced", "coalesce", "is_coalesced"})
+_GENERIC = re.compile(r"\b(t|t1|t2|tVal|Any|AnyEnumType)\b|Dict\[|Future\[|Await\[|RRef\[|__torch__|Capsule")
+#: Argument types whose meaning the rules know; any other type makes an overload unclassified (refused).
+_KNOWN_TYPE = re.compile(r"(Optional\[)?(List\[)?(Optional\[)?(Tensor|int|float|bool|complex|number|str|Device|"
+                         r"Generator|QScheme|ScalarType|Layout|MemoryFormat)\]?\]?\]?")
+#: Names of string arguments that select a mode among a fixed few (never a path, code or a size).
+MODE_STRINGS = frozenset({
+    "mode", "assert_msg", "padding", "api_name", "UPLO", "driver", "activation", "reduce", "algorithm",
+    "rounding_mode", "equation", "norm", "approximate", "p", "ord", "indexing", "interpolation", "padding_side",
+    "side", "pad_mode",
+})
+_NUMBER = re.compile(r"(Optional\[)?(int|float|bool|complex|number|Scalar|ScalarType)\]?")
+_PATH_ARG = re.compile(r"(file|path|filename|dir)$")
+
+
+def _types(schema: Any) -> list[str]:
+    return [str(a.type) for a in list(schema.arguments) + list(schema.returns)]
+
+
+def _is_tensor_type(text: str) -> bool:
+    return "Tensor" in text
+
+
+def classify_overload(op: str, schema: Any) -> tuple[str, str | None]:
+    """The class (``pure``, ``allocating`` or ``refused``) and reason of ``aten::<op>`` with ``schema``."""
+    if op in REFUSED_OPS:
+        return "refused", REFUSED_OPS[op]
+    args = list(schema.arguments)
+    types = _types(schema)
+    if any(_PATH_ARG.search(a.name) and "str" in str(a.type) for a in args):
+        return "refused", f"{FILE_IO}: takes a file name"
+    if "Storage" in types:
+        return "refused", f"{UNCHECKED}: takes a raw storage"
+    if any(str(a.type) in ("Generator", "Stream") for a in args):
+        return "refused", f"{PROCESS}: operates on a random generator or stream object"
+    if any(_GENERIC.search(t) for t in types) or any(t in ("str", "List[str]") for t in
+                                                       [str(r.type) for r in schema.returns]):
+        return "refused", f"{SCRIPT} (lists, dicts, strings, futures): not produced by torch.export"
+    if any(str(a.type) == "str" and a.name in ("self", "a", "s", "string") for a in args):
+        return "refused", f"{SCRIPT} (lists, dicts, strings, futures): not produced by torch.export"
+    if op.startswith("_test_"):
+        return "refused", TEST_ONLY
+    if _SPARSE_CTOR.match(op):
+        return "refused", f"{UNCHECKED}: sparse constructor that does not validate its indices by default"
+    if _SPARSE_INTERNAL.search(op) or op in _SPARSE_ACCESSORS:
+        return "refused", (f"{UNCHECKED}: sparse internals that trust their index tensors "
+                           "(_convert_indices_from_csr_to_coo segfaults on crafted indices)")
+    if "segment_reduce" in op:
+        return "refused", f"{UNCHECKED}: offsets are not bounds-checked (reads past the data)"
+    if "nested" in op:
+        return "refused", f"{UNCHECKED}: nested-tensor internals built from buffers and offsets"
+    if "unsafe" in op and op not in UNSAFE_NAMED_BUT_CHECKED:
+        return "refused", f"{UNCHECKED}: an *unsafe* op skips its checks"
+    if _DEVICE_NAME.search(op):
+        return "refused", f"{DEVICE}: CUDA/cuDNN/MIOpen/MPS/accelerator-specific op"
+    if re.search(r"seed|rng_state|graphsafe", op):
+        return "refused", f"{PROCESS}: random generator state"
+    if re.search(r"^_?set_|thread|profil|record_function|default_dtype|autocast_(en|ex)", op):
+        return "refused", f"{PROCESS}: global setter"
+    if op in PURE_OPS:
+        return PURE, PURE_OPS[op]
+    if not any("Tensor" in t for t in types):
+        if all(_NUMBER.fullmatch(t) for t in types):
+            return PURE, "arithmetic on int64/double scalars"
+        return "refused", f"{SCRIPT} (lists, dicts, strings, futures): not produced by torch.export"
+    for a in args:
+        if not _KNOWN_TYPE.fullmatch(str(a.type).replace(" ", "")):
+            return "refused", f"{UNCLASSIFIED} (argument {a.name!r} of type {a.type})"
+        if "str" in str(a.type) and a.name not in MODE_STRINGS:
+            return "refused", f"{UNCLASSIFIED} (string argument {a.name!r})"
+    if op in ALLOCATING_OPS:
+        return ALLOCATING, ALLOCATING_OPS[op]
+    returns_tensor = any(_is_tensor_type(str(r.type)) for r in schema.returns)
+    inputs_tensor = any(_is_tensor_type(str(a.type)) and not (a.kwarg_only and a.alias_info is not None
+                                                               and a.alias_info.is_write) for a in args)
+    if returns_tensor and not inputs_tensor:
+        return ALLOCATING, "factory: the output size comes from its arguments"
+    for a in args:
+        t = str(a.type)
+        if a.name in SAFE_INT_ARGS:
+            continue
+        if re.fullmatch(r"(Optional\[)?(List\[)?(int|SymInt)(\])?(\])?", t.replace(" ", "")):
+            return ALLOCATING, f"the output size may come from argument {a.name!r}"
+        if "float" in t and _SCALE_ARG.match(a.name):
+            return ALLOCATING, f"the output size may come from argument {a.name!r}"
+    return PURE, None
+
+
+def overloads() -> dict[str, Any]:
+    """Every ``aten.<op>.<overload>`` registered in the running torch that ``torch.ops.aten`` resolves, with its
+    schema: the union of the JIT schema table and the dispatcher's operator names."""
+    import torch
+
+    names: set[tuple[str, str]] = set()
+    for schema in torch._C._jit_get_all_schemas():
+        if schema.name.startswith("aten::"):
+            names.add((schema.name[6:], schema.overload_name))
+    for full in torch._C._dispatch_get_all_op_names():
+        if full.startswith("aten::"):
+            op, _, overload = full[6:].partition(".")
+            names.add((op, overload))
+    found: dict[str, Any] = {}
+    for op, overload in sorted(names):
+        try:
+            packet = getattr(torch.ops.aten, op)
+            resolved = getattr(packet, overload or "default")
+        except (AttributeError, RuntimeError):
+            continue
+        if isinstance(resolved, torch._ops.OpOverload):
+            found[f"aten.{op}.{overload or 'default'}"] = resolved._schema
+    return found
+
+
+#: Python-level functions of ``common.safety.PYTHON_FUNCTIONS``: name -> (class, reason).
+_BOUNDED = "bounded by a size check in common.safety (ResourceBudgetError)"
+PYTHON_CLASSES: dict[str, tuple[str, str | None]] = {
+    "operator.add": (ALLOCATING, f"sequence concatenation: {_BOUNDED}"),
+    "operator.mul": (ALLOCATING, f"sequence repetition: {_BOUNDED}"),
+    "operator.pow": (ALLOCATING, f"integer power: {_BOUNDED}"),
+    "operator.lshift": (ALLOCATING, f"integer shift: {_BOUNDED}"),
+    "math.pow": (PURE, "float result"),
+    "torch.arange": (ALLOCATING, "factory: the output size comes from its arguments"),
+    "torch.full": (ALLOCATING, "factory: the output size comes from its arguments"),
+    "torch.ones": (ALLOCATING, "factory: the output size comes from its arguments"),
+    "torch.zeros": (ALLOCATING, "factory: the output size comes from its arguments"),
+    "torch.tile": (ALLOCATING, "the output size comes from the repeats"),
+    "torch.reshape": (PURE, "size checked against the input's element count"),
+    "torch.nn.functional.interpolate": (ALLOCATING, "the output size comes from size or scale_factor"),
+    "torch.nn.functional.pad": (ALLOCATING, "the output size comes from the pads"),
+    "torch.nn.functional.conv_transpose1d": (ALLOCATING, "the output size grows with stride and padding"),
+    "torch.nn.functional.conv_transpose2d": (ALLOCATING, "the output size grows with stride and padding"),
+    "torch.nn.functional.conv_transpose3d": (ALLOCATING, "the output size grows with stride and padding"),
+    "torch.nn.functional.conv1d": (ALLOCATING, "the output size grows with padding"),
+    "torch.nn.functional.conv2d": (ALLOCATING, "the output size grows with padding"),
+    "torch.nn.functional.conv3d": (ALLOCATING, "the output size grows with padding"),
+}
+
+
+def python_table() -> dict[str, tuple[str, str | None]]:
+    """Class and reason of every name of ``common.safety.PYTHON_FUNCTIONS`` (pure unless listed)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from common.safety import PYTHON_FUNCTIONS
+    finally:
+        sys.path.remove(str(ROOT))
+    return {name: PYTHON_CLASSES.get(name, (PURE, None)) for name in sorted(PYTHON_FUNCTIONS)}
+
+
+def build_table() -> dict[str, tuple[str, str | None]]:
+    """Class and reason of every ATen overload of the running torch, sorted by name."""
+    return {name: classify_overload(name.split(".")[1], schema) for name, schema in overloads().items()}
+
+
+def _entry(name: str, cls: str, reason: str | None) -> str:
+    value = cls if cls != "refused" else f"refused:{reason}"
+    return f"    {name!r}: {value!r},"
+
+
+def render() -> str:
+    """The text of ``common/op_classes.py`` for the running torch."""
+    import torch
+
+    table = build_table()
+    python = python_table()
+    counts = {c: sum(1 for v, _ in table.values() if v == c) for c in (PURE, ALLOCATING, "refused")}
+    lines = [
+        "# ruff: noqa: E501",
+        '"""Classes of the ATen overloads and Python functions an IR may name (data only).',
+        "",
+        f"GENERATED by scripts/classify_ops.py for torch {torch.__version__}: do not edit; run",
+        "``python scripts/classify_ops.py`` after a torch upgrade.",
+        "",
+        f"ATen: {counts[PURE]} pure, {counts[ALLOCATING]} allocating, {counts['refused']} refused.",
+        "A value is ``pure``, ``allocating`` or ``refused:<reason>``.",
+        '"""',
+        "",
+        f"TORCH_VERSION = {torch.__version__!r}",
+        "",
+        "#: ``aten.<op>.<overload>`` -> class.",
+        "ATEN: dict[str, str] = {",
+        *(_entry(n, c, r) for n, (c, r) in table.items()),
+        "}",
+        "",
+        "#: Why an allowed ATen overload has its class, where a rule or an exception says more than the class.",
+        "ATEN_NOTES: dict[str, str] = {",
+        *(f"    {n!r}: {r!r}," for n, (c, r) in table.items() if c != "refused" and r),
+        "}",
+        "",
+        "#: Python-level functions (``common.safety.PYTHON_FUNCTIONS``) -> class.",
+        "PYTHON: dict[str, str] = {",
+        *(_entry(n, c, r) for n, (c, r) in python.items()),
+        "}",
+        "",
+        "#: Why a Python-level function has its class.",
+        "PYTHON_NOTES: dict[str, str] = {",
+        *(f"    {n!r}: {r!r}," for n, (c, r) in python.items() if c != "refused" and r),
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when common/op_classes.py is stale")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        stale = TABLE.read_text(encoding="utf-8") != text
+        print("common/op_classes.py is stale" if stale else "common/op_classes.py is up to date")
+        return int(stale)
+    TABLE.write_text(text, encoding="utf-8")
+    table = build_table()
+    for cls in (PURE, ALLOCATING, "refused"):
+        print(f"{cls}: {sum(1 for c, _ in table.values() if c == cls)}")
+    reasons: dict[str, int] = {}
+    for c, r in table.values():
+        if c == "refused":
+            reasons[r] = reasons.get(r, 0) + 1
+    for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        print(f"  {n:5d}  {r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

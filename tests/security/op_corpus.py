@@ -1,0 +1,156 @@
+"""Every function name the project's models produce, checked against the operator classes of ``common.safety``.
+
+:func:`names_of` converts a model with ``torch2ir`` (module-level IR, eval and train mode) and lowers it
+(``torch2ir.lower``, plain and ``decompose=True``), and returns every function ``implementation`` and FlatIR
+``op_type``. Conversion runs with :func:`permissive` so that a refused operator shows up in the result instead of
+stopping the conversion. ``python -m tests.security.op_corpus`` runs the whole corpus (tests/real, the zoo, the
+quantized models) and prints the names that are not allowed (exit status 1 when there are any).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+
+import torch2ir
+from common import safety
+from common.errors import IRError
+from common.safety import function_names
+
+
+@contextlib.contextmanager
+def permissive() -> Iterator[None]:
+    """Allow every registered ATen overload while converting (the names are checked afterwards)."""
+    saved = safety._aten_allowed
+    safety._aten_allowed = lambda op, overload: safety._aten_overload(op, overload) is not None
+    try:
+        yield
+    finally:
+        safety._aten_allowed = saved
+
+
+def names_of(build: Callable[[], nn.Module], inputs: Callable[[], tuple[tuple, dict]], allow: tuple[str, ...] = (),
+             *, train: bool = True, lower: bool = True, decompositions: tuple[bool, ...] = (False, True),
+             set_mode: bool = True) -> set[str]:
+    """Every function name of ``build()``'s IRs (eval and, with ``train``, train mode) and FlatIRs; without
+    ``set_mode`` the model is converted in the mode it was built in (exported PT2E models refuse ``.train()``)."""
+    converter = torch2ir.get_default_converter()
+    for pattern in allow:
+        converter.allowlist.allow(pattern)
+    names: set[str] = set()
+    with permissive(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        modes = (False, True) if train else (False,)
+        for training in modes:
+            model = build()
+            if set_mode:
+                model.train(training)
+            args, kwargs = inputs()
+            try:
+                names |= function_names(converter.convert(model, args, kwargs))
+            except IRError:  # a model that does not convert in this mode (see the corpus' notes)
+                if not training:
+                    raise
+        if lower:
+            model = build().eval() if set_mode else build()
+            args, kwargs = inputs()
+            for decompose in decompositions:
+                try:
+                    flat = torch2ir.lower(model, args, kwargs, decompose=decompose, converter=converter)
+                except IRError:  # a model that is a whole-model leaf cannot be lowered by the conversion's capture
+                    continue
+                names |= {node.op_type for node in flat.nodes}
+    return names
+
+
+def refused(names: set[str]) -> dict[str, str]:
+    """The names of ``names`` the default allow-list refuses, with the reason (opted-in namespaces excluded)."""
+    out = {}
+    for name in sorted(names):
+        if name.startswith("aten.") or name in safety.PYTHON_FUNCTIONS or name.startswith("higher_order."):
+            cls, reason = safety.op_class(name)
+            if cls == "refused":
+                out[name] = reason or ""
+    return out
+
+
+def _quant_models() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tuple, dict]], tuple[str, ...]]]:
+    """The quantized models of tests/quant: eager QAT/PTQ, PT2E (torchao), brevitas, when installed."""
+    out = []
+    from tests.quant import eager_models
+
+    qconfig = torch.ao.quantization.get_default_qat_qconfig("x86")
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    out.append(("eager_qat", lambda: eager_models.qat_model(qconfig), lambda: ((x,), {}), ()))
+    with contextlib.suppress(Exception):
+        out.append(("eager_ptq", lambda: eager_models.ptq_model(qconfig), lambda: ((x,), {}), ()))
+    with contextlib.suppress(ImportError):
+        from tests.quant import test_pt2e
+
+        for qat, convert in ((False, True), (True, False), (True, True)):
+            out.append((f"pt2e_{qat}_{convert}", lambda q=qat, c=convert: test_pt2e._quantized(q, c),
+                        lambda: ((test_pt2e.X,), {}), tuple(test_pt2e.ALLOW)))
+    with contextlib.suppress(ImportError):
+        from tests.quant import test_brevitas
+
+        out.append(("brevitas", test_brevitas._model, lambda: ((test_brevitas.X,), {}), ()))
+    return out
+
+
+def corpus() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tuple, dict]], tuple[str, ...]]]:
+    """``(name, build, inputs, allow)`` of every model of the corpus: tests/real, the zoo (and REAL), quantized."""
+    from tests.models.real import REAL
+    from tests.models.zoo import ZOO
+    from tests.real.corpus import CORPUS
+
+    out = [(a.name, a.build, a.inputs, tuple(a.allow)) for a in CORPUS]
+    out += [(c.name, c.build, c.inputs, ()) for c in (*ZOO, *REAL)]
+    return out + _quant_models()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Convert the whole corpus and report the refused names (exit 1 if any).
+
+    ``--skip N`` starts at the N-th model; ``--light`` converts in eval mode only and lowers with
+    ``decompose=True`` only (about half the work).
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("--skip", type=int, default=0)
+    parser.add_argument("--light", action="store_true")
+    options = parser.parse_args(argv)
+    everything: set[str] = set()
+    failures = []
+    models = corpus()[options.skip:]
+    for name, build, inputs, allow in models:
+        try:
+            found = names_of(build, inputs, allow, train=not name.startswith("pt2e") and not options.light,
+                             decompositions=(True,) if options.light else (False, True),
+                             set_mode=not name.startswith("pt2e"))
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            failures.append(f"{name}: {type(exc).__name__}: {str(exc)[:200]}")
+            continue
+        bad = refused(found)
+        print(f"{name}: {len(found)} names{'; REFUSED ' + str(bad) if bad else ''}: {sorted(found)}", flush=True)
+        everything |= found
+    bad = refused(everything)
+    aten = sorted(n for n in everything if n.startswith("aten."))
+    print(f"\nnames: {sorted(everything)}")
+    print(f"\n{len(models)} models, {len(failures)} failed to convert, {len(everything)} distinct names "
+          f"({len(aten)} aten overloads), {len(bad)} refused")
+    for line in failures:
+        print("  failed:", line)
+    for name, reason in bad.items():
+        print("  refused:", name, reason)
+    print("allocating among them:", sorted(n for n in everything if n in safety.ALLOCATING_OPS))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -46,6 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 from common.errors import ExecutionError, IRError, ResourceBudgetError
 from common.names import GENERATED_ATTRS
+from common.safety import ALLOCATING_OPS
 
 from .budget import AVAILABLE, Budget, available_bytes, human
 
@@ -354,6 +355,14 @@ def _node_of_frame() -> tuple[str | None, str | None]:
     return None, None
 
 
+def _qualified(func: Any) -> str:
+    """``aten.<op>.<overload>`` of an ``OpOverload`` (the operator classes' key)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return str(func)
+    return f"{schema.name.replace('::', '.')}.{getattr(func, '_overloadname', 'default')}"
+
+
 def _storage_key(t: torch.Tensor) -> Any:
     """What identifies ``t``'s storage (its C pointer), or ``t`` itself for layouts without one storage."""
     try:
@@ -462,6 +471,10 @@ class _Checked(TorchDispatchMode):
                 implementation, node = _node_of_frame()
                 raise _OverBudget(f"{func} would allocate {human(t.numel() * t.element_size())} for "
                                   f"{_shape_text(t)}", implementation or self.where, node)
+        if out is None and _qualified(func) in ALLOCATING_OPS:
+            implementation, node = _node_of_frame()
+            raise _OverBudget(f"{func} sizes its output from its arguments and has no fake implementation to "
+                              "measure it before it runs", implementation or self.where, node)
         if out is None and inputs * 8 > limit:  # nonzero & co: at most (numel x ndim) int64 of the inputs
             implementation, node = _node_of_frame()
             raise _OverBudget(f"{func} (its output size depends on data) may allocate up to {human(inputs * 8)}",

@@ -214,6 +214,9 @@ def classify_overload(op: str, schema: Any) -> tuple[str, str | None]:
     if _SPARSE_INTERNAL.search(op) or op in _SPARSE_ACCESSORS:
         return "refused", (f"{UNCHECKED}: sparse internals that trust their index tensors "
                            "(_convert_indices_from_csr_to_coo segfaults on crafted indices)")
+    if "backward" in op:
+        return "refused", (f"{UNCHECKED}: a backward kernel trusts the indices, offsets and sizes its forward made "
+                           "(_embedding_bag_backward segfaults on crafted offsets); export's forward graphs have none")
     if "segment_reduce" in op:
         return "refused", f"{UNCHECKED}: offsets are not bounds-checked (reads past the data)"
     if "nested" in op:

@@ -11,6 +11,7 @@ generator's state where no op of the document draws random numbers). A signal (a
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -192,6 +193,7 @@ def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
     summary: dict[str, Any] = {"ops": len(ops), "examples": 0, "outcomes": Counter(), "failures": [],
                                "state_changes": []}
     reference = _state()
+    current = Path(out_path + ".current")
     started = time.perf_counter()
 
     @settings(max_examples=examples, derandomize=derandomize, database=None, deadline=None,
@@ -202,6 +204,7 @@ def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
         summary["examples"] += 1
         path = folder / "doc.flat.json"
         path.write_text(json.dumps(doc))
+        current.write_text(json.dumps(doc))  # what was running, should the process die
         rng = torch.get_rng_state()
         try:
             model = ir2torch.convert(FlatIR.load(path), max_bytes=2 * 2**30)
@@ -235,4 +238,5 @@ def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
 
 
 if __name__ == "__main__":
+    faulthandler.enable()
     main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1")

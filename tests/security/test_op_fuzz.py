@@ -45,8 +45,9 @@ def test_allowed_ops_with_hostile_arguments_give_only_ir_errors(tmp_path: Path) 
     proc = subprocess.run(
         [sys.executable, "-m", "tests.security.op_fuzz_child", str(out), str(count), str(watched), derandomize],
         cwd=work, env=env, capture_output=True, text=True, timeout=3600, preexec_fn=_limit)
-    assert proc.returncode == 0, f"the child ended with {proc.returncode} (a negative code is a signal)\n" \
-                                 f"{proc.stderr[-3000:]}"
+    current = Path(f"{out}.current")
+    assert proc.returncode == 0, (f"the child ended with {proc.returncode} (a negative code is a signal) running "
+                                  f"{current.read_text() if current.exists() else '?'}\n{proc.stderr[-3000:]}")
     summary = json.loads(out.read_text())
     print(f"op fuzz: {summary['examples']} examples over {summary['ops']} allowed ops in {summary['seconds']} s: "
           f"{summary['outcomes']}")

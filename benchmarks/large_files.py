@@ -76,11 +76,12 @@ def _chain(calls: list[tuple[str, str, str]], variants: list[int | None] | None 
     return {"nodes": nodes, "edges": edges}
 
 
-def _root_meta() -> dict[str, Any]:
+def _graph_meta(cls: str) -> dict[str, Any]:
+    """``meta`` of a module rebuilt from its graph: one tensor in, one tensor out."""
     spec = ('[1, {"type": "builtins.tuple", "context": "null", "children_spec": [{"type": "builtins.tuple", '
             '"context": "null", "children_spec": [{"type": null, "context": null, "children_spec": []}]}, '
             '{"type": "builtins.dict", "context": "[]", "children_spec": []}]}]')
-    return {"class": "benchmarks.Large", "training": False, "in_spec": spec,
+    return {"class": cls, "training": False, "in_spec": spec,
             "out_spec": '[1, {"type": null, "context": null, "children_spec": []}]', "forward_arg_names": ["x"]}
 
 
@@ -103,7 +104,7 @@ def _small_module(key: str) -> dict[str, Any]:
              "output": _node("output", "output", "output", "add")}
     edges = [_edge("x", "relu"), _edge("relu", "add"), _edge("add", "output", [0, 0])]
     return {"name": key, "type": "module", "nodes": nodes, "edges": edges,
-            "meta": {"class": "benchmarks.Small", "training": False}}
+            "meta": _graph_meta("benchmarks.Small")}
 
 
 def many_implementations(count: int) -> dict[str, Any]:
@@ -116,7 +117,7 @@ def many_implementations(count: int) -> dict[str, Any]:
         itype, make = makers[i % 3]
         impls[key] = make(key)
         calls.append((key, itype, key))
-    root = {"name": "root", "type": "module", **_chain(calls), "meta": _root_meta()}
+    root = {"name": "root", "type": "module", **_chain(calls), "meta": _graph_meta("benchmarks.Large")}
     return _document({"root": root, **impls})
 
 
@@ -128,9 +129,10 @@ def many_variants(variants: int, nodes: int) -> dict[str, Any]:
         return _chain([(f"relu_{j}", "function", "aten.relu.default") for j in range(nodes)])
 
     block = {"name": "block", "type": "module", **body(), "variants": [body() for _ in range(variants)],
-             "meta": {"class": "benchmarks.Block", "training": False}}
+             "meta": _graph_meta("benchmarks.Block")}
     calls = [(f"block_{v}", "module", "block") for v in range(variants + 1)]
-    root = {"name": "root", "type": "module", **_chain(calls, list(range(variants + 1))), "meta": _root_meta()}
+    root = {"name": "root", "type": "module", **_chain(calls, list(range(variants + 1))),
+            "meta": _graph_meta("benchmarks.Large")}
     return _document({"root": root, "block": block})
 
 

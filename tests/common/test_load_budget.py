@@ -146,3 +146,18 @@ def test_ten_thousand_implementations_load_and_rebuild(tmp_path: Path, monkeypat
     assert modules["m0"].weight.is_meta
     out = model(torch.zeros(2, 4, device="meta"))
     assert out.shape == (2, 4) and out.is_meta
+
+
+def test_get_attr_through_an_alias_is_found_and_a_missing_one_refused() -> None:
+    ir = IR()
+    a = ir.add(Implementation("a", "module", aliases=["shared"],
+                              state={"weight": {"kind": "parameter", "shape": [2], "dtype": torch.float32}}))
+    assert a.aliases == ["shared"]
+    root = ir.add(Implementation("root", "module"))
+    root.add_node("w", "get_attr", "shared.weight")
+    root.add_node("output", "output", "output", args=[validate_module.Ref("w")])
+    root.add_edge("w", "output", slot=0)
+    validate_module.validate(ir)
+    root.node("w")["implementation"] = "shared.bias"
+    with pytest.raises(errors.MissingImplementationError, match="shared.bias"):
+        validate_module.validate(ir)

@@ -26,7 +26,7 @@ import networkx as nx
 import torch
 
 from .safety import Allowlist
-from .schema import ValueFn, _same
+from .schema import DEFAULT_MAX_NODES, ValueFn, _same
 from .values import Ref, iter_refs, values_equal
 
 #: ``kind`` of a :class:`ValueMeta`.
@@ -277,15 +277,19 @@ class FlatIR:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], *, value_fn: ValueFn = _same) -> FlatIR:
+    def from_dict(cls, d: Mapping[str, Any], *, value_fn: ValueFn = _same,
+                  max_nodes: int | None = DEFAULT_MAX_NODES) -> FlatIR:
         """Parse the plain-dict form (no semantic checks: see :meth:`validate`).
 
+        ``max_nodes``: most entries of ``nodes``, ``graph_inputs``, ``graph_outputs``, ``weights`` and
+        ``forward_arg_names`` together (``None``: no limit), counted before any is parsed.
+
         Raises:
-            IRFormatError: a field is missing, unknown or of the wrong type.
+            IRFormatError: a field is missing, unknown or of the wrong type, or the lists exceed ``max_nodes``.
         """
         from .flat_schema import parse_flat
 
-        return parse_flat(cls, d, value_fn)
+        return parse_flat(cls, d, value_fn, max_nodes)
 
     # -- checks and files ----------------------------------------------------------------
     def validate(self, *, allowlist: Allowlist | None = None, extra_ops: Iterable[str] = ()) -> FlatIR:
@@ -316,11 +320,13 @@ class FlatIR:
     @classmethod
     def load(
         cls, path: str | os.PathLike, *, allowlist: Allowlist | None = None, extra_ops: Iterable[str] = (),
-        allow: Iterable[str] | None = None,
+        allow: Iterable[str] | None = None, max_nodes: int | None = DEFAULT_MAX_NODES,
     ) -> FlatIR:
         """Read a file written by :meth:`save`, validating it (see :meth:`validate`) before returning.
 
         ``allow``: operators of other namespaces to accept besides ``allowlist`` (``"transformers::*"``).
+        ``max_nodes``: the file's node budget (see :meth:`from_dict`; the JSON parser also stops past
+        ``JSON_OBJECTS_PER_NODE * max_nodes`` objects); ``None`` disables it, for a trusted file.
 
         Raises:
             IRFormatError: the file is not a FlatIR JSON file of a supported version.
@@ -329,7 +335,7 @@ class FlatIR:
         """
         from .flat_schema import load_flat
 
-        return load_flat(cls, path, (allowlist or Allowlist()).extended(allow), frozenset(extra_ops))
+        return load_flat(cls, path, (allowlist or Allowlist()).extended(allow), frozenset(extra_ops), max_nodes)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FlatIR):

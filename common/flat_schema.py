@@ -23,13 +23,14 @@ from .errors import ArgumentMismatchError, DanglingEdgeError, IRFormatError, IRV
 from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
-from .schema import MAX_GRAPH_NODES, ValueFn, expect
+from .schema import DEFAULT_MAX_NODES, MAX_GRAPH_NODES, ValueFn, budget_error, check_max_nodes, expect
 from .serialize import (
     check_header,
     check_required_ops,
     dumps,
     load_with_tensors,
     loads_json,
+    node_budget,
     read_text,
     save_with_tensors,
 )
@@ -147,16 +148,19 @@ def _source(value: Any, where: str, node: str) -> tuple | None:
     return tuple(value)
 
 
-def parse_flat(cls: type, d: Any, value_fn: ValueFn) -> Any:
-    """Build a ``cls`` (:class:`~common.flat.FlatIR`) from its plain-dict form."""
+def parse_flat(cls: type, d: Any, value_fn: ValueFn, max_nodes: int | None = DEFAULT_MAX_NODES) -> Any:
+    """Build a ``cls`` (:class:`~common.flat.FlatIR`) from its plain-dict form (``max_nodes``: see
+    :meth:`FlatIR.from_dict <common.flat.FlatIR.from_dict>`)."""
     _fields(d, set(_BODY_KEYS), {"nodes"}, "document")
+    check_max_nodes(max_nodes)
     lists = {}
+    total = 0
     for key in ("graph_inputs", "graph_outputs", "weights", "nodes", "forward_arg_names"):
         expect(d.get(key, []), list, key)
         lists[key] = d.get(key, [])
-        if len(lists[key]) > MAX_GRAPH_NODES:
-            raise IRFormatError(f"'{key}' has {len(lists[key])} entries, more than {MAX_GRAPH_NODES}", key=key,
-                                hint="is the file corrupt?")
+        total += len(lists[key])
+        if max_nodes is not None and total > max_nodes:
+            raise budget_error("entries in its lists", total, max_nodes, max_nodes, key=key)
     for key in ("meta", "range_constraints", "weight_name_mapping", "same_inputs"):
         expect(d.get(key, {}), Mapping, key)
     for key in ("in_spec", "out_spec"):
@@ -362,14 +366,14 @@ def save_flat(flat: Any, path: str | os.PathLike) -> Path:
 
 
 def flat_from_document(cls: type, doc: Any, *, source: str = "document", allowlist: Allowlist | None = None,
-                       extra_ops: frozenset[str] = frozenset()) -> Any:
+                       extra_ops: frozenset[str] = frozenset(), max_nodes: int | None = DEFAULT_MAX_NODES) -> Any:
     """A FlatIR from a parsed JSON document (header checked, recorded ``ops`` allowed, values decoded; not yet
-    validated)."""
+    validated; ``max_nodes``: its node budget)."""
     check_header(doc, FLAT_FORMAT, FLAT_FORMAT_VERSION, source)
     check_required_ops({"ops": [o for o in doc.get("ops", []) if o not in extra_ops]}
                        if isinstance(doc.get("ops", []), list) else doc, allowlist, source)
     body = {k: v for k, v in doc.items() if k not in ("format", "format_version", "tensors", "ops")}
-    return cls.from_dict(body, value_fn=decode)
+    return cls.from_dict(body, value_fn=decode, max_nodes=max_nodes)
 
 
 def _tensor_records(flat: Any) -> dict[str, tuple[str, list[Any]]]:
@@ -377,17 +381,21 @@ def _tensor_records(flat: Any) -> dict[str, tuple[str, list[Any]]]:
     return {flat.weight_name_mapping.get(w.name, w.name): (w.dtype, list(w.shape)) for w in flat.weights}
 
 
-def load_flat(cls: type, path: str | os.PathLike, allowlist: Allowlist | None, extra_ops: frozenset[str]) -> Any:
+def load_flat(cls: type, path: str | os.PathLike, allowlist: Allowlist | None, extra_ops: frozenset[str],
+              max_nodes: int | None = DEFAULT_MAX_NODES) -> Any:
     """Load and validate a FlatIR JSON file and its tensors file, if any.
 
-    The pair is read and checked by :func:`common.serialize.load_with_tensors`.
+    The pair is read and checked by :func:`common.serialize.load_with_tensors`; ``max_nodes`` is the file's node
+    budget (also bounding the JSON objects parsed, :func:`common.serialize.loads_json`).
 
     Raises:
         IRFormatError: the file or its tensors file is missing, malformed, or they do not belong together.
         IRError: the FlatIR is invalid.
     """
-    flat, tensors = load_with_tensors(path, lambda doc, source: flat_from_document(
-        cls, doc, source=source, allowlist=allowlist, extra_ops=extra_ops), _tensor_records)
+    with node_budget(max_nodes):
+        flat, tensors = load_with_tensors(path, lambda doc, source: flat_from_document(
+            cls, doc, source=source, allowlist=allowlist, extra_ops=extra_ops, max_nodes=max_nodes),
+            _tensor_records)
     flat.tensors = tensors
     return flat.validate(allowlist=allowlist, extra_ops=extra_ops)
 

@@ -27,12 +27,14 @@ from .capture import IRLowering
 from .errors import DanglingEdgeError, ImplementationNotFound, IRFormatError
 from .htmlview import IRHtmlView
 from .schema import (
+    DEFAULT_MAX_NODES,
     NODE_KINDS,
     RESERVED_KEYS,
     STATE_KINDS,
     Slot,
     ValueFn,
     _same,
+    check_node_budget,
     expect,
     parse_edges,
     parse_nodes,
@@ -195,15 +197,20 @@ class Implementation(ImplementationTextViews):
         return out
 
     @classmethod
-    def from_dict(cls, key: str, d: Mapping[str, Any], *, value_fn: ValueFn = _same) -> Implementation:
+    def from_dict(cls, key: str, d: Mapping[str, Any], *, value_fn: ValueFn = _same,
+                  max_nodes: int | None = DEFAULT_MAX_NODES) -> Implementation:
         """Parse one implementation's plain dict (see :meth:`IR.from_dict`).
 
+        ``max_nodes``: most nodes of its graph and variants together (``None``: no limit), counted before any
+        is built.
+
         Raises:
-            IRFormatError: a field is missing or of the wrong type.
+            IRFormatError: a field is missing or of the wrong type, or the graphs exceed ``max_nodes``.
             DanglingEdgeError: an edge names a node that is not in ``nodes``.
         """
         where = f"implementations[{key!r}]"
         expect(d, Mapping, where, key)
+        check_node_budget({key: d}, max_nodes)
         if "name" in d and d["name"] != key:
             raise IRFormatError(
                 f"name {d['name']!r} differs from its key {key!r}",
@@ -311,22 +318,28 @@ class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation
 
     # -- plain dict form -----------------------------------------------------------------
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], *, value_fn: ValueFn = _same) -> IR:
+    def from_dict(cls, d: Mapping[str, Any], *, value_fn: ValueFn = _same,
+                  max_nodes: int | None = DEFAULT_MAX_NODES) -> IR:
         """Build an IR from its plain nested-dict form (``docs/ir-spec.md``).
 
         Accepts edges keyed by ``(src, dst)`` / ``(src, dst, key)`` tuples or given as a
         list of ``{"src", "dst", ...}`` dicts; nodes as a mapping or a list.
 
+        ``max_nodes``: the document's node budget, all graphs and variants of all implementations together
+        (default :data:`~common.schema.DEFAULT_MAX_NODES`; also at most ``4 * max_nodes`` edges and
+        ``max_nodes`` implementations); counted before anything is built. ``None`` disables it.
+
         Raises:
-            IRFormatError: the document does not follow the schema.
+            IRFormatError: the document does not follow the schema, or exceeds the node budget.
             DanglingEdgeError: an edge names a missing node.
         """
         expect(d, Mapping, "document")
+        check_node_budget(d, max_nodes)
         ir = cls()
         for key, value in d.items():
             if not isinstance(key, str) or not key:
                 raise IRFormatError(f"implementation key {key!r} is not a non-empty string", key="document")
-            ir._impls[key] = Implementation.from_dict(key, value, value_fn=value_fn)
+            ir._impls[key] = Implementation.from_dict(key, value, value_fn=value_fn, max_nodes=None)
         return ir
 
     def to_dict(self, *, value_fn: ValueFn = _same, edge_list: bool = False) -> dict[str, Any]:
@@ -341,16 +354,18 @@ class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation
         return save_ir(self, path)
 
     @classmethod
-    def load(cls, path: Any, *, allow: Any = None) -> IR:
+    def load(cls, path: Any, *, allow: Any = None, max_nodes: int | None = DEFAULT_MAX_NODES) -> IR:
         """Read an IR JSON file; refuses unknown versions and unsafe function names.
 
         ``allow``: operators of other namespaces to accept (``["transformers::grouped_mm_fallback"]``,
         ``"quantized_decomposed::*"``); a file that needs others is refused, listing them.
+        ``max_nodes``: the file's node budget (see :meth:`from_dict`; the JSON parser also stops past
+        ``JSON_OBJECTS_PER_NODE * max_nodes`` objects); ``None`` disables it, for a trusted file.
         """
         from .safety import Allowlist
         from .serialize import load_ir
 
-        return load_ir(path, allowlist=Allowlist().extended(allow))
+        return load_ir(path, allowlist=Allowlist().extended(allow), max_nodes=max_nodes)
 
     def validate(self, **kwargs: Any) -> IR:
         """Run :func:`common.validate.validate` on this IR and return it."""

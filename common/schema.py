@@ -15,8 +15,17 @@ RESERVED_KEYS = ("name", "type", "nodes", "edges", "state", "aliases", "meta", "
 #: Kinds of state records.
 STATE_KINDS = ("parameter", "buffer", "constant")
 
-#: Most nodes / edges one graph may have (bounds the work of loading a hostile file; a decoder layer
-#: of a 70B-parameter model has a few hundred).
+#: Default budget of nodes of one document: all graphs and variants of all its implementations together
+#: (``max_nodes=`` of ``IR.load`` / ``IR.from_dict`` / ``FlatIR.load``). It bounds the work and memory of loading a
+#: hostile file; an 80-layer Llama with Llama-3-70B dimensions has about 8 300 (and 1.06 edges per node).
+DEFAULT_MAX_NODES = 2_000_000
+#: Edges allowed per node of the budget (a document may have ``EDGES_PER_NODE * max_nodes`` edges in all).
+EDGES_PER_NODE = 4
+#: JSON objects allowed per node of the budget while a file is parsed (a node of a real IR is about 7: itself,
+#: its ``meta``, dtypes, references), so that an oversized file is refused before it is all in memory.
+JSON_OBJECTS_PER_NODE = 32
+#: Former per-graph caps, kept for callers that read them: loading applies the budget above instead
+#: (``MAX_GRAPH_NODES`` still bounds the variant number a FlatIR node's ``source`` names).
 MAX_GRAPH_NODES = 1_000_000
 MAX_GRAPH_EDGES = 4_000_000
 
@@ -48,9 +57,6 @@ def parse_nodes(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
     else:
         raise IRFormatError(f"'nodes' must be a mapping or a list, got {type(raw).__name__}",
                             implementation=impl.name, key=f"{where}.nodes")
-    if len(items) > MAX_GRAPH_NODES:
-        raise IRFormatError(f"graph has {len(items)} nodes, more than {MAX_GRAPH_NODES}", implementation=impl.name,
-                            key=f"{where}.nodes", hint="is the file corrupt? (a 70B-parameter model has far fewer)")
     for name, node in items:
         nwhere = f"{where}.nodes[{name!r}]"
         if not isinstance(name, str) or not name:
@@ -96,9 +102,6 @@ def parse_edges(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
     else:
         raise IRFormatError(f"'edges' must be a mapping or a list, got {type(raw).__name__}",
                             implementation=impl.name, key=f"{where}.edges")
-    if len(items) > MAX_GRAPH_EDGES:
-        raise IRFormatError(f"graph has {len(items)} edges, more than {MAX_GRAPH_EDGES}", implementation=impl.name,
-                            key=f"{where}.edges", hint="is the file corrupt?")
     slotless: dict[str, int] = {}
     for src, dst, edge in items:
         for end in (src, dst):
@@ -211,3 +214,68 @@ def parse_variants(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
         variant = impl.add_variant()
         parse_nodes(variant, graph.get("nodes", {}), value_fn, vwhere)
         parse_edges(variant, graph.get("edges", {}), value_fn, vwhere)
+
+
+def budget_error(what: str, count: int, limit: int, max_nodes: int, *, key: str,
+                 implementation: str | None = None) -> IRFormatError:
+    """The error of a document over its node budget: names the document key and ``max_nodes``."""
+    return IRFormatError(
+        f"the document holds more than {limit} {what} ({count} counted so far), over its budget of "
+        f"max_nodes={max_nodes} nodes in all graphs and variants of all implementations",
+        implementation=implementation, key=key,
+        hint=f"if the file is trusted, load it with a larger budget: max_nodes= of IR.load / IR.from_dict / "
+             f"FlatIR.load (now {max_nodes}; None disables it)",
+    )
+
+
+def check_max_nodes(max_nodes: Any) -> None:
+    """Refuse a ``max_nodes`` that is neither None nor a positive int.
+
+    Raises:
+        TypeError: it is a bool or not an int; ValueError: it is not positive.
+    """
+    if max_nodes is None:
+        return
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int):
+        raise TypeError(f"max_nodes must be a positive int or None, not {type(max_nodes).__name__}")
+    if max_nodes < 1:
+        raise ValueError(f"max_nodes must be positive, got {max_nodes}")
+
+
+def check_node_budget(impls: Mapping[str, Any], max_nodes: int | None, where: str = "implementations") -> None:
+    """Count the nodes and edges of every graph and variant of ``impls`` (implementation key -> plain dict)
+    before anything is built, and refuse a document over the budget: ``max_nodes`` nodes and
+    ``EDGES_PER_NODE * max_nodes`` edges in all, and at most ``max_nodes`` implementations.
+
+    Malformed entries are not counted (parsing reports them). ``max_nodes=None`` disables the check.
+
+    Raises:
+        IRFormatError: over the budget, naming the key where the count passed it and ``max_nodes``.
+    """
+    if max_nodes is None:
+        return
+    check_max_nodes(max_nodes)
+    if len(impls) > max_nodes:
+        raise budget_error("implementations", len(impls), max_nodes, max_nodes, key=where)
+    max_edges = EDGES_PER_NODE * max_nodes
+    nodes = edges = 0
+    for key, d in impls.items():
+        if not isinstance(d, Mapping):
+            continue
+        graphs = [(f"{where}[{key!r}]", d)]
+        variants = d.get("variants")
+        if isinstance(variants, list):
+            graphs += [(f"{where}[{key!r}].variants[{i}]", g) for i, g in enumerate(variants[:MAX_VARIANTS + 1])]
+        for gwhere, graph in graphs:
+            if not isinstance(graph, Mapping):
+                continue
+            raw = graph.get("nodes")
+            nodes += len(raw) if isinstance(raw, (Mapping, list)) else 0
+            if nodes > max_nodes:
+                raise budget_error("nodes", nodes, max_nodes, max_nodes, key=f"{gwhere}.nodes",
+                                   implementation=str(key))
+            raw = graph.get("edges")
+            edges += len(raw) if isinstance(raw, (Mapping, list)) else 0
+            if edges > max_edges:
+                raise budget_error("edges", edges, max_edges, max_nodes, key=f"{gwhere}.edges",
+                                   implementation=str(key))

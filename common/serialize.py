@@ -28,7 +28,9 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -49,6 +51,7 @@ from .collector import collector_paused
 from .errors import IRError, IRFormatError, IRSerializationError, UnsupportedFormatVersionError
 from .ir import IR
 from .safety import DEFAULT_ALLOWLIST, Allowlist, check_required_ops, function_names
+from .schema import DEFAULT_MAX_NODES, JSON_OBJECTS_PER_NODE, budget_error, check_max_nodes
 from .values import decode, encode
 
 IR_FORMAT = "torch2ir.ir"
@@ -78,12 +81,50 @@ def _bad_constant(name: str) -> Any:
     raise IRFormatError(f"JSON constant {name} is not allowed", hint='write {"$float": "inf"} / {"$float": "nan"}')
 
 
-def loads_json(text: str | bytes, *, source: str = "document") -> Any:
-    """Parse strict JSON, turning every parser failure into :class:`IRFormatError`."""
+#: The node budget of the loads under way in this context (:func:`node_budget`), read by :func:`loads_json`.
+_MAX_NODES: ContextVar[int | None] = ContextVar("torch2ir_max_nodes", default=None)
+
+
+@contextmanager
+def node_budget(max_nodes: int | None) -> Iterator[None]:
+    """Within the block, :func:`loads_json` parses at most ``JSON_OBJECTS_PER_NODE * max_nodes`` objects
+    (``None``: no limit)."""
+    check_max_nodes(max_nodes)
+    token = _MAX_NODES.set(max_nodes)
+    try:
+        yield
+    finally:
+        _MAX_NODES.reset(token)
+
+
+def _counting_hook(max_nodes: int, source: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """:func:`_no_duplicates` that also stops the parser past the objects ``max_nodes`` allows."""
+    limit = JSON_OBJECTS_PER_NODE * max_nodes
+    count = 0
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal count
+        count += 1
+        if count > limit:
+            raise budget_error("JSON objects", count, limit, max_nodes, key=source)
+        out = dict(pairs)
+        return out if len(out) == len(pairs) else _no_duplicates(pairs)
+
+    return hook
+
+
+def loads_json(text: str | bytes, *, source: str = "document", max_nodes: int | None = None) -> Any:
+    """Parse strict JSON, turning every parser failure into :class:`IRFormatError`.
+
+    ``max_nodes`` (default: the :func:`node_budget` in force, else none): parsing stops with an
+    :class:`IRFormatError` past ``JSON_OBJECTS_PER_NODE * max_nodes`` objects, before the document is all built.
+    """
+    max_nodes = max_nodes if max_nodes is not None else _MAX_NODES.get()
+    hook = _no_duplicates if max_nodes is None else _counting_hook(max_nodes, source)
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_bad_constant)
+        return json.loads(text, object_pairs_hook=hook, parse_constant=_bad_constant)
     except IRError:
         raise
     except UnicodeDecodeError as exc:
@@ -173,8 +214,9 @@ def write_tensors_atomic(path: PathLike, tensors: Mapping[str, Any], metadata: d
 
 
 def ir_from_document(doc: Any, *, source: str = "document", validate: bool = True,
-                     allowlist: Allowlist | None = None) -> IR:
-    """Build (and by default validate, against ``allowlist``) an IR from a parsed JSON document."""
+                     allowlist: Allowlist | None = None, max_nodes: int | None = DEFAULT_MAX_NODES) -> IR:
+    """Build (and by default validate, against ``allowlist``) an IR from a parsed JSON document
+    (``max_nodes``: its node budget, see :meth:`IR.from_dict <common.ir.IR.from_dict>`)."""
     check_header(doc, IR_FORMAT, FORMAT_VERSION, source)
     impls = doc.get("implementations")
     if not isinstance(impls, Mapping):
@@ -183,7 +225,7 @@ def ir_from_document(doc: Any, *, source: str = "document", validate: bool = Tru
     if extra:
         raise IRFormatError(f"{source} has unknown top-level keys {sorted(extra)}", key=source)
     check_required_ops(doc, allowlist, source)
-    ir = IR.from_dict(impls, value_fn=decode)
+    ir = IR.from_dict(impls, value_fn=decode, max_nodes=max_nodes)
     if validate:
         ir.validate(allowlist=allowlist)
     return ir
@@ -203,18 +245,23 @@ def save_ir(ir: IR, path: PathLike) -> Path:
                              meta_hint="drop it from ir.tensors or convert a model with values")
 
 
-def load_ir(path: PathLike, *, validate: bool = True, allowlist: Allowlist | None = None) -> IR:
+def load_ir(path: PathLike, *, validate: bool = True, allowlist: Allowlist | None = None,
+            max_nodes: int | None = DEFAULT_MAX_NODES) -> IR:
     """Load an IR JSON file written by :func:`save_ir` (and its tensors file, if any).
 
+    ``max_nodes``: the file's node budget (:meth:`IR.from_dict <common.ir.IR.from_dict>`), also bounding the
+    JSON objects parsed (:func:`loads_json`); ``None`` disables it.
+
     Raises:
-        IRFormatError: the file, or its tensors file, is missing, malformed, or they do not belong together.
+        IRFormatError: the file, or its tensors file, is missing, malformed, or they do not belong together;
+            or the file is over its node budget.
         UnsafeTargetError: the file calls operators ``allowlist`` (default: the default allow-list) does not
             allow; all of them are listed, with the ``allow=`` to pass.
         IRError: the IR is invalid (with ``validate``).
     """
-    ir, tensors = load_with_tensors(
-        path, lambda doc, source: ir_from_document(doc, source=source, validate=validate, allowlist=allowlist),
-        tensor_records)
+    with node_budget(max_nodes):
+        ir, tensors = load_with_tensors(path, lambda doc, source: ir_from_document(
+            doc, source=source, validate=validate, allowlist=allowlist, max_nodes=max_nodes), tensor_records)
     ir.tensors = tensors
     return ir
 

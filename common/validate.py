@@ -77,11 +77,23 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
 class _CheckedNames:
     """An allow-list's :meth:`~common.safety.Allowlist.check`, asked once per function name in one validation
     (nothing registers operators or changes the allow-list while an IR is validated; a name it refuses is asked
-    again each time, for the error naming each node)."""
+    again each time, for the error naming each node); it also keeps the validation's map of aliases."""
 
     def __init__(self, allow: Allowlist) -> None:
         self.allow = allow
         self.allowed: set[str] = set()
+        #: per validation: alias -> keys of the implementations registered under it (built on first use)
+        self.alias_owners: dict[str, list[str]] | None = None
+
+    def owners(self, ir: IR, alias: str) -> list[str]:
+        """Keys of the implementations of ``ir`` that list ``alias`` among their aliases (one scan of the IR per
+        validation, not one per ``get_attr`` node)."""
+        if self.alias_owners is None:
+            self.alias_owners = {}
+            for key, impl in ir.items():
+                for other in impl.aliases:
+                    self.alias_owners.setdefault(other, []).append(key)
+        return self.alias_owners.get(alias, [])
 
     def check(self, name: object, *, implementation: str, node: str) -> None:
         """Raise :class:`~common.errors.UnsafeTargetError` unless ``name`` is allowed."""
@@ -119,7 +131,7 @@ def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[s
         elif ntype == "function":
             allow.check(target, implementation=name, node=node)
         elif ntype == "get_attr":
-            if not _state_exists(ir, impl, target):
+            if not _state_exists(ir, impl, target, allow):
                 near = difflib.get_close_matches(str(target), list(impl.state), n=3)
                 raise MissingImplementationError(
                     f"get_attr reads {target!r}, which is not in the implementation's state",
@@ -153,8 +165,9 @@ def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[s
     return callees
 
 
-def _state_exists(ir: IR, impl: Implementation, target: Any) -> bool:
-    """``target`` names a state entry of ``impl`` or (dotted) of an implementation below it."""
+def _state_exists(ir: IR, impl: Implementation, target: Any, allow: _CheckedNames) -> bool:
+    """``target`` names a state entry of ``impl`` or (dotted) of an implementation below it (``allow`` holds the
+    validation's alias map)."""
     if not isinstance(target, str):
         return False
     if target in impl.state:
@@ -165,7 +178,7 @@ def _state_exists(ir: IR, impl: Implementation, target: Any) -> bool:
         return False
     if key in ir:
         return attr in ir[key].state
-    return any(key in (k, *ir[k].aliases) and attr in ir[k].state for k in ir)
+    return any(attr in ir[k].state for k in allow.owners(ir, key))  # ``key`` is an alias (it is not a key)
 
 
 def _check_subgraph(ir: IR, sub: Implementation, allow: _CheckedNames, name: str, node: str) -> None:

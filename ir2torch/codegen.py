@@ -196,6 +196,7 @@ def _fast_lookups(src: str, nodes: Any, root_module: str, name_of: Callable[[str
     module's own (a class fx and the rebuilder define); a later step goes through
     :func:`ir2torch.module_call.child`, which reads a torch container's ``_modules`` and takes ``getattr`` for
     anything else, since a user's module may sit there."""
+    edits: dict[str, tuple[str, str, str]] = {}  # node name -> (op, fx's target text, the new target text)
     for node in nodes:
         if node.op not in ("call_module", "get_attr"):
             continue
@@ -207,14 +208,38 @@ def _fast_lookups(src: str, nodes: Any, root_module: str, name_of: Callable[[str
         target = base
         for name in rest.split(".") if rest else ():
             target = f'{name_of(generated_global("child"))}({target}, "{name}")'
-        head = f"\n    {node.name} = {_format_target(root_module, node.target)}"
-        if node.op == "call_module":
-            call = name_of(generated_global("call_module"))
-            src = src.replace(head + "(", f"\n    {node.name} = {call}({target}, ", 1)
-        else:
-            for end in (";", "\n"):
-                src = src.replace(head + end, f"\n    {node.name} = {target}{end}", 1)
-    return src
+        edits[node.name] = (node.op, _format_target(root_module, node.target), target)
+    if not edits:
+        return src
+    # one pass over the lines (a ``str.replace`` per node rescans the whole source: quadratic in a large graph);
+    # each node's first line of the form fx writes changes, as the replacements of each head did
+    lines = src.split("\n")
+    done: set[tuple[str, str]] = set()
+    call = name_of(generated_global("call_module"))
+    for i in range(1, len(lines)):
+        line = lines[i]
+        if not line.startswith("    "):
+            continue
+        name = line[4:line.find(" = ", 4)] if " = " in line else ""
+        edit = edits.get(name)
+        if edit is None:
+            continue
+        op, written, target = edit
+        head = f"    {name} = {written}"
+        if not line.startswith(head):
+            continue
+        end = line[len(head):len(head) + 1]
+        if op == "call_module":
+            if end == "(" and (name, "(") not in done:
+                lines[i] = f"    {name} = {call}({target}, " + line[len(head) + 1:]
+                done.add((name, "("))
+        elif end == ";" and (name, ";") not in done:
+            lines[i] = f"    {name} = {target}" + line[len(head):]
+            done.add((name, ";"))
+        elif end == "" and i < len(lines) - 1 and (name, "\n") not in done:
+            lines[i] = f"    {name} = {target}"
+            done.add((name, "\n"))
+    return "\n".join(lines)
 
 
 def _not_a_sequence(name: str, value: Any) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from .errors import ArgumentMismatchError, DanglingEdgeError, IRFormatError, IRValidationError, UnsafeTargetError
 from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
 from .names import check_attr_path, check_forward_arg_names, check_identifier
+from .op_args import enum_problem
 from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
 from .schema import DEFAULT_MAX_NODES, MAX_GRAPH_NODES, ValueFn, budget_error, check_max_nodes, expect
 from .serialize import (
@@ -329,7 +330,8 @@ def _check_arguments(node: FlatNode, allow: Allowlist, extra_ops: frozenset[str]
         return
     if op in extra_ops or not op.startswith("aten."):
         return
-    schema = getattr(allow.resolve(op, node=node.name), "_schema", None)
+    resolved = allow.resolve(op, node=node.name)
+    schema = getattr(resolved, "_schema", None)
     if schema is None:  # an overload packet: no single schema to check against
         return
     known = [a.name for a in schema.arguments]
@@ -337,6 +339,11 @@ def _check_arguments(node: FlatNode, allow: Allowlist, extra_ops: frozenset[str]
         if name not in known:
             raise ArgumentMismatchError(f"{op} has no argument {name!r}", node=node.name,
                                         hint=f"its schema names {', '.join(known)}")
+    problem = enum_problem(resolved, node.args, node.kwargs)
+    if problem is not None:
+        raise ArgumentMismatchError(f"{op}: {problem}", node=node.name,
+                                    hint='write the value as {"$dtype": "float32"} (or "$layout", "$memory_format"), '
+                                         "as torch2ir does")
 
 
 # -- files ---------------------------------------------------------------------------------

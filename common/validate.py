@@ -36,6 +36,7 @@ from .errors import (
     UnknownNodeKindError,
 )
 from .ir import IR, NODE_KINDS, Implementation, slot_path
+from .op_args import enum_problem
 from .provenance import check_provenance
 from .safety import DEFAULT_ALLOWLIST, Allowlist
 from .validate_names import check_graph_names, check_names
@@ -82,6 +83,7 @@ class _CheckedNames:
     def __init__(self, allow: Allowlist) -> None:
         self.allow = allow
         self.allowed: set[str] = set()
+        self.ops: dict[str, Any] = {}
         #: per validation: alias -> keys of the implementations registered under it (built on first use)
         self.alias_owners: dict[str, list[str]] | None = None
 
@@ -94,6 +96,16 @@ class _CheckedNames:
                 for other in impl.aliases:
                     self.alias_owners.setdefault(other, []).append(key)
         return self.alias_owners.get(alias, [])
+
+    def enum_problem(self, name: object, attrs: dict[str, Any]) -> str | None:
+        """What is wrong with the dtype/layout/memory-format arguments of a call of allowed ATen op ``name``."""
+        if type(name) is not str or not name.startswith("aten.") or ("args" not in attrs and "kwargs" not in attrs):
+            return None
+        op = self.ops.get(name)
+        if op is None:
+            op = self.ops[name] = self.allow.resolve(name)
+        kwargs = attrs.get("kwargs", {})
+        return enum_problem(op, attrs.get("args", []), kwargs if isinstance(kwargs, dict) else {})
 
     def check(self, name: object, *, implementation: str, node: str) -> None:
         """Raise :class:`~common.errors.UnsafeTargetError` unless ``name`` is allowed."""
@@ -130,6 +142,11 @@ def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[s
             outputs.append(node)
         elif ntype == "function":
             allow.check(target, implementation=name, node=node)
+            problem = allow.enum_problem(target, attrs)
+            if problem is not None:
+                raise ArgumentMismatchError(f"{target}: {problem}", implementation=name, node=node,
+                                            hint='write the value as {"$dtype": "float32"} (or "$layout", '
+                                                 '"$memory_format"), as torch2ir does')
         elif ntype == "get_attr":
             if not _state_exists(ir, impl, target, allow):
                 near = difflib.get_close_matches(str(target), list(impl.state), n=3)

@@ -72,28 +72,25 @@ def _optional(arg: Any) -> bool:
 
 def _value(arg: Any, refs: list[str], watched: str) -> st.SearchStrategy:
     """A hostile value for schema argument ``arg`` (``None`` omitted by the caller)."""
-    kind = str(arg.type)
+    kind = str(getattr(arg, "real_type", arg.type)).replace(" ", "")
+    kind = kind.removeprefix("Optional[").removesuffix("]") if kind.startswith("Optional[") else kind
+    listed = kind.startswith("List[")
+    kind = kind.removeprefix("List[").removesuffix("]") if listed else kind
     ref = st.sampled_from(refs).map(lambda r: {"$ref": r})
     ints = st.sampled_from(_INTS)
-    if kind.startswith("Tensor") and kind.endswith("[]"):
-        return st.lists(ref, min_size=0, max_size=3)
     if kind.startswith("Tensor"):
-        return ref
-    if kind.startswith(("SymInt[]", "int[]")) or kind.startswith(("SymInt[", "int[")):
-        return st.lists(ints, min_size=0, max_size=4)
-    if kind.startswith(("SymInt", "int")):
-        return ints
-    if kind.startswith("float[]"):
-        return st.lists(st.sampled_from(_FLOATS), max_size=3)
-    if kind.startswith("float"):
-        return st.sampled_from(_FLOATS)
-    if kind.startswith("bool[]"):
-        return st.lists(st.booleans(), max_size=3)
-    if kind.startswith("bool"):
-        return st.booleans()
-    if kind.startswith("ScalarType"):
-        return st.sampled_from(_DTYPES).map(lambda d: {"$dtype": d})
-    if kind.startswith("Scalar"):
+        return st.lists(ref, min_size=0, max_size=3) if listed else ref
+    if kind in ("SymInt", "int"):
+        return st.lists(ints, min_size=0, max_size=4) if listed else st.one_of(ints, ints.map(lambda i: [i]))
+    if kind in ("float", "SymFloat"):
+        return st.lists(st.sampled_from(_FLOATS), max_size=3) if listed else st.sampled_from(_FLOATS)
+    if kind in ("bool", "SymBool"):
+        return st.lists(st.booleans(), max_size=3) if listed else st.booleans()
+    if kind == "ScalarType":  # a real dtype, or the int ATen would cast unchecked (refused by validation)
+        return st.one_of(st.sampled_from(_DTYPES).map(lambda d: {"$dtype": d}), st.sampled_from([64, -1, 6]))
+    if kind in ("Layout", "MemoryFormat"):
+        return st.sampled_from([99, -1, 0])
+    if kind in ("Scalar", "number"):
         return st.one_of(ints, st.sampled_from(_FLOATS), st.booleans())
     if kind.startswith("str"):
         return st.sampled_from(["mean", "none", "sum", "reflect", "tanh", "", f"{watched}/pwned", "/etc/passwd",

@@ -9,7 +9,6 @@ no other node's output, which could be any int.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,9 +20,20 @@ ENUM_TYPES: dict[str, type] = {"ScalarType": torch.dtype, "Layout": torch.layout
 _ENUM = re.compile(r"^(Optional\[)?(ScalarType|Layout|MemoryFormat)(\])?$")
 
 
-@functools.cache
 def _enum_slots(schema: Any) -> tuple[tuple[int | None, str, type, bool], ...]:
-    """``(position or None, name, required type, optional)`` of each enum argument of ``schema``."""
+    """``(position or None, name, required type, optional)`` of each enum argument of ``schema`` (schemas do not
+    hash: cached by name and overload)."""
+    key = (schema.name, schema.overload_name)
+    found = _SLOTS.get(key)
+    if found is None:
+        found = _SLOTS[key] = _slots_of(schema)
+    return found
+
+
+_SLOTS: dict[tuple[str, str], tuple[tuple[int | None, str, type, bool], ...]] = {}
+
+
+def _slots_of(schema: Any) -> tuple[tuple[int | None, str, type, bool], ...]:
     slots = []
     position = 0
     for arg in schema.arguments:

@@ -375,6 +375,32 @@ def _shape_text(t: torch.Tensor) -> str:
     return f"{str(t.dtype).removeprefix('torch.')}[{', '.join(str(s) for s in t.shape)}]"
 
 
+def _higher_order(mode: TorchDispatchMode, func: Any, args: tuple, kwargs: dict, *, both_branches: bool) -> Any:
+    """Run a higher-order operator's bodies with ``mode`` active, so that every op inside them is measured: ``cond``
+    (both branches in a probe, whose predicate is fake; the one taken in a checked call), and the grad-mode and
+    autocast wrappers. Any other one is refused: its bodies could not be measured."""
+    name = func.name()
+    with mode:
+        if name == "cond":
+            pred, true_fn, false_fn, operands = args
+            if both_branches:
+                out = true_fn(*operands)
+                false_fn(*operands)
+                return out
+            return (true_fn if bool(pred) else false_fn)(*operands)
+        if name == "wrap_with_set_grad_enabled":
+            enabled, body, *rest = args
+            with torch.set_grad_enabled(enabled):
+                return body(*rest, **kwargs)
+        if name == "wrap_with_autocast":
+            device_type, dtype, enabled, cache_enabled, body, *rest = args
+            with torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled):
+                return body(*rest, **kwargs)
+    implementation, node = _node_of_frame()
+    raise _OverBudget(f"higher-order operator {name} runs bodies whose allocations cannot be measured",
+                      implementation, node)
+
+
 class _Tally(TorchDispatchMode):
     """Under a ``FakeTensorMode``: the storage each op creates, kept while a tensor holds it; raises
     :class:`_OverBudget` when one op's output or the live total exceeds ``limit``."""
@@ -386,7 +412,11 @@ class _Tally(TorchDispatchMode):
         self.total = 0
         self.peak = 0
 
+    supports_higher_order_operators = True
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return _higher_order(self, func, args, kwargs or {}, both_branches=True)
         out = func(*args, **(kwargs or {}))
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor):
@@ -442,8 +472,12 @@ class _Checked(TorchDispatchMode):
         self.limit, self.where = limit, where
         self._fake: Any = None
 
+    supports_higher_order_operators = True
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return _higher_order(self, func, args, kwargs, both_branches=False)
         if self.limit is not None:
             self._measure(func, args, kwargs)
         return func(*args, **kwargs)

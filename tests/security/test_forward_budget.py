@@ -267,3 +267,19 @@ def test_an_observer_with_huge_bins_is_refused_before_anything_is_allocated(tmp_
     path = _hostile(tmp_path, model, (x,), size=10**11)
     with pytest.raises(ResourceBudgetError, match=r"activation_post_process' \(372.5 GB\)"):
         ir2torch.convert(IR.load(path), model.state_dict(), max_bytes=10**9)
+
+
+class _Branches(nn.Module):
+    """A data-dependent ``torch.cond``: the probe cannot pick a branch, so it measures both."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda v: v + torch.full([SIZE], 1.0).sum(), lambda v: v - 1.0, (x,))
+
+
+def test_a_branch_of_a_data_dependent_cond_is_measured_before_it_runs(tmp_path: Path) -> None:
+    model, x = _Branches(), torch.ones(2, 3)
+    honest = ir2torch.convert(torch2ir.convert(model, (x,)))
+    assert torch.equal(honest(x), model(x)) and torch.equal(honest(-x), model(-x))
+    rebuilt = ir2torch.convert(IR.load(_hostile(tmp_path, model, (x,))), max_bytes=10**9)
+    with pytest.raises(ResourceBudgetError, match=r"aten.full.default would allocate 3.6 TB"):
+        rebuilt(-x)  # the hostile branch is not even the one taken: measured all the same

@@ -68,6 +68,8 @@ REFUSED_OPS: dict[str, str] = {
     "sparse_resize_and_clear_": f"{UNCHECKED}: resizes sparse metadata without checking the indices",
     "_coalesced_": f"{UNCHECKED}: marks a sparse tensor coalesced without checking",
     "_pack_padded_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
+    "_stack": f"{UNCHECKED}: an empty tensor list is not refused (segfault, found by the op-level fuzz); export "
+              "writes aten.stack",
     "_resize_output": f"{DEVICE}: takes a device",
     "_resize_output_": f"{DEVICE}: takes a device",
     "backward": f"{PROCESS}: runs autograd and accumulates into .grad",

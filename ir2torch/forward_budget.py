@@ -465,7 +465,8 @@ class _Tally(TorchDispatchMode):
 
 
 class _Checked(TorchDispatchMode):
-    """Runs each op for real after measuring its output on fake tensors (sizes that depend on data)."""
+    """Runs each op for real after measuring its output on fake tensors (sizes that depend on data); an op whose
+    fake run refuses its arguments raises that error instead of running."""
 
     def __init__(self, limit: int | None, where: str | None) -> None:
         super().__init__()
@@ -494,7 +495,9 @@ class _Checked(TorchDispatchMode):
                 out = func(*fargs, **fkwargs)
         except Exception as exc:  # noqa: BLE001 - data-dependent output: bounded by the inputs, checked below
             if not _undecidable(exc):
-                return  # the real op raises its own error
+                # the op's own checks refused the arguments: the real kernel does not run on them (some trust
+                # what their meta kernel checks: _fft_r2c with out-of-range dims crashes the process)
+                raise
             out = None
         limit = self.limit
         assert limit is not None

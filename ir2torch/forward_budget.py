@@ -493,7 +493,7 @@ class _Checked(TorchDispatchMode):
             with _quiet_fake_tensors(), mode:
                 fargs, fkwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
                 out = func(*fargs, **fkwargs)
-        except Exception as exc:  # noqa: BLE001 - data-dependent output: bounded by the inputs, checked below
+        except Exception as exc:
             if not _undecidable(exc):
                 # the op's own checks refused the arguments: the real kernel does not run on them (some trust
                 # what their meta kernel checks: _fft_r2c with out-of-range dims crashes the process)

@@ -355,6 +355,46 @@ def _node_of_frame() -> tuple[str | None, str | None]:
     return None, None
 
 
+def _nonempty_weight_norm(v: Any, g: Any, dim: int = 0) -> str | None:
+    if isinstance(v, torch.Tensor) and isinstance(g, torch.Tensor) and (v.numel() == 0 or g.numel() == 0):
+        return "weight norm of an empty tensor (the CPU kernel divides by zero and kills the process)"
+    return None
+
+
+#: Conditions an op's real kernel assumes without checking, tested on its arguments before it runs (fake or real):
+#: ``aten._weight_norm`` (which wav2vec2's exports call) reaches ``_weight_norm_interface``, whose CPU kernel gets a
+#: SIGFPE on an empty input (found by the op-level fuzz).
+PRECONDITIONS: dict[str, Callable[..., str | None]] = {
+    "aten._weight_norm_interface.default": _nonempty_weight_norm,
+    "aten._weight_norm.default": _nonempty_weight_norm,
+}
+
+
+def _precondition(func: Any, args: tuple, kwargs: dict) -> None:
+    check = PRECONDITIONS.get(_qualified(func))
+    if check is not None:
+        problem = check(*args, **kwargs)
+        if problem is not None:
+            raise RuntimeError(f"{func}: {problem}; refused before it runs")
+
+
+def _bincount_bytes(input: torch.Tensor, weights: Any = None, minlength: int = 0) -> int:
+    size = max(int(minlength), int(input.max()) + 1 if input.numel() else 0)
+    return size * (8 if weights is None else max(8, weights.element_size()))
+
+
+def _repeat_interleave_bytes(repeats: torch.Tensor, *args: Any, **kwargs: Any) -> int:
+    return max(int(repeats.sum()) if repeats.numel() else 0, 0) * 8
+
+
+#: Bytes of the output of allocating ops whose size depends on their data, from the real arguments (in a checked
+#: call, where fake tensors cannot tell).
+DATA_SIZES: dict[str, Callable[..., int]] = {
+    "aten.bincount.default": _bincount_bytes,
+    "aten.repeat_interleave.Tensor": _repeat_interleave_bytes,
+}
+
+
 def _qualified(func: Any) -> str:
     """``aten.<op>.<overload>`` of an ``OpOverload`` (the operator classes' key)."""
     schema = getattr(func, "_schema", None)
@@ -417,6 +457,7 @@ class _Tally(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if isinstance(func, torch._ops.HigherOrderOperator):
             return _higher_order(self, func, args, kwargs or {}, both_branches=True)
+        _precondition(func, args, kwargs or {})
         out = func(*args, **(kwargs or {}))
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor):
@@ -479,6 +520,7 @@ class _Checked(TorchDispatchMode):
         kwargs = kwargs or {}
         if isinstance(func, torch._ops.HigherOrderOperator):
             return _higher_order(self, func, args, kwargs, both_branches=False)
+        _precondition(func, args, kwargs)
         if self.limit is not None:
             self._measure(func, args, kwargs)
         return func(*args, **kwargs)
@@ -508,6 +550,14 @@ class _Checked(TorchDispatchMode):
                 implementation, node = _node_of_frame()
                 raise _OverBudget(f"{func} would allocate {human(t.numel() * t.element_size())} for "
                                   f"{_shape_text(t)}", implementation or self.where, node)
+        sized = DATA_SIZES.get(_qualified(func)) if out is None else None
+        if sized is not None:
+            size = sized(*args, **kwargs)
+            if size > limit:
+                implementation, node = _node_of_frame()
+                raise _OverBudget(f"{func} would allocate {human(size)} (its size depends on the data)",
+                                  implementation or self.where, node)
+            return
         if out is None and _qualified(func) in ALLOCATING_OPS:
             implementation, node = _node_of_frame()
             raise _OverBudget(f"{func} sizes its output from its arguments and has no fake implementation to "

@@ -126,13 +126,29 @@ class _ReportingCall:
             self._call_variant
         plain = getattr(check, "plain_count", -1)  # a call of this many positional arguments needs no check
 
+        def checked(obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            """The call once its arguments passed the check (what the forward budget probes, then runs): the same
+            steps as below, once more as a function of their own (the plain call keeps them inline)."""
+            if variants and obj.__dict__.get(VARIANT_ATTR):
+                return call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
+            if (fold := obj.__dict__.get(FOLD_ATTR)) is not None and fold.ready(obj):
+                return fold.call(obj, args, kwargs)
+            if nn.Module.__call__ is _MODULE_CALL and obj._compiled_call_impl is None and not _compiling():
+                if not (obj._forward_hooks or obj._forward_pre_hooks or obj._backward_hooks
+                        or obj._backward_pre_hooks or _module._global_forward_hooks
+                        or _module._global_forward_pre_hooks or _module._global_backward_hooks
+                        or _module._global_backward_pre_hooks or _jit_tracing()):
+                    return obj.forward(*args, **kwargs)
+                return obj._call_impl(*args, **kwargs)
+            return super(cls, obj).__call__(*args, **kwargs)
+
         def __call__(obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
             try:
                 if check is not None and (kwargs or len(args) != plain):
                     check(obj, args, kwargs)
                 if (budget := obj.__dict__.get(BUDGET_ATTR)) is not None and not _BUDGET_LOCAL.depth and \
                         not skip_budget():
-                    return budget.call(obj, __call__, args, kwargs)  # probed first (ir2torch.forward_budget)
+                    return budget.call(obj, checked, args, kwargs)  # probed first (ir2torch.forward_budget)
                 if variants and obj.__dict__.get(VARIANT_ATTR):
                     return call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
                 if (fold := obj.__dict__.get(FOLD_ATTR)) is not None and fold.ready(obj):
@@ -162,10 +178,8 @@ class _ReportingCall:
                 self.check(obj, args, kwargs)
             if (budget := obj.__dict__.get(BUDGET_ATTR)) is not None and not _BUDGET_LOCAL.depth and \
                     not skip_budget():
-                return budget.call(obj, self.__call__, args, kwargs)
-            if self.variants and obj.__dict__.get(VARIANT_ATTR):
-                return self._call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
-            return super(self.cls, obj).__call__(*args, **kwargs)
+                return budget.call(obj, self._checked, args, kwargs)
+            return self._checked(obj, *args, **kwargs)
         except IRError:
             raise
         except Exception as exc:
@@ -173,6 +187,12 @@ class _ReportingCall:
             if error is exc:
                 raise
             raise error from exc
+
+    def _checked(self, obj: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`__call__` once the arguments passed the check."""
+        if self.variants and obj.__dict__.get(VARIANT_ATTR):
+            return self._call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
+        return super(self.cls, obj).__call__(*args, **kwargs)
 
     def _report(self, obj: nn.Module, exc: Exception) -> Exception:
         """The :class:`ExecutionError` for ``exc`` raised by ``obj``'s generated code (``exc`` itself under a

@@ -70,6 +70,8 @@ REFUSED_OPS: dict[str, str] = {
     "_pack_padded_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
     "_stack": f"{UNCHECKED}: an empty tensor list is not refused (segfault, found by the op-level fuzz); export "
               "writes aten.stack",
+    "_weight_norm_interface": f"{UNCHECKED}: divides by zero on an empty input (SIGFPE, found by the op-level fuzz); "
+                              "CPU exports write _weight_norm",
     "_resize_output": f"{DEVICE}: takes a device",
     "_resize_output_": f"{DEVICE}: takes a device",
     "backward": f"{PROCESS}: runs autograd and accumulates into .grad",

@@ -9,6 +9,7 @@ few hundred MB beyond a small budget, measured in a child process.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -283,3 +284,59 @@ def test_a_branch_of_a_data_dependent_cond_is_measured_before_it_runs(tmp_path: 
     rebuilt = ir2torch.convert(IR.load(_hostile(tmp_path, model, (x,))), max_bytes=10**9)
     with pytest.raises(ResourceBudgetError, match=r"aten.full.default would allocate 3.6 TB"):
         rebuilt(-x)  # the hostile branch is not even the one taken: measured all the same
+
+
+def test_an_empty_weight_norm_is_refused_before_its_kernel_runs(tmp_path: Path) -> None:
+    """``aten._weight_norm`` (in wav2vec2's exports) divides by zero on an empty input and kills the process: the
+    probe's precondition refuses it. Run in a child process, so a regression is a failure, not a lost worker."""
+    script = textwrap.dedent("""
+        import torch, ir2torch, torch2ir
+        from torch import nn
+        from common.errors import ExecutionError
+
+        class Norm(nn.Module):
+            def forward(self, v, g):
+                return torch._weight_norm(v, g, 0)
+
+        v, g = torch.randn(3, 4), torch.randn(3, 1)
+        rebuilt = ir2torch.convert(torch2ir.lower(Norm(), (v, g)), guard_inputs=False)
+        assert torch.equal(rebuilt(v, g), Norm()(v, g))
+        try:
+            rebuilt(torch.empty(0, 4), torch.empty(0, 1))
+        except ExecutionError as exc:
+            print("refused", "empty tensor" in str(exc))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["refused", "True"]
+
+
+def _bincount_document() -> dict:
+    """A FlatIR of ``aten.bincount(x)`` for an int64 ``x`` of 4 elements (export cannot trace bincount: its size is
+    unbacked)."""
+    leaf = {"type": None, "context": None, "children_spec": []}
+    spec = [1, {"type": "builtins.tuple", "context": "null", "children_spec": [
+        {"type": "builtins.tuple", "context": "null", "children_spec": [leaf]},
+        {"type": "builtins.dict", "context": "[]", "children_spec": []}]}]
+    x = {"name": "x", "shape": [4], "dtype": "int64"}
+    out = {"name": "n0", "shape": [], "dtype": "int64"}
+    return {"format": "torch2ir.flat", "format_version": 1,
+            "meta": {"model": "Counts", "torch_version": torch.__version__, "decomposition": "none", "device": "cpu",
+                     "unread_state": []},
+            "graph_inputs": [x], "graph_outputs": [out], "in_spec": json.dumps(spec),
+            "out_spec": json.dumps([1, leaf]), "forward_arg_names": ["x"], "range_constraints": {}, "weights": [],
+            "weight_name_mapping": {},
+            "nodes": [{"name": "n0", "op_type": "aten.bincount.default", "module_path": "root",
+                       "args": {"self": {"$ref": "x"}}, "kwargs": {}, "inputs": [x], "outputs": [out],
+                       "source": ["root", "n0"]}]}
+
+
+def test_a_data_dependent_size_is_computed_from_the_real_arguments(tmp_path: Path) -> None:
+    """``bincount``'s output has ``max(x) + 1`` elements: a checked call reads that from the real input first."""
+    path = tmp_path / "counts.flat.json"
+    path.write_text(json.dumps(_bincount_document()))
+    rebuilt = ir2torch.convert(FlatIR.load(path), max_bytes=10**6)
+    assert torch.equal(rebuilt(torch.tensor([0, 1, 1, 3])), torch.tensor([1, 2, 0, 1]))
+    with pytest.raises(ResourceBudgetError, match=r"aten.bincount.default would allocate 7.5 GB"):
+        rebuilt(torch.tensor([0, 1, 2, 10**9]))

@@ -68,6 +68,19 @@ REFUSED_OPS: dict[str, str] = {
     "sparse_resize_and_clear_": f"{UNCHECKED}: resizes sparse metadata without checking the indices",
     "_coalesced_": f"{UNCHECKED}: marks a sparse tensor coalesced without checking",
     "_pack_padded_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
+    "_cholesky_solve_helper": f"{UNCHECKED}: an internal helper that trusts its caller's shape checks (segfault on "
+                              "mismatched shapes, found by the op-level fuzz)",
+    "_cummax_helper": f"{UNCHECKED}: an internal helper that trusts its caller's shape checks",
+    "_cummin_helper": f"{UNCHECKED}: an internal helper that trusts its caller's shape checks",
+    "_index_put_impl": f"{UNCHECKED}: takes an 'unsafe' flag that skips the bounds checks (export writes index_put)",
+    "_index_put_impl_": f"{UNCHECKED}: takes an 'unsafe' flag that skips the bounds checks (export writes index_put_)",
+    "_jagged_to_padded_dense_forward": f"{UNCHECKED}: jagged offsets are not bounds-checked",
+    "_padded_dense_to_jagged_forward": f"{UNCHECKED}: jagged offsets are not bounds-checked",
+    "_pack_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
+    "_pad_packed_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
+    "_foobar": TEST_ONLY,
+    "_add_batch_dim": f"{PROCESS}: functorch vmap levels",
+    "_remove_batch_dim": f"{PROCESS}: functorch vmap levels",
     "_stack": f"{UNCHECKED}: an empty tensor list is not refused (segfault, found by the op-level fuzz); export "
               "writes aten.stack",
     "_weight_norm_interface": f"{UNCHECKED}: divides by zero on an empty input (SIGFPE, found by the op-level fuzz); "

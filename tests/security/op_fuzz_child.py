@@ -186,7 +186,7 @@ def _state() -> dict[str, Any]:
 
 def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
     ops = _allowed_ops()
-    folder = Path(tempfile.mkdtemp(prefix="op-fuzz-docs-"))
+    folder = Path(tempfile.mkdtemp(prefix="op-fuzz-docs-"))  # under TMPDIR, outside the watched folders
     summary: dict[str, Any] = {"ops": len(ops), "examples": 0, "outcomes": Counter(), "failures": [],
                                "state_changes": []}
     reference = _state()

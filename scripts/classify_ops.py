@@ -234,7 +234,8 @@ def classify_overload(op: str, schema: Any) -> tuple[str, str | None]:
     if "backward" in op:
         return "refused", (f"{UNCHECKED}: a backward kernel trusts the indices, offsets and sizes its forward made "
                            "(_embedding_bag_backward segfaults on crafted offsets); export's forward graphs have none")
-    if op.startswith(("_foreach_", "_amp_foreach_", "_amp_update_scale", "_fused_adam", "_fused_sgd", "_fused_adagrad")):
+    if op.startswith(("_foreach_", "_amp_foreach_", "_amp_update_scale", "_fused_adam", "_fused_sgd",
+                      "_fused_adagrad")):
         return "refused", (f"{UNCHECKED}: an optimizer kernel over tensor lists whose lengths it does not all check "
                            "(_foreach_copy.out segfaults on lists of different lengths, found by the op-level fuzz); "
                            "export's forward graphs have none")

@@ -79,6 +79,8 @@ REFUSED_OPS: dict[str, str] = {
     "_pack_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
     "_pad_packed_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
     "_foobar": TEST_ONLY,
+    "_new_zeros_with_same_feature_meta": f"{UNCHECKED}: a functorch internal that trusts its batch-dim count "
+                                         "(segfault, found by the long op-level fuzz)",
     "_add_batch_dim": f"{PROCESS}: functorch vmap levels",
     "_remove_batch_dim": f"{PROCESS}: functorch vmap levels",
     "_stack": f"{UNCHECKED}: an empty tensor list is not refused (segfault, found by the op-level fuzz); export "

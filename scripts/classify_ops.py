@@ -241,6 +241,10 @@ def classify_overload(op: str, schema: Any) -> tuple[str, str | None]:
         return "refused", (f"{UNCHECKED}: an optimizer kernel over tensor lists whose lengths it does not all check "
                            "(_foreach_copy.out segfaults on lists of different lengths, found by the op-level fuzz); "
                            "export's forward graphs have none")
+    if op.startswith(("_nnpack_", "_mkldnn_", "mkldnn_", "_cslt_", "_efficientzerotensor")):
+        return "refused", (f"{DEVICE}: a backend-specific kernel that trusts its caller's checks "
+                           "(_nnpack_spatial_convolution segfaults on hostile padding, found by the long op-level "
+                           "fuzz); export writes the generic op")
     if op.startswith(("_dyn_quant_", "_weight_int4pack_mm", "_convert_weight_to_int4pack")):
         return "refused", (f"{UNCHECKED}: a packed 4-bit weight kernel trusts its packed layout and sizes "
                            "(_dyn_quant_matmul_4bit divides by zero on a zero block size, found by the long op-level "

@@ -293,15 +293,18 @@ def _signature(args: tuple, kwargs: dict[str, Any]) -> Any:
     return tuple(out)
 
 
+def _in_chain(exc: BaseException | None, kinds: type | tuple[type, ...]) -> BaseException | None:
+    """The first exception of ``kinds`` in ``exc``'s chain of causes and contexts (at most 50 deep), or None."""
+    for _ in range(50):
+        if exc is None or isinstance(exc, kinds):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _over_budget(exc: BaseException) -> _OverBudget | None:
     """The :class:`_OverBudget` that ``exc`` reports (directly, or as the cause of an ExecutionError)."""
-    seen = 0
-    while exc is not None and seen < 50:
-        if isinstance(exc, _OverBudget):
-            return exc
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-        seen += 1
-    return None
+    return _in_chain(exc, _OverBudget)  # type: ignore[return-value]
 
 
 def _undecidable(exc: BaseException) -> bool:
@@ -312,14 +315,8 @@ def _undecidable(exc: BaseException) -> bool:
         UnsupportedOperatorException,
     )
 
-    kinds = (DataDependentOutputException, DynamicOutputShapeException, UnsupportedOperatorException)
-    seen = 0
-    while exc is not None and seen < 50:
-        if isinstance(exc, kinds):
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-        seen += 1
-    return False
+    return _in_chain(exc, (DataDependentOutputException, DynamicOutputShapeException,
+                           UnsupportedOperatorException)) is not None
 
 
 def _budget_error(over: _OverBudget, limit: int, budget: ForwardBudget) -> ResourceBudgetError:

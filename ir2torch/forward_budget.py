@@ -49,6 +49,7 @@ from common.names import GENERATED_ATTRS
 from common.safety import ALLOCATING_OPS
 
 from .budget import AVAILABLE, Budget, available_bytes, human
+from .op_preconditions import DATA_SIZES, _precondition, qualified
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -352,67 +353,6 @@ def _node_of_frame() -> tuple[str | None, str | None]:
     return None, None
 
 
-def _nonempty_weight_norm(v: Any, g: Any, dim: int = 0) -> str | None:
-    if isinstance(v, torch.Tensor) and isinstance(g, torch.Tensor) and (v.numel() == 0 or g.numel() == 0):
-        return "weight norm of an empty tensor (the CPU kernel divides by zero and kills the process)"
-    return None
-
-
-def _fft_dims(self: Any, dim: Any, *args: Any, **kwargs: Any) -> str | None:
-    if not isinstance(self, torch.Tensor) or not isinstance(dim, (list, tuple)):
-        return None
-    rank = max(self.dim(), 1)
-    if any(not isinstance(d, int) or not -rank <= d < rank for d in dim) or \
-            len({d % rank for d in dim}) != len(dim):
-        return f"dims {list(dim)[:8]} are not distinct dims of a {self.dim()}-d tensor (the kernel does not check)"
-    return None
-
-
-#: Conditions an op's real kernel assumes without checking, tested on its arguments before it runs (fake or real):
-#: ``aten._weight_norm`` (which wav2vec2's exports call) reaches ``_weight_norm_interface``, whose CPU kernel gets a
-#: SIGFPE on an empty input; the internal FFTs (which decomposed exports of FNet call) crash on dims out of range
-#: (both found by the op-level fuzz).
-PRECONDITIONS: dict[str, Callable[..., str | None]] = {
-    "aten._weight_norm_interface.default": _nonempty_weight_norm,
-    "aten._weight_norm.default": _nonempty_weight_norm,
-    **{f"aten.{op}.{overload}": _fft_dims for op in ("_fft_r2c", "_fft_c2r", "_fft_c2c") for overload in ("default",
-                                                                                                        "out")},
-}
-
-
-def _precondition(func: Any, args: tuple, kwargs: dict) -> None:
-    check = PRECONDITIONS.get(_qualified(func))
-    if check is not None:
-        problem = check(*args, **kwargs)
-        if problem is not None:
-            raise RuntimeError(f"{func}: {problem}; refused before it runs")
-
-
-def _bincount_bytes(input: torch.Tensor, weights: Any = None, minlength: int = 0) -> int:
-    size = max(int(minlength), int(input.max()) + 1 if input.numel() else 0)
-    return size * (8 if weights is None else max(8, weights.element_size()))
-
-
-def _repeat_interleave_bytes(repeats: torch.Tensor, *args: Any, **kwargs: Any) -> int:
-    return max(int(repeats.sum()) if repeats.numel() else 0, 0) * 8
-
-
-#: Bytes of the output of allocating ops whose size depends on their data, from the real arguments (in a checked
-#: call, where fake tensors cannot tell).
-DATA_SIZES: dict[str, Callable[..., int]] = {
-    "aten.bincount.default": _bincount_bytes,
-    "aten.repeat_interleave.Tensor": _repeat_interleave_bytes,
-}
-
-
-def _qualified(func: Any) -> str:
-    """``aten.<op>.<overload>`` of an ``OpOverload`` (the operator classes' key)."""
-    schema = getattr(func, "_schema", None)
-    if schema is None:
-        return str(func)
-    return f"{schema.name.replace('::', '.')}.{getattr(func, '_overloadname', 'default')}"
-
-
 def _storage_key(t: torch.Tensor) -> Any:
     """What identifies ``t``'s storage (its C pointer), or ``t`` itself for layouts without one storage."""
     try:
@@ -557,7 +497,7 @@ class _Checked(TorchDispatchMode):
                 implementation, node = _node_of_frame()
                 raise _OverBudget(f"{func} would allocate {human(t.numel() * t.element_size())} for "
                                   f"{_shape_text(t)}", implementation or self.where, node)
-        sized = DATA_SIZES.get(_qualified(func)) if out is None else None
+        sized = DATA_SIZES.get(qualified(func)) if out is None else None
         if sized is not None:
             size = sized(*args, **kwargs)
             if size > limit:
@@ -565,7 +505,7 @@ class _Checked(TorchDispatchMode):
                 raise _OverBudget(f"{func} would allocate {human(size)} (its size depends on the data)",
                                   implementation or self.where, node)
             return
-        if out is None and _qualified(func) in ALLOCATING_OPS:
+        if out is None and qualified(func) in ALLOCATING_OPS:
             implementation, node = _node_of_frame()
             raise _OverBudget(f"{func} sizes its output from its arguments and has no fake implementation to "
                               "measure it before it runs", implementation or self.where, node)

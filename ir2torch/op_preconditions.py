@@ -1,0 +1,77 @@
+"""What some ATen kernels assume without checking, and the sizes of outputs that depend on data.
+
+:mod:`ir2torch.forward_budget` tests :data:`PRECONDITIONS` on an op's arguments before the op runs (on fake
+tensors in a probe, on real ones in a checked call), and reads :data:`DATA_SIZES` from the real arguments of an
+allocating op whose output size fake tensors cannot tell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _nonempty_weight_norm(v: Any, g: Any, dim: int = 0) -> str | None:
+    if isinstance(v, torch.Tensor) and isinstance(g, torch.Tensor) and (v.numel() == 0 or g.numel() == 0):
+        return "weight norm of an empty tensor (the CPU kernel divides by zero and kills the process)"
+    return None
+
+
+def _fft_dims(self: Any, dim: Any, *args: Any, **kwargs: Any) -> str | None:
+    if not isinstance(self, torch.Tensor) or not isinstance(dim, (list, tuple)):
+        return None
+    rank = max(self.dim(), 1)
+    if any(not isinstance(d, int) or not -rank <= d < rank for d in dim) or \
+            len({d % rank for d in dim}) != len(dim):
+        return f"dims {list(dim)[:8]} are not distinct dims of a {self.dim()}-d tensor (the kernel does not check)"
+    return None
+
+
+#: Conditions an op's real kernel assumes without checking, tested on its arguments before it runs (fake or real):
+#: ``aten._weight_norm`` (which wav2vec2's exports call) reaches ``_weight_norm_interface``, whose CPU kernel gets a
+#: SIGFPE on an empty input; the internal FFTs (which decomposed exports of FNet call) crash on dims out of range
+#: (both found by the op-level fuzz).
+PRECONDITIONS: dict[str, Callable[..., str | None]] = {
+    "aten._weight_norm_interface.default": _nonempty_weight_norm,
+    "aten._weight_norm.default": _nonempty_weight_norm,
+    **{f"aten.{op}.{overload}": _fft_dims for op in ("_fft_r2c", "_fft_c2r", "_fft_c2c") for overload in ("default",
+                                                                                                        "out")},
+}
+
+
+def _precondition(func: Any, args: tuple, kwargs: dict) -> None:
+    check = PRECONDITIONS.get(qualified(func))
+    if check is not None:
+        problem = check(*args, **kwargs)
+        if problem is not None:
+            raise RuntimeError(f"{func}: {problem}; refused before it runs")
+
+
+def _bincount_bytes(input: torch.Tensor, weights: Any = None, minlength: int = 0) -> int:
+    size = max(int(minlength), int(input.max()) + 1 if input.numel() else 0)
+    return size * (8 if weights is None else max(8, weights.element_size()))
+
+
+def _repeat_interleave_bytes(repeats: torch.Tensor, *args: Any, **kwargs: Any) -> int:
+    return max(int(repeats.sum()) if repeats.numel() else 0, 0) * 8
+
+
+#: Bytes of the output of allocating ops whose size depends on their data, from the real arguments (in a checked
+#: call, where fake tensors cannot tell).
+DATA_SIZES: dict[str, Callable[..., int]] = {
+    "aten.bincount.default": _bincount_bytes,
+    "aten.repeat_interleave.Tensor": _repeat_interleave_bytes,
+}
+
+
+def qualified(func: Any) -> str:
+    """``aten.<op>.<overload>`` of an ``OpOverload`` (the operator classes' key)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return str(func)
+    return f"{schema.name.replace('::', '.')}.{getattr(func, '_overloadname', 'default')}"
+
+
+__all__ = ["DATA_SIZES", "PRECONDITIONS", "qualified"]

@@ -49,7 +49,7 @@ from common.names import GENERATED_ATTRS
 from common.safety import ALLOCATING_OPS
 
 from .budget import AVAILABLE, Budget, available_bytes, human
-from .op_preconditions import DATA_SIZES, _precondition, qualified
+from .op_preconditions import DATA_SIZES, check_preconditions, qualified
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -407,7 +407,7 @@ class _Tally(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if isinstance(func, torch._ops.HigherOrderOperator):
             return _higher_order(self, func, args, kwargs or {}, both_branches=True)
-        _precondition(func, args, kwargs or {})
+        check_preconditions(func, args, kwargs or {})
         out = func(*args, **(kwargs or {}))
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor):
@@ -469,7 +469,7 @@ class _Checked(TorchDispatchMode):
         kwargs = kwargs or {}
         if isinstance(func, torch._ops.HigherOrderOperator):
             return _higher_order(self, func, args, kwargs, both_branches=False)
-        _precondition(func, args, kwargs)
+        check_preconditions(func, args, kwargs)
         if self.limit is not None:
             self._measure(func, args, kwargs)
         return func(*args, **kwargs)

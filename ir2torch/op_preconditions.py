@@ -41,7 +41,7 @@ PRECONDITIONS: dict[str, Callable[..., str | None]] = {
 }
 
 
-def _precondition(func: Any, args: tuple, kwargs: dict) -> None:
+def check_preconditions(func: Any, args: tuple, kwargs: dict) -> None:
     check = PRECONDITIONS.get(qualified(func))
     if check is not None:
         problem = check(*args, **kwargs)
@@ -74,4 +74,4 @@ def qualified(func: Any) -> str:
     return f"{schema.name.replace('::', '.')}.{getattr(func, '_overloadname', 'default')}"
 
 
-__all__ = ["DATA_SIZES", "PRECONDITIONS", "qualified"]
+__all__ = ["DATA_SIZES", "PRECONDITIONS", "check_preconditions", "qualified"]

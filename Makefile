@@ -28,8 +28,9 @@ lint: $(STAMP)
 # Tests run on every core (pytest-xdist); PYTEST_ARGS="-n0" runs them in one process. --dist loadgroup
 # hands out tests one at a time, except that tests marked with the same xdist_group go to one worker together
 # (those that share work made once per process: a corpus architecture's conversion, a quantized model).
+# --durations=25 lists the slowest tests at the end of every run (where the suite's time goes).
 test: lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

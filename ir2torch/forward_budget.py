@@ -21,7 +21,9 @@ finish; that signature then runs **checked**: every operator's output is measure
 the real operator runs (an operator whose output size depends on data is bounded by its inputs' size).
 
 The budget is the converter's ``max_bytes``: an int in bytes, ``"available"`` (the memory available on the
-device when the call is probed) or ``None`` (no check, no probe). It bounds the peak of what one call allocates
+device when the call is probed) or ``None`` (no memory check, no probe; a module whose graph calls an op with
+a precondition its kernel does not check, :data:`~ir2torch.op_preconditions.PRECONDITIONS`, still has it tested
+before the op runs, at every call). It bounds the peak of what one call allocates
 (the parameters and buffers are bounded separately when rebuilding, see :mod:`ir2torch.budget`). A rebuild on
 ``meta`` is probed too: a factory op runs on the device it records (``aten.full(..., device=cpu)``), and its
 ``"available"`` budget is the CPU's memory.
@@ -49,7 +51,7 @@ from common.names import GENERATED_ATTRS
 from common.safety import ALLOCATING_OPS
 
 from .budget import AVAILABLE, Budget, available_bytes, human
-from .op_preconditions import DATA_SIZES, check_preconditions, qualified
+from .op_preconditions import DATA_SIZES, PRECONDITIONS, check_preconditions, qualified
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -122,13 +124,15 @@ class ForwardBudget:
 
     def call(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
         """``call(obj, *args, **kwargs)`` after the probe of its signature (or checked op by op)."""
+        if self.budget is None:  # no memory limit: only what kernels assume unchecked, op by op
+            return self._run_checked(obj, call, args, kwargs)
         signature = None if self.static else _signature(args, kwargs)
         if signature not in self.probed:
             if signature in self.checked:
                 return self._run_checked(obj, call, args, kwargs)
             limit = self.limit()
             if limit is None:
-                self.probed.add(signature)
+                _remember(self.probed, signature)
             elif not self._probe(obj, call, args, kwargs, limit):
                 _remember(self.checked, signature)
                 return self._run_checked(obj, call, args, kwargs)
@@ -525,21 +529,31 @@ def static_guard(root: nn.Module) -> bool:
         not guard._dynamic and not guard._scalars
 
 
+def _names_precondition_ops(module: nn.Module) -> bool:
+    """Whether ``module``'s own graph calls an op of :data:`~ir2torch.op_preconditions.PRECONDITIONS`."""
+    graph = getattr(module, "graph", None)
+    if not isinstance(graph, torch.fx.Graph):
+        return False
+    return any(node.op == "call_function" and qualified(getattr(node.target, "overload", node.target)) in PRECONDITIONS
+               for node in graph.nodes)
+
+
 def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool) -> None:
     """Give every module of ``root`` whose forward is generated code a :class:`ForwardBudget`.
 
     Args:
         root: the rebuilt model.
-        budget: the rebuild's ``max_bytes``.
+        budget: the rebuild's ``max_bytes`` (``None``: only modules whose graph calls an op with an unchecked
+            precondition get one, to test it).
         device: the device it was rebuilt on (``meta`` included: factory ops of the graph run on the device they
             record, usually the CPU).
         guarded: the root has an input guard fixing every input (one probe covers every call).
     """
-    if budget is None:
-        return
     for module in root.modules():
         if getattr(type(module), "_wrapped_call", None) is None:
             continue
+        if budget is None and not _names_precondition_ops(module):
+            continue  # nothing to measure and nothing a kernel assumes unchecked
         static = guarded and module is root
         module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static)
 

@@ -288,7 +288,8 @@ def test_a_branch_of_a_data_dependent_cond_is_measured_before_it_runs(tmp_path: 
 
 def test_an_empty_weight_norm_is_refused_before_its_kernel_runs(tmp_path: Path) -> None:
     """``aten._weight_norm`` (in wav2vec2's exports) divides by zero on an empty input and kills the process: the
-    probe's precondition refuses it. Run in a child process, so a regression is a failure, not a lost worker."""
+    probe's precondition refuses it, and with ``max_bytes=None`` (no probe) the call checks it op by op. Run in a
+    child process, so a regression is a failure, not a lost worker."""
     script = textwrap.dedent("""
         import torch, ir2torch, torch2ir
         from torch import nn
@@ -299,17 +300,19 @@ def test_an_empty_weight_norm_is_refused_before_its_kernel_runs(tmp_path: Path) 
                 return torch._weight_norm(v, g, 0)
 
         v, g = torch.randn(3, 4), torch.randn(3, 1)
-        rebuilt = ir2torch.convert(torch2ir.lower(Norm(), (v, g)), guard_inputs=False)
-        assert torch.equal(rebuilt(v, g), Norm()(v, g))
-        try:
-            rebuilt(torch.empty(0, 4), torch.empty(0, 1))
-        except ExecutionError as exc:
-            print("refused", "empty tensor" in str(exc))
+        for ir in (torch2ir.lower(Norm(), (v, g)), torch2ir.convert(Norm(), (v, g))):
+            for max_bytes in ("available", None):  # no memory limit: the precondition still holds
+                rebuilt = ir2torch.convert(ir, guard_inputs=False, max_bytes=max_bytes)
+                assert torch.equal(rebuilt(v, g), Norm()(v, g))
+                try:
+                    rebuilt(torch.empty(0, 4), torch.empty(0, 1))
+                except ExecutionError as exc:
+                    print("refused", "empty tensor" in str(exc))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["refused", "True"]
+    assert out.stdout.split() == ["refused", "True"] * 4
 
 
 def _bincount_document() -> dict:

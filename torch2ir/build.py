@@ -30,7 +30,7 @@ from .hooks import STAND_IN_TYPES, check_hooked_frames, check_hooks, hook_scopes
 from .lowering import spec_text
 from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
-from .tensormeta import state_record
+from .tensormeta import range_bound, state_record
 from .torch_logs import torch_logs_to_debug
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
@@ -347,7 +347,7 @@ def _calling_convention(root: Implementation, ep: torch.export.ExportedProgram) 
     )
     if ep.range_constraints:  # symbol -> [min, max] of dynamic dimensions
         root.meta["range_constraints"] = {
-            str(sym): [_bound(r.lower), _bound(r.upper)] for sym, r in ep.range_constraints.items()
+            str(sym): [range_bound(r.lower), range_bound(r.upper)] for sym, r in ep.range_constraints.items()
         }
 
 
@@ -360,13 +360,6 @@ def _module_conventions(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames
             ir[key].meta.update(in_spec=sig.in_text, out_spec=sig.out_text, forward_arg_names=list(sig.names))
             if sig.parameters is not None:
                 ir[key].meta["parameters"] = [list(p) for p in sig.parameters]
-
-
-def _bound(value: Any) -> int | str:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return str(value)  # "oo" / "int_oo": unbounded
 
 
 def _keep_tensors(ir: IR, table: ModuleTable, constants: Mapping[str, Any]) -> None:

@@ -34,7 +34,7 @@ from common.flat import FlatIR, FlatNode, ValueMeta, WeightMeta
 from common.safety import Allowlist, function_name, required_ops_error
 from common.values import Ref, dtype_name, encode, iter_refs
 
-from .tensormeta import dim
+from .tensormeta import dim, range_bound
 
 #: Higher-order ops whose body is inlined (they change only autograd state, irrelevant to the values).
 INLINED_HOPS = ("wrap_with_set_grad_enabled",)
@@ -285,7 +285,7 @@ class _Lowering:
         self.flat.out_spec = spec_text(spec.out_spec) if spec.out_spec is not None else None
         self.flat.forward_arg_names = list(entry.signature.forward_arg_names) if entry and entry.signature else []
         self.flat.range_constraints = {
-            str(sym): [_bound(r.lower), _bound(r.upper)] for sym, r in self.ep.range_constraints.items()
+            str(sym): [range_bound(r.lower), range_bound(r.upper)] for sym, r in self.ep.range_constraints.items()
         }
 
 
@@ -316,13 +316,6 @@ def spec_text(spec: pytree.TreeSpec) -> str:
 @functools.lru_cache(maxsize=256)
 def _spec_text(spec: pytree.TreeSpec) -> str:
     return pytree.treespec_dumps(spec)
-
-
-def _bound(value: Any) -> int | str:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return str(value)  # "oo" / "int_oo": unbounded
 
 
 def check_ops(nodes: Iterable[Any], allowlist: Allowlist) -> None:

@@ -6,6 +6,8 @@ from typing import Any
 
 import torch
 
+from common.errors import ConversionError
+
 
 def dim(value: Any) -> int | str:
     """A concrete dimension as an int, a symbolic one as its expression string (``"s0"``)."""
@@ -13,6 +15,26 @@ def dim(value: Any) -> int | str:
         constant = value.node.maybe_as_int()
         return constant if constant is not None else str(value)
     return int(value)
+
+
+def range_bound(value: Any) -> int | str:
+    """A bound of a ``range_constraints`` entry: an int, or ``"int_oo"`` / ``"-int_oo"`` when unbounded.
+
+    Export writes sympy integers and torch's own ``int_oo`` (which ``int()`` cannot convert: it raises
+    ``AttributeError``), and at times sympy's ``oo``.
+
+    Raises:
+        ConversionError: a bound that is neither an integer nor infinite (never written by export so far).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    if text.lstrip("-") in ("oo", "int_oo"):  # int_oo says is_finite (it is sympy's stand-in for "no bound")
+        return "-int_oo" if text.startswith("-") else "int_oo"
+    if getattr(value, "is_integer", False):
+        return int(value)
+    raise ConversionError(f"a dynamic size's range bound {str(value)[:80]!r} is neither an integer nor infinite",
+                          hint="declare integer bounds with torch.export.Dim(..., min=, max=)")
 
 
 def value_meta(val: Any) -> Any:

@@ -64,3 +64,45 @@ def test_symbolic_arithmetic_nodes_are_recorded_with_symbol_outputs():
     for node in arithmetic:
         assert list(node.args) == [f"arg{i}" for i in range(len(node.args))]
         assert node.outputs[0].kind == "symbol" and node.outputs[0].sym
+
+
+class _Lengths(torch.nn.Module):
+    """XLM's and FlauBERT's mask: an unbacked size (``.item()``) bounded above only, so export records its lower
+    bound as ``-int_oo`` (torch's own infinity, which ``int()`` cannot convert)."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        lengths = (ids != 0).sum(dim=1)
+        torch._check(lengths.max().item() <= ids.shape[1])  # XLM's assert (pytest rewrites an assert here)
+        return (torch.arange(ids.shape[1]) < lengths[:, None]).float() * 2
+
+
+def test_unbounded_symbolic_ranges_are_recorded_and_rebuild_exactly():
+    model, ids = _Lengths(), torch.tensor([[1, 2, 0, 0], [3, 0, 0, 0]])
+    ir, flat = torch2ir.convert(model, (ids,)), torch2ir.lower(model, (ids,))
+    for ranges in (ir["root"].meta["range_constraints"], flat.range_constraints):
+        (bounds,) = ranges.values()
+        assert bounds == ["-int_oo", 4]
+    for rebuilt in (ir2torch.convert(ir, {}), ir2torch.convert(flat, {})):
+        assert torch.equal(rebuilt(ids), model(ids))
+
+
+@pytest.mark.parametrize("value, expected", [(5, 5), ("int_oo", "int_oo"), ("-int_oo", "-int_oo"), ("oo", "int_oo"),
+                                             ("-oo", "-int_oo")])
+def test_range_bounds_of_every_kind_export_writes(value, expected):
+    import sympy
+    from torch.utils._sympy.numbers import int_oo
+
+    from torch2ir.tensormeta import range_bound
+
+    real = {"int_oo": int_oo, "-int_oo": -int_oo, "oo": sympy.oo, "-oo": -sympy.oo}.get(value, sympy.Integer(5))
+    assert range_bound(real) == expected
+
+
+def test_a_range_bound_that_is_not_an_integer_is_a_conversion_error():
+    import sympy
+
+    from common.errors import ConversionError
+    from torch2ir.tensormeta import range_bound
+
+    with pytest.raises(ConversionError, match="3/2"):
+        range_bound(sympy.Rational(3, 2))

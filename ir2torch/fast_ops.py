@@ -26,6 +26,11 @@ def _split_with_sizes(self: torch.Tensor, split_sizes: list[int], dim: int = 0) 
     return list(torch.split_with_sizes(self, split_sizes, dim))
 
 
+#: Bindings that take fewer positional arguments than their overload's schema (the rest only as keywords):
+#: ``Tensor.to(dtype, non_blocking, copy, *, memory_format)`` while ``aten.to.dtype`` takes ``memory_format``
+#: positionally (Qwen3-Next's ``.to(dtype, memory_format=...)`` exports as five positional arguments).
+POSITIONAL_LIMITS: dict[str, int] = {"aten.to.dtype": 4, "aten.to.device": 5}
+
 #: ``"aten.<name>.<overload>"`` -> (binding, keywords it takes under the schema's names).
 FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
     name: (fn, frozenset(kw)) for name, fn, kw in [
@@ -108,9 +113,12 @@ def fast_binding(overload: Any, kwargs: dict[str, Any], positional: int = 0) -> 
     entry = FAST.get(str(overload))
     if entry is None or not kwargs.keys() <= entry[1]:
         return None
-    if positional > sum(1 for a in overload._schema.arguments if not a.kwarg_only):
+    limit = POSITIONAL_LIMITS.get(str(overload))
+    if limit is None:
+        limit = sum(1 for a in overload._schema.arguments if not a.kwarg_only)
+    if positional > limit:
         return None
     return entry[0]
 
 
-__all__ = ["FAST", "fast_binding"]
+__all__ = ["FAST", "POSITIONAL_LIMITS", "fast_binding"]

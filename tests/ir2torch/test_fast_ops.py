@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ir2torch.direct_op import DirectOp, direct_op
-from ir2torch.fast_ops import FAST, fast_binding
+from ir2torch.fast_ops import FAST, POSITIONAL_LIMITS, fast_binding
 
 x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
 sq = torch.randn(3, 3, generator=torch.Generator().manual_seed(1))
@@ -140,6 +140,58 @@ def test_binding_runs_its_overload(name):
             got_all, expected_all = (got, expected) if isinstance(got, list) else ([got], [expected])
             for g, e in zip(got_all, expected_all, strict=True):  # each piece of a split, too
                 assert (g.untyped_storage().data_ptr() == first) == (e.untyped_storage().data_ptr() == first)
+
+
+def _schema_sample(argument: Any) -> Any:
+    """A value for one schema argument: its default, else a plain value of its type."""
+    if argument.has_default_value():
+        return argument.default_value
+    kind = str(argument.real_type)
+    if kind.startswith("Optional"):
+        return None
+    return {"Tensor": torch.ones(2, 2), "int": 1, "SymInt": 1, "List[int]": [2, 2], "List[SymInt]": [2, 2],
+            "ScalarType": torch.float32, "Device": torch.device("cpu"), "number": 1, "bool": False, "float": 0.5,
+            "str": "none", "List[Tensor]": [torch.ones(2, 2)]}[kind]
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_a_binding_is_used_only_for_as_many_positional_arguments_as_it_takes(name):
+    """Every positional count the schema allows either goes to the binding, which then accepts it, or takes the boxed
+    path (``Tensor.to`` takes ``memory_format`` only as a keyword, ``aten.to.dtype`` positionally)."""
+    _, op, overload = name.split(".")
+    boxed = getattr(getattr(torch.ops.aten, op), overload)
+    positional = [a for a in boxed._schema.arguments if not a.kwarg_only]
+    args = [_schema_sample(a) for a in positional]
+    required = sum(1 for a in positional if not a.has_default_value())
+    for count in range(required, len(positional) + 1):
+        binding = fast_binding(boxed, {}, count)
+        if binding is None:
+            assert count == len(positional) and name in POSITIONAL_LIMITS
+            continue
+        try:
+            binding(*args[:count])
+        except TypeError as exc:  # the binding's argument parser refused the call: never hand it one
+            pytest.fail(f"{name} with {count} positional arguments: {exc}")
+        except Exception:  # noqa: BLE001 - a kernel's own check on the plain samples (shapes, values)
+            pass
+
+
+def test_to_with_a_memory_format_rebuilds_exactly():
+    """``x.to(dtype, memory_format=...)`` (Qwen3-Next, OLMo-hybrid) exports as ``aten.to.dtype`` with five positional
+    arguments, which ``Tensor.to`` does not take."""
+    import ir2torch
+    import torch2ir
+
+    class To(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return (x.to(torch.float64, memory_format=torch.contiguous_format) * 2,
+                    x.to(torch.float16, memory_format=torch.preserve_format) + 1)
+
+    model, inp = To(), torch.randn(2, 3)
+    for rebuilt in (ir2torch.convert(torch2ir.convert(model, (inp,)), {}),
+                    ir2torch.convert(torch2ir.lower(model, (inp,)), {})):
+        for got, expected in zip(rebuilt(inp), model(inp), strict=True):
+            assert got.dtype == expected.dtype and torch.equal(got, expected)
 
 
 def test_other_keywords_take_the_boxed_path():

@@ -4775,6 +4775,7 @@ PYTHON: dict[str, str] = {
     'torch.sum': 'pure',
     'torch.sym_float': 'pure',
     'torch.sym_int': 'pure',
+    'torch.sym_ite': 'pure',
     'torch.sym_max': 'pure',
     'torch.sym_min': 'pure',
     'torch.sym_not': 'pure',

@@ -171,6 +171,12 @@ def _clip_inputs() -> Inputs:
     return (ids,), {**kwargs, "pixel_values": randn(gen(), 1, 3, IMG, IMG)}
 
 
+def _llava_inputs() -> Inputs:
+    """Four image tokens (one per 8x8 patch of a 16x16 image) before the text, and the image."""
+    ids = torch.cat([torch.full((1, 4), VOCAB - 1), torch.randint(3, VOCAB - 1, (1, SEQ - 4), generator=gen())], 1)
+    return (), {"input_ids": ids, "pixel_values": randn(gen(), 1, 3, 16, 16), "use_cache": False}
+
+
 def _wave_inputs() -> Inputs:
     """1600 samples of raw audio."""
     return (randn(gen(), 1, 1600),), {}

@@ -22,6 +22,16 @@ def _xlm_roberta() -> nn.Module:
     return XLMRobertaModel(XLMRobertaConfig(**_BERTLIKE, use_cache=False, **_TEXT))
 
 
+def _xlm() -> nn.Module:
+    """XLM asserts ``lengths.max().item() <= slen``: an unbacked size bounded above only (its range is
+    ``[-int_oo, SEQ]``)."""
+    from transformers import XLMConfig, XLMModel
+
+    config = XLMConfig(vocab_size=VOCAB, emb_dim=64, n_layers=2, n_heads=2, max_position_embeddings=64, dropout=0.1,
+                       attention_dropout=0.1, attn_implementation="eager")
+    return XLMModel(config)
+
+
 def _distilbert() -> nn.Module:
     from transformers import DistilBertConfig, DistilBertModel
 

@@ -211,6 +211,20 @@ def _clip() -> nn.Module:
                                 attn_implementation="eager"))
 
 
+def _llava() -> nn.Module:
+    """A CLIP vision tower, a projector and a Llama: the image features are scattered into the token embeddings at
+    the image tokens (export writes ``torch.sym_ite`` for the count check)."""
+    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    vision = CLIPVisionConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                              image_size=16, patch_size=8, projection_dim=32)
+    text = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, use_cache=False)
+    config = LlavaConfig(vision_config=vision, text_config=text, image_token_index=VOCAB - 1,
+                         vision_feature_layer=-1, attn_implementation="eager")
+    return LlavaForConditionalGeneration(config)
+
+
 def _siglip_vision() -> nn.Module:
     from transformers import SiglipVisionConfig, SiglipVisionModel
 

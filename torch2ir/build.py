@@ -99,12 +99,15 @@ def build_ir(
     _calling_convention(ir.root, ep)
     _module_conventions(ir, table, hierarchy, frames)
     recorded = None  # the train-mode meta pass, when one ran: its writes serve the train-update check too
+    reads = train_checks and any(reads_training(type(m)) for m in table.module_of_key.values()
+                                 if not table.is_leaf(m))
     if train_checks and has_graph_dropout(ir):
         recorded = _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
-    elif train_checks and any(reads_training(type(m)) for m in table.module_of_key.values() if not table.is_leaf(m)):
+    elif reads:
         recorded = _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
+    differs = _train_computations(ir, table, model, args, kwargs, recorded) if reads and recorded else []
     if train_checks:
-        check_train_updates(ir, model, args, kwargs, table, ep, recorded)
+        check_train_updates(ir, model, args, kwargs, table, ep, recorded, differs)
     _carried_notes(ir, model)
     _keep_tensors(ir, table, ep.constants)
     missing = allowlist.required(function_names(ir))
@@ -177,6 +180,27 @@ def _check_train_randomness(ir: IR, table: ModuleTable, hierarchy: Hierarchy, mo
     elif train_only_randomness(hierarchy, train, table):
         _apply_train(ir, table, hierarchy, train)
     return train
+
+
+def _train_computations(ir: IR, table: ModuleTable, model: nn.Module, args: tuple,
+                        kwargs: Mapping[str, Any] | None, train: TrainOps) -> list[str]:
+    """Keys of the modules whose train-mode call computes with other functions or submodules than their eval-mode
+    call (``if self.training: return x * 2``; brevitas' TensorNorm normalising with the batch's statistics): the
+    IR holds the eval trace, so the rebuild's train mode runs the eval computation. Compared on the same meta pass
+    run in eval mode; modules already reported for train-only randomness or unaligned dropout are left out. The
+    keys are noted in ``meta["train_trace"]``; :func:`~torch2ir.train_updates.check_train_updates` warns."""
+    evaluated = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS, training=False)
+    if evaluated is None:
+        return []  # the train pass ran on the same inputs; the train notes already say what was checked
+    noted = ir.root.meta.get("train_trace", "")
+    already = {key for part in str(noted).split("; ") for key in part.rpartition(": ")[2].split(", ")}
+    differs = [table.key(path) or "root" for path in sorted(set(train.calls) | set(evaluated.calls))
+               if train.calls.get(path) != evaluated.calls.get(path)]
+    differs = [key for key in dict.fromkeys(differs) if key not in already]
+    if differs:
+        note = f"other computations only in train mode in: {', '.join(differs)}"
+        ir.root.meta["train_trace"] = note if noted in ("", "applied") else f"{noted}; {note}"
+    return differs
 
 
 def _apply_train(ir: IR, table: ModuleTable, hierarchy: Hierarchy, train: TrainOps) -> None:

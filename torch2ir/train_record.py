@@ -62,12 +62,16 @@ class RecordedOp:
 
 @dataclass
 class TrainOps:
-    """Per module path (its first call): the dropout-like ops in order and the number of random ops."""
+    """Per module path (its first call): the dropout-like ops in order, the number of random ops and every call."""
 
     dropouts: dict[str, list[Any]] = field(default_factory=dict)
     randoms: dict[str, int] = field(default_factory=dict)
-    #: ids of the original parameters/buffers whose meta copies the train-mode pass wrote in place
+    #: ids of the original parameters/buffers whose meta copies the train-mode pass wrote in place or replaced
     written: set[int] = field(default_factory=set)
+    #: per module path (its first call): the torch functions and submodules whose tensors reach its results or its
+    #: state, in call order (queries such as ``.dim()`` or ``.is_nested``, which differ between modes where only a
+    #: fast path's eligibility is checked as in ``nn.TransformerEncoderLayer``, and dead computations are left out)
+    calls: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _positional(names: tuple[str, ...], args: tuple, kwargs: Mapping[str, Any]) -> tuple:
@@ -78,12 +82,41 @@ def _positional(names: tuple[str, ...], args: tuple, kwargs: Mapping[str, Any]) 
     return tuple(float(v) if n in ("p", "dropout_p") and type(v) is int else v for n, v in zip(names, out))
 
 
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+class _Flows:
+    """Per module path, the calls that computed tensors (a function or a submodule) with their input and output
+    tensors, to keep only the calls whose results reach the module's results or state (:meth:`live`): Mamba's
+    train branch computes ``bias.float()`` for a CUDA kernel and drops it without one."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, list[tuple[str, set[int], list[torch.Tensor]]]] = {}
+
+    def add(self, path: str, name: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        # the outputs are held until the pass ends (meta tensors: no memory), so their ids stay unique
+        self.events.setdefault(path, []).append((name, {id(t) for t in inputs}, outputs))
+
+    def live(self, path: str, roots: list[torch.Tensor]) -> list[str]:
+        """Names of the calls of ``path`` whose outputs reach ``roots``, in call order."""
+        reached = {id(t) for t in roots}
+        names = []
+        for name, inputs, outputs in reversed(self.events.pop(path, [])):
+            if any(id(t) in reached for t in outputs):
+                names.append(name)
+                reached |= inputs
+        return names[::-1]
+
+
 class _Recorder(TorchFunctionMode):
-    def __init__(self, current: Callable[[], str | None], random_names: frozenset[str], ops: TrainOps) -> None:
+    def __init__(self, current: Callable[[], str | None], random_names: frozenset[str], ops: TrainOps,
+                 flows: _Flows) -> None:
         super().__init__()
         self.current = current
         self.random_names = random_names
         self.ops = ops
+        self.flows = flows
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None
                            ) -> Any:
@@ -97,12 +130,26 @@ class _Recorder(TorchFunctionMode):
                     RecordedOp(target, _positional(names, args, kwargs)))
             elif getattr(func, "__name__", None) in self.random_names:
                 self.ops.randoms[path] = self.ops.randoms.get(path, 0) + 1
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if path is not None:
+            outputs = _tensors(out)
+            if outputs:  # computations, not queries (.dim(), .is_nested)
+                self.flows.add(path, _call_name(func), _tensors((args, kwargs)), outputs)
+        return out
+
+
+def _call_name(func: Any) -> str:
+    """A torch function or ``Tensor`` method as a name (``TensorBase.mean``, ``torch.nn.functional.dropout``)."""
+    name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or type(func).__name__
+    module = getattr(func, "__module__", None)
+    return f"{module}.{name}" if module else name
 
 
 def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
-                     is_leaf: Callable[[nn.Module], bool], random_names: frozenset[str]) -> TrainOps | None:
-    """Run ``model`` once in train mode on fake tensors, recording :class:`TrainOps`; ``None`` when it fails."""
+                     is_leaf: Callable[[nn.Module], bool], random_names: frozenset[str],
+                     training: bool = True) -> TrainOps | None:
+    """Run ``model`` once in train mode (or eval mode, to compare) on meta tensors, recording :class:`TrainOps`;
+    ``None`` when it fails."""
     try:
         from torch._export.utils import _compiling_state_context
     except ImportError:  # pragma: no cover - older torch
@@ -121,26 +168,40 @@ def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | 
         path, _, first = stack[-1]
         return path if first else None
 
+    flows = _Flows()
+    callers: list[str | None] = []  # the recording caller of each module call on the stack
+
     def pre(module: nn.Module, _args: Any) -> None:
         path = path_of.get(id(module))
         if path is None:  # not a registered submodule: its ops stay in the caller
             return
+        callers.append(current())
         stack.append((path, bool(path) and is_leaf(module), path not in seen))
         seen.add(path)
 
-    def post(module: nn.Module, _args: Any, _out: Any) -> None:
-        if id(module) in path_of and stack:
-            stack.pop()
+    def post(module: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
+        if id(module) not in path_of or not stack:
+            return
+        recording = current()
+        path, _, _ = stack.pop()
+        caller = callers.pop()
+        inputs = _tensors((args, kwargs))
+        outputs = _tensors(out)
+        if caller is not None:
+            flows.add(caller, f"module {path}", inputs, outputs)
+        if recording is not None:  # the module's own call ends: keep what reaches its results or its state
+            state = [*module._buffers.values(), *module._parameters.values()]
+            ops.calls[path] = flows.live(path, [*outputs, *inputs, *(t for t in state if t is not None)])
 
     handles = [nn.modules.module.register_module_forward_pre_hook(pre),
-               nn.modules.module.register_module_forward_hook(post, always_call=True)]
+               nn.modules.module.register_module_forward_hook(post, with_kwargs=True, always_call=True)]
     try:
         meta = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (tuple(args), dict(kwargs or {})))
-        with _on_meta(model) as copies, traced_mode(model, training=True), _compiling_state_context(), \
-                _Recorder(current, random_names, ops):
+        with _on_meta(model) as copies, traced_mode(model, training=training), _compiling_state_context(), \
+                _Recorder(current, random_names, ops, flows):
             before = {i: t._version for i, t in copies.items()}
             model(*meta[0], **meta[1])
-            ops.written = {i for i, version in before.items() if copies[i]._version != version}
+            ops.written = copies.written(before)
     except Exception:  # noqa: BLE001 - any failure: the caller falls back to an exported train trace
         return None
     finally:
@@ -149,18 +210,35 @@ def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | 
     return ops
 
 
+class MetaCopies(dict):
+    """``{id(original tensor): its meta copy}``, and the module slots :func:`_on_meta` swapped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.slots: list[tuple[dict[str, Any], str, Any]] = []
+
+    def written(self, before: Mapping[int, int]) -> set[int]:
+        """Ids of the originals whose copy was written in place since ``before`` (``{id: copy._version}``) or whose
+        slot now holds another tensor (``self.running_mean = 0.9 * self.running_mean + ...``: brevitas' TensorNorm,
+        CTRL)."""
+        out = {i for i, version in before.items() if self[i]._version != version}
+        out.update(id(t) for table, name, t in self.slots if table.get(name) is not self.get(id(t)))
+        return out
+
+
 @contextlib.contextmanager
-def _on_meta(model: nn.Module) -> Iterator[dict[int, torch.Tensor]]:
+def _on_meta(model: nn.Module) -> Iterator[MetaCopies]:
     """Swap every parameter and buffer of ``model`` for a ``meta`` copy, and put the very same objects back.
 
-    Yields ``{id(original tensor): its meta copy}`` (a copy's ``_version`` counts in-place writes to it).
+    Yields ``{id(original tensor): its meta copy}`` (a copy's ``_version`` counts in-place writes to it; a slot
+    the forward assigns anew is put back too, see :meth:`MetaCopies.written`).
 
     Each module's own ``_parameters`` / ``_buffers`` entries are swapped once per module object, so a module
     registered under several names and weights tied between modules stay shared (one meta copy per tensor).
     ``torch.func.functional_call`` is not used: with a module registered twice it restores the meta copy
     instead of the original (torch 2.13), which would leave the user's model on ``meta``.
     """
-    copies: dict[int, torch.Tensor] = {}
+    copies = MetaCopies()
 
     def on_meta(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in copies:
@@ -168,7 +246,7 @@ def _on_meta(model: nn.Module) -> Iterator[dict[int, torch.Tensor]]:
             copies[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
         return copies[id(t)]
 
-    saved: list[tuple[dict[str, Any], str, Any]] = []
+    saved = copies.slots
     try:
         for module in {id(m): m for m in model.modules()}.values():
             for table in (module._parameters, module._buffers):

@@ -92,7 +92,7 @@ def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] 
         with _on_meta(model) as copies, traced_mode(model, training=True), _compiling_state_context():
             before = {i: copies[i]._version for i in candidates if i in copies}
             model(*meta[0], **meta[1])
-            changed = [candidates[i] for i, v in before.items() if copies[i]._version != v]
+            changed = [candidates[i] for i in copies.written(before) if i in candidates]
     except Exception:  # noqa: BLE001 - data-dependent code and the like: the check cannot be made
         return None
     in_graph = written_in_graph(ep)
@@ -100,19 +100,26 @@ def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] 
 
 
 def check_train_updates(ir: IR, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
-                        table: ModuleTable, ep: torch.export.ExportedProgram, recorded: TrainOps | None = None) -> None:
+                        table: ModuleTable, ep: torch.export.ExportedProgram, recorded: TrainOps | None = None,
+                        computations: list[str] | None = None) -> None:
     """Warn (:class:`TrainModeWarning`) about buffers only train mode updates, and record them in
     ``ir.root.meta["train_buffers"]`` (or why they could not be looked for); ``recorded``: see
-    :func:`train_only_updates`."""
+    :func:`train_only_updates`; ``computations``: keys of the modules whose train-mode call computes otherwise
+    than their eval-mode call (one warning names both)."""
     updated = train_only_updates(model, args, kwargs, table, ep, recorded)
     if updated is None:
         ir.root.meta["train_buffers"] = "not checked: the train-mode pass on meta tensors failed"
-        return
-    if not updated:
-        return
-    ir.root.meta["train_buffers"] = updated
-    owners = ", ".join(f"{name.rpartition('.')[0] or 'root'} ({name.rpartition('.')[2]})" for name in updated)
-    warnings.warn(
-        f"torch2ir: the rebuilt model's train mode will differ from the original's: buffers updated only in train "
-        f"mode, by Python code the eval-mode trace does not hold, are not updated by the rebuild: {owners} "
-        "(e.g. spectral_norm's power iteration); eval mode is exact", TrainModeWarning, stacklevel=6)
+        updated = []
+    if updated:
+        ir.root.meta["train_buffers"] = updated
+    reasons = []
+    if computations:
+        reasons.append(f"modules whose forward computes otherwise when self.training is set (the IR holds the "
+                       f"eval-mode computation): {', '.join(computations)}")
+    if updated:
+        owners = ", ".join(f"{name.rpartition('.')[0] or 'root'} ({name.rpartition('.')[2]})" for name in updated)
+        reasons.append(f"buffers updated only in train mode, by Python code the eval-mode trace does not hold, are "
+                       f"not updated by the rebuild: {owners} (e.g. spectral_norm's power iteration)")
+    if reasons:
+        warnings.warn(f"torch2ir: the rebuilt model's train mode will differ from the original's: "
+                      f"{'; '.join(reasons)}; eval mode is exact", TrainModeWarning, stacklevel=6)

@@ -137,3 +137,52 @@ def test_failed_meta_pass_is_recorded_not_guessed() -> None:
 
     _, ir = _train_warnings(nn.Sequential(NeedsValues(), nn.ReLU()).train())
     assert ir.root.meta["train_buffers"].startswith("not checked")
+
+
+def test_a_buffer_reassigned_in_a_train_branch_is_flagged() -> None:
+    """brevitas' TensorNorm (its bnn_pynq CNV/TFC/LFC networks): ``self.running_mean = ...`` in train mode, a
+    reassignment rather than an in-place write, and a forward that normalises with the batch's statistics."""
+    from brevitas_examples.bnn_pynq.models.tensor_norm import TensorNorm
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), TensorNorm()).train()
+    messages, ir = _train_warnings(model)
+    assert len(messages) == 1
+    assert "1 (running_mean)" in messages[0] and "1 (running_var)" in messages[0]
+    assert "computes otherwise when self.training is set" in messages[0] and ": 1;" in messages[0]
+    assert ir.root.meta["train_buffers"] == ["1.running_mean", "1.running_var"]
+    assert ir.root.meta["train_trace"] == "other computations only in train mode in: 1"
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    assert torch.equal(rebuilt.eval()(_x()), model.eval()(_x()))  # eval mode is exact
+    # what the warning is about: in train mode the original normalises with the batch, the rebuild does not
+    assert not torch.allclose(rebuilt.train()(_x()), model.train()(_x()))
+
+
+def test_a_train_branch_that_computes_otherwise_is_flagged() -> None:
+    class Doubled(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.training:
+                return x * 2
+            return x
+
+    model = nn.Sequential(nn.Linear(4, 4), Doubled()).train()
+    messages, ir = _train_warnings(model)
+    assert len(messages) == 1 and "computes otherwise when self.training is set" in messages[0]
+    assert "train_buffers" not in ir.root.meta
+    assert ir.root.meta["train_trace"] == "other computations only in train mode in: 1"
+
+
+def test_a_fast_path_check_in_eval_mode_is_not_a_computation() -> None:
+    """``nn.TransformerEncoderLayer`` asks about its inputs (``is_nested``, devices) only in eval mode, to choose
+    a fast path it does not take here: queries, not computations; its train mode rebuilds exactly."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1, batch_first=True), 1,
+                                  enable_nested_tensor=False)
+    x = torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(0))
+    messages, ir = _train_warnings(layer.train(), x)
+    assert messages == [] and "other computations" not in ir.root.meta.get("train_trace", "")
+    rebuilt = ir2torch.convert(ir, layer.state_dict()).train()
+    torch.manual_seed(1)
+    expected = layer(x)
+    torch.manual_seed(1)
+    assert torch.equal(rebuilt(x), expected)

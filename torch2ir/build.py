@@ -357,6 +357,45 @@ def _mutations(ep: torch.export.ExportedProgram, hierarchy: Hierarchy, problems:
     for target in ep.graph_signature.buffers_to_mutate.values():
         problems.append((target.rpartition(".")[0] or "root", f"forward mutates buffer {target!r} in place",
                          "keep the mutation inside a module with a handler, or trace in eval mode"))
+    for target in _parameters_written(ep):
+        problems.append((target.rpartition(".")[0] or "root", f"forward writes parameter {target!r} in place "
+                         "(a first-call side effect such as RWKV's rescaling of its weights for inference: the "
+                         "graph would repeat it at every call)",
+                         "call the model once, in the mode you convert it in, before converting"))
+
+
+def _parameters_written(ep: torch.export.ExportedProgram) -> list[str]:
+    """Parameters the exported graph writes in place (under ``torch.no_grad()``, export keeps the in-place op,
+    inside the ``wrap_with_set_grad_enabled`` region's subgraph)."""
+    written: dict[str, None] = {}
+
+    def walk(graph: fx.Graph, owner: nn.Module, params: dict[str, str]) -> None:
+        for node in graph.nodes:
+            if node.op != "call_function":
+                continue
+            schema = getattr(node.target, "_schema", None)
+            if schema is not None:
+                for i, arg in enumerate(schema.arguments):
+                    if arg.alias_info is None or not arg.alias_info.is_write:
+                        continue
+                    value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+                    if isinstance(value, fx.Node) and value.name in params:
+                        written[params[value.name]] = None
+                continue
+            # a higher-order op: its subgraph's placeholders are the arguments after the subgraph
+            for i, arg in enumerate(node.args):
+                if isinstance(arg, fx.Node) and arg.op == "get_attr":
+                    sub = getattr(owner, str(arg.target), None)
+                    if isinstance(sub, fx.GraphModule):
+                        operands = node.args[i + 1:]
+                        inner = {p.name: params[o.name] for p, o in zip(
+                            (n for n in sub.graph.nodes if n.op == "placeholder"), operands, strict=False)
+                            if isinstance(o, fx.Node) and o.name in params}
+                        if inner:
+                            walk(sub.graph, sub, inner)
+
+    walk(ep.graph, ep.graph_module, dict(ep.graph_signature.inputs_to_parameters))
+    return list(written)
 
 
 def _calling_convention(root: Implementation, ep: torch.export.ExportedProgram) -> None:

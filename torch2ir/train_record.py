@@ -132,9 +132,14 @@ class _Recorder(TorchFunctionMode):
                 self.ops.randoms[path] = self.ops.randoms.get(path, 0) + 1
         out = func(*args, **kwargs)
         if path is not None:
-            outputs = _tensors(out)
-            if outputs:  # computations, not queries (.dim(), .is_nested)
-                self.flows.add(path, _call_name(func), _tensors((args, kwargs)), outputs)
+            outputs, inputs = _tensors(out), _tensors((args, kwargs))
+            name = _call_name(func)
+            # computations, not queries (.dim(), .is_nested) nor calls returning their input untouched (.float() of
+            # a float tensor); an in-place method (``add_``) also returns its input, and counts, as does a dropout
+            # (eval mode returns its input: the IR's dropout ops carry both modes)
+            if outputs and (_DROPOUTS.get(func) is not None or name.endswith("_")
+                            or not all(any(o is i for i in inputs) for o in outputs)):
+                self.flows.add(path, name, inputs, outputs)
         return out
 
 

@@ -1,0 +1,65 @@
+"""Models whose first call changes their own weights (RWKV rescales them for inference at its first eval call)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import ir2torch
+import torch2ir
+from common.errors import ConversionError
+
+
+class _Rescaled(nn.Module):
+    """RWKV's pattern: the first eval-mode call divides a leaf's weight in place, under ``no_grad``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.rescaled = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training == self.rescaled:
+            with torch.no_grad():
+                self.lin.weight.div_(2.0)
+            self.rescaled = not self.training
+        return self.lin(x)
+
+
+def test_a_parameter_written_in_place_by_the_first_call_is_refused_naming_it() -> None:
+    torch.manual_seed(0)
+    model, x = _Rescaled().eval(), torch.randn(2, 4)
+    weight = model.lin.weight.detach().clone()
+    with pytest.raises(ConversionError, match=r"writes parameter 'lin\.weight' in place.*call the model once"):
+        torch2ir.convert(model, (x,))
+    assert torch.equal(model.lin.weight, weight) and model.rescaled is False  # the user's model is untouched
+
+
+@pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")  # train mode rescales back: warned
+def test_after_its_first_call_the_model_converts_exactly() -> None:
+    torch.manual_seed(0)
+    model, x = _Rescaled().eval(), torch.randn(2, 4)
+    expected = model(x)
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x,)), model.state_dict())
+    assert torch.equal(rebuilt(x), expected) and torch.equal(rebuilt(x), model(x))
+
+
+@pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+def test_rwkv_fresh_is_refused_and_converts_exactly_after_one_call() -> None:
+    from transformers import RwkvConfig, RwkvModel
+
+    torch.manual_seed(0)
+    config = RwkvConfig(vocab_size=100, hidden_size=32, num_hidden_layers=4, attention_hidden_size=32,
+                        intermediate_size=64, context_length=16, use_cache=False, rescale_every=2)
+    model, ids = RwkvModel(config).eval(), torch.randint(0, 100, (1, 8))
+    reference = copy.deepcopy(model)
+    with pytest.raises(ConversionError, match=r"blocks\.3\.attention\.output\.weight"):
+        torch2ir.convert(model, (ids,), {"use_cache": False})
+    expected = model(ids, use_cache=False).last_hidden_state
+    assert torch.equal(expected, reference(ids, use_cache=False).last_hidden_state)  # the refusal changed nothing
+    ir = torch2ir.convert(model, (ids,), {"use_cache": False})
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    assert torch.equal(rebuilt(ids, use_cache=False).last_hidden_state, expected)

@@ -23,7 +23,7 @@ from common.values import Ref, Subgraph, encode
 from .graphs import add_node_with_edges, flat_implementation
 from .hierarchy import Frame, Hierarchy
 from .signature_match import Dead, Signature, is_stand_in
-from .tensormeta import value_meta
+from .tensormeta import FUNCTORCH_FIX, functorch_problem, value_meta
 
 
 class GraphWriter:
@@ -121,8 +121,10 @@ class GraphWriter:
                 else:
                     self.function(item)
             except _Unplaced as exc:
-                self.h.problems.append((self.impl.name, f"value {exc.value.name!r} is used before it is computed "
-                                        f"in this module's graph", "this module's calls interleave; report it"))
+                if not any(p[0] == self.impl.name and p[2] == FUNCTORCH_FIX for p in self.h.problems):
+                    self.h.problems.append((self.impl.name, f"value {exc.value.name!r} is used before it is "
+                                            "computed in this module's graph", "this module's calls interleave; "
+                                            "report it"))  # (a refused transform's values are never computed)
                 return
             except IRSerializationError as exc:
                 self.h.problems.append((self.impl.name, exc.message, "make the argument a plain value"))
@@ -135,6 +137,11 @@ class GraphWriter:
         try:
             target = function_name(node.target)
         except Exception:  # noqa: BLE001 - function_name raises several types for a non-allowed target
+            problem = functorch_problem(node.target)
+            if problem is not None:
+                if problem not in (p[1] for p in self.h.problems if p[0] == self.impl.name):
+                    self.h.problems.append((self.impl.name, problem, FUNCTORCH_FIX))
+                return
             self.h.problems.append((self.impl.name, f"node {node.name!r} calls {node.target!r}, which is not an "
                                     "ATen op or allowed function", "register the op, or keep it inside a leaf module"))
             return

@@ -34,7 +34,7 @@ from common.flat import FlatIR, FlatNode, ValueMeta, WeightMeta
 from common.safety import Allowlist, function_name, required_ops_error
 from common.values import Ref, dtype_name, encode, iter_refs
 
-from .tensormeta import dim, range_bound
+from .tensormeta import FUNCTORCH_FIX, dim, functorch_problem, range_bound
 
 #: Higher-order ops whose body is inlined (they change only autograd state, irrelevant to the values).
 INLINED_HOPS = ("wrap_with_set_grad_enabled",)
@@ -195,6 +195,11 @@ class _Lowering:
         try:
             op_type = function_name(node.target)
         except IRError:
+            problem = functorch_problem(node.target)
+            if problem is not None:
+                if f"{problem} ({FUNCTORCH_FIX})" not in self.problems:
+                    self.problems.append(f"{problem} ({FUNCTORCH_FIX})")
+                return
             self.problems.append(f"node {node.name!r}: calls {node.target!r}, which is not an ATen op or an "
                                  "allowed function")
             return

@@ -37,6 +37,22 @@ def range_bound(value: Any) -> int | str:
                           hint="declare integer bounds with torch.export.Dim(..., min=, max=)")
 
 
+#: What to do about a functorch transform inside a forward (see :func:`functorch_problem`).
+FUNCTORCH_FIX = ("keep the transformed computation inside a leaf module (a handler or an override), or write it "
+                 "batched without torch.vmap")
+
+
+def functorch_problem(target: Any) -> str | None:
+    """The problem to report for a graph node calling a functorch transform's runtime (``torch.vmap`` in a forward:
+    export keeps ``_vmap_increment_nesting``, ``_add_batch_dim``...), or ``None`` for any other target. Those calls
+    change the transform's process-wide nesting level; the IR does not carry them."""
+    module = getattr(target, "__module__", None) or ""
+    if not module.startswith("torch._functorch"):
+        return None
+    return ("torch.vmap (or another functorch transform) runs inside the forward: its batching calls "
+            "(_vmap_increment_nesting, _add_batch_dim...) are not carried by the IR")
+
+
 def value_meta(val: Any) -> Any:
     """IR metadata of an fx ``meta["val"]``: ``{"shape", "dtype"}`` per tensor, nested like the value."""
     if isinstance(val, torch.Tensor):

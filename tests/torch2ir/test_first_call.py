@@ -1,4 +1,5 @@
-"""Models whose first call changes their own weights (RWKV rescales them for inference at its first eval call)."""
+"""Models whose first call changes their own weights (RWKV rescales them for inference at its first eval call),
+and forwards running a functorch transform (torch.vmap)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,18 @@ def test_rwkv_fresh_is_refused_and_converts_exactly_after_one_call() -> None:
     ir = torch2ir.convert(model, (ids,), {"use_cache": False})
     rebuilt = ir2torch.convert(ir, model.state_dict())
     assert torch.equal(rebuilt(ids, use_cache=False).last_hidden_state, expected)
+
+
+class _Vmapped(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.vmap(lambda row: row * row.sum())(x)
+
+
+def test_torch_vmap_in_a_forward_is_refused_once_naming_the_transform() -> None:
+    """T5Gemma2 and the Nemotron speech models call ``torch.vmap`` in their forward; export keeps the transform's
+    runtime calls, which the IR does not carry."""
+    x = torch.randn(3, 4)
+    for convert in (torch2ir.convert, torch2ir.lower):
+        with pytest.raises(ConversionError, match=r"(?s)^[^\n]*1 (unsupported )?construct.*torch\.vmap") as caught:
+            convert(_Vmapped(), (x,))
+        assert "leaf module" in str(caught.value) and "_vmap_increment_nesting" in str(caught.value)

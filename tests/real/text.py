@@ -28,7 +28,7 @@ def _xlm() -> nn.Module:
     from transformers import XLMConfig, XLMModel
 
     config = XLMConfig(vocab_size=VOCAB, emb_dim=64, n_layers=2, n_heads=2, max_position_embeddings=64, dropout=0.1,
-                       attention_dropout=0.1, attn_implementation="eager")
+                       attention_dropout=0.1, use_cache=False, attn_implementation="eager")
     return XLMModel(config)
 
 

@@ -293,11 +293,13 @@ def _real_sequentials(ir: IR, table: ModuleTable) -> None:
         calls = names[1:-1]
         targets = [impl.node(n).get("target") or n for n in calls]
         prefix = "" if key == "root" else key + "."
-        expected = [table.key(prefix + child) for child in module._modules]
+        # an nn.Identity child leaves no node (QAT's fused downsample: Sequential(ConvBn2d, Identity))
+        children = [name for name, child in module._modules.items() if type(child) is not nn.Identity]
+        expected = [table.key(prefix + child) for child in children]
         called = [impl.node(n).get("implementation") for n in calls]
         chain = all(len(impl.in_edges(n)) == 1 and impl.in_edges(n)[0][0] == prev
                     for prev, n in itertools.pairwise(names))
-        if chain and called == expected and targets == list(module._modules):
+        if chain and called == expected and targets == children and (calls or len(impl.in_edges(names[-1])) == 1):
             impl.type = "sequential"
 
 

@@ -125,3 +125,42 @@ def test_rebuild_converts_back_to_the_same_ir(tmp_path) -> None:
     ir, rebuilt = _rebuild(model, tmp_path)
     again = torch2ir.convert(rebuilt, (X,))
     assert again.to_dict() == ir.to_dict()
+
+
+class _Downsampled(torch.nn.Module):
+    """torchvision's quantizable ResNet and ShuffleNet: ``fuse_modules_qat`` turns ``Sequential(conv, bn)`` into
+    ``Sequential(ConvBn2d, Identity)``, whose Identity leaves no node in the graph (the plain ``+`` keeps the
+    int8 model from running: torchvision uses ``FloatFunctional`` there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.quant, self.dequant = tq.QuantStub(), tq.DeQuantStub()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.downsample = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.quant(x)
+        return self.dequant(self.conv(x) + self.downsample(x))
+
+
+def test_a_fused_sequential_rebuilds_as_a_real_sequential_that_int8_conversion_swaps(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = _Downsampled().train()
+    tq.fuse_modules_qat(model, [["downsample.0", "downsample.1"]], inplace=True)
+    model.qconfig = tq.get_default_qat_qconfig("fbgemm")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        tq.prepare_qat(model, inplace=True)
+    model(X)  # one calibration step: the observers hold statistics
+    model.eval()
+    ir, rebuilt = _rebuild(model, tmp_path)
+    assert ir["downsample"].type == "sequential"
+    assert type(rebuilt.downsample) is torch.nn.Sequential and len(rebuilt.downsample) == 2
+    assert type(rebuilt.downsample[0]) is nniqat.ConvBn2d and type(rebuilt.downsample[1]) is torch.nn.Identity
+    assert torch.equal(rebuilt(X), model(X))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        a, b = tq.convert(copy.deepcopy(model)), tq.convert(rebuilt)
+    assert type(b.downsample[0]) is type(a.downsample[0]) is torch.ao.nn.quantized.Conv2d  # swapped in both
+    assert b.downsample[0].scale == a.downsample[0].scale
+    assert torch.equal(b.downsample[0].weight().int_repr(), a.downsample[0].weight().int_repr())

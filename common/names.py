@@ -8,10 +8,13 @@ on load, against one rule per kind of name:
 
 - :func:`check_identifier`: an ASCII Python identifier that is not a keyword, not a dunder
   name and not ``self`` (forward-argument and keyword-argument names);
-- :func:`check_attr_path`: a dotted path of *components* (ASCII letters, digits and ``_``; a
-  component may start with a digit, as ``ModuleList`` indices do) none of which would shadow
-  an attribute of ``nn.Module`` or ``fx.GraphModule`` (``forward``, ``training``, ``_modules``,
-  ``graph`` ...) — implementation keys, aliases, state names and ``get_attr`` targets.
+- :func:`check_attr_path`: a dotted path of *components* (ASCII letters, digits, ``_`` and ``-``; a
+  component may start with a digit, as ``ModuleList`` indices do, and hold a ``-``, as torchvision's
+  ``block1-0``) none of which would shadow an attribute of ``nn.Module`` or ``fx.GraphModule``
+  (``forward``, ``training``, ``_modules``, ``graph`` ...) — implementation keys, aliases, state names
+  and ``get_attr`` targets. Generated code never spells a component as an identifier: one that is not
+  an identifier is a quoted string there (``getattr(self, "block1-0")``, ``self._modules["0"]``), which
+  these characters cannot end or escape.
 
 Names the rebuilder makes itself (fx node names, placeholder names) never come from these
 checks: they are derived from file strings by :func:`common.names.sanitize`-style cleaning and
@@ -27,7 +30,7 @@ import re
 from .errors import UnsafeNameError
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
+_COMPONENT = re.compile(r"[A-Za-z0-9_-]+\Z")
 
 #: Longest name accepted (a module path of a real model is far shorter).
 MAX_NAME_LENGTH = 512
@@ -125,7 +128,7 @@ def check_identifier(
 
 
 def is_component(value: object) -> bool:
-    """True for one component of an attribute path (``layers``, ``0``, ``q_proj``)."""
+    """True for one component of an attribute path (``layers``, ``0``, ``q_proj``, ``block1-0``)."""
     return (
         isinstance(value, str)
         and len(value) <= MAX_NAME_LENGTH
@@ -159,7 +162,7 @@ def check_attr_path(value: object, field: str, *, implementation: str | None = N
                 _fail(value, field, f"has component {part!r}, which would shadow an attribute of nn.Module",
                       "rename the module or tensor; forward, training, _modules, graph, ... are reserved",
                       implementation, node)
-            _fail(value, field, f"has component {part!r}, which is not made of ASCII letters, digits and '_'",
+            _fail(value, field, f"has component {part!r}, which is not made of ASCII letters, digits, '_' and '-'",
                   "use a dotted path such as 'encoder.layer.0'", implementation, node)
     return value  # type: ignore[return-value]
 

@@ -35,7 +35,7 @@ from .module_call import call_module
 from .module_call import child as module_child
 from .shared_code import CodeCache, placeholder_module
 
-_COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
+_COMPONENT = re.compile(r"[A-Za-z0-9_-]+\Z")  # common.names' rule: quoted where not an identifier
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 

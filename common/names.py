@@ -42,13 +42,22 @@ MAX_NAME_LENGTH = 512
 CODEGEN_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree", "inf", "nan", "NoneType", "device",
                            "getattr", "slice"})
 
+#: Names of :data:`CODEGEN_NAMES` that generated code spells only in constants fx writes by their ``repr``
+#: (``device(type='cpu')``, ``inf``, ``nan``): where a forward argument or parameter has one of them, the code
+#: generator writes those constants through globals of its own instead (:mod:`ir2torch.codegen`), so these are
+#: accepted as argument names (``forward(self, x, device)`` in transformers' ProphetNet and DETR).
+RESPELLED_NAMES = frozenset({"device", "inf", "nan"})
+
+#: Names a forward argument or parameter may not have: generated code spells them as they are.
+ARGUMENT_RESERVED_NAMES = CODEGEN_NAMES - RESPELLED_NAMES
+
 #: The globals ir2torch adds to generated code, by role (``{}``: an index). The code generator takes the name
 #: of each from fx's namespace after the arguments and the locals of their binding, so an argument that has
 #: one of these names keeps it and the global gets another: they are accepted as argument names.
 GENERATED_GLOBALS = {
     "call_module": "_ir_call_module", "child": "_ir_child", "sequences": "_ir_sequences",
     "not_a_sequence": "_ir_not_a_sequence", "default": "_ir_default_{}", "out_fn": "_ir_out_fn_{}",
-    "out_ctx": "_ir_out_ctx_{}",
+    "out_ctx": "_ir_out_ctx_{}", "constant": "_ir_constant_{}",
 }  # fmt: skip
 
 #: ``__module__`` of the checks generated code calls (a call node's target); fx spells such a target
@@ -169,7 +178,8 @@ def check_attr_path(value: object, field: str, *, implementation: str | None = N
 
 def check_forward_arg_names(names: object, *, implementation: str | None = None,
                             field: str = "forward_arg_names") -> list[str]:
-    """Forward-argument names: distinct identifiers that shadow no name generated code uses.
+    """Forward-argument names: distinct identifiers that shadow no name generated code spells as it is
+    (:data:`ARGUMENT_RESERVED_NAMES`).
 
     Raises:
         UnsafeNameError: naming the field and the offending value.
@@ -177,7 +187,7 @@ def check_forward_arg_names(names: object, *, implementation: str | None = None,
     if not isinstance(names, list):
         raise UnsafeNameError(f"{field} must be a list of names", implementation=implementation, key=field)
     for name in names:
-        check_identifier(name, field, implementation=implementation, forbidden=CODEGEN_NAMES)
+        check_identifier(name, field, implementation=implementation, forbidden=ARGUMENT_RESERVED_NAMES)
     if len(set(names)) != len(names):
         raise UnsafeNameError(f"{field} {names!r} repeats a name", implementation=implementation, key=field,
                               hint="forward arguments need distinct names")
@@ -194,6 +204,7 @@ def sanitize(name: str) -> str:
     return cleaned
 
 
-__all__ = ["CODEGEN_NAMES", "GENERATED_ATTRS", "GENERATED_CALLS", "GENERATED_CALL_MODULE", "GENERATED_GLOBALS",
-           "MAX_NAME_LENGTH", "UnsafeNameError", "check_attr_path", "check_forward_arg_names", "check_identifier",
-           "generated_global", "generated_names", "is_component", "is_identifier", "module_attributes", "sanitize"]
+__all__ = ["ARGUMENT_RESERVED_NAMES", "CODEGEN_NAMES", "GENERATED_ATTRS", "GENERATED_CALLS", "GENERATED_CALL_MODULE",
+           "GENERATED_GLOBALS", "MAX_NAME_LENGTH", "RESPELLED_NAMES", "UnsafeNameError", "check_attr_path",
+           "check_forward_arg_names", "check_identifier", "generated_global", "generated_names", "is_component",
+           "is_identifier", "module_attributes", "sanitize"]

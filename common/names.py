@@ -57,7 +57,7 @@ ARGUMENT_RESERVED_NAMES = CODEGEN_NAMES - RESPELLED_NAMES
 GENERATED_GLOBALS = {
     "call_module": "_ir_call_module", "child": "_ir_child", "sequences": "_ir_sequences",
     "not_a_sequence": "_ir_not_a_sequence", "default": "_ir_default_{}", "out_fn": "_ir_out_fn_{}",
-    "out_ctx": "_ir_out_ctx_{}", "constant": "_ir_constant_{}",
+    "out_ctx": "_ir_out_ctx_{}", "constant": "_ir_constant_{}", "flatten": "_ir_flatten",
 }  # fmt: skip
 
 #: ``__module__`` of the checks generated code calls (a call node's target); fx spells such a target

@@ -26,14 +26,17 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch.fx import _pytree as fx_pytree
 from torch.fx.graph import CodeGen, _format_target, _PyTreeCodeGen, _PyTreeInfo
 from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError, IRError, IRFormatError, UnsafeNameError
 from common.names import RESPELLED_NAMES, check_forward_arg_names, generated_global
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
-from common.treespec import kwarg_names, load_spec
+from common.treespec import describe_spec, kwarg_names, load_spec
 
+from .guard_specs import is_call_spec
+from .guards import _fits
 from .module_call import call_module
 from .module_call import child as module_child
 from .shared_code import CodeCache, placeholder_module
@@ -124,6 +127,7 @@ class SafePyTreeCodeGen(_UniqueNames, _PyTreeCodeGen):
                 values.update({generated_global("out_fn", i): pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
                                generated_global("out_ctx", i): spec.context})
             values.update({generated_global("constant", i): value for i, value in enumerate(constants)})
+            values[generated_global("flatten")] = ArgumentFlattener(tuple(self.pytree_info.orig_args))
             self._names = {base: namespace.create_name(base, None) for base in values}
             with _spelled(nodes, constants, [self._name(generated_global("constant", i))
                                              for i in range(len(constants))]):
@@ -176,7 +180,10 @@ class SafePyTreeCodeGen(_UniqueNames, _PyTreeCodeGen):
         tuple/list of leaves (no pytree call on every forward)."""
         parts = self._argument_parts()
         if parts is None or len(free_vars) != self.pytree_info.in_spec.num_leaves:
-            return super().gen_var_bindings(fn_args, free_vars, expanded_def)
+            # fx's binding, through the structure check of :class:`ArgumentFlattener` (fx's own flattening cuts a
+            # longer list to the traced length, and its error prints the arguments' values)
+            text = super().gen_var_bindings(fn_args, free_vars, expanded_def)
+            return text.replace("= fx_pytree.tree_flatten_spec(", f"= {self._name(generated_global('flatten'))}(", 1)
         bindings = self._format_annotations(free_vars, expanded_def)
         names = [x.split(":")[0].split("#")[0] for x in free_vars]
         return bindings + f"""
@@ -305,6 +312,45 @@ def _not_a_sequence(name: str, value: Any) -> None:
     raise InputMismatchError(f"argument {name!r} is a {type(value).__name__}; the module was converted with a "
                              "tuple or list of tensors here", key=name,
                              hint="pass a tuple or list as in the conversion call, or convert again with this call")
+
+
+class ArgumentFlattener:
+    """How generated code binds nested arguments (``_ir_flatten(([a, b], {'k': k}), self._in_spec)``): the call's
+    structure is checked against the traced one first, with the rule of the root's input guard
+    (:meth:`ir2torch.guards.InputGuard.check_call`: a list for a tuple and plain-dict keys in another order are read
+    alike, any other difference is refused, an ``OrderedDict`` for a ``dict`` or the reverse included), then flattened
+    as fx flattens it. A mismatch raises :class:`~common.errors.InputMismatchError` naming the argument and both
+    structures in short, never the values (fx's flattening cut a longer list to the traced length without a word,
+    and its error printed every tensor of the argument).
+    """
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def __call__(self, value: Any, spec: pytree.TreeSpec) -> list[Any]:
+        if not _fits(pytree.tree_structure(value), spec):
+            self._refuse(value, spec)
+        return fx_pytree.tree_flatten_spec(value, spec)
+
+    def _refuse(self, value: Any, spec: pytree.TreeSpec) -> None:
+        tops: list[tuple[str, Any, pytree.TreeSpec]] = []
+        if is_call_spec(spec) and isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
+            args, kwargs = value
+            specs = [*spec.child(0).children(), *spec.child(1).children()]
+            given = [*args, *(kwargs.get(k) for k in spec.child(1).context)]
+            tops = list(zip(self.names, given, specs))
+        for name, item, item_spec in tops:
+            found = pytree.tree_structure(item)
+            if not _fits(found, item_spec):
+                raise InputMismatchError(
+                    f"argument has pytree structure {describe_spec(found)}, but the module was converted with "
+                    f"{describe_spec(item_spec)}", key=name,
+                    hint="pass the same nesting (tuple/list length, dict type and keys, None) as the converted call, "
+                         "or convert again with this structure")
+        raise InputMismatchError(
+            f"the arguments have pytree structure {describe_spec(pytree.tree_structure(value))}, but the module was "
+            f"converted with {describe_spec(spec)}",
+            hint="call the module with the structure of the converted call, or convert again with this one")
 
 
 def _spelling(value: Any) -> str | None:
@@ -490,5 +536,5 @@ def compile_variant(graph: fx.Graph, implementation: str, codes: CodeCache | Non
     return codes.function(graph, compile_one)
 
 
-__all__ = ["SafeCodeGen", "SafePyTreeCodeGen", "calling_convention", "check_graph",
+__all__ = ["ArgumentFlattener", "SafeCodeGen", "SafePyTreeCodeGen", "calling_convention", "check_graph",
            "compile_variant", "install_graph"]

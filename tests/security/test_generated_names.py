@@ -36,8 +36,8 @@ NAMES = generated_names(2)
 
 
 class Inner(nn.Module):
-    def forward(self, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13):
-        return a0 * 2 + a1 + a2 * a3 + a4 - a5 + a6 + a7 + a8 + a9 + a10 + a11 - a12 * a13
+    def forward(self, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14):
+        return a0 * 2 + a1 + a2 * a3 + a4 - a5 + a6 + a7 + a8 + a9 + a10 + a11 - a12 * a13 + a14
 
 
 class Outer(nn.Module):
@@ -48,7 +48,7 @@ class Outer(nn.Module):
 
     def forward(self, x, same, y):
         h = self.lin(x)
-        return self.inner(h, h, *[y + i for i in range(12)]) + same
+        return self.inner(h, h, *[y + i for i in range(13)]) + same
 
 
 @cache
@@ -95,7 +95,7 @@ def test_arguments_named_like_every_generated_global_rebuild_and_keep_their_chec
     forward arguments of a module that checks same inputs and of the guarded root: same results, checks run."""
     doc, model = saved
     inner = doc["implementations"]["inner"]["meta"]
-    assert len(inner["forward_arg_names"]) == len(NAMES) == 14
+    assert len(inner["forward_arg_names"]) == len(NAMES) == 15
     _rename(inner, NAMES)
     root_names = [f"{GENERATED_CALL_MODULE}_{GENERATED_CALLS['same_inputs']}",
                   f"{GENERATED_CALL_MODULE}_{GENERATED_CALLS['input_guard']}", NAMES[0]]
@@ -109,7 +109,7 @@ def test_arguments_named_like_every_generated_global_rebuild_and_keep_their_chec
         with pytest.raises(InputMismatchError, match="different objects"):
             rebuilt(x, x.clone(), y)  # the root's same-inputs check ran, not the argument
         with pytest.raises(InputMismatchError, match="different objects"):
-            rebuilt.inner(x, x.clone(), *[y] * 12)
+            rebuilt.inner(x, x.clone(), *[y] * 13)
         with pytest.raises(InputMismatchError):
             rebuilt(x, x, torch.randn(3, 5))  # the root's input guard ran
 

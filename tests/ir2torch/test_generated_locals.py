@@ -23,7 +23,8 @@ from torch import fx, nn
 import ir2torch
 import torch2ir
 from common import IR
-from tests.helpers import max_abs_diff
+from tests.helpers import converted, max_abs_diff
+from tests.models.zoo import ZOO
 
 #: argument names: a builtin's name, names of the body's own nodes and of their numbered variants
 NAMES = ["input", "cat", "add", "mul", "x_1", "x", "getitem", "input_1", "cat_1", "arg_0", "aten_cat_default"]
@@ -200,3 +201,14 @@ def test_a_root_taking_a_list_argument_named_like_its_body(name: str) -> None:
     with torch.no_grad():
         assert max_abs_diff(rebuilt(items), model(items)) == 0
     _bound_names(rebuilt)
+
+
+@pytest.mark.parametrize("name", [case.name for case in ZOO])
+def test_every_generated_forward_of_the_zoo_binds_each_local_once(name: str) -> None:
+    _, model, args, kwargs, ir = converted(name)
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    with torch.no_grad():
+        assert max_abs_diff(rebuilt(*args, **kwargs), model(*args, **kwargs)) == 0
+    modules = [m for m in rebuilt.modules() if isinstance(m, fx.GraphModule)]
+    for module in modules:
+        _bound_names(module)

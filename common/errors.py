@@ -11,7 +11,40 @@ Each carries the place it is about (``implementation``, ``node``, ``key``) and a
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+_TENSOR_REPR = re.compile(r"\btensor\(")
+_CLOSING = {"(": ")", "[": "]", "{": "}"}
+
+
+def without_values(text: str) -> str:
+    """``text`` with each printed tensor (``tensor([[0.1, ...]], grad_fn=...)``) shortened to ``tensor(...)``.
+
+    Messages quote other errors and values (an exception of a rebuilt graph, a mismatching argument); a tensor's
+    values are data, never what an error is about, and a model's inputs or weights should not end up in logs.
+    Every :class:`IRError` message and hint goes through this.
+    """
+    if "tensor(" not in text:
+        return text
+    out: list[str] = []
+    position = 0
+    for match in _TENSOR_REPR.finditer(text):
+        if match.start() < position:
+            continue
+        out.append(text[position:match.start()] + "tensor(...)")
+        stack = ["("]
+        index = match.end()
+        while index < len(text) and stack:
+            char = text[index]
+            if char in _CLOSING:
+                stack.append(char)
+            elif stack and char == _CLOSING[stack[-1]]:
+                stack.pop()
+            index += 1
+        position = index  # past the closing parenthesis, or the end of a cut text
+    out.append(text[position:])
+    return "".join(out)
 
 
 class IRError(Exception):
@@ -34,11 +67,11 @@ class IRError(Exception):
         key: str | None = None,
         hint: str | None = None,
     ) -> None:
-        self.message = message
+        self.message = without_values(message)
         self.implementation = implementation
         self.node = node
         self.key = key
-        self.hint = hint
+        self.hint = without_values(hint) if hint else hint
         super().__init__(self._render())
 
     def _render(self) -> str:
@@ -199,4 +232,5 @@ __all__ = [
     "UnsafeNameError",
     "UnsafeTargetError",
     "UnsupportedFormatVersionError",
+    "without_values",
 ]

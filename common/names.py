@@ -8,10 +8,13 @@ on load, against one rule per kind of name:
 
 - :func:`check_identifier`: an ASCII Python identifier that is not a keyword, not a dunder
   name and not ``self`` (forward-argument and keyword-argument names);
-- :func:`check_attr_path`: a dotted path of *components* (ASCII letters, digits and ``_``; a
-  component may start with a digit, as ``ModuleList`` indices do) none of which would shadow
-  an attribute of ``nn.Module`` or ``fx.GraphModule`` (``forward``, ``training``, ``_modules``,
-  ``graph`` ...) — implementation keys, aliases, state names and ``get_attr`` targets.
+- :func:`check_attr_path`: a dotted path of *components* (ASCII letters, digits, ``_`` and ``-``; a
+  component may start with a digit, as ``ModuleList`` indices do, and hold a ``-``, as torchvision's
+  ``block1-0``) none of which would shadow an attribute of ``nn.Module`` or ``fx.GraphModule``
+  (``forward``, ``training``, ``_modules``, ``graph`` ...) — implementation keys, aliases, state names
+  and ``get_attr`` targets. Generated code never spells a component as an identifier: one that is not
+  an identifier is a quoted string there (``getattr(self, "block1-0")``, ``self._modules["0"]``), which
+  these characters cannot end or escape.
 
 Names the rebuilder makes itself (fx node names, placeholder names) never come from these
 checks: they are derived from file strings by :func:`common.names.sanitize`-style cleaning and
@@ -27,7 +30,7 @@ import re
 from .errors import UnsafeNameError
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
+_COMPONENT = re.compile(r"[A-Za-z0-9_-]+\Z")
 
 #: Longest name accepted (a module path of a real model is far shorter).
 MAX_NAME_LENGTH = 512
@@ -39,13 +42,22 @@ MAX_NAME_LENGTH = 512
 CODEGEN_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree", "inf", "nan", "NoneType", "device",
                            "getattr", "slice"})
 
+#: Names of :data:`CODEGEN_NAMES` that generated code spells only in constants fx writes by their ``repr``
+#: (``device(type='cpu')``, ``inf``, ``nan``): where a forward argument or parameter has one of them, the code
+#: generator writes those constants through globals of its own instead (:mod:`ir2torch.codegen`), so these are
+#: accepted as argument names (``forward(self, x, device)`` in transformers' ProphetNet and DETR).
+RESPELLED_NAMES = frozenset({"device", "inf", "nan"})
+
+#: Names a forward argument or parameter may not have: generated code spells them as they are.
+ARGUMENT_RESERVED_NAMES = CODEGEN_NAMES - RESPELLED_NAMES
+
 #: The globals ir2torch adds to generated code, by role (``{}``: an index). The code generator takes the name
 #: of each from fx's namespace after the arguments and the locals of their binding, so an argument that has
 #: one of these names keeps it and the global gets another: they are accepted as argument names.
 GENERATED_GLOBALS = {
     "call_module": "_ir_call_module", "child": "_ir_child", "sequences": "_ir_sequences",
     "not_a_sequence": "_ir_not_a_sequence", "default": "_ir_default_{}", "out_fn": "_ir_out_fn_{}",
-    "out_ctx": "_ir_out_ctx_{}",
+    "out_ctx": "_ir_out_ctx_{}", "constant": "_ir_constant_{}", "flatten": "_ir_flatten",
 }  # fmt: skip
 
 #: ``__module__`` of the checks generated code calls (a call node's target); fx spells such a target
@@ -125,7 +137,7 @@ def check_identifier(
 
 
 def is_component(value: object) -> bool:
-    """True for one component of an attribute path (``layers``, ``0``, ``q_proj``)."""
+    """True for one component of an attribute path (``layers``, ``0``, ``q_proj``, ``block1-0``)."""
     return (
         isinstance(value, str)
         and len(value) <= MAX_NAME_LENGTH
@@ -159,14 +171,15 @@ def check_attr_path(value: object, field: str, *, implementation: str | None = N
                 _fail(value, field, f"has component {part!r}, which would shadow an attribute of nn.Module",
                       "rename the module or tensor; forward, training, _modules, graph, ... are reserved",
                       implementation, node)
-            _fail(value, field, f"has component {part!r}, which is not made of ASCII letters, digits and '_'",
+            _fail(value, field, f"has component {part!r}, which is not made of ASCII letters, digits, '_' and '-'",
                   "use a dotted path such as 'encoder.layer.0'", implementation, node)
     return value  # type: ignore[return-value]
 
 
 def check_forward_arg_names(names: object, *, implementation: str | None = None,
                             field: str = "forward_arg_names") -> list[str]:
-    """Forward-argument names: distinct identifiers that shadow no name generated code uses.
+    """Forward-argument names: distinct identifiers that shadow no name generated code spells as it is
+    (:data:`ARGUMENT_RESERVED_NAMES`).
 
     Raises:
         UnsafeNameError: naming the field and the offending value.
@@ -174,7 +187,7 @@ def check_forward_arg_names(names: object, *, implementation: str | None = None,
     if not isinstance(names, list):
         raise UnsafeNameError(f"{field} must be a list of names", implementation=implementation, key=field)
     for name in names:
-        check_identifier(name, field, implementation=implementation, forbidden=CODEGEN_NAMES)
+        check_identifier(name, field, implementation=implementation, forbidden=ARGUMENT_RESERVED_NAMES)
     if len(set(names)) != len(names):
         raise UnsafeNameError(f"{field} {names!r} repeats a name", implementation=implementation, key=field,
                               hint="forward arguments need distinct names")
@@ -191,6 +204,7 @@ def sanitize(name: str) -> str:
     return cleaned
 
 
-__all__ = ["CODEGEN_NAMES", "GENERATED_ATTRS", "GENERATED_CALLS", "GENERATED_CALL_MODULE", "GENERATED_GLOBALS",
-           "MAX_NAME_LENGTH", "UnsafeNameError", "check_attr_path", "check_forward_arg_names", "check_identifier",
-           "generated_global", "generated_names", "is_component", "is_identifier", "module_attributes", "sanitize"]
+__all__ = ["ARGUMENT_RESERVED_NAMES", "CODEGEN_NAMES", "GENERATED_ATTRS", "GENERATED_CALLS", "GENERATED_CALL_MODULE",
+           "GENERATED_GLOBALS", "MAX_NAME_LENGTH", "RESPELLED_NAMES", "UnsafeNameError", "check_attr_path",
+           "check_forward_arg_names", "check_identifier", "generated_global", "generated_names", "is_component",
+           "is_identifier", "module_attributes", "sanitize"]

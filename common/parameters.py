@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import IRFormatError
-from .names import CODEGEN_NAMES, check_identifier
+from .names import ARGUMENT_RESERVED_NAMES, check_identifier
 
 #: ``kind`` in the file -> :class:`inspect.Parameter` kind.
 KINDS = {
@@ -67,7 +67,7 @@ def parse_parameters(raw: object, traced: list[str], *, implementation: str | No
         if not isinstance(item, (list, tuple)) or len(item) not in (2, 3):
             raise bad(f"parameter {i} is not [name, kind] or [name, kind, default]")
         name, kind = item[0], item[1]
-        check_identifier(name, f"{field}[{i}]", implementation=implementation, forbidden=CODEGEN_NAMES)
+        check_identifier(name, f"{field}[{i}]", implementation=implementation, forbidden=ARGUMENT_RESERVED_NAMES)
         if not isinstance(kind, str) or kind not in KINDS:
             raise bad(f"parameter {name!r} has unknown kind {str(kind)[:40]!r}")
         param = Param(name, KINDS[kind], item[2] if len(item) == 3 else NO_DEFAULT, name in names)

@@ -18,6 +18,7 @@ the rebuilt ``forward``'s source and are therefore checked as identifiers.
 
 from __future__ import annotations
 
+import collections
 import json
 from typing import Any
 
@@ -116,4 +117,50 @@ def kwarg_names(spec: Any, field: str = "in_spec", *, implementation: str | None
     return names
 
 
-__all__ = ["MAX_SPEC_DEPTH", "kwarg_names", "load_spec"]
+_BRACKETS = {tuple: ("(", ")"), list: ("[", "]"), dict: ("{", "}"), collections.OrderedDict: ("OrderedDict{", "}")}
+
+
+def describe_spec(spec: Any, limit: int = 200) -> str:
+    """A short text of a pytree structure for messages: ``*`` for a leaf, ``(*, [*, *])`` for a tuple holding a list,
+    ``OrderedDict{'low': *, 'high': *}``, ``Point(*, *)``; cut at ``limit`` characters. Never a value: a TreeSpec's
+    own text is as long as the structure (and fx's errors print the object flattened, tensor values included)."""
+    parts: list[str] = []
+    size = 0
+
+    def walk(node: Any) -> None:
+        nonlocal size
+        if size > limit:
+            return
+        if node.is_leaf():
+            parts.append("*")
+            size += 1
+            return
+        kind = node.type
+        keyed = kind in (dict, collections.OrderedDict) and isinstance(node.context, list)
+        if kind is type(None):
+            opening, closing = "None", ""
+        elif kind in _BRACKETS:
+            opening, closing = _BRACKETS[kind]
+        else:  # a named tuple's spec holds its class as the context
+            named = node.context if isinstance(node.context, type) else kind
+            opening, closing = f"{getattr(named, '__qualname__', named)}(", ")"
+        parts.append(opening)
+        size += len(opening)
+        for i, child in enumerate(node.children()):
+            if i:
+                parts.append(", ")
+            if keyed:
+                key = repr(node.context[i])
+                parts.append(f"{key}: ")
+                size += len(key) + 2
+            walk(child)
+        if kind is tuple and node.num_children == 1:
+            parts.append(",")
+        parts.append(closing)
+
+    walk(spec)
+    text = "".join(parts)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+__all__ = ["MAX_SPEC_DEPTH", "describe_spec", "kwarg_names", "load_spec"]

@@ -10,6 +10,7 @@ edges fill. JSON has no tuples, dtypes or infinities, so :func:`encode` tags the
     torch.float16     -> {"$dtype": "float16"}
     float("inf")      -> {"$float": "inf"}
     Ref("x", 0)       -> {"$ref": "x", "index": 0}
+    OrderedDict(a=1)  -> {"$ordered_dict": [["a", 1]]}   (a plain dict of str keys stays a JSON object)
 
 :func:`decode` reverses it and only ever looks names up in fixed tables: it never
 imports a module or calls a user-supplied name. Tensors are never inlined.
@@ -17,12 +18,14 @@ imports a module or calls a user-supplied name. Tensors are never inlined.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.fx.immutable_collections import immutable_dict
 
 from .errors import IRFormatError, IRSerializationError
 
@@ -94,7 +97,7 @@ _FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 TAGS = (
     "$tuple", "$dict", "$dtype", "$device", "$memory_format", "$layout",
-    "$float", "$complex", "$slice", "$ellipsis", "$ref", "$graph", "$training", "$size",
+    "$float", "$complex", "$slice", "$ellipsis", "$ref", "$graph", "$training", "$size", "$ordered_dict",
 )  # fmt: skip
 
 
@@ -149,6 +152,13 @@ def encode(value: Any, where: str = "value") -> JSONValue:
     if isinstance(value, tuple):  # includes named tuples
         return {"$tuple": [encode(v, f"{where}[{i}]") for i, v in enumerate(value)]}
     if isinstance(value, dict):
+        kind = type(value)
+        if kind is collections.OrderedDict:  # a module may be given one: its type is part of the call's structure
+            return {"$ordered_dict": [[encode(k, where), encode(v, f"{where}[{k!r}]")] for k, v in value.items()]}
+        if kind is not dict and kind is not immutable_dict:  # fx's read-only dict is a plain dict
+            raise IRSerializationError(
+                f"a dict of type {kind.__qualname__} cannot be stored in the IR (it would be read back as a plain "
+                "dict)", key=where, hint="IR values hold plain dicts and OrderedDicts only")
         if all(isinstance(k, str) and not k.startswith("$") for k in value):
             return {k: encode(v, f"{where}.{k}") for k, v in value.items()}
         return {"$dict": [[encode(k, where), encode(v, f"{where}[{k!r}]")] for k, v in value.items()]}
@@ -218,16 +228,16 @@ def _tagged(value: dict[str, Any], tag: str, where: str, depth: int) -> Any:
             return tuple([v if type(v) in _KEPT else decode(v, f"{where}[{i}]", _depth=depth + 1)
                           for i, v in enumerate(raw)])
         return tuple(decode(v, f"{where}[{i}]", _depth=depth + 1) for i, v in enumerate(raw))
-    if tag == "$dict":
+    if tag in ("$dict", "$ordered_dict"):
         if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 for p in raw):
-            raise IRFormatError("$dict takes a list of [key, value] pairs", key=where)
-        out = {}
+            raise IRFormatError(f"{tag} takes a list of [key, value] pairs", key=where)
+        out = {} if tag == "$dict" else collections.OrderedDict()
         for i, (k, v) in enumerate(raw):
             key = decode(k, f"{where}[{i}]", _depth=depth + 1)
             try:
                 out[key] = decode(v, f"{where}[{i}]", _depth=depth + 1)
             except TypeError:
-                raise IRFormatError("$dict key is not hashable", key=f"{where}[{i}]") from None
+                raise IRFormatError(f"{tag} key is not hashable", key=f"{where}[{i}]") from None
         return out
     if tag == "$device":
         if not isinstance(raw, str):

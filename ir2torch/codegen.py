@@ -17,39 +17,95 @@ The call of a module running generated code (checks, per-call graphs, folds, err
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch import fx
-from torch.fx.graph import _format_target, _PyTreeCodeGen, _PyTreeInfo
+from torch.fx import _pytree as fx_pytree
+from torch.fx.graph import CodeGen, _format_target, _PyTreeCodeGen, _PyTreeInfo
 from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError, IRError, IRFormatError, UnsafeNameError
-from common.names import check_forward_arg_names, generated_global
+from common.names import RESPELLED_NAMES, check_forward_arg_names, generated_global
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
-from common.treespec import kwarg_names, load_spec
+from common.treespec import describe_spec, kwarg_names, load_spec
 
+from .guard_specs import is_call_spec
+from .guards import _fits
 from .module_call import call_module
 from .module_call import child as module_child
 from .shared_code import CodeCache, placeholder_module
 
-_COMPONENT = re.compile(r"[A-Za-z0-9_]+\Z")
+_COMPONENT = re.compile(r"[A-Za-z0-9_-]+\Z")  # common.names' rule: quoted where not an identifier
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-class SafePyTreeCodeGen(_PyTreeCodeGen):
+class _UniqueNames:
+    """How both code generators name what generated code binds: every name comes from fx's namespace, once.
+
+    The names generated code introduces are the ``def`` line's parameters (a file's forward-argument and parameter
+    names, checked by :mod:`common.names`), the locals the graph's inputs are bound to, the locals of the other
+    nodes and the globals (fx's and ir2torch's). fx takes the last two from its namespace, but writes an input's
+    local as its placeholder's *target*, then copies it into the namespace's name (``input_2 = input_1``) when the
+    two differ: with a list argument ``input`` unpacked into targets ``input_0, input_1, ...``, one input's copy
+    overwrote the next one's target before it was read (torchvision's DenseNet concatenated one feature twice).
+    Here the parameters are reserved first, exactly as spelled (no local or global takes one of them, builtins
+    included: fx would otherwise name its global ``max`` ``max``), then each input takes its name from the
+    namespace, and code is generated with the targets set to those names: the binding assigns each input once,
+    to a name nothing else has, and no copy follows.
+    """
+
+    def _parameter_names(self) -> list[str]:
+        return []
+
+    @contextlib.contextmanager
+    def _names_reserved(self, nodes: Any, namespace: Any) -> Iterator[None]:
+        # exactly as spelled: ``create_name`` would reserve ``input_1`` for ``input`` (a builtin's name, which it
+        # leaves free for the builtin itself)
+        namespace._used_names.update(self._parameter_names())
+        inputs = [node for node in nodes if node.op == "placeholder"]
+        names = {node: namespace.create_name(node.target, node) for node in inputs}
+        saved = {node: node.target for node in inputs}
+        try:
+            for node, name in names.items():
+                node.target = name
+            yield
+        finally:
+            for node, target in saved.items():
+                node.target = target
+
+
+class SafeCodeGen(_UniqueNames, CodeGen):
+    """fx's plain calling convention (positional inputs: bodies of higher-order ops, graphs without a recorded
+    ``in_spec``), with the names of :class:`_UniqueNames`. The inputs are reserved before any other name, so an
+    input's parameter keeps the name the graph gives it (distinct identifiers, no builtin: :func:`check_graph`)."""
+
+    def _gen_python_code(self, nodes: Any, root_module: str, namespace: Any, **kwargs: Any) -> Any:
+        with self._names_reserved(nodes, namespace):
+            return super()._gen_python_code(nodes, root_module, namespace, **kwargs)
+
+
+class SafePyTreeCodeGen(_UniqueNames, _PyTreeCodeGen):
     """fx's pytree calling convention, with the forward-argument names kept out of fx's namespace.
 
     fx names nodes and globals from a fresh namespace; the original argument names go into the
     ``def`` line unchanged. Reserving them first means no node or global can take one of those
-    names and be shadowed by an argument inside the generated function.
+    names and be shadowed by an argument inside the generated function (:class:`_UniqueNames`). An argument named
+    like a global fx spells only in constants (``device``, ``inf``, ``nan``: :data:`common.names.RESPELLED_NAMES`)
+    gets those constants written through ir2torch's own globals instead.
     """
 
     def __init__(self, pytree_info: _PyTreeInfo, parameters: list[Param] | None = None) -> None:
         super().__init__(pytree_info)
         self.parameters = list(parameters or [])
+
+    def _parameter_names(self) -> list[str]:
+        return list(dict.fromkeys([*self.pytree_info.orig_args, *(p.name for p in self.parameters)]))
 
     def _name(self, base: str) -> str:
         """The name generated code uses for the global ``base`` (a name ir2torch makes), as reserved by
@@ -58,22 +114,24 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
         return getattr(self, "_names", {}).get(base, base)
 
     def _gen_python_code(self, nodes: Any, root_module: str, namespace: Any, **kwargs: Any) -> Any:
-        for name in self.pytree_info.orig_args:
-            namespace.create_name(name, None)
-        for node in nodes:  # the locals the argument binding assigns, before any global takes their names
-            if node.op == "placeholder" and node.target not in self.pytree_info.orig_args:
-                namespace.create_name(node.target, node if node.target == node.name else None)
-        outputs = self._output_nodes()
-        values: dict[str, Any] = {generated_global("default", i): p.default for i, p in enumerate(self.parameters)
-                                  if p.default is not NO_DEFAULT}
-        values.update({generated_global("sequences"): (tuple, list),
-                       generated_global("not_a_sequence"): _not_a_sequence,
-                       generated_global("call_module"): call_module, generated_global("child"): module_child})
-        for i, spec in enumerate(outputs):
-            values.update({generated_global("out_fn", i): pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
-                           generated_global("out_ctx", i): spec.context})
-        self._names = {base: namespace.create_name(base, None) for base in values}
-        code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
+        with self._names_reserved(nodes, namespace):
+            shadowed = RESPELLED_NAMES.intersection(self._parameter_names())
+            constants = _respelled_constants(nodes, shadowed) if shadowed else []
+            outputs = self._output_nodes()
+            values: dict[str, Any] = {generated_global("default", i): p.default
+                                      for i, p in enumerate(self.parameters) if p.default is not NO_DEFAULT}
+            values.update({generated_global("sequences"): (tuple, list),
+                           generated_global("not_a_sequence"): _not_a_sequence,
+                           generated_global("call_module"): call_module, generated_global("child"): module_child})
+            for i, spec in enumerate(outputs):
+                values.update({generated_global("out_fn", i): pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
+                               generated_global("out_ctx", i): spec.context})
+            values.update({generated_global("constant", i): value for i, value in enumerate(constants)})
+            values[generated_global("flatten")] = ArgumentFlattener(tuple(self.pytree_info.orig_args))
+            self._names = {base: namespace.create_name(base, None) for base in values}
+            with _spelled(nodes, constants, [self._name(generated_global("constant", i))
+                                             for i in range(len(constants))]):
+                code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
         code.src = _fast_lookups(code.src, nodes, root_module, self._name)
         code.globals.update({self._name(base): value for base, value in values.items()})
         return code
@@ -122,7 +180,10 @@ class SafePyTreeCodeGen(_PyTreeCodeGen):
         tuple/list of leaves (no pytree call on every forward)."""
         parts = self._argument_parts()
         if parts is None or len(free_vars) != self.pytree_info.in_spec.num_leaves:
-            return super().gen_var_bindings(fn_args, free_vars, expanded_def)
+            # fx's binding, through the structure check of :class:`ArgumentFlattener` (fx's own flattening cuts a
+            # longer list to the traced length, and its error prints the arguments' values)
+            text = super().gen_var_bindings(fn_args, free_vars, expanded_def)
+            return text.replace("= fx_pytree.tree_flatten_spec(", f"= {self._name(generated_global('flatten'))}(", 1)
         bindings = self._format_annotations(free_vars, expanded_def)
         names = [x.split(":")[0].split("#")[0] for x in free_vars]
         return bindings + f"""
@@ -253,6 +314,124 @@ def _not_a_sequence(name: str, value: Any) -> None:
                              hint="pass a tuple or list as in the conversion call, or convert again with this call")
 
 
+class ArgumentFlattener:
+    """How generated code binds nested arguments (``_ir_flatten(([a, b], {'k': k}), self._in_spec)``): the call's
+    structure is checked against the traced one first, with the rule of the root's input guard
+    (:meth:`ir2torch.guards.InputGuard.check_call`: a list for a tuple and plain-dict keys in another order are read
+    alike, any other difference is refused, an ``OrderedDict`` for a ``dict`` or the reverse included), then flattened
+    as fx flattens it. A mismatch raises :class:`~common.errors.InputMismatchError` naming the argument and both
+    structures in short, never the values (fx's flattening cut a longer list to the traced length without a word,
+    and its error printed every tensor of the argument).
+    """
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def __call__(self, value: Any, spec: pytree.TreeSpec) -> list[Any]:
+        if not _fits(pytree.tree_structure(value), spec):
+            self._refuse(value, spec)
+        return fx_pytree.tree_flatten_spec(value, spec)
+
+    def _refuse(self, value: Any, spec: pytree.TreeSpec) -> None:
+        tops: list[tuple[str, Any, pytree.TreeSpec]] = []
+        if is_call_spec(spec) and isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
+            args, kwargs = value
+            specs = [*spec.child(0).children(), *spec.child(1).children()]
+            given = [*args, *(kwargs.get(k) for k in spec.child(1).context)]
+            tops = list(zip(self.names, given, specs))
+        for name, item, item_spec in tops:
+            found = pytree.tree_structure(item)
+            if not _fits(found, item_spec):
+                raise InputMismatchError(
+                    f"argument has pytree structure {describe_spec(found)}, but the module was converted with "
+                    f"{describe_spec(item_spec)}", key=name,
+                    hint="pass the same nesting (tuple/list length, dict type and keys, None) as the converted call, "
+                         "or convert again with this structure")
+        raise InputMismatchError(
+            f"the arguments have pytree structure {describe_spec(pytree.tree_structure(value))}, but the module was "
+            f"converted with {describe_spec(spec)}",
+            hint="call the module with the structure of the converted call, or convert again with this one")
+
+
+def _spelling(value: Any) -> str | None:
+    """The global fx's ``repr`` of constant ``value`` names (``device(type='cpu')``, ``inf``, ``nan``), if any."""
+    if type(value) is torch.device:
+        return "device"
+    if type(value) is float and not math.isfinite(value):
+        return "nan" if math.isnan(value) else "inf"
+    return None
+
+
+def _respelled_constants(nodes: Any, shadowed: frozenset[str] | set[str]) -> list[Any]:
+    """The distinct constants of ``nodes``' arguments whose ``repr`` names one of ``shadowed``, in first-use order."""
+    found: list[Any] = []
+
+    def visit(value: Any) -> Any:
+        if _spelling(value) in shadowed and not any(_same_constant(value, f) for f in found):
+            found.append(value)
+        return value
+
+    for node in nodes:
+        if node.op not in ("placeholder", "output"):
+            fx.node.map_aggregate((node.args, node.kwargs), visit)
+        elif node.op == "output":
+            fx.node.map_aggregate(node.args, visit)
+    return found
+
+
+def _same_constant(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) is float:
+        return repr(a) == repr(b)  # nan equals itself here
+    return bool(a == b)
+
+
+class _Spelled:
+    """Stands, while fx writes the source, for a constant generated code reads from the global ``name``."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@contextlib.contextmanager
+def _spelled(nodes: Any, constants: list[Any], names: list[str]) -> Iterator[None]:
+    """While fx writes the source: each of ``constants`` in the nodes' arguments replaced by a stand-in whose
+    ``repr`` is its global's name (``names``); the arguments are put back after."""
+    if not constants:
+        yield
+        return
+
+    swapped: list[bool] = []
+
+    def swap(value: Any) -> Any:
+        for constant, name in zip(constants, names):
+            if _same_constant(value, constant):
+                swapped.append(True)
+                return _Spelled(name)
+        return value
+
+    saved = []
+    try:
+        for node in nodes:
+            if node.op == "placeholder":
+                continue
+            swapped.clear()
+            args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), swap)
+            if swapped:
+                saved.append((node, node.args, node.kwargs))
+                node.args, node.kwargs = args, kwargs
+        yield
+    finally:
+        for node, args, kwargs in saved:
+            node.args, node.kwargs = args, kwargs
+
+
 def calling_convention(meta: dict[str, Any], implementation: str, codes: CodeCache | None = None) -> SafePyTreeCodeGen:
     r"""The codegen that makes a rebuilt module take the original ``(*args, **kwargs)`` and return
     the original output structure (tuples, dicts, ``ModelOutput``\ s), from ``in_spec``,
@@ -303,6 +482,9 @@ def check_graph(graph: fx.Graph, implementation: str) -> None:
         for key in node.kwargs:
             _check_text(key, _IDENTIFIER, "keyword argument", implementation, where)
     codegen = graph._codegen
+    if type(codegen) not in (CodeGen, SafeCodeGen, SafePyTreeCodeGen):
+        raise UnsafeNameError(f"code generator {type(codegen).__name__} is not one of ir2torch's",
+                              implementation=implementation)
     if isinstance(codegen, _PyTreeCodeGen):
         if not isinstance(codegen, SafePyTreeCodeGen):
             raise UnsafeNameError("a pytree calling convention must come from calling_convention()",
@@ -320,6 +502,8 @@ def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str,
         UnsafeNameError: a string that would reach generated source is not a plain name.
         IRFormatError: fx cannot generate or compile the source (names the implementation).
     """
+    if type(graph._codegen) is CodeGen:
+        graph._codegen = SafeCodeGen()
     check_graph(graph, implementation)
 
     def compile_one() -> None:
@@ -352,4 +536,5 @@ def compile_variant(graph: fx.Graph, implementation: str, codes: CodeCache | Non
     return codes.function(graph, compile_one)
 
 
-__all__ = ["SafePyTreeCodeGen", "calling_convention", "check_graph", "compile_variant", "install_graph"]
+__all__ = ["ArgumentFlattener", "SafeCodeGen", "SafePyTreeCodeGen", "calling_convention", "check_graph",
+           "compile_variant", "install_graph"]

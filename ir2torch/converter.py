@@ -25,6 +25,7 @@ from .flat import Executor, build_flat_module, new_executor_registry
 from .flat_state import weight_budget
 from .forward_budget import install_budgets, static_guard
 from .guard_specs import root_guard
+from .guarded_root import guard_builder_root
 from .handlers.quant import restore_quantization
 from .rebuild import graph_module
 from .shared_code import CodeCache
@@ -267,6 +268,9 @@ class Ir2Torch:
                                  implementation=impl.name, hint="a builder returns an nn.Module")
             if entry.state_map is not None:
                 maps[impl.name] = entry.state_map
+            guard = root_guard(impl) if guard_inputs and impl.name == "root" else None
+            if guard is not None:  # checked as a generated root checks (no generated code of its own to hold it)
+                guard_builder_root(module, impl, guard)
             return module
         if impl.graph.number_of_nodes() or impl.type == "module":
             # a "module" never called has no graph: it only holds its state and children

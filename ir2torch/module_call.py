@@ -17,7 +17,7 @@ import torch
 from torch import fx, nn
 from torch.nn.modules import module as _module
 
-from common.errors import ExecutionError, IRError
+from common.errors import ExecutionError, IRError, without_values
 from common.names import GENERATED_ATTRS
 
 from .fold_cache import FOLD_ATTR
@@ -199,7 +199,8 @@ class _ReportingCall:
         tracer, which uses exceptions of its own)."""
         if torch.compiler.is_exporting() or torch.compiler.is_compiling():
             return exc  # tracers use exceptions of their own; leave them untouched
-        message = f"running {_failed_at(obj, exc)} raised {type(exc).__name__}: {str(exc).strip()[:500]}"
+        text = without_values(str(exc).strip())[:500]  # no tensor values in a message
+        message = f"running {_failed_at(obj, exc)} raised {type(exc).__name__}: {text}"
         hint = ("if the inputs are valid, the IR's graph is inconsistent here (the exception's cause has the "
                 "full traceback)")
         try:

@@ -17,6 +17,7 @@ anything else   ``call_module`` of the called implementation (a child module)
 from __future__ import annotations
 
 import builtins
+import collections
 import keyword
 import operator
 import re
@@ -25,6 +26,7 @@ from typing import Any
 import networkx as nx
 import torch
 from torch import fx, nn
+from torch.fx.immutable_collections import immutable_dict
 
 from common.errors import ArgumentMismatchError, IRValidationError
 from common.ir import CARRIED_NOTES, NOTES_KEY, ORIGINAL_CLASS_KEY, Implementation, slot_path
@@ -162,7 +164,14 @@ class _GraphBuilder:
         if isinstance(value, tuple):
             return tuple(self.substitute(v) for v in value)
         if isinstance(value, dict):
-            return {k: self.substitute(v) for k, v in value.items()}
+            items = {k: self.substitute(v) for k, v in value.items()}
+            if type(value) is collections.OrderedDict:  # fx keeps a node's dicts as plain dicts: built in the code
+                return self.graph.call_function(collections.OrderedDict, (list(items.items()),))
+            if type(value) not in (dict, immutable_dict):
+                raise IRValidationError(f"an argument is a dict of type {type(value).__qualname__}, which the rebuilt "
+                                        "code cannot pass as it is", implementation=self.impl.name,
+                                        hint="IR values hold plain dicts and OrderedDicts only")
+            return items
         return value
 
     def arguments(self, node: str, attrs: dict[str, Any]) -> tuple[tuple, dict]:

@@ -86,9 +86,9 @@ def _spec_key(spec: Any) -> Hashable:
 
 def _codegen_key(codegen: CodeGen) -> Hashable | None:
     """What of the calling convention reaches the source; ``None`` for a code generator this module does not know."""
-    from .codegen import SafePyTreeCodeGen
+    from .codegen import SafeCodeGen, SafePyTreeCodeGen
 
-    if type(codegen) is CodeGen:
+    if type(codegen) in (CodeGen, SafeCodeGen):
         return ("plain",)
     if type(codegen) is SafePyTreeCodeGen:
         info = codegen.pytree_info

@@ -23,14 +23,21 @@ import ir2torch
 import torch2ir
 from common import IR
 from common.errors import InputMismatchError, UnsafeNameError
-from common.names import CODEGEN_NAMES, GENERATED_ATTRS, GENERATED_CALL_MODULE, GENERATED_CALLS, generated_names
+from common.names import (
+    ARGUMENT_RESERVED_NAMES,
+    CODEGEN_NAMES,
+    GENERATED_ATTRS,
+    GENERATED_CALL_MODULE,
+    GENERATED_CALLS,
+    generated_names,
+)
 
 NAMES = generated_names(2)
 
 
 class Inner(nn.Module):
-    def forward(self, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11):
-        return a0 * 2 + a1 + a2 * a3 + a4 - a5 + a6 + a7 + a8 + a9 + a10 + a11
+    def forward(self, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14):
+        return a0 * 2 + a1 + a2 * a3 + a4 - a5 + a6 + a7 + a8 + a9 + a10 + a11 - a12 * a13 + a14
 
 
 class Outer(nn.Module):
@@ -41,7 +48,7 @@ class Outer(nn.Module):
 
     def forward(self, x, same, y):
         h = self.lin(x)
-        return self.inner(h, h, *[y + i for i in range(10)]) + same
+        return self.inner(h, h, *[y + i for i in range(13)]) + same
 
 
 @cache
@@ -88,7 +95,7 @@ def test_arguments_named_like_every_generated_global_rebuild_and_keep_their_chec
     forward arguments of a module that checks same inputs and of the guarded root: same results, checks run."""
     doc, model = saved
     inner = doc["implementations"]["inner"]["meta"]
-    assert len(inner["forward_arg_names"]) == len(NAMES) == 12
+    assert len(inner["forward_arg_names"]) == len(NAMES) == 15
     _rename(inner, NAMES)
     root_names = [f"{GENERATED_CALL_MODULE}_{GENERATED_CALLS['same_inputs']}",
                   f"{GENERATED_CALL_MODULE}_{GENERATED_CALLS['input_guard']}", NAMES[0]]
@@ -102,12 +109,12 @@ def test_arguments_named_like_every_generated_global_rebuild_and_keep_their_chec
         with pytest.raises(InputMismatchError, match="different objects"):
             rebuilt(x, x.clone(), y)  # the root's same-inputs check ran, not the argument
         with pytest.raises(InputMismatchError, match="different objects"):
-            rebuilt.inner(x, x.clone(), *[y] * 10)
+            rebuilt.inner(x, x.clone(), *[y] * 13)
         with pytest.raises(InputMismatchError):
             rebuilt(x, x, torch.randn(3, 5))  # the root's input guard ran
 
 
-@pytest.mark.parametrize("name", sorted(CODEGEN_NAMES))
+@pytest.mark.parametrize("name", sorted(ARGUMENT_RESERVED_NAMES))
 @pytest.mark.parametrize("field", ["forward_arg_names", "parameters"])
 def test_names_generated_code_spells_as_they_are_are_refused(saved, tmp_path, name, field) -> None:
     doc, _ = saved

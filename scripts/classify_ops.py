@@ -7,6 +7,10 @@ Every overload gets exactly one class, by the first rule of :func:`classify` tha
 
 - **refused** (with a reason): explicit per-op exceptions, then name patterns and schema inspection for file I/O,
   unchecked memory, process state, device runtimes, TorchScript builtins on Python values, and test-only ops;
+  then every *private* op (a name starting with ``_``) that is neither argued safe here (:data:`ARGUED_PRIVATE`)
+  nor emitted by ``torch.export``, ``torch2ir.lower`` or ir2torch on the project's corpus
+  (:data:`EXPORTED_PRIVATE`): internal kernels trust their callers' checks, and each one the op-level fuzz ran
+  long enough crashed on hostile arguments sooner or later;
 - **allocating**: the size of the output comes from a non-tensor argument (factories without tensor inputs,
   size/shape lists, counts, scale factors) or from tensor *data* (``bincount``, ``repeat_interleave``...);
 - **pure**: everything else: reads tensors and returns tensors (or views torch bounds-checks) whose sizes follow
@@ -37,6 +41,7 @@ DEVICE = "device runtime"
 SCRIPT = "TorchScript builtin on Python values"
 TEST_ONLY = "test-only op"
 UNCLASSIFIED = "unclassified: safety not argued"
+PRIVATE = "private kernel that torch.export does not emit: safety not argued"
 
 #: Ops allowed although their name says "unsafe": each was tested on the CPU in a subprocess with out-of-range
 #: indices or sizes (see the report of scripts/classify_ops.py and tests/security/test_op_table.py).
@@ -165,6 +170,48 @@ ALLOCATING_OPS: dict[str, str] = {
     "cartesian_prod": "output size is the product of all input sizes",
 }
 
+#: Private ATen ops (a name starting with ``_``) allowed because ``torch.export``, ``torch2ir.lower(...,
+#: decompose=True)`` (the core-ATen decompositions) or ir2torch emit them on the project's corpus: op -> where.
+#: ``python -m tests.security.op_corpus`` lists the private ops the corpus emits (and, run whole, the entries here
+#: that no model emits any more); every other private op is refused (:data:`PRIVATE`) unless argued safe in
+#: :data:`ARGUED_PRIVATE`. An entry allows every overload of the op; the op-level fuzz runs them all.
+EXPORTED_PRIVATE: dict[str, str] = {
+    # torch.export itself (module-level IR and lower without decompositions)
+    "__and__": "Python's & on tensors (export): the attention masks of most transformers (bert, gpt2, llama...)",
+    "__or__": "Python's | on tensors (export): funnel's attention mask; the corpus' bit-operators layer",
+    "__xor__": "Python's ^ on tensors (export): the corpus' bit-operators layer",
+    "__lshift__": "Python's << on tensors (export): the corpus' bit-operators layer",
+    "__rshift__": "Python's >> on tensors (export): the corpus' bit-operators layer",
+    "__iand__": "Python's &= on tensors (export): the corpus' bit-operators layer",
+    "__ior__": "Python's |= on tensors (export): the corpus' bit-operators layer",
+    "__ixor__": "Python's ^= on tensors (export): the corpus' bit-operators layer",
+    "__ilshift__": "Python's <<= on tensors (export): the corpus' bit-operators layer",
+    "__irshift__": "Python's >>= on tensors (export): the corpus' bit-operators layer",
+    "_weight_norm": "the weight_norm parametrization of a convolution (export): wav2vec2, hubert, wavlm",
+    "_conj": "Tensor.conj() of a complex tensor (export): the corpus' complex layer",
+    "_upsample_bilinear2d_aa": "interpolate(mode='bilinear', antialias=True) (export): the corpus' antialias layer",
+    # the core-ATen decompositions (lower with decompose=True)
+    "_softmax": "softmax decomposition: every attention (bert, gpt2, llama, vit, nn.Transformer...)",
+    "_log_softmax": "log_softmax and cross_entropy decomposition: the corpus' log-softmax layers",
+    "_to_copy": "decomposition of .to(dtype) and type casts: most transformers (bert, gpt2, fnet...)",
+    "_native_batch_norm_legit_no_training": "eval-mode batch_norm decomposition: resnet, mobilenet, regnet...",
+    "_native_batch_norm_legit": "batch_norm without running stats (no_stats): BiT's weight-standardised "
+                                "convolutions, instance_norm",
+    "_fft_c2c": "fft_fftn decomposition: fnet",
+    "_fft_r2c": "rfft and stft decomposition: the corpus' rfft and stft layers",
+    "_fft_c2r": "irfft decomposition: the corpus' rfft layer",
+    "_trilinear": "bilinear decomposition: nn.Bilinear in the zoo's multi_io_leaves",
+    "_adaptive_avg_pool2d": "adaptive_avg_pool2d decomposition (an output size that does not divide the input)",
+    "_embedding_bag": "embedding_bag decomposition: the corpus' nn.EmbeddingBag layer",
+    "_cdist_forward": "cdist decomposition: the corpus' cdist layer",
+    "_local_scalar_dense": "Tensor.item() decomposition: the corpus' item layer",
+}
+
+#: Private ATen ops allowed without export emitting them on the corpus, each argued above (``_unsafe_*`` tested
+#: on out-of-range arguments; export's runtime assertions only raise; ``_reshape_copy`` checks the element count).
+ARGUED_PRIVATE: frozenset[str] = frozenset(
+    op for op in (*UNSAFE_NAMED_BUT_CHECKED, *PURE_OPS) if op.startswith("_"))
+
 #: Names of int/int-list arguments that never set an output size (dimensions, modes, indices into the input).
 SAFE_INT_ARGS = frozenset({
     "dim", "dims", "dim0", "dim1", "dim2", "dim1_", "start_dim", "end_dim", "axis", "axes", "perm", "source",
@@ -261,6 +308,11 @@ def classify_overload(op: str, schema: Any) -> tuple[str, str | None]:
         return "refused", f"{PROCESS}: random generator state"
     if re.search(r"^_?set_|thread|profil|record_function|default_dtype|autocast_(en|ex)", op):
         return "refused", f"{PROCESS}: global setter"
+    if op.startswith("_") and op not in ARGUED_PRIVATE:
+        if op not in EXPORTED_PRIVATE:
+            return "refused", PRIVATE
+        if not any("Tensor" in t for t in types):  # aten.__and__.int: export writes operator.and_ on numbers
+            return "refused", f"{PRIVATE} (an overload on Python numbers: export writes operator.* for those)"
     if op in PURE_OPS:
         return PURE, PURE_OPS[op]
     if not any("Tensor" in t for t in types):
@@ -287,6 +339,8 @@ def classify_overload(op: str, schema: Any) -> tuple[str, str | None]:
             return ALLOCATING, f"the output size may come from argument {a.name!r}"
         if "float" in t and _SCALE_ARG.match(a.name):
             return ALLOCATING, f"the output size may come from argument {a.name!r}"
+    if op in EXPORTED_PRIVATE:
+        return PURE, f"private kernel that torch.export emits: {EXPORTED_PRIVATE[op]}"
     return PURE, None
 
 

@@ -4,7 +4,9 @@
 (``torch2ir.lower``, plain and ``decompose=True``), and returns every function ``implementation`` and FlatIR
 ``op_type``. Conversion runs with :func:`permissive` so that a refused operator shows up in the result instead of
 stopping the conversion. ``python -m tests.security.op_corpus`` runs the whole corpus (tests/real, the zoo, the
-quantized models) and prints the names that are not allowed (exit status 1 when there are any).
+quantized models, a few common layers) and prints the names that are not allowed (exit status 1 when there are any), then the private
+ATen ops (``aten._*``) the corpus emits, which is where the table ``EXPORTED_PRIVATE`` of
+``scripts/classify_ops.py`` comes from (a full run also names the entries of that table no model emits any more).
 """
 
 from __future__ import annotations
@@ -79,6 +81,28 @@ def refused(names: set[str]) -> dict[str, str]:
     return out
 
 
+def private_ops(names: set[str]) -> dict[str, list[str]]:
+    """The private ATen ops (a name starting with ``_``) among ``names``: op -> its overloads seen."""
+    out: dict[str, list[str]] = {}
+    for name in sorted(names):
+        if name.startswith("aten._"):
+            _, op, overload = name.split(".")
+            out.setdefault(op, []).append(overload)
+    return out
+
+
+def _exported_private() -> dict[str, str]:
+    """``scripts/classify_ops.py``'s table of the private ops export emits (op -> where)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "classify_ops.py"
+    spec = importlib.util.spec_from_file_location("classify_ops", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.EXPORTED_PRIVATE
+
+
 def _quant_models() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tuple, dict]], tuple[str, ...]]]:
     """The quantized models of tests/quant: eager QAT/PTQ, PT2E (torchao), brevitas, when installed."""
     out = []
@@ -102,15 +126,72 @@ def _quant_models() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tup
     return out
 
 
+class _Call(nn.Module):
+    """A layer that is a function call (``torch.fft.rfft``, ``torch.cdist``, ``.item()``...)."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        return self.fn(*args)
+
+
+def _randn(*shape: int) -> Callable[[], tuple[tuple, dict]]:
+    return lambda: ((torch.randn(*shape, generator=torch.Generator().manual_seed(0)),), {})
+
+
+def _bit_operators(x: torch.Tensor) -> torch.Tensor:
+    """Python's operators on bool and int tensors: export writes ``aten.__and__``, ``aten.__ilshift__``..."""
+    mask = x > 0
+    mask = (mask ^ (x < 1)) | mask & mask
+    i = x.long()
+    i = (i << 2) >> 1
+    i |= x.long()
+    i &= 3
+    i ^= x.long()
+    i <<= 1
+    i >>= 1
+    return mask.float() + i
+
+
+def _layers() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tuple, dict]], tuple[str, ...]]]:
+    """Common layers real models use that the model corpus lacks and whose export, or core-ATen decomposition,
+    calls a private kernel (``log_softmax`` -> ``_log_softmax``, ``rfft`` -> ``_fft_r2c``...): without them the
+    private ops they need would be refused."""
+    import torch.nn.functional as F
+
+    ids = lambda: ((torch.tensor([[1, 2, 3], [4, 5, 6]]),), {})  # noqa: E731
+    return [
+        ("layer_bit_operators", lambda: _Call(_bit_operators), _randn(3, 4), ()),
+        ("layer_log_softmax", lambda: _Call(lambda x: F.log_softmax(x, -1)), _randn(4, 6), ()),
+        ("layer_cross_entropy", lambda: _Call(lambda x: F.cross_entropy(x, torch.tensor([0, 1, 2, 3]))),
+         _randn(4, 6), ()),
+        ("layer_instance_norm", lambda: nn.InstanceNorm2d(3), _randn(2, 3, 8, 8), ()),
+        ("layer_adaptive_avg_pool", lambda: nn.AdaptiveAvgPool2d(3), _randn(2, 3, 8, 8), ()),
+        ("layer_rfft", lambda: _Call(lambda x: torch.fft.irfft(torch.fft.rfft(x), n=6)), _randn(4, 6), ()),
+        ("layer_stft", lambda: _Call(lambda x: torch.stft(x, 16, window=torch.hann_window(16),
+                                                          return_complex=True).abs()), _randn(2, 64), ()),
+        ("layer_embedding_bag", lambda: nn.EmbeddingBag(10, 3), ids, ()),
+        ("layer_cdist", lambda: _Call(lambda x: torch.cdist(x, x)), _randn(2, 5, 6), ()),
+        ("layer_item", lambda: _Call(lambda x: x * x.amax().item()), _randn(4, 6), ()),
+        ("layer_complex_conj", lambda: _Call(lambda x: torch.view_as_real(torch.polar(x.abs(), x).conj().resolve_conj())),
+         _randn(4, 6), ()),
+        ("layer_antialias", lambda: _Call(lambda x: F.interpolate(x, size=(4, 4), mode="bilinear", antialias=True)),
+         _randn(2, 3, 8, 8), ()),
+    ]
+
+
 def corpus() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tuple, dict]], tuple[str, ...]]]:
-    """``(name, build, inputs, allow)`` of every model of the corpus: tests/real, the zoo (and REAL), quantized."""
+    """``(name, build, inputs, allow)`` of every model of the corpus: tests/real, the zoo (and REAL), quantized,
+    and the common layers of :func:`_layers`."""
     from tests.models.real import REAL
     from tests.models.zoo import ZOO
     from tests.real.corpus import CORPUS
 
     out = [(a.name, a.build, a.inputs, tuple(a.allow)) for a in CORPUS]
     out += [(c.name, c.build, c.inputs, ()) for c in (*ZOO, *REAL)]
-    return out + _quant_models()
+    return out + _quant_models() + _layers()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in bad.items():
         print("  refused:", name, reason)
     print("allocating among them:", sorted(n for n in everything if n in safety.ALLOCATING_OPS))
+    seen = private_ops(everything)
+    print("private ops among them (scripts/classify_ops.py's EXPORTED_PRIVATE must list those not argued safe):")
+    for op, overloads in seen.items():
+        print(f"  {op}: {', '.join(overloads)}")
+    if not options.skip and not options.light:  # the whole corpus: entries of the table no model emits any more
+        stale = sorted(set(_exported_private()) - set(seen))
+        print("EXPORTED_PRIVATE entries the corpus did not emit:", stale or "none")
     return 1 if bad else 0
 
 

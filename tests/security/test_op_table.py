@@ -120,6 +120,44 @@ def test_pure_operators(name: str) -> None:
     assert op_class(name)[0] == "pure" and name not in ALLOCATING_OPS and DEFAULT_ALLOWLIST.is_allowed(name)
 
 
+#: Private kernels the op-level fuzz crashed, or that export never writes: refused by the private-op rule.
+_PRIVATE_REFUSED = ["aten._fused_rms_norm.default", "aten._scaled_dot_product_flash_attention_for_cpu.default",
+                    "aten._ctc_loss.default", "aten._linalg_svd.default", "aten._unique2.default",
+                    "aten._histogramdd_bin_edges.default", "aten.__derive_index.default", "aten._infer_size.default"]
+
+
+@pytest.mark.parametrize("name", _PRIVATE_REFUSED)
+def test_private_kernels_export_does_not_emit_are_refused(name: str) -> None:
+    cls, reason = op_class(name)
+    assert cls == "refused" and reason.startswith("private kernel that torch.export does not emit"), reason
+    with pytest.raises(E.UnsafeTargetError, match="private kernel that torch.export does not emit"):
+        DEFAULT_ALLOWLIST.resolve(name)
+
+
+def test_private_kernels_export_emits_are_allowed_with_where_they_appear() -> None:
+    classifier = _classifier()
+    assert len(classifier.EXPORTED_PRIVATE) < 40  # an explicit, reviewed table, not a pattern
+    for op, where in classifier.EXPORTED_PRIVATE.items():
+        assert op.startswith("_") and where, op
+        overloads = [n for n in op_classes.ATEN if n.split(".")[1] == op]
+        assert overloads, f"{op} is not an ATen op of this torch"
+        tensor_overloads = [n for n in overloads if not op_class(n)[1] or "Python numbers" not in op_class(n)[1]]
+        assert tensor_overloads and all(op_class(n)[0] in ("pure", "allocating") for n in tensor_overloads), op
+    assert op_class("aten._softmax.default") == ("pure", "private kernel that torch.export emits: "
+                                                         + classifier.EXPORTED_PRIVATE["_softmax"])
+    assert op_class("aten.__and__.Tensor")[0] == "pure"
+    cls, reason = op_class("aten.__and__.int")  # export writes operator.and_ on numbers
+    assert cls == "refused" and "Python numbers" in reason
+
+
+def test_every_allowed_private_kernel_is_emitted_or_argued() -> None:
+    classifier = _classifier()
+    for name, value in op_classes.ATEN.items():
+        op = name.split(".")[1]
+        if op.startswith("_") and not value.startswith("refused"):
+            assert op in classifier.EXPORTED_PRIVATE or op in classifier.ARGUED_PRIVATE, name
+
+
 def test_a_packet_is_allowed_only_when_every_overload_is() -> None:
     cls, reason = op_class("aten.add")  # aten::add.str is a TorchScript string builtin
     assert cls == "refused" and "aten.add.str" in reason

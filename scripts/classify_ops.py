@@ -184,6 +184,7 @@ EXPORTED_PRIVATE: dict[str, str] = {
     "__rshift__": "Python's >> on tensors (export): the corpus' bit-operators layer",
     "__iand__": "Python's &= on tensors (export): the corpus' bit-operators layer",
     "__ior__": "Python's |= on tensors (export): the corpus' bit-operators layer",
+    "_is_all_true": "a tensor condition in Python (export): LLaVA's image-token count check",
     "__ixor__": "Python's ^= on tensors (export): the corpus' bit-operators layer",
     "__ilshift__": "Python's <<= on tensors (export): the corpus' bit-operators layer",
     "__irshift__": "Python's >>= on tensors (export): the corpus' bit-operators layer",

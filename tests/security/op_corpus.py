@@ -4,8 +4,8 @@
 (``torch2ir.lower``, plain and ``decompose=True``), and returns every function ``implementation`` and FlatIR
 ``op_type``. Conversion runs with :func:`permissive` so that a refused operator shows up in the result instead of
 stopping the conversion. ``python -m tests.security.op_corpus`` runs the whole corpus (tests/real, the zoo, the
-quantized models, a few common layers) and prints the names that are not allowed (exit status 1 when there are any), then the private
-ATen ops (``aten._*``) the corpus emits, which is where the table ``EXPORTED_PRIVATE`` of
+quantized models, a few common layers) and prints the names that are not allowed (exit status 1 when there are
+any), then the private ATen ops (``aten._*``) the corpus emits, which is where the table ``EXPORTED_PRIVATE`` of
 ``scripts/classify_ops.py`` comes from (a full run also names the entries of that table no model emits any more).
 """
 
@@ -175,8 +175,8 @@ def _layers() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tup
         ("layer_embedding_bag", lambda: nn.EmbeddingBag(10, 3), ids, ()),
         ("layer_cdist", lambda: _Call(lambda x: torch.cdist(x, x)), _randn(2, 5, 6), ()),
         ("layer_item", lambda: _Call(lambda x: x * x.amax().item()), _randn(4, 6), ()),
-        ("layer_complex_conj", lambda: _Call(lambda x: torch.view_as_real(torch.polar(x.abs(), x).conj().resolve_conj())),
-         _randn(4, 6), ()),
+        ("layer_complex_conj",
+         lambda: _Call(lambda x: torch.view_as_real(torch.polar(x.abs(), x).conj().resolve_conj())), _randn(4, 6), ()),
         ("layer_antialias", lambda: _Call(lambda x: F.interpolate(x, size=(4, 4), mode="bilinear", antialias=True)),
          _randn(2, 3, 8, 8), ()),
     ]

@@ -6,7 +6,8 @@ checked-in table matches the running torch). ``--check`` exits 1 when the table 
 Every overload gets exactly one class, by the first rule of :func:`classify` that matches:
 
 - **refused** (with a reason): explicit per-op exceptions, then name patterns and schema inspection for file I/O,
-  unchecked memory, process state, device runtimes, TorchScript builtins on Python values, and test-only ops;
+  unchecked memory, process state, device runtimes, TorchScript builtins on Python values, unbounded run time,
+  and test-only ops;
   then every *private* op (a name starting with ``_``) that is neither argued safe here (:data:`ARGUED_PRIVATE`)
   nor emitted by ``torch.export``, ``torch2ir.lower`` or ir2torch on the project's corpus
   (:data:`EXPORTED_PRIVATE`): internal kernels trust their callers' checks, and each one the op-level fuzz ran
@@ -41,6 +42,7 @@ DEVICE = "device runtime"
 SCRIPT = "TorchScript builtin on Python values"
 TEST_ONLY = "test-only op"
 UNCLASSIFIED = "unclassified: safety not argued"
+UNBOUNDED = "unbounded run time"
 PRIVATE = "private kernel that torch.export does not emit: safety not argued"
 
 #: Ops allowed although their name says "unsafe": each was tested on the CPU in a subprocess with out-of-range
@@ -127,6 +129,9 @@ REFUSED_OPS: dict[str, str] = {
     "Generator": f"{PROCESS}: creates a random generator",
     "grad": f"{PROCESS}: runs autograd (torch.autograd.grad)",
     "factorial": f"{SCRIPT}: loops as many times as its argument",
+    "choose_qparams_optimized": f"{UNBOUNDED}: searches for as many steps as n_bins and ratio say, not the input's "
+                                "size (ratio=inf or n_bins=10**9 hangs, found by the long op-level fuzz); a "
+                                "quantization-time helper export's forward graphs do not write",
     "has_torch_function": f"{SCRIPT}: takes any Python values",
 }
 

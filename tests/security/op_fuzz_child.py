@@ -4,7 +4,8 @@
 each a chain of one to three operators taken from those the default allow-list accepts, with hostile arguments
 built from each operator's schema (negative, zero and huge sizes, out-of-range indices and dims, odd strides, mixed
 dtypes, empty tensors, paths into ``WATCHED``), and runs each through save -> ``FlatIR.load`` -> ``ir2torch.convert``
--> one call. It writes a summary to ``OUT.json``: the examples run, the IRError classes seen, and every outcome
+-> one call, each within :data:`EXAMPLE_SECONDS` (a hang ends the process with status 1 and the stacks on stderr).
+It writes a summary to ``OUT.json``: the examples run, the IRError classes seen, and every outcome
 that is not an IRError or that changed process-wide state (grad mode, default dtype, thread count, the default
 generator's state where no op of the document draws random numbers). A signal (a crash) is seen by the parent.
 """
@@ -41,6 +42,10 @@ INPUTS = {
     "b": ((2, 3), "bool"),
     "e": ((0, 3), "float32"),
 }
+#: Seconds one example may take before the child dumps its stacks and exits (status 1): a kernel that loops on a
+#: hostile argument (``choose_qparams_optimized`` with ``ratio=inf``) is a finding, seen in minutes, not at the
+#: parent's timeout. Examples take milliseconds; this leaves room for a loaded machine.
+EXAMPLE_SECONDS = 120
 _SKIP_TYPES = ("Generator", "Storage", "Stream", "Dimname", "Layout", "Device", "MemoryFormat", "ScalarType?[]",
                "Any", "Future", "Await", "__torch__", "RRef", "Capsule", "Dict", "AnyEnumType")
 
@@ -203,6 +208,7 @@ def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
         path.write_text(json.dumps(doc))
         current.write_text(json.dumps(doc))  # what was running, should the process die
         rng = torch.get_rng_state()
+        faulthandler.dump_traceback_later(EXAMPLE_SECONDS, exit=True)  # a hang ends the child (status 1)
         try:
             model = ir2torch.convert(FlatIR.load(path), max_bytes=2 * 2**30)
             with torch.no_grad():
@@ -215,6 +221,8 @@ def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
             summary["failures"].append({"ops": [n["op_type"] for n in doc["nodes"]],
                                         "error": f"{type(exc).__name__}: {str(exc)[:300]}",
                                         "doc": json.dumps(doc)[:4000]})
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         summary["outcomes"][outcome] += 1
         now = _state()
         changed = {k: (reference[k], now[k]) for k in reference if now[k] != reference[k]}

@@ -4,7 +4,8 @@ A child process (``tests/security/op_fuzz_child.py``) draws FlatIR documents of 
 default allow-list accepts, with arguments built from each operator's schema (negative, zero and huge sizes,
 out-of-range indices and dims, odd strides, mixed dtypes, empty tensors, NaN and infinite floats, paths into a
 watched folder), and runs each through save, load, rebuild and one call, under an address-space limit, in a
-folder of its own. The parent checks that the child ended normally (no signal: no segfault, no abort), that no
+folder of its own. The parent checks that the child ended normally (no signal: no segfault, no abort; no example
+running longer than the child's ``EXAMPLE_SECONDS``, which ends it with status 1), that no
 file appeared in the watched folder or the child's working folder, that every outcome was a result or an
 ``IRError``, and that no process-wide state changed (grad mode, default dtype, thread count, inference and
 deterministic modes, the working folder, and the default generator's state wherever no operator of the document
@@ -47,9 +48,10 @@ def test_allowed_ops_with_hostile_arguments_give_only_ir_errors(tmp_path: Path) 
            "HYPOTHESIS_STORAGE_DIRECTORY": str(tools / ".hypothesis")}
     proc = subprocess.run(
         [sys.executable, "-m", "tests.security.op_fuzz_child", str(out), str(count), str(watched), derandomize],
-        cwd=work, env=env, capture_output=True, text=True, timeout=3600, preexec_fn=_limit)
+        cwd=work, env=env, capture_output=True, text=True, timeout=max(3600, count), preexec_fn=_limit)
     current = Path(f"{out}.current")
-    assert proc.returncode == 0, (f"the child ended with {proc.returncode} (a negative code is a signal) running "
+    assert proc.returncode == 0, (f"the child ended with {proc.returncode} (a negative code is a signal, 1 with "
+                                  "'Timeout' on stderr an example that ran too long) running "
                                   f"{current.read_text() if current.exists() else '?'}\n{proc.stderr[-3000:]}")
     summary = json.loads(out.read_text())
     print(f"op fuzz: {summary['examples']} examples over {summary['ops']} allowed ops in {summary['seconds']} s: "

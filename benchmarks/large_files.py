@@ -19,8 +19,8 @@ Each run writes the document to a temporary file and, in a fresh interpreter, ti
 and a rebuild on ``device="meta"``: reading + JSON parse (:func:`common.serialize.loads_json`), IR
 construction (:meth:`common.ir.IR.from_dict` with value decoding), validation (:func:`common.validate.validate`),
 rebuild (:func:`ir2torch.convert`); plus the whole ``IR.load`` as one call. Peak memory is the child's
-``ru_maxrss`` after each phase (it only grows). Times are medians over ``--runs`` children; nothing is
-asserted.
+``VmHWM`` (the peak resident set) after each phase (it only grows). Times are medians over ``--runs``
+children; nothing is asserted.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -141,7 +140,9 @@ def _document(impls: dict[str, Any]) -> dict[str, Any]:
 
 
 def _maxrss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM, not ru_maxrss: a child's ru_maxrss includes the parent's peak, recorded at exec
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("VmHWM:"))) / 1024
 
 
 # -- the child: one load + rebuild, phase by phase -------------------------------------------------

@@ -97,9 +97,16 @@ def calibrate(fn: Callable[[], Any], *, target: float = 0.02, limit: int = 1000)
 
 
 def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, in MiB (Linux reports ``ru_maxrss`` in KiB)."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
+    """Peak resident set size of this process image so far, in MiB.
+
+    On Linux it is ``VmHWM``: ``ru_maxrss`` of a child started by ``subprocess`` includes its parent's
+    peak (recorded at exec), which would charge the parent's memory to every child task."""
+    try:
+        with open("/proc/self/status") as status:
+            return int(next(line.split()[1] for line in status if line.startswith("VmHWM:"))) / 1024
+    except (OSError, StopIteration):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return rss / (1024 * 1024) if sys.platform == "darwin" else rss / 1024
 
 
 def run_child(task: str, params: Mapping[str, Any], *, timeout: float = 1800) -> dict[str, Any]:

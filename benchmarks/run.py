@@ -8,7 +8,7 @@ Usage::
 
 Every task (a scenario on one model, or one operation whose memory is measured) runs in a fresh child
 process (``python -m benchmarks.run --child ...``) that reports its timings and its own peak RSS
-(``resource.getrusage(RUSAGE_SELF).ru_maxrss``); ``--quick`` runs all its tasks in one child. Every figure is
+(``VmHWM``); ``--quick`` runs all its tasks in one child. Every figure is
 timed interleaved with its reference in the same child and reported as a ratio. The Markdown report
 is printed and written atomically to ``benchmarks/results.md`` (full run) or
 ``benchmarks/results-quick.md`` (``--quick`` or ``--only``); the raw numbers go beside it as ``.json``.

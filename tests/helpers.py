@@ -38,6 +38,17 @@ def converted(name: str) -> tuple[Case, torch.nn.Module, tuple, dict, IR]:
     return case, model, args, kwargs, torch2ir.convert(model, args, kwargs)
 
 
+# Source of ``peak_kib()`` for code run in a child process: the peak resident set size of *this* process
+# image in KiB (``VmHWM``). ``ru_maxrss`` is not used: a child started by ``subprocess`` from a large pytest
+# worker inherits the worker's high-water mark across fork/vfork + exec (Linux records the old address
+# space's peak at exec), so a 400 MB child measured 2.1 GB under a busy worker.
+PEAK_KIB_SOURCE = """
+def peak_kib():
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+"""
+
+
 def run_python(code: str, *, timeout: float) -> tuple[dict[str, Any], float]:
     """Run ``code`` in a fresh interpreter (repository on the path, offline); return the JSON object it prints
     last and the wall time. Used to measure peak memory (``ru_maxrss``) of one job in isolation."""

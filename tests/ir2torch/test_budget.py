@@ -11,7 +11,7 @@ import torch2ir
 from common import IR
 from common.errors import IRError, ResourceBudgetError
 from ir2torch.budget import available_bytes, human, shape_bytes
-from tests.helpers import converted, run_python
+from tests.helpers import PEAK_KIB_SOURCE, converted, run_python
 
 
 def _leaf_ir(module: nn.Module, x: torch.Tensor) -> IR:
@@ -63,17 +63,17 @@ for module, x, field, value in [(nn.Linear(3, 4), torch.randn(2, 3), "in_feature
     ir["0"].data[field] = value
     if field == "in_features":
         ir["0"].data["out_features"] = 10**9
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    before = peak_kib()
     start = time.perf_counter()
     try:
         ir2torch.convert(ir)
         results.append("built")
     except ResourceBudgetError:
         results.append("refused")
-    results.append([time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before])
+    results.append([time.perf_counter() - start, peak_kib() - before])
 print(json.dumps(results))
 """
-    out, _ = run_python(code, timeout=300)
+    out, _ = run_python(PEAK_KIB_SOURCE + code, timeout=300)
     assert out[0] == out[2] == "refused", out
     for seconds, grown_kb in (out[1], out[3]):
         assert seconds < 5 and grown_kb < 100_000, out

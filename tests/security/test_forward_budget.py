@@ -24,6 +24,7 @@ import ir2torch
 import torch2ir
 from common import IR, FlatIR
 from common.errors import ResourceBudgetError
+from tests.helpers import PEAK_KIB_SOURCE
 
 SIZE = 7919  # a literal the file holds once: the size the attacker edits
 HUGE = 10**12
@@ -123,20 +124,20 @@ def test_the_probe_allocates_nothing_real(tmp_path: Path) -> None:
     path = _hostile(tmp_path, model, (x,), size=3 * 10**8)
     torch.save(model.state_dict(), tmp_path / "state.pt")
     script = textwrap.dedent(f"""
-        import resource, torch, ir2torch
+        import torch, ir2torch
         from common import IR
         from common.errors import ResourceBudgetError
         state = torch.load({str(tmp_path / "state.pt")!r}, weights_only=True)
         model = ir2torch.convert(IR.load({str(path)!r}), state, max_bytes=10**8)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        before = peak_kib()
         try:
             model(torch.randn(2, 4))
         except ResourceBudgetError as exc:
             print("refused", "node" in str(exc))
-        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        grown = peak_kib() - before
         print("grown_kb", grown)
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+    out = subprocess.run([sys.executable, "-c", PEAK_KIB_SOURCE + script], capture_output=True, text=True, timeout=300,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
@@ -309,7 +310,7 @@ def test_an_empty_weight_norm_is_refused_before_its_kernel_runs(tmp_path: Path) 
                 except ExecutionError as exc:
                     print("refused", "empty tensor" in str(exc))
     """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+    out = subprocess.run([sys.executable, "-c", PEAK_KIB_SOURCE + script], capture_output=True, text=True, timeout=300,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["refused", "True"] * 4

@@ -181,7 +181,8 @@ class Ir2Torch:
             ir = self._as_ir(ir)
             with collector_paused():  # building allocates much and frees little (see common.collector)
                 model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
-        install_budgets(model, budget, target_device(device), guarded=static_guard(model))
+        with collector_paused():  # one small object per generated module: nothing to collect
+            install_budgets(model, budget, target_device(device), guarded=static_guard(model))
         return model
 
     def _convert_ir(self, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None,

@@ -210,10 +210,10 @@ def _store_graph(self: fx.GraphModule, graph: fx.Graph) -> None:
     graph.owning_module = self
 
 
-class _Constructing(fx.GraphModule):
-    """The class of a :func:`placeholder_module` while fx's constructor runs (never afterwards)."""
-
-    graph = property(fx.GraphModule.graph.fget, _store_graph)  # type: ignore[attr-defined]
+#: The constructor's ``graph`` setter while :func:`placeholder_module` runs it: stores the graph, generates nothing.
+_STORE_GRAPH = property(fx.GraphModule.graph.fget, _store_graph)  # type: ignore[attr-defined]
+#: The ``root`` fx's constructor is given: a module with nothing to copy (an empty graph names nothing of it).
+_NO_ROOT = nn.Module()
 
 
 def placeholder_module(class_name: str) -> fx.GraphModule:
@@ -222,14 +222,18 @@ def placeholder_module(class_name: str) -> fx.GraphModule:
     :meth:`CodeCache.install`), before the module is used: that step sets everything the skipped one would have
     set (source, ``forward``, ``__call__``). At 70B dimensions the skipped compilations were 11% of a meta rebuild.
 
-    fx's constructor runs on a subclass whose ``graph`` setter only stores the graph; then the module gets the class
-    fx's constructor gives every ``GraphModule`` (a fresh ``GraphModuleImpl`` of ``fx.GraphModule``, named
-    ``class_name``), so nothing of the subclass remains: ``gm.graph = g``, copies, deep copies and pickles are fx's.
+    The module is an instance of the class fx's ``__new__`` makes for each ``GraphModule`` (a fresh
+    ``GraphModuleImpl`` of ``fx.GraphModule``, named ``class_name``), made once: fx's constructor runs on it while
+    that class's ``graph`` setter only stores the graph, and the setter is removed right after, so nothing of it
+    remains: ``gm.graph = g``, copies, deep copies and pickles are fx's.
     """
-    gm = _Constructing(nn.Module(), fx.Graph(), class_name=class_name)
-    cls = type(fx.GraphModule.__new__(fx.GraphModule))  # what fx's __new__ makes for each instance
-    cls.__name__ = class_name
-    gm.__class__ = cls
+    gm = fx.GraphModule.__new__(fx.GraphModule)  # an instance of a new class, not initialised yet
+    cls = type(gm)
+    cls.graph = _STORE_GRAPH
+    try:
+        fx.GraphModule.__init__(gm, _NO_ROOT, fx.Graph(), class_name=class_name)
+    finally:
+        del cls.graph
     return gm
 
 

@@ -47,6 +47,12 @@ def _unchanged(func: Any, args: tuple, kwargs: dict) -> bool:
 class _MetaFills(TorchDispatchMode):
     """Leaves out the fills of the module docstring; runs every other op as it is."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No dynamo guard around :meth:`__torch_dispatch__` (torch's default wraps it in one, whose first call
+        imports ``torch._dynamo``: seconds and about 70 MB in a process that never compiles anything)."""
+        return False
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if (func is _UNIFORM or func is _NORMAL) and _unchanged(func, args, kwargs):

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -118,3 +121,15 @@ def test_a_meta_conversion_builds_with_it():
     with mock.patch.object(torch._decomp.decompositions, "uniform", side_effect=AssertionError("filled")):
         model = ir2torch.convert(ir, device="meta")
     assert model.weight.is_meta and model.weight.shape == (2, 3)
+
+
+def test_a_meta_build_imports_nothing_more():
+    """torch wraps a dispatch mode's ``__torch_dispatch__`` in a dynamo guard whose first call imports torch._dynamo
+    (seconds, in a process that compiles nothing): the fills' mode has none."""
+    code = ("import sys, torch; from torch import nn; from ir2torch.build_device import building_on\n"
+            "before = set(sys.modules)\n"
+            "with building_on('meta'): nn.Linear(3, 3); nn.Embedding(4, 2)\n"
+            "print(sorted(set(sys.modules) - before))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == "[]"

@@ -154,7 +154,10 @@ class Implementation(ImplementationTextViews):
 
     def node(self, name: str) -> dict[str, Any]:
         """The attribute dict of node ``name`` (``type``, ``implementation``, ...)."""
-        return self.graph.nodes[name]
+        try:
+            return self.graph._node[name]  # ``graph.nodes[name]`` without the view (made once per graph)
+        except (KeyError, TypeError):
+            return self.graph.nodes[name]  # networkx's own error
 
     def in_edges(self, dst: str) -> list[tuple[str, int, dict[str, Any]]]:
         """``(src, key, attrs)`` of the edges into ``dst``, in graph order."""

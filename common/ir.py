@@ -56,6 +56,7 @@ ORIGINAL_CLASS_KEY = "torch2ir.class"
 #: again records the same notes instead of describing the rebuild's own (deterministic) train mode.
 NOTES_KEY = "torch2ir.notes"
 CARRIED_NOTES = ("train_trace", "train_buffers")
+_RESERVED = frozenset(RESERVED_KEYS)
 
 
 class Implementation(ImplementationTextViews):
@@ -115,7 +116,7 @@ class Implementation(ImplementationTextViews):
             attrs["implementation"] = implementation
         attrs.update(fields)
         self.graph.add_node(name)
-        self.graph.nodes[name].update(attrs)
+        self.graph._node[name].update(attrs)  # ``graph.nodes[name]`` without the view
         return name
 
     def add_edge(self, src: str, dst: str, *, slot: Slot | None = None, src_index: int | None = None) -> int:
@@ -153,7 +154,10 @@ class Implementation(ImplementationTextViews):
 
     def node(self, name: str) -> dict[str, Any]:
         """The attribute dict of node ``name`` (``type``, ``implementation``, ...)."""
-        return self.graph.nodes[name]
+        try:
+            return self.graph._node[name]  # ``graph.nodes[name]`` without the view (made once per graph)
+        except (KeyError, TypeError):
+            return self.graph.nodes[name]  # networkx's own error
 
     def in_edges(self, dst: str) -> list[tuple[str, int, dict[str, Any]]]:
         """``(src, key, attrs)`` of the edges into ``dst``, in graph order."""
@@ -221,7 +225,7 @@ class Implementation(ImplementationTextViews):
         if not isinstance(itype, str) or not itype:
             raise IRFormatError("missing or empty 'type'", implementation=key, key=f"{where}.type",
                                 hint="every implementation needs a type string such as 'linear' or 'module'")
-        data = {k: value_fn(v, f"{where}.{k}") for k, v in d.items() if k not in RESERVED_KEYS}
+        data = {k: value_fn(v, f"{where}.{k}") for k, v in d.items() if k not in _RESERVED}
         for k in data:
             if not isinstance(k, str):
                 raise IRFormatError(f"attribute name {k!r} is not a string", implementation=key)

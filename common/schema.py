@@ -43,8 +43,14 @@ def slot_path(slot: Slot) -> tuple:
 
 
 
+#: Fields of a node's plain dict that are not stored as its data.
+_NODE_HEADER = frozenset({"name", "type", "implementation"})
+#: Fields an edge's plain dict may have.
+_EDGE_FIELDS = frozenset({"src", "dst", "slot", "src_index"})
+
+
 def expect(value: Any, kind: type | tuple, where: str, impl: str | None = None) -> None:
-    if not isinstance(value, kind):
+    if not (type(value) is dict and kind is Mapping) and not isinstance(value, kind):  # (no ABC check for a dict)
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise IRFormatError(f"expected {names}, got {type(value).__name__}", implementation=impl, key=where)
 
@@ -65,7 +71,7 @@ def parse_nodes(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
         if node.get("name", name) != name:
             raise IRFormatError(f"node name {node['name']!r} differs from its key {name!r}",
                                 implementation=impl.name, node=name)
-        if name in impl.graph:
+        if name in impl.graph._node:
             raise IRFormatError("duplicate node name", implementation=impl.name, node=name)
         ntype = node.get("type")
         if not isinstance(ntype, str) or not ntype:
@@ -75,9 +81,14 @@ def parse_nodes(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
         if target is not None and not isinstance(target, str):
             raise IRFormatError(f"'implementation' must be a string, got {type(target).__name__}",
                                 implementation=impl.name, node=name)
-        fields = {k: value_fn(v, f"{nwhere}.{k}") for k, v in node.items()
-                  if k not in ("name", "type", "implementation")}
-        impl.add_node(name, ntype, target, **fields)
+        attrs: dict[str, Any] = {"type": ntype}
+        if target is not None:
+            attrs["implementation"] = target
+        for k, v in node.items():
+            if k not in _NODE_HEADER:
+                attrs[k] = value_fn(v, f"{nwhere}.{k}")
+        impl.graph.add_node(name)  # what ``impl.add_node(name, ntype, target, **fields)`` does, without the view
+        impl.graph._node[name].update(attrs)
 
 
 def parse_edges(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
@@ -103,23 +114,25 @@ def parse_edges(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
         raise IRFormatError(f"'edges' must be a mapping or a list, got {type(raw).__name__}",
                             implementation=impl.name, key=f"{where}.edges")
     slotless: dict[str, int] = {}
+    nodes = impl.graph._node
+    ewhere = f"{where}.edges"
     for src, dst, edge in items:
         for end in (src, dst):
             if not isinstance(end, str):
                 raise IRFormatError(f"edge end {end!r} is not a node name", implementation=impl.name,
                                     key=f"{where}.edges")
-            if end not in impl.graph:
+            if end not in nodes:
                 raise DanglingEdgeError(f"edge {src!r} -> {dst!r} names missing node {end!r}",
                                         implementation=impl.name, node=end,
                                         hint="add the node to 'nodes' or remove the edge")
-        extra = set(edge) - {"src", "dst", "slot", "src_index"}
-        if extra:
+        if not edge.keys() <= _EDGE_FIELDS:
+            extra = set(edge) - _EDGE_FIELDS
             raise IRFormatError(f"edge {src!r} -> {dst!r} has unknown fields {sorted(map(str, extra))}",
                                 implementation=impl.name, hint="edges carry src, dst, slot and src_index only")
-        slot = value_fn(edge.get("slot"), f"{where}.edges")
+        slot = value_fn(edge.get("slot"), ewhere)
         if isinstance(slot, list):
             slot = tuple(slot)
-        if slot is not None and not _valid_slot(slot):
+        if slot is not None and not (type(slot) is int and slot >= 0) and not _valid_slot(slot):
             raise IRFormatError(f"edge {src!r} -> {dst!r} has invalid slot {slot!r}", implementation=impl.name,
                                 hint="a slot is a positional index, a keyword name, or a path starting with one")
         src_index = edge.get("src_index")
@@ -128,7 +141,12 @@ def parse_edges(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
                                 implementation=impl.name)
         if slot is None:
             slotless[dst] = slotless.get(dst, 0) + 1
-        impl.add_edge(src, dst, slot=slot, src_index=src_index)
+        attrs: dict[str, Any] = {}  # ``impl.add_edge(src, dst, slot=slot, src_index=src_index)``: both ends exist
+        if slot is not None:
+            attrs["slot"] = slot
+        if src_index is not None:
+            attrs["src_index"] = src_index
+        impl.graph.add_edge(src, dst, **attrs)
     _fix_slotless_order(impl, items, slotless)
 
 

@@ -39,7 +39,7 @@ from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .op_args import enum_problem
 from .provenance import check_provenance
 from .safety import DEFAULT_ALLOWLIST, Allowlist
-from .validate_names import check_graph_names, check_names
+from .validate_names import acyclic, check_graph_names, check_names
 from .values import Ref, Subgraph, collect_refs
 
 
@@ -60,14 +60,19 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
             )
         check_provenance(key, impl.meta)
     check_names(ir, subgraphs=False)  # the bodies of higher-order ops: in _check_subgraph, found by the same walk
-    calls = nx.DiGraph()
+    calls: dict[str, dict[str, None]] = {}  # caller -> callees, in the order found
     for key, impl in ir.items():
-        calls.add_node(key)
+        callees = calls.setdefault(key, {})
         for graph in impl.graphs():
             for callee in _validate_graph(ir, graph, allow):
-                calls.add_edge(key, callee)
-    if not nx.is_directed_acyclic_graph(calls):
-        cycle = [u for u, _ in nx.find_cycle(calls)]
+                callees[callee] = None
+    if not acyclic(calls):
+        graph = nx.DiGraph()  # the error names the cycle networkx finds first, as it always did
+        for key, callees in calls.items():
+            graph.add_node(key)
+            for callee in callees:
+                graph.add_edge(key, callee)
+        cycle = [u for u, _ in nx.find_cycle(graph)]
         raise CycleError(
             f"implementations call each other in a cycle: {' -> '.join(cycle + cycle[:1])}",
             implementation=cycle[0],
@@ -131,7 +136,7 @@ def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[s
     name = impl.name
     callees: set[str] = set()
     outputs = []
-    for node, attrs in g.nodes(data=True):
+    for node, attrs in g._node.items():  # ``g.nodes(data=True)`` without the view
         ntype = attrs.get("type")
         if ntype is None:  # created implicitly by networkx for an edge end
             raise DanglingEdgeError(f"an edge names node {node!r}, which has no attributes",
@@ -156,7 +161,7 @@ def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[s
                     hint=f"record it in 'state' (nearest: {', '.join(near)})" if near else "record it in 'state'",
                 )
         elif ntype != "input":
-            callees.add(_check_call(ir, impl, node, ntype, target))
+            callees.add(_check_call(ir, impl, node, ntype, target, attrs))
         for sub in _check_args(impl, node, attrs):
             _check_subgraph(ir, sub.impl, allow, name, node)
     if g.number_of_nodes() and len(outputs) != 1:
@@ -200,7 +205,7 @@ def _state_exists(ir: IR, impl: Implementation, target: Any, allow: _CheckedName
 
 def _check_subgraph(ir: IR, sub: Implementation, allow: _CheckedNames, name: str, node: str) -> None:
     """A higher-order op's body: only inputs, functions and one output; checked recursively."""
-    for n, attrs in sub.graph.nodes(data=True):
+    for n, attrs in sub.graph._node.items():
         if attrs.get("type") not in ("input", "output", "function"):
             raise UnknownNodeKindError(
                 f"subgraph {sub.name!r} has node {n!r} of type {attrs.get('type')!r}",
@@ -210,7 +215,7 @@ def _check_subgraph(ir: IR, sub: Implementation, allow: _CheckedNames, name: str
     _validate_graph(ir, sub, allow)
 
 
-def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any) -> str:
+def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any, attrs: dict[str, Any]) -> str:
     name = impl.name
     if not isinstance(target, str):
         near = difflib.get_close_matches(ntype, NODE_KINDS, n=1)
@@ -220,7 +225,8 @@ def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any
             hint=(f"did you mean {near[0]!r}? " if near else "")
             + f"node kinds are {', '.join(NODE_KINDS)}; a module call needs 'implementation'",
         )
-    if target not in ir:
+    callee = ir._impls.get(target)
+    if callee is None:
         near = difflib.get_close_matches(target, list(ir), n=3)
         kind_near = difflib.get_close_matches(ntype, NODE_KINDS, n=1)
         hint = f"nearest implementation keys: {', '.join(near)}" if near else "add the implementation to the IR"
@@ -228,15 +234,15 @@ def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any
             hint += f" (or did you mean node kind {kind_near[0]!r}?)"
         raise MissingImplementationError(f"node calls implementation {target!r}, which the IR does not hold",
                                          implementation=name, node=node, hint=hint)
-    variant = impl.node(node).get("variant", 0)
-    if isinstance(variant, bool) or not isinstance(variant, int) or not 0 <= variant <= len(ir[target].variants):
+    variant = attrs.get("variant", 0)
+    if isinstance(variant, bool) or not isinstance(variant, int) or not 0 <= variant <= len(callee.variants):
         raise IRValidationError(
-            f"node calls graph variant {variant!r} of {target!r}, which has {len(ir[target].variants)} variants",
+            f"node calls graph variant {variant!r} of {target!r}, which has {len(callee.variants)} variants",
             implementation=name, node=node, hint="'variant' is 1..len(variants) of the callee, or absent",
         )
-    if ir[target].type != ntype:
+    if callee.type != ntype:
         raise NodeTypeMismatchError(
-            f"node has type {ntype!r} but implementation {target!r} has type {ir[target].type!r}",
+            f"node has type {ntype!r} but implementation {target!r} has type {callee.type!r}",
             implementation=name, node=node, hint="a call node's type must equal the called implementation's type",
         )
     return target

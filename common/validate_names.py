@@ -77,7 +77,7 @@ def check_graph_names(impl: Implementation, key: str, *, subgraphs: bool = True)
     Raises:
         UnsafeNameError: a name breaks its rule.
     """
-    for node, attrs in impl.graph.nodes(data=True):
+    for node, attrs in impl.graph._node.items():  # ``nodes(data=True)`` without the view
         kind = attrs.get("type")
         if kind == "get_attr":
             check_attr_path(attrs.get("implementation"), "get_attr target", implementation=key, node=node)
@@ -143,23 +143,47 @@ def _check_tree(ir: IR) -> None:
     if ir.get("root") is not None and ir["root"].aliases:
         raise CycleError("the root module cannot have aliases (it would contain itself)", implementation="root",
                          hint="remove 'aliases' from the root implementation")
-    tree = nx.DiGraph()
+    edges: list[tuple[str, str]] = []
     for path, key in owner.items():
         if path == "root":
             continue
         parent_path = path.rpartition(".")[0]
         parent = _resolve(parent_path, owner)
-        tree.add_edge(parent, key)
+        edges.append((parent, key))
         while parent.startswith("container:"):  # plain containers made for missing levels hang under theirs
             up = parent[len("container:"):].rpartition(".")[0]
             grand = _resolve(up, owner)
-            tree.add_edge(grand, parent)
+            edges.append((grand, parent))
             parent = grand
-    if not nx.is_directed_acyclic_graph(tree):
+    successors: dict[str, dict[str, None]] = {}
+    for parent, child in edges:
+        successors.setdefault(parent, {})[child] = None
+    if not acyclic(successors):
+        tree = nx.DiGraph(edges)  # the error names the cycle networkx finds first, as it always did
         cycle = [u for u, _ in nx.find_cycle(tree)]
         raise CycleError(f"aliases put a module inside itself: {' -> '.join(cycle + cycle[:1])}",
                          implementation=next((c for c in cycle if not c.startswith("container:")), cycle[0]),
                          hint="an alias may not name a path below the module itself")
+
+
+def acyclic(successors: dict[str, Any]) -> bool:
+    """Whether the directed graph ``{node: its successors}`` has no cycle (Kahn's algorithm on plain dicts: the
+    relations checked here have one node per implementation, and a networkx graph of them cost more than the
+    check). A successor need not be a key."""
+    indegree: dict[str, int] = dict.fromkeys(successors, 0)
+    for targets in successors.values():
+        for target in targets:
+            indegree[target] = indegree.get(target, 0) + 1
+    ready = [n for n, d in indegree.items() if d == 0]
+    seen = 0
+    while ready:
+        node = ready.pop()
+        seen += 1
+        for target in successors.get(node, ()):
+            indegree[target] -= 1
+            if indegree[target] == 0:
+                ready.append(target)
+    return seen == len(indegree)
 
 
 def _resolve(path: str, owner: dict[str, str]) -> str:
@@ -168,4 +192,4 @@ def _resolve(path: str, owner: dict[str, str]) -> str:
     return owner.get(path, f"container:{path}")
 
 
-__all__ = ["NAME_FIELDS", "check_graph_names", "check_names"]
+__all__ = ["NAME_FIELDS", "acyclic", "check_graph_names", "check_names"]

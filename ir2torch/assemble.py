@@ -81,10 +81,20 @@ def restore_state_layout(ir: IR, modules: Mapping[str, nn.Module]) -> None:
                 module._buffers[name] = table[attr]
 
 
+_MODULE_TRAIN = nn.Module.train
+
+
 def restore_modes(ir: IR, modules: Mapping[str, nn.Module]) -> None:
     """Each module gets the ``training`` flag the original had (eval unless recorded otherwise)."""
-    for key in ir:
-        modules[key].train(False)
+    root = modules["root"]
+    tree = list(root.modules())
+    if all(type(m).train is _MODULE_TRAIN for m in tree):
+        # ``nn.Module.train`` everywhere: ``root.train(False)`` reaches every module (each implementation's is attached
+        # below the root), and calling it again on each implementation, as below, would change nothing
+        root.train(False)
+    else:  # a class with its own ``train`` sees each call it always saw
+        for key in ir:
+            modules[key].train(False)
     for key, impl in ir.items():
         flag = impl.meta.get("training")
         if isinstance(flag, bool):

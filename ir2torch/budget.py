@@ -29,6 +29,8 @@ from torch import nn
 
 from common.errors import ResourceBudgetError
 
+from .build_device import building_on
+
 #: The budget meaning "the memory available on the target device when the rebuild starts".
 AVAILABLE = "available"
 
@@ -96,7 +98,7 @@ def module_bytes(module: nn.Module) -> int:
 def measured_on_meta(build: Callable[[], nn.Module]) -> int:
     """Bytes of the module ``build()`` returns when run on ``meta``; 0 if it fails there."""
     try:
-        with torch.device("meta"):
+        with building_on("meta"):
             module = build()
     except Exception:  # noqa: BLE001 - the real build raises its own error; this only measures
         return 0

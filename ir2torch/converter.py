@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from common.validate import validate
 
 from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors, restore_unsaved
 from .budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
+from .build_device import building_on
 from .flat import Executor, build_flat_module, new_executor_registry
 from .flat_state import weight_budget
 from .forward_budget import install_budgets, static_guard
@@ -182,7 +182,8 @@ class Ir2Torch:
             ir = self._as_ir(ir)
             with collector_paused():  # building allocates much and frees little (see common.collector)
                 model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
-        install_budgets(model, budget, target_device(device), guarded=static_guard(model))
+        with collector_paused():  # one small object per generated module: nothing to collect
+            install_budgets(model, budget, target_device(device), guarded=static_guard(model))
         return model
 
     def _convert_ir(self, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None,
@@ -255,7 +256,7 @@ class Ir2Torch:
                                  hint="only modules rebuilt from their graphs can run per-call graphs")
             entry = self.builders.get(impl.type, impl.name)
             try:
-                with torch.device(device) if device is not None else contextlib.nullcontext():
+                with building_on(device):  # on meta, without the random fills (ir2torch.build_device)
                     module = entry.build(impl)
             except IRError:
                 raise

@@ -58,7 +58,7 @@ def run_with_grad_enabled(enabled: bool, body: Any, *args: Any) -> Any:
 
 def execution_order(impl: Implementation) -> list[str]:
     """Nodes in a topological order that follows the stored order wherever possible."""
-    order = list(impl.graph.nodes)
+    order = list(impl.graph._node)  # ``graph.nodes`` without its view (one per graph: a large IR has many)
     position = {n: i for i, n in enumerate(order)}
     pred = impl.graph._pred  # the adjacency itself: networkx's views cost more than the check
     if all(position[u] < i for i, n in enumerate(order) for u in pred[n]):
@@ -222,17 +222,33 @@ class _GraphBuilder:
             self._device = self.graph.call_function(runtime_device, (anchor,))
         return self._device
 
+    def function(self, node: str, target: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """What a ``function`` node calling ``target`` with ``args`` and ``kwargs`` calls: the allow-list's callable
+        (:meth:`~common.safety.Allowlist.resolve`, which refuses what it does not allow) as :func:`direct_op` makes
+        it; ``None`` when an argument is a higher-order op's body. Remembered per conversion (``codes``) by target,
+        keyword names and positional count: what the result depends on."""
+        if any(isinstance(a, Subgraph) for a in args):
+            return None
+        memo = self.codes.functions if self.codes is not None and type(target) is str else None
+        key = (id(self.allowlist), target, tuple(kwargs), len(args))
+        fn = memo.get(key) if memo is not None else None
+        if fn is None:
+            fn = direct_op(self.allowlist.resolve(target, implementation=self.impl.name, node=node), kwargs, len(args))
+            if memo is not None:
+                memo[key] = fn
+        return fn
+
     def build(self) -> fx.Graph:
         outputs_seen = False
         for node in execution_order(self.impl):
-            attrs = self.impl.node(node)
+            attrs = self.impl.graph._node[node]  # ``impl.node(node)``, without networkx's views
             kind = attrs["type"]
             if kind == "input":
                 self.env[node] = self.graph.placeholder(self.placeholder_name(node))
                 self.env[node].meta["ir_node"] = node
                 self._first_input = self._first_input or self.env[node]
                 continue
-            unused = not self.impl.graph.out_degree(node)
+            unused = not self.impl.graph._succ[node]  # no out-edge
             if kind == "function" and attrs["implementation"] in CHECK_ONLY_OPS and unused:
                 continue
             args, kwargs = self.arguments(node, attrs)
@@ -246,11 +262,10 @@ class _GraphBuilder:
                 continue
             name = _fx_name(local_name(node))
             if kind == "function":
-                fn = self.allowlist.resolve(attrs["implementation"], implementation=self.impl.name, node=node)
-                if any(isinstance(a, Subgraph) for a in args):
+                fn = self.function(node, attrs["implementation"], args, kwargs)
+                if fn is None:  # a higher-order op: its bodies are bound into the call
+                    fn = self.allowlist.resolve(attrs["implementation"], implementation=self.impl.name, node=node)
                     fn, args = self.bind_subgraphs(fn, args)
-                else:
-                    fn = direct_op(fn, kwargs, len(args))
                 fx_node = self.graph.create_node("call_function", fn, args, kwargs, name=name)
             elif kind == "get_attr":
                 fx_node = self.graph.create_node("get_attr", attrs["implementation"], name=name)

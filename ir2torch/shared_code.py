@@ -84,8 +84,20 @@ def _spec_key(spec: Any) -> Hashable:
     return (_Same(spec.type), value_key(spec.context), tuple(_spec_key(c) for c in spec.children()))
 
 
-def _codegen_key(codegen: CodeGen) -> Hashable | None:
-    """What of the calling convention reaches the source; ``None`` for a code generator this module does not know."""
+def _known_spec_key(spec: Any, specs: dict[int, tuple[Any, Hashable]] | None) -> Hashable:
+    """:func:`_spec_key`, remembered in ``specs`` by the spec's identity (the spec is kept there, so its ``id`` is not
+    reused; a ``TreeSpec`` is immutable)."""
+    if specs is None or spec is None:
+        return _spec_key(spec)
+    known = specs.get(id(spec))
+    if known is None:
+        known = specs[id(spec)] = (spec, _spec_key(spec))
+    return known[1]
+
+
+def _codegen_key(codegen: CodeGen, specs: dict[int, tuple[Any, Hashable]] | None = None) -> Hashable | None:
+    """What of the calling convention reaches the source; ``None`` for a code generator this module does not know.
+    ``specs``: spec keys already computed (:func:`_known_spec_key`)."""
     from .codegen import SafeCodeGen, SafePyTreeCodeGen
 
     if type(codegen) in (CodeGen, SafeCodeGen):
@@ -93,15 +105,17 @@ def _codegen_key(codegen: CodeGen) -> Hashable | None:
     if type(codegen) is SafePyTreeCodeGen:
         info = codegen.pytree_info
         params = tuple((p.name, p.kind, value_key(p.default)) for p in codegen.parameters)
-        return ("pytree", tuple(info.orig_args), _spec_key(info.in_spec), _spec_key(info.out_spec), params)
+        return ("pytree", tuple(info.orig_args), _known_spec_key(info.in_spec, specs),
+                _known_spec_key(info.out_spec, specs), params)
     return None
 
 
-def graph_key(graph: fx.Graph) -> Hashable | None:
-    """The structural key of ``graph``'s generated code, or ``None`` when it must be generated on its own."""
+def graph_key(graph: fx.Graph, specs: dict[int, tuple[Any, Hashable]] | None = None) -> Hashable | None:
+    """The structural key of ``graph``'s generated code, or ``None`` when it must be generated on its own.
+    ``specs``: keys of calling-convention specs already computed (by their identity; a :class:`CodeCache`'s)."""
     if fx_experimental_config.enrich_profiler_metadata or any(os.environ.get(s, "0") == "1" for s in _META_SWITCHES):
         return None  # fx then writes node metadata into the source
-    codegen = _codegen_key(graph._codegen)
+    codegen = _codegen_key(graph._codegen, specs)
     if codegen is None:
         return None
     nodes = []
@@ -129,6 +143,10 @@ class CodeCache:
     def __init__(self) -> None:
         self._entries: dict[Hashable, _Entry] = {}
         self._specs: dict[tuple[str, str], Any] = {}
+        self._spec_keys: dict[int, tuple[Any, Hashable]] = {}
+        #: what ``function`` nodes call, by allow-list, target, keyword names and positional count
+        #: (:meth:`ir2torch.rebuild._GraphBuilder.function`)
+        self.functions: dict[tuple[int, Any, tuple, int], Any] = {}
         self.hits = 0
         self.misses = 0
 
@@ -153,7 +171,7 @@ class CodeCache:
     def install(self, gm: fx.GraphModule, graph: fx.Graph, compile_one: Callable[[], Any]) -> None:
         """Make ``graph`` ``gm``'s graph: with the code of an earlier graph of the same key, else through
         ``compile_one()`` (fx's own code generation, which sets ``gm.graph``), remembering the result."""
-        key = graph_key(graph)
+        key = graph_key(graph, self._spec_keys)
         entry = self._entries.get(key) if key is not None else None
         if entry is None:
             compile_one()
@@ -167,7 +185,7 @@ class CodeCache:
     def function(self, graph: fx.Graph, compile_one: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
         """The generated ``forward`` of ``graph`` as a plain function (a per-call graph's), compiled at most once
         per key."""
-        key = graph_key(graph)
+        key = graph_key(graph, self._spec_keys)
         entry = self._entries.get(("function", key)) if key is not None else None
         if entry is not None:
             self.hits += 1
@@ -181,14 +199,18 @@ class CodeCache:
 
 def adopt(gm: fx.GraphModule, graph: fx.Graph, entry: _Entry) -> None:
     """What ``gm.graph = graph`` (fx's ``recompile``) does, with ``entry``'s source and compiled code."""
-    gm._graph = graph
+    # plain values: ``nn.Module.__setattr__`` would put them in the instance's dictionary after checks that cost more
+    # than the rest here (no parameter, buffer or child can have these names: common.names.module_attributes;
+    # ``_in_spec`` and ``_out_spec`` are not among them, and go through the checks)
+    attrs = gm.__dict__
+    attrs["_graph"] = graph
     graph.owning_module = gm
     if isinstance(graph._codegen, _PyTreeCodeGen):
         gm._in_spec = graph._codegen.pytree_info.in_spec
         gm._out_spec = graph._codegen.pytree_info.out_spec
-    gm._code = entry.src
-    gm._lineno_map = entry.lineno_map
-    gm._prologue_start = entry.prologue_start
+    attrs["_code"] = entry.src
+    attrs["_lineno_map"] = entry.lineno_map
+    attrs["_prologue_start"] = entry.prologue_start
     cls = type(gm)
     cls.forward = copy_function(entry.forward)
     cls_call = cls.__call__ if "__call__" in vars(cls) else None
@@ -206,14 +228,14 @@ def _store_graph(self: fx.GraphModule, graph: fx.Graph) -> None:
     """The constructor's ``self.graph = graph`` in :func:`placeholder_module`: store it, generate nothing."""
     if not isinstance(graph, fx.Graph):
         raise AssertionError(f"Expected a Graph instance, but got {type(graph)}")
-    self._graph = graph
+    self.__dict__["_graph"] = graph  # what ``nn.Module.__setattr__`` does with a plain value, without its checks
     graph.owning_module = self
 
 
-class _Constructing(fx.GraphModule):
-    """The class of a :func:`placeholder_module` while fx's constructor runs (never afterwards)."""
-
-    graph = property(fx.GraphModule.graph.fget, _store_graph)  # type: ignore[attr-defined]
+#: The constructor's ``graph`` setter while :func:`placeholder_module` runs it: stores the graph, generates nothing.
+_STORE_GRAPH = property(fx.GraphModule.graph.fget, _store_graph)  # type: ignore[attr-defined]
+#: The ``root`` fx's constructor is given: a module with nothing to copy (an empty graph names nothing of it).
+_NO_ROOT = nn.Module()
 
 
 def placeholder_module(class_name: str) -> fx.GraphModule:
@@ -222,14 +244,18 @@ def placeholder_module(class_name: str) -> fx.GraphModule:
     :meth:`CodeCache.install`), before the module is used: that step sets everything the skipped one would have
     set (source, ``forward``, ``__call__``). At 70B dimensions the skipped compilations were 11% of a meta rebuild.
 
-    fx's constructor runs on a subclass whose ``graph`` setter only stores the graph; then the module gets the class
-    fx's constructor gives every ``GraphModule`` (a fresh ``GraphModuleImpl`` of ``fx.GraphModule``, named
-    ``class_name``), so nothing of the subclass remains: ``gm.graph = g``, copies, deep copies and pickles are fx's.
+    The module is an instance of the class fx's ``__new__`` makes for each ``GraphModule`` (a fresh
+    ``GraphModuleImpl`` of ``fx.GraphModule``, named ``class_name``), made once: fx's constructor runs on it while
+    that class's ``graph`` setter only stores the graph, and the setter is removed right after, so nothing of it
+    remains: ``gm.graph = g``, copies, deep copies and pickles are fx's.
     """
-    gm = _Constructing(nn.Module(), fx.Graph(), class_name=class_name)
-    cls = type(fx.GraphModule.__new__(fx.GraphModule))  # what fx's __new__ makes for each instance
-    cls.__name__ = class_name
-    gm.__class__ = cls
+    gm = fx.GraphModule.__new__(fx.GraphModule)  # an instance of a new class, not initialised yet
+    cls = type(gm)
+    cls.graph = _STORE_GRAPH
+    try:
+        fx.GraphModule.__init__(gm, _NO_ROOT, fx.Graph(), class_name=class_name)
+    finally:
+        del cls.graph
     return gm
 
 

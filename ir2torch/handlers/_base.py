@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -30,10 +30,24 @@ def constructor(cls: type[nn.Module]) -> Builder:
             raise IRFormatError(f"the arguments of {impl.type!r} name a device ({impl.data['device']!r})",
                                 implementation=impl.name, key="device",
                                 hint="drop 'device' from the data; pass device= to ir2torch.convert")
-        return cls(**copy.deepcopy(impl.data))
+        return cls(**fresh_copy(impl.data))
 
     build.__qualname__ = f"build_{cls.__name__}"
     return build
+
+
+#: Values ``copy.deepcopy`` returns as they are (immutable, holding nothing mutable).
+_ATOMS = frozenset({int, float, bool, complex, str, bytes, type(None)})
+
+
+def fresh_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``copy.deepcopy(dict(data))``, without its walk when every value is an immutable atom (or a tuple of them),
+    which it would return as it is (a builder's arguments mostly are: sizes, flags, rates)."""
+    for value in data.values():
+        kind = type(value)
+        if kind not in _ATOMS and not (kind is tuple and all(type(v) in _ATOMS for v in value)):
+            return copy.deepcopy(dict(data))
+    return dict(data)
 
 
 def register_table(converter: Ir2Torch, table: Mapping[str, type[nn.Module]]) -> None:

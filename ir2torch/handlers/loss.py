@@ -9,7 +9,6 @@ as the original had.
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,7 +17,7 @@ from torch import nn
 from common.errors import IRFormatError
 from common.ir import Implementation
 
-from ._base import register_table
+from ._base import fresh_copy, register_table
 
 if TYPE_CHECKING:
     from ..converter import Builder, Ir2Torch
@@ -78,7 +77,7 @@ def weighted(cls: type[nn.Module], buffers: tuple[str, ...]) -> Builder:
                                     implementation=impl.name, key=name,
                                     hint="re-save the IR from the model")
             tensors[name] = torch.empty(tuple(shape), dtype=dtype)
-        return cls(**copy.deepcopy(impl.data), **tensors)
+        return cls(**fresh_copy(impl.data), **tensors)
 
     build.__qualname__ = f"build_{cls.__name__}"
     return build

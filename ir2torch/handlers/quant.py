@@ -16,7 +16,6 @@ rebuilt module by :func:`restore_quantization`.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,8 @@ from torch.ao import quantization as tq
 from common.errors import IRFormatError
 from common.ir import IR, Implementation
 from common.quant import CLASSES, attribute_from_data, qconfig_from_data, register_hook
+
+from ._base import fresh_copy
 
 if TYPE_CHECKING:
     from ..converter import Builder, Ir2Torch
@@ -125,7 +126,7 @@ def qat(cls: type[nn.Module]) -> Builder:
 
     def build(impl: Implementation) -> nn.Module:
         _no_device(impl)
-        return cls(**copy.deepcopy(impl.data), qconfig=_qconfig(impl, True))
+        return cls(**fresh_copy(impl.data), qconfig=_qconfig(impl, True))
 
     build.__qualname__ = f"build_{cls.__name__}"
     return build

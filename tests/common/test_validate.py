@@ -125,3 +125,24 @@ def test_there_are_at_least_15_distinct_error_cases():
 def test_malformed_documents(text, error):
     with pytest.raises(error):
         ir_from_document(loads_json(text))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_acyclic_agrees_with_networkx(seed):
+    import random
+
+    import networkx as nx
+
+    from common.validate_names import acyclic
+
+    rng = random.Random(seed)
+    nodes = [f"n{i}" for i in range(rng.randint(1, 12))]
+    edges = [(rng.choice(nodes), rng.choice(nodes)) for _ in range(rng.randint(0, 20))]
+    successors: dict = {}
+    for u, v in edges:
+        successors.setdefault(u, {})[v] = None
+    for n in nodes[: len(nodes) // 2]:
+        successors.setdefault(n, {})
+    graph = nx.DiGraph(edges)
+    graph.add_nodes_from(successors)
+    assert acyclic(successors) == nx.is_directed_acyclic_graph(graph)

@@ -3,6 +3,8 @@ walk-through of docs/extending.md runs here as a test)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -111,3 +113,29 @@ def test_hardware_team_walkthrough_quantized_bert():
 
 def _quant_paths(model):
     return {p for p, m in model.named_modules() if isinstance(m, QuantLinear)}
+
+
+class _CountedTrain(nn.Linear):
+    """An nn.Linear with its own ``train``, counting its calls."""
+
+    calls: ClassVar[list[bool]] = []
+
+    def train(self, mode: bool = True) -> _CountedTrain:
+        type(self).calls.append(mode)
+        return super().train(mode)
+
+
+def test_modes_are_restored_and_a_class_with_its_own_train_sees_each_call():
+    ir = converted("bert")[-1]
+    rebuilt = ir2torch.convert(ir)
+    assert not any(m.training for m in rebuilt.modules())  # eval everywhere, as recorded
+    mine = ir2torch.get_default_converter()
+    mine.register_override("linear", lambda impl: _CountedTrain(impl.data["in_features"], impl.data["out_features"],
+                                                                 bias=impl.data["bias"]))
+    _CountedTrain.calls.clear()
+    rebuilt = mine.convert(ir)
+    linears = [p for p, m in rebuilt.named_modules() if isinstance(m, _CountedTrain)]
+    # each linear's own call, plus one from every implementation above it whose train() recurses into it
+    expected = sum(1 + sum(1 for k in ir if k == "root" or p.startswith(k + ".")) for p in linears)
+    assert linears and _CountedTrain.calls == [False] * expected
+    assert not any(m.training for m in rebuilt.modules())

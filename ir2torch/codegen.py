@@ -36,7 +36,7 @@ from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import describe_spec, kwarg_names, load_spec
 
 from .guard_specs import is_call_spec
-from .guards import _fits
+from .guards import _fits, check_structure
 from .module_call import call_module
 from .module_call import child as module_child
 from .shared_code import CodeCache, placeholder_module
@@ -340,13 +340,7 @@ class ArgumentFlattener:
             given = [*args, *(kwargs.get(k) for k in spec.child(1).context)]
             tops = list(zip(self.names, given, specs))
         for name, item, item_spec in tops:
-            found = pytree.tree_structure(item)
-            if not _fits(found, item_spec):
-                raise InputMismatchError(
-                    f"argument has pytree structure {describe_spec(found)}, but the module was converted with "
-                    f"{describe_spec(item_spec)}", key=name,
-                    hint="pass the same nesting (tuple/list length, dict type and keys, None) as the converted call, "
-                         "or convert again with this structure")
+            check_structure(name, item, item_spec)
         raise InputMismatchError(
             f"the arguments have pytree structure {describe_spec(pytree.tree_structure(value))}, but the module was "
             f"converted with {describe_spec(spec)}",

@@ -33,6 +33,7 @@ from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError
 from common.names import GENERATED_CALL_MODULE, GENERATED_CALLS
+from common.treespec import describe_spec
 
 from .guard_specs import DimExpr, LeafSpec, is_call_spec, parse_bound
 
@@ -128,13 +129,7 @@ class InputGuard:
                 key=missing[0], hint="pass them as in the conversion call, or convert again without them")
         for index, name, spec in self._nested:
             value = args[index] if index < given else kwargs[name]
-            found = pytree.tree_structure(value)
-            if not _fits(found, spec):
-                raise InputMismatchError(
-                    f"argument has pytree structure {_short(found)}, but the model was converted with "
-                    f"{_short(spec)}", key=name,
-                    hint="pass the same nesting (tuple/list/dict keys, None) as in the conversion call, "
-                         "or convert again with this structure")
+            check_structure(name, value, spec)
 
     # -- leaves (graph node) -------------------------------------------------------------------------------
     def __call__(self, *values: Any) -> None:
@@ -306,6 +301,18 @@ def _fits(given: Any, spec: Any) -> bool:
     return all(_fits(given.child(i), spec.child(i)) for i in range(spec.num_children))
 
 
+def check_structure(name: str, value: Any, spec: Any) -> None:
+    """Raise :class:`InputMismatchError` naming argument ``name`` when ``value``'s pytree structure does not fit
+    ``spec`` (:func:`_fits`): the one check of a nested argument, for the input guard and the generated code."""
+    found = pytree.tree_structure(value)
+    if not _fits(found, spec):
+        raise InputMismatchError(
+            f"argument has pytree structure {describe_spec(found)}, but the module was converted with "
+            f"{describe_spec(spec)}", key=name,
+            hint="pass the same nesting (tuple/list length, dict type and keys, None) as in the conversion call, "
+                 "or convert again with this structure")
+
+
 def _describe(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {_shape_text(tuple(value.shape))}"
@@ -317,5 +324,3 @@ def _shape_text(shape: tuple) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _short(spec: Any) -> str:
-    return " ".join(str(spec).split())

@@ -29,11 +29,58 @@ def _fft_dims(self: Any, dim: Any, *args: Any, **kwargs: Any) -> str | None:
     return None
 
 
+def _batch_norm_problem(input: Any, training: bool, **stats: Any) -> str | None:
+    """What the CPU batch-norm kernel assumes and ``aten.batch_norm`` checks before it: an input of 2 dims or more,
+    a weight, bias and running statistics of one element per channel, and running statistics in eval mode."""
+    if not isinstance(input, torch.Tensor):
+        return None
+    if input.dim() < 2:
+        return f"batch norm of a {input.dim()}-d input (it needs a channel dim)"
+    channels = input.shape[1]
+    for name, value in stats.items():
+        if isinstance(value, torch.Tensor) and value.numel() != channels:
+            return (f"{name} has {value.numel()} elements for {channels} channels (the kernel reads and writes one "
+                    "per channel unchecked)")
+    if not training and not all(isinstance(stats.get(k), torch.Tensor) for k in ("running_mean", "running_var")):
+        return "batch norm in eval mode without running statistics (the kernel reads them unchecked)"
+    return None
+
+
+def _native_batch_norm(input: Any, weight: Any = None, bias: Any = None, running_mean: Any = None,
+                       running_var: Any = None, training: bool = False, *args: Any, **kwargs: Any) -> str | None:
+    return _batch_norm_problem(input, bool(training), weight=weight, bias=bias, running_mean=running_mean,
+                               running_var=running_var)
+
+
+def _batch_norm_no_stats(input: Any, weight: Any = None, bias: Any = None, training: bool = False, *args: Any,
+                         **kwargs: Any) -> str | None:
+    return _batch_norm_problem(input, bool(training), weight=weight, bias=bias)
+
+
+def _batch_norm_no_training(input: Any, weight: Any = None, bias: Any = None, running_mean: Any = None,
+                            running_var: Any = None, *args: Any, **kwargs: Any) -> str | None:
+    return _batch_norm_problem(input, False, weight=weight, bias=bias, running_mean=running_mean,
+                               running_var=running_var)
+
+
+def _batch_norm_update_stats(input: Any, running_mean: Any = None, running_var: Any = None, *args: Any,
+                             **kwargs: Any) -> str | None:
+    return _batch_norm_problem(input, True, running_mean=running_mean, running_var=running_var)
+
+
 #: Conditions an op's real kernel assumes without checking, tested on its arguments before it runs (fake or real):
 #: ``aten._weight_norm`` (which wav2vec2's exports call) reaches ``_weight_norm_interface``, whose CPU kernel gets a
 #: SIGFPE on an empty input; the internal FFTs (which decomposed exports of FNet call) crash on dims out of range
-#: (both found by the op-level fuzz).
+#: (both found by the op-level fuzz); the batch-norm kernels (which decomposed exports of every CNN call) read and
+#: write one element per channel of weight, bias and running statistics without checking their sizes, and read
+#: the running statistics in eval mode even when there are none (segfaults, found by the long op-level fuzz;
+#: ``aten.batch_norm`` checks both before it calls them).
 PRECONDITIONS: dict[str, Callable[..., str | None]] = {
+    **{f"aten.native_batch_norm.{o}": _native_batch_norm for o in ("default", "out")},
+    **{f"aten._native_batch_norm_legit.{o}": _native_batch_norm for o in ("default", "out")},
+    **{f"aten._native_batch_norm_legit.{o}": _batch_norm_no_stats for o in ("no_stats", "no_stats_out")},
+    **{f"aten._native_batch_norm_legit_no_training.{o}": _batch_norm_no_training for o in ("default", "out")},
+    **{f"aten.batch_norm_update_stats.{o}": _batch_norm_update_stats for o in ("default", "out")},
     "aten._weight_norm_interface.default": _nonempty_weight_norm,
     "aten._weight_norm.default": _nonempty_weight_norm,
     **{f"aten.{op}.{overload}": _fft_dims for op in ("_fft_r2c", "_fft_c2r", "_fft_c2c") for overload in ("default",

@@ -75,6 +75,9 @@ REFUSED_OPS: dict[str, str] = {
     "sparse_resize_and_clear_": f"{UNCHECKED}: resizes sparse metadata without checking the indices",
     "_coalesced_": f"{UNCHECKED}: marks a sparse tensor coalesced without checking",
     "_pack_padded_sequence": f"{UNCHECKED}: lengths larger than the input are not refused",
+    "quantized_lstm_cell": f"{UNCHECKED}: reads two hidden states from its list without checking its length (an "
+                           "empty list segfaults, found by the long op-level fuzz; lstm_cell checks); a legacy "
+                           "TorchScript dynamic-quantization cell export does not write",
     "_cholesky_solve_helper": f"{UNCHECKED}: an internal helper that trusts its caller's shape checks (segfault on "
                               "mismatched shapes, found by the op-level fuzz)",
     "_cummax_helper": f"{UNCHECKED}: an internal helper that trusts its caller's shape checks",

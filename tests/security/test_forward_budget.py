@@ -344,3 +344,78 @@ def test_a_data_dependent_size_is_computed_from_the_real_arguments(tmp_path: Pat
     assert torch.equal(rebuilt(torch.tensor([0, 1, 1, 3])), torch.tensor([1, 2, 0, 1]))
     with pytest.raises(ResourceBudgetError, match=r"aten.bincount.default would allocate 7.5 GB"):
         rebuilt(torch.tensor([0, 1, 2, 10**9]))
+
+
+def _one_op_document(op: str, args: dict, inputs: dict[str, tuple[list[int], str]]) -> dict:
+    """A FlatIR calling ``op`` once with ``args`` (``{"$ref": name}`` for the graph inputs ``inputs``)."""
+    leaf = {"type": None, "context": None, "children_spec": []}
+    spec = [1, {"type": "builtins.tuple", "context": "null", "children_spec": [
+        {"type": "builtins.tuple", "context": "null", "children_spec": [leaf] * len(inputs)},
+        {"type": "builtins.dict", "context": "[]", "children_spec": []}]}]
+    records = [{"name": k, "shape": shape, "dtype": dtype} for k, (shape, dtype) in inputs.items()]
+    refs = [a["$ref"] for a in args.values() if isinstance(a, dict) and "$ref" in a]
+    out = {"name": "n0", "shape": [], "dtype": "float32"}
+    return {"format": "torch2ir.flat", "format_version": 1,
+            "meta": {"model": "One", "torch_version": torch.__version__, "decomposition": "none", "device": "cpu",
+                     "unread_state": []},
+            "graph_inputs": records, "graph_outputs": [out], "in_spec": json.dumps(spec),
+            "out_spec": json.dumps([1, leaf]), "forward_arg_names": list(inputs), "range_constraints": {},
+            "weights": [], "weight_name_mapping": {},
+            "nodes": [{"name": "n0", "op_type": op, "module_path": "root", "args": args, "kwargs": {},
+                       "inputs": [next(r for r in records if r["name"] == n) for n in refs], "outputs": [out],
+                       "source": ["root", "n0"]}]}
+
+
+_X, _C, _TWO = {"$ref": "x"}, {"$ref": "c"}, {"$ref": "two"}
+#: Batch-norm kernels given what they read or write unchecked (each segfaulted when run directly).
+_BATCH_NORMS = {
+    "weight_of_the_wrong_size": ("aten._native_batch_norm_legit.no_stats",
+                                 {"input": _X, "weight": _TWO, "bias": _C, "training": True, "momentum": 0.1,
+                                  "eps": 1e-5}, "weight has 2 elements for 3 channels"),
+    "eval_without_running_stats": ("aten._native_batch_norm_legit.no_stats",
+                                   {"input": _X, "weight": _C, "bias": _C, "training": False, "momentum": 0.1,
+                                    "eps": 1e-5}, "eval mode without running statistics"),
+    "public_eval_without_running_stats": ("aten.native_batch_norm.default",
+                                          {"input": _X, "weight": _C, "bias": _C, "running_mean": None,
+                                           "running_var": None, "training": False, "momentum": 0.1, "eps": 1e-5},
+                                          "eval mode without running statistics"),
+    "running_stats_too_small": ("aten.batch_norm_update_stats.default",
+                                {"input": _X, "running_mean": _TWO, "running_var": _TWO, "momentum": 0.1},
+                                "running_mean has 2 elements for 3 channels"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BATCH_NORMS))
+def test_batch_norm_kernels_are_refused_what_they_would_read_unchecked(case: str, tmp_path: Path) -> None:
+    """The batch-norm kernels trust the sizes ``aten.batch_norm`` checks before calling them (the long op-level fuzz
+    segfaulted ``_native_batch_norm_legit.no_stats`` on an empty weight): the forward's precondition refuses such
+    arguments before the kernel runs. Run in a child process, so a regression is a failure, not a lost worker."""
+    op, args, message = _BATCH_NORMS[case]
+    path = tmp_path / "bn.flat.json"
+    inputs = {"x": ([2, 3], "float32"), "c": ([3], "float32"), "two": ([2], "float32")}
+    path.write_text(json.dumps(_one_op_document(op, args, inputs)))
+    script = textwrap.dedent(f"""
+        import torch, ir2torch
+        from common import FlatIR
+        from common.errors import ExecutionError
+
+        rebuilt = ir2torch.convert(FlatIR.load({str(path)!r}))
+        try:
+            rebuilt(torch.randn(2, 3), torch.randn(3), torch.randn(2))
+        except ExecutionError as exc:
+            print("refused", {message!r} in str(exc), "refused before it runs" in str(exc))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["refused", "True", "True"], out.stdout
+
+
+def test_batch_norm_kernels_still_run_what_exports_write() -> None:
+    """Honest batch norms (eval with running statistics, instance norm's training without) are unchanged."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.InstanceNorm2d(4, affine=True)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    flat = torch2ir.lower(model, (x,), decompose=True)
+    assert {"aten._native_batch_norm_legit_no_training.default", "aten._native_batch_norm_legit.no_stats"} <= {
+        node.op_type for node in flat.nodes}
+    assert torch.allclose(ir2torch.convert(flat, model)(x), model(x), atol=1e-5)

@@ -17,7 +17,7 @@ from xdist.scheduler import LoadGroupScheduling
 
 #: node id -> group name (the ``group`` match); a node id that matches none is a group of its own.
 GROUPS = (
-    re.compile(r"^tests/real/test_(?:corpus|lower_corpus|swaps)\.py::test_\w+\[(?P<group>[^\]]+)\]$"),
+    re.compile(r"^tests/real/test_(?:corpus|lower_corpus|swaps|gradients)\.py::test_\w+\[(?P<group>[^\]]+)\]$"),
     re.compile(r"^(?P<group>tests/quant/test_pt2e\.py)::"),
 )
 

@@ -29,6 +29,19 @@ def _fft_dims(self: Any, dim: Any, *args: Any, **kwargs: Any) -> str | None:
     return None
 
 
+#: Largest ``|decimals|`` of ``aten.round.decimals*``: a float64 holds powers of ten up to 1e308, so any larger count
+#: gives NaN in eager; the op's reference (which the forward's shape probe runs) computes ``10**decimals`` as a Python
+#: integer, and ``decimals=10**9`` ran for minutes (found by the long op-level fuzz).
+ROUND_DECIMALS_LIMIT = 1000
+
+
+def _round_decimals(self: Any, *args: Any, decimals: Any = 0, **kwargs: Any) -> str | None:
+    if isinstance(decimals, int) and abs(decimals) > ROUND_DECIMALS_LIMIT:
+        return (f"decimals={decimals} is beyond +-{ROUND_DECIMALS_LIMIT} (past 308 every value rounds to NaN, and "
+                "the shape probe would compute 10**decimals as a Python integer)")
+    return None
+
+
 def _batch_norm_problem(input: Any, training: bool, **stats: Any) -> str | None:
     """What the CPU batch-norm kernel assumes and ``aten.batch_norm`` checks before it: an input of 2 dims or more,
     a weight, bias and running statistics of one element per channel, and running statistics in eval mode."""
@@ -74,13 +87,15 @@ def _batch_norm_update_stats(input: Any, running_mean: Any = None, running_var: 
 #: (both found by the op-level fuzz); the batch-norm kernels (which decomposed exports of every CNN call) read and
 #: write one element per channel of weight, bias and running statistics without checking their sizes, and read
 #: the running statistics in eval mode even when there are none (segfaults, found by the long op-level fuzz;
-#: ``aten.batch_norm`` checks both before it calls them).
+#: ``aten.batch_norm`` checks both before it calls them); ``aten.round`` with an absurd ``decimals`` (see
+#: :data:`ROUND_DECIMALS_LIMIT`).
 PRECONDITIONS: dict[str, Callable[..., str | None]] = {
     **{f"aten.native_batch_norm.{o}": _native_batch_norm for o in ("default", "out")},
     **{f"aten._native_batch_norm_legit.{o}": _native_batch_norm for o in ("default", "out")},
     **{f"aten._native_batch_norm_legit.{o}": _batch_norm_no_stats for o in ("no_stats", "no_stats_out")},
     **{f"aten._native_batch_norm_legit_no_training.{o}": _batch_norm_no_training for o in ("default", "out")},
     **{f"aten.batch_norm_update_stats.{o}": _batch_norm_update_stats for o in ("default", "out")},
+    **{f"aten.round.{o}": _round_decimals for o in ("decimals", "decimals_out")},
     "aten._weight_norm_interface.default": _nonempty_weight_norm,
     "aten._weight_norm.default": _nonempty_weight_norm,
     **{f"aten.{op}.{overload}": _fft_dims for op in ("_fft_r2c", "_fft_c2r", "_fft_c2c") for overload in ("default",

@@ -419,3 +419,37 @@ def test_batch_norm_kernels_still_run_what_exports_write() -> None:
     assert {"aten._native_batch_norm_legit_no_training.default", "aten._native_batch_norm_legit.no_stats"} <= {
         node.op_type for node in flat.nodes}
     assert torch.allclose(ir2torch.convert(flat, model)(x), model(x), atol=1e-5)
+
+
+def test_round_with_an_absurd_decimals_count_is_refused_before_the_probe_runs(tmp_path: Path) -> None:
+    """``aten.round.decimals`` with ``decimals=10**9`` (NaN in eager from 309 on): the op's reference, which the shape
+    probe runs, computes ``10**decimals`` as a Python integer and ran for minutes in the long op-level fuzz. It is
+    refused before anything runs; in a child with a timeout, so a regression fails instead of hanging the suite."""
+    path = tmp_path / "round.flat.json"
+    path.write_text(json.dumps(_one_op_document("aten.round.decimals", {"self": _X, "decimals": 10**9},
+                                                {"x": ([2, 3], "float32")})))
+    script = textwrap.dedent(f"""
+        import torch, ir2torch
+        from common import FlatIR
+        from common.errors import ExecutionError
+
+        rebuilt = ir2torch.convert(FlatIR.load({str(path)!r}))
+        try:
+            rebuilt(torch.randn(2, 3))
+        except ExecutionError as exc:
+            print("refused", "decimals=1000000000 is beyond" in str(exc))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["refused", "True"], out.stdout
+
+
+def test_round_with_decimals_runs_as_in_eager() -> None:
+    class Round(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.round(x, decimals=3) + torch.round(x, decimals=-1)
+
+    x = torch.randn(4, 5) * 100
+    model = Round()
+    assert torch.equal(ir2torch.convert(torch2ir.convert(model, (x,)))(x), model(x))

@@ -6,7 +6,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test test-zoo lint clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,13 @@ lint: $(STAMP)
 # hands out tests one at a time, except that tests marked with the same xdist_group go to one worker together
 # (those that share work made once per process: a corpus architecture's conversion, a quantized model).
 # --durations=25 lists the slowest tests at the end of every run (where the suite's time goes).
+# `make test` is the everyday suite; `make test-zoo` runs what it leaves out (the tests marked `zoo`: real-model
+# corpora, quantization stacks, long property and fuzz runs; the list is ZOO in tests/conftest.py). .ci/run runs both.
 test: lint
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup --durations=25 -m "not zoo" $(PYTEST_ARGS)
+
+test-zoo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup --durations=25 -m zoo $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

@@ -63,6 +63,31 @@ def pytest_collection_finish(session):
     gc.set_threshold(20_000, 20, 20)
 
 
+#: What ``make test`` leaves to ``make test-zoo`` (``.ci/run`` runs both): the real-model corpora, the quantization
+#: stacks, the fresh-venv install, the meta-device memory checks and the long property and fuzz runs. A test id that
+#: starts with one of these gets the ``zoo`` mark (``-m zoo`` / ``-m "not zoo"``).
+ZOO = (
+    "tests/real/",
+    "tests/ecosystems/",
+    "tests/quant/test_pt2e.py",
+    "tests/quant/test_brevitas.py",
+    "tests/cli/test_install.py",
+    "tests/property/test_random_models.py",
+    "tests/security/test_op_fuzz.py",
+    "tests/flat/test_meta_memory.py",
+    "tests/torch2ir/test_meta_memory.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of :data:`ZOO` with ``zoo``."""
+    import pytest
+
+    for item in items:
+        if item.nodeid.startswith(ZOO):
+            item.add_marker(pytest.mark.zoo)
+
+
 def pytest_configure(config):
     if config.pluginmanager.hasplugin("xdist"):  # the hook is xdist's: unknown without it (-p no:xdist)
         config.pluginmanager.register(_Scheduling(), "torch2ir-scheduling")

@@ -34,8 +34,22 @@ lint: $(STAMP)
 test: lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup --durations=25 -m "not zoo" $(PYTEST_ARGS)
 
-test-zoo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup --durations=25 -m zoo $(PYTEST_ARGS)
+# The ecosystem packages (torchvision, timm, diffusers) go to their own folder, not into .venv: this torch build
+# cannot load torchvision's compiled extension, and transformers imports torchvision whenever it is installed, so
+# installing it into .venv would break `import transformers` in every process that has not first defined the
+# extension's operator schemas (tests/ecosystems/load.py does that, then adds this folder to sys.path).
+ZOO_SITE  := $(VENV)/zoo-site
+ZOO_STAMP := $(ZOO_SITE)/.installed
+
+$(ZOO_STAMP): $(STAMP) tests/ecosystems/requirements.txt
+	rm -rf $(ZOO_SITE)
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --target $(ZOO_SITE) \
+		-r tests/ecosystems/requirements.txt
+	touch $(ZOO_STAMP)
+
+test-zoo: $(ZOO_STAMP)
+	TORCH2IR_ZOO_SITE=$(abspath $(ZOO_SITE)) HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup --durations=25 \
+		-m zoo $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

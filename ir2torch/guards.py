@@ -282,10 +282,12 @@ def _nested_args(in_spec: pytree.TreeSpec | None, names: list[str]) -> tuple[tup
     return tuple((i, name, spec) for i, (name, spec) in enumerate(zip(names, children)) if not spec.is_leaf())
 
 
-def _fits(given: Any, spec: Any) -> bool:
+def _fits(given: Any, spec: Any, *, ordered: bool = True) -> bool:
     """Whether a value of structure ``given`` flattens to the leaves ``spec`` names, and to no more: a list for a
-    tuple and dict keys in another order are accepted (the flattening reads them alike); a leaf of ``spec``
-    takes anything (the graph's guard checks it)."""
+    tuple is accepted (the flattening reads them alike); a leaf of ``spec`` takes anything (the graph's guard checks
+    it). A dict's keys must come in the converted order: a forward that iterates the dict (``torch.cat(list(
+    d.values()))``) computed in that order, and the graph cannot tell whether it did; ``ordered=False`` accepts any
+    order (only to tell that case apart in the error message)."""
     if spec.is_leaf():
         return True
     if given.is_leaf() or given.num_children != spec.num_children:
@@ -293,18 +295,27 @@ def _fits(given: Any, spec: Any) -> bool:
     if spec.type is dict:
         if given.type is not dict or set(given.context) != set(spec.context):
             return False
+        if ordered and list(given.context) != list(spec.context):
+            return False
         position = {key: i for i, key in enumerate(given.context)}
-        return all(_fits(given.child(position[key]), spec.child(i)) for i, key in enumerate(spec.context))
+        return all(_fits(given.child(position[key]), spec.child(i), ordered=ordered)
+                   for i, key in enumerate(spec.context))
     if not (given.type is spec.type and given.context == spec.context) and not (
             given.type in (list, tuple) and spec.type in (list, tuple)):
         return False
-    return all(_fits(given.child(i), spec.child(i)) for i in range(spec.num_children))
+    return all(_fits(given.child(i), spec.child(i), ordered=ordered) for i in range(spec.num_children))
 
 
 def check_structure(name: str, value: Any, spec: Any) -> None:
     """Raise :class:`InputMismatchError` naming argument ``name`` when ``value``'s pytree structure does not fit
     ``spec`` (:func:`_fits`): the one check of a nested argument, for the input guard and the generated code."""
     found = pytree.tree_structure(value)
+    if not _fits(found, spec) and _fits(found, spec, ordered=False):
+        raise InputMismatchError(
+            f"argument has a dict whose keys come in another order than in the conversion call "
+            f"({describe_spec(found)}, converted with {describe_spec(spec)}); the forward may depend on the order "
+            "(iterating the dict), and the graph computes in the converted one", key=name,
+            hint="build the dict with its keys in the converted order, or convert again with this order")
     if not _fits(found, spec):
         raise InputMismatchError(
             f"argument has pytree structure {describe_spec(found)}, but the module was converted with "

@@ -169,3 +169,40 @@ def test_error_messages_never_show_tensor_values() -> None:
     assert "0.3704" not in text and "tensor(...)" in text and "f(x) = [1]" in text and "grad_fn" not in text
     assert without_values("cut tensor([[1., 2.], [3") == "cut tensor(...)"
     assert without_values("scalar_tensor(x) and FakeTensor(...)") == "scalar_tensor(x) and FakeTensor(...)"
+
+
+class _Values(nn.Module):
+    """Iterates its dict: the result depends on the keys' order, which the graph fixed at conversion."""
+
+    def forward(self, features: dict) -> torch.Tensor:
+        return torch.cat(list(features.values()))
+
+
+class _ValuesParent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = _Values()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head({"a": x, "b": x + 1})
+
+
+def test_a_plain_dict_with_its_keys_in_another_order_is_refused_not_reordered() -> None:
+    """Eager ``torch.cat(list(d.values()))`` follows the order it is given; the graph computes in the converted one
+    (``torch.export``'s own module silently gives the converted order's result). A plain dict in another order is
+    refused, at the root and at a submodule, naming the argument; in the converted order it runs exactly."""
+    x, y = torch.zeros(2), torch.ones(2)
+    model = _Values()
+    rebuilt = ir2torch.convert(torch2ir.convert(model, ({"a": x, "b": y},)), model.state_dict())
+    assert torch.equal(rebuilt({"a": x, "b": y}), model({"a": x, "b": y}))
+    assert not torch.equal(model({"b": y, "a": x}), model({"a": x, "b": y}))  # the order changes eager's result
+    with pytest.raises(InputMismatchError, match="keys come in another order") as info:
+        rebuilt({"b": y, "a": x})
+    assert info.value.key == "features" and "{'b': *, 'a': *}" in str(info.value)
+    parent = _ValuesParent()
+    rebuilt_parent = ir2torch.convert(torch2ir.convert(parent, (x,)), parent.state_dict())
+    assert torch.equal(rebuilt_parent(x), parent(x))
+    assert torch.equal(rebuilt_parent.head({"a": x, "b": x + 1}), parent.head({"a": x, "b": x + 1}))
+    with pytest.raises(InputMismatchError, match="keys come in another order") as info:
+        rebuilt_parent.head({"b": x + 1, "a": x})
+    assert info.value.key == "features"

@@ -7,6 +7,7 @@ allocating op whose output size fake tensors cannot tell.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,45 @@ def _round_decimals(self: Any, *args: Any, decimals: Any = 0, **kwargs: Any) -> 
     if isinstance(decimals, int) and abs(decimals) > ROUND_DECIMALS_LIMIT:
         return (f"decimals={decimals} is beyond +-{ROUND_DECIMALS_LIMIT} (past 308 every value rounds to NaN, and "
                 "the shape probe would compute 10**decimals as a Python integer)")
+    return None
+
+
+#: Largest work (output elements x degree) of the ``aten.special_*_polynomial_*`` kernels, which run a recurrence
+#: of ``n`` steps per element on the CPU (the Legendre one does not stop early for ``|x| < 1``): ``n = 2**62``
+#: ran for minutes in the long op-level fuzz. 10**8 steps take well under a second.
+POLYNOMIAL_WORK_LIMIT = 10**8
+_POLYNOMIALS = ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+                "chebyshev_polynomial_w", "hermite_polynomial_h", "hermite_polynomial_he", "laguerre_polynomial_l",
+                "legendre_polynomial_p", "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+                "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w")
+
+
+def _polynomial_work(x: Any, n: Any, *args: Any, **kwargs: Any) -> str | None:
+    """The recurrence's steps: ``n`` (a number, or a tensor's largest finite value) times the output's elements.
+    A tensor ``n`` without values (fake, in the shape probe) sends the call to the checked run, which reads them."""
+    shapes = [tuple(v.shape) for v in (x, n) if isinstance(v, torch.Tensor)]
+    elements = math.prod(torch.broadcast_shapes(*shapes)) if shapes else 1
+    if isinstance(n, torch.Tensor):
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if n.device.type == "meta" and not isinstance(n, FakeTensor):
+            return None  # a meta kernel computes no values
+        if isinstance(n, FakeTensor):
+            return "the degree n is a tensor whose values set the kernel's run time (read in a checked run)"
+        if n.numel() == 0:
+            return None
+        if not bool(torch.isfinite(n).all()):
+            return "the degree n holds a value that is not finite"
+        degree = float(n.abs().max())
+    elif isinstance(n, (int, float)) and not isinstance(n, bool):
+        if not math.isfinite(n):
+            return f"the degree n={n} is not finite"
+        degree = abs(float(n))
+    else:
+        return None
+    if degree * elements > POLYNOMIAL_WORK_LIMIT:
+        return (f"degree {degree:.0f} for {elements} elements is {degree * elements:.3g} steps of the recurrence, "
+                f"more than {POLYNOMIAL_WORK_LIMIT:.0e}")
     return None
 
 
@@ -88,7 +128,7 @@ def _batch_norm_update_stats(input: Any, running_mean: Any = None, running_var: 
 #: write one element per channel of weight, bias and running statistics without checking their sizes, and read
 #: the running statistics in eval mode even when there are none (segfaults, found by the long op-level fuzz;
 #: ``aten.batch_norm`` checks both before it calls them); ``aten.round`` with an absurd ``decimals`` (see
-#: :data:`ROUND_DECIMALS_LIMIT`).
+#: :data:`ROUND_DECIMALS_LIMIT`); the special polynomials' recurrences (see :data:`POLYNOMIAL_WORK_LIMIT`).
 PRECONDITIONS: dict[str, Callable[..., str | None]] = {
     **{f"aten.native_batch_norm.{o}": _native_batch_norm for o in ("default", "out")},
     **{f"aten._native_batch_norm_legit.{o}": _native_batch_norm for o in ("default", "out")},
@@ -96,6 +136,8 @@ PRECONDITIONS: dict[str, Callable[..., str | None]] = {
     **{f"aten._native_batch_norm_legit_no_training.{o}": _batch_norm_no_training for o in ("default", "out")},
     **{f"aten.batch_norm_update_stats.{o}": _batch_norm_update_stats for o in ("default", "out")},
     **{f"aten.round.{o}": _round_decimals for o in ("decimals", "decimals_out")},
+    **{f"aten.special_{op}.{o}": _polynomial_work for op in _POLYNOMIALS
+       for o in ("default", "out", "x_scalar", "x_scalar_out", "n_scalar", "n_scalar_out")},
     "aten._weight_norm_interface.default": _nonempty_weight_norm,
     "aten._weight_norm.default": _nonempty_weight_norm,
     **{f"aten.{op}.{overload}": _fft_dims for op in ("_fft_r2c", "_fft_c2r", "_fft_c2c") for overload in ("default",

@@ -453,3 +453,51 @@ def test_round_with_decimals_runs_as_in_eager() -> None:
     x = torch.randn(4, 5) * 100
     model = Round()
     assert torch.equal(ir2torch.convert(torch2ir.convert(model, (x,)))(x), model(x))
+
+
+@pytest.mark.parametrize("budget", [None, 10**8])
+@pytest.mark.parametrize("overload", ["n_scalar", "default"])
+def test_a_special_polynomial_of_a_huge_degree_is_refused_before_it_runs(overload: str, budget: int | None,
+                                                                         tmp_path: Path) -> None:
+    """The special polynomials run an ``n``-step recurrence per element (``n = 2**62`` ran for minutes in the long
+    op-level fuzz). A number ``n`` is checked before anything runs; a tensor ``n`` on its values, in a checked run
+    (the shape probe has none). In a child with a timeout, so a regression fails instead of hanging the suite."""
+    n = 2**62 if overload == "n_scalar" else {"$ref": "n"}
+    inputs = {"x": ([2, 3], "float32")} | ({} if overload == "n_scalar" else {"n": ([3], "float32")})
+    path = tmp_path / "poly.flat.json"
+    path.write_text(json.dumps(_one_op_document(f"aten.special_legendre_polynomial_p.{overload}",
+                                                {"x": _X, "n": n}, inputs)))
+    script = textwrap.dedent(f"""
+        import torch, ir2torch
+        from common import FlatIR
+        from common.errors import ExecutionError
+
+        rebuilt = ir2torch.convert(FlatIR.load({str(path)!r}), max_bytes={budget!r})
+        x = torch.rand(2, 3)
+        if {overload!r} == "default":
+            small = torch.tensor([3.0, 5.0, 7.0])
+            print("exact", torch.equal(rebuilt(x, small), torch.special.legendre_polynomial_p(x, small)))
+            args = (x, torch.tensor([3.0, 5.0, 2.0**62]))
+        else:
+            args = (x,)
+        try:
+            rebuilt(*args)
+        except ExecutionError as exc:
+            print("refused", "steps of the recurrence" in str(exc))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = ([] if overload == "n_scalar" else ["exact", "True"]) + ["refused", "True"]
+    assert out.stdout.split() == expected, out.stdout
+
+
+def test_special_polynomials_of_honest_degrees_run_as_in_eager() -> None:
+    class Poly(nn.Module):
+        def forward(self, x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+            return torch.special.legendre_polynomial_p(x, n) + torch.special.hermite_polynomial_h(x, 4)
+
+    x, n = torch.rand(3, 4), torch.tensor([1.0, 2.0, 3.0, 9.0])
+    model = Poly()
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x, n)), max_bytes=10**8)
+    assert torch.equal(rebuilt(x, n), model(x, n))

@@ -22,7 +22,7 @@ from typing import Any
 from .errors import ArgumentMismatchError, DanglingEdgeError, IRFormatError, IRValidationError, UnsafeTargetError
 from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
 from .names import check_attr_path, check_forward_arg_names, check_identifier
-from .op_args import enum_problem
+from .op_args import COUNT_HINT, count_problem, enum_problem
 from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
 from .schema import DEFAULT_MAX_NODES, MAX_GRAPH_NODES, ValueFn, budget_error, check_max_nodes, expect
 from .serialize import (
@@ -344,6 +344,9 @@ def _check_arguments(node: FlatNode, allow: Allowlist, extra_ops: frozenset[str]
         raise ArgumentMismatchError(f"{op}: {problem}", node=node.name,
                                     hint='write the value as {"$dtype": "float32"} (or "$layout", "$memory_format"), '
                                          "as torch2ir does")
+    problem = count_problem(resolved, node.args, node.kwargs)
+    if problem is not None:
+        raise ArgumentMismatchError(f"{op}: {problem}", node=node.name, hint=COUNT_HINT)
 
 
 # -- files ---------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Arguments an operator's C++ code trusts to be what its schema says: dtypes, layouts and memory formats.
+"""Arguments an operator's C++ code trusts to be what its schema says: dtypes, layouts and memory formats, and
+counts it turns into that many objects (:data:`COUNT_LIMITS`).
 
 ATen converts a Python ``int`` given for a ``ScalarType``, ``Layout`` or ``MemoryFormat`` argument into the enum
 without a range check: ``aten.addmm.dtype(..., out_dtype=64)`` crashes the process (found by the op-level fuzz),
@@ -46,6 +47,36 @@ def _slots_of(schema: Any) -> tuple[tuple[int | None, str, type, bool], ...]:
     return tuple(slots)
 
 
+#: Integer arguments whose value a kernel turns into that many objects without a size check, and their largest
+#: literal value: ``tensor_split(x, sections)`` returns ``sections`` views, empty past the tensor's length
+#: (``sections=10**9`` built views for minutes in the long op-level fuzz, each a Python object no byte budget sees;
+#: the op is CompositeImplicit, so the forward's dispatch-level checks only see the slices it makes). A value
+#: computed in the graph (a ``SymInt`` from a tensor's size) is bounded by that size.
+COUNT_LIMITS: dict[str, tuple[str, int]] = {"aten::tensor_split.sections": ("sections", 10**5)}
+COUNT_HINT = "a model splits a tensor into at most as many parts as it has elements; fix the count in the file"
+
+
+def count_problem(op: Any, args: Sequence[Any] | Mapping[str, Any], kwargs: Mapping[str, Any]) -> str | None:
+    """What is wrong with a literal count argument of :data:`COUNT_LIMITS` (a sentence), or ``None``."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return None
+    limit = COUNT_LIMITS.get(f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name)
+    if limit is None:
+        return None
+    name, most = limit
+    position = next(i for i, a in enumerate(schema.arguments) if a.name == name)
+    if name in kwargs:
+        value = kwargs[name]
+    elif isinstance(args, Mapping):
+        value = args.get(name)
+    else:
+        value = args[position] if position < len(args) else None
+    if type(value) is int and value > most:
+        return f"argument {name!r} is {value}, more than {most}: the op would return that many tensors"
+    return None
+
+
 def enum_problem(op: Any, args: Sequence[Any] | Mapping[str, Any], kwargs: Mapping[str, Any]) -> str | None:
     """What is wrong with ``op``'s enum arguments (a sentence naming the argument), or ``None``.
 
@@ -76,4 +107,4 @@ def enum_problem(op: Any, args: Sequence[Any] | Mapping[str, Any], kwargs: Mappi
     return None
 
 
-__all__ = ["ENUM_TYPES", "enum_problem"]
+__all__ = ["COUNT_HINT", "COUNT_LIMITS", "ENUM_TYPES", "count_problem", "enum_problem"]

@@ -36,7 +36,7 @@ from .errors import (
     UnknownNodeKindError,
 )
 from .ir import IR, NODE_KINDS, Implementation, slot_path
-from .op_args import enum_problem
+from .op_args import COUNT_HINT, count_problem, enum_problem
 from .provenance import check_provenance
 from .safety import DEFAULT_ALLOWLIST, Allowlist
 from .validate_names import acyclic, check_graph_names, check_names
@@ -102,15 +102,22 @@ class _CheckedNames:
                     self.alias_owners.setdefault(other, []).append(key)
         return self.alias_owners.get(alias, [])
 
-    def enum_problem(self, name: object, attrs: dict[str, Any]) -> str | None:
-        """What is wrong with the dtype/layout/memory-format arguments of a call of allowed ATen op ``name``."""
+    def argument_problem(self, name: object, attrs: dict[str, Any]) -> tuple[str, str] | None:
+        """What is wrong with the dtype/layout/memory-format or count arguments of a call of allowed ATen op
+        ``name``, and what to do."""
         if type(name) is not str or not name.startswith("aten.") or ("args" not in attrs and "kwargs" not in attrs):
             return None
         op = self.ops.get(name)
         if op is None:
             op = self.ops[name] = self.allow.resolve(name)
-        kwargs = attrs.get("kwargs", {})
-        return enum_problem(op, attrs.get("args", []), kwargs if isinstance(kwargs, dict) else {})
+        args, kwargs = attrs.get("args", []), attrs.get("kwargs", {})
+        kwargs = kwargs if isinstance(kwargs, dict) else {}
+        problem = enum_problem(op, args, kwargs)
+        if problem is not None:
+            return problem, ('write the value as {"$dtype": "float32"} (or "$layout", "$memory_format"), '
+                             "as torch2ir does")
+        problem = count_problem(op, args, kwargs)
+        return None if problem is None else (problem, COUNT_HINT)
 
     def check(self, name: object, *, implementation: str, node: str) -> None:
         """Raise :class:`~common.errors.UnsafeTargetError` unless ``name`` is allowed."""
@@ -147,11 +154,10 @@ def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[s
             outputs.append(node)
         elif ntype == "function":
             allow.check(target, implementation=name, node=node)
-            problem = allow.enum_problem(target, attrs)
+            problem = allow.argument_problem(target, attrs)
             if problem is not None:
-                raise ArgumentMismatchError(f"{target}: {problem}", implementation=name, node=node,
-                                            hint='write the value as {"$dtype": "float32"} (or "$layout", '
-                                                 '"$memory_format"), as torch2ir does')
+                raise ArgumentMismatchError(f"{target}: {problem[0]}", implementation=name, node=node,
+                                            hint=problem[1])
         elif ntype == "get_attr":
             if not _state_exists(ir, impl, target, allow):
                 near = difflib.get_close_matches(str(target), list(impl.state), n=3)

@@ -138,6 +138,14 @@ REFUSED_OPS: dict[str, str] = {
     "has_torch_function": f"{SCRIPT}: takes any Python values",
 }
 
+#: Single overloads refused where the op's other overloads are allowed (``op.overload`` -> reason).
+REFUSED_OVERLOADS: dict[str, str] = {
+    "tensor_split.tensor_indices_or_sections": f"{UNBOUNDED}: a 0-d tensor argument is a section count read from "
+                                               "tensor data, and the op returns that many views (the literal count "
+                                               "of tensor_split.sections is bounded at load); export writes "
+                                               "tensor_split.sections or .indices for Python values",
+}
+
 #: Explicit per-op classes among the allowed (op name -> class), checked before the size rules.
 PURE_OPS: dict[str, str] = {
     **{op: f"unsafe-named but checked: {why}" for op, why in UNSAFE_NAMED_BUT_CHECKED.items()},
@@ -269,6 +277,8 @@ def classify_overload(op: str, schema: Any) -> tuple[str, str | None]:
     """The class (``pure``, ``allocating`` or ``refused``) and reason of ``aten::<op>`` with ``schema``."""
     if op in REFUSED_OPS:
         return "refused", REFUSED_OPS[op]
+    if f"{op}.{schema.overload_name}" in REFUSED_OVERLOADS:
+        return "refused", REFUSED_OVERLOADS[f"{op}.{schema.overload_name}"]
     args = list(schema.arguments)
     types = _types(schema)
     if any(_PATH_ARG.search(a.name) and "str" in str(a.type) for a in args):

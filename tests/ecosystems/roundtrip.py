@@ -47,11 +47,11 @@ def assert_fixpoint(ir: IR, rebuilt: nn.Module, args: tuple, kwargs: dict | None
     assert again == ir, sorted(k for k in set(ir) | set(again) if k not in ir or k not in again or ir[k] != again[k])
 
 
-def assert_guarded(rebuilt: nn.Module, x: torch.Tensor) -> None:
-    """A batch of another size than converted is refused by the root's input guard, not run."""
-    other = torch.cat([x, x])
+def assert_guarded(rebuilt: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
+    """A first argument of twice the converted batch is refused by the root's input guard, not run."""
+    x, *rest = args
     try:
-        rebuilt(other)
+        rebuilt(torch.cat([x, x]), *rest, **(kwargs or {}))
     except InputMismatchError as error:
         assert "shape" in str(error), error
     else:

@@ -191,7 +191,7 @@ def _build(zoo: str, name: str, size: int) -> tuple[Any, tuple, dict]:
         if task == "quantization":
             extra["quantize"] = False
         model = tv.models.get_model(arch, weights=None, **extra)
-        side = 299 if arch == "inception_v3" else 224 if arch.startswith(("vit", "swin", "maxvit")) else size
+        side = 299 if arch.endswith("inception_v3") else 224 if arch.startswith(("vit", "swin", "maxvit")) else size
         if task == "video":
             x = torch.randn(1, 3, 4, 64, 64) if not arch.startswith(("mvit", "s3d", "swin3d")) else \
                 torch.randn(1, 3, 16, 224, 224)
@@ -214,9 +214,9 @@ def _build(zoo: str, name: str, size: int) -> tuple[Any, tuple, dict]:
         try:
             with torch.no_grad():
                 model(x)
-        except Exception:  # noqa: BLE001 - a model of fixed input size: its own size
-            side = model.pretrained_cfg.get("input_size", (3, 224, 224))
-            x = torch.randn(1, *side)
+        except Exception:  # noqa: BLE001 - a model of fixed input size: built again at its own size
+            model = tm.create_model(name, pretrained=False).eval()
+            x = torch.randn(1, *model.pretrained_cfg.get("input_size", (3, 224, 224)))
         return model, (x,), {}
     if zoo == "diffusers":
         return _diffusers_blocks()[name]()

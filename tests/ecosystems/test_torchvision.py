@@ -4,7 +4,8 @@ One model per family, at the smallest configuration that still has the family's 
 ``_DenseLayer`` takes a list argument named ``input`` (its generated unpacking once shadowed the body's own
 names: silently wrong), RegNet names its blocks ``block1-0`` (a ``-`` refused the whole model), LRASPP takes an
 ``OrderedDict`` whose keys are not sorted (refused, printing tensor values), ShuffleNet's ``branch1`` and
-GoogLeNet's ``Inception`` branches are ``nn.Sequential``s, ViT and Swin carry attention and window shifts.
+ViT and Swin carry attention and window shifts. The whole registry (GoogLeNet, Inception and the
+segmentation, video and quantizable models too) is ``python -m benchmarks.sweep --zoo torchvision``.
 """
 
 from __future__ import annotations
@@ -105,7 +106,6 @@ CASES = {
     "efficientnet": _efficientnet,
     "shufflenet_v2": _shufflenet,
     "squeezenet1_1": _named("squeezenet1_1", 64),
-    "googlenet": _named("googlenet", 32, aux_logits=False, init_weights=False),
     "vit": _vit,
     "swin": _swin,
     "lraspp": _lraspp,

@@ -3,8 +3,8 @@
 One model per family, at the smallest configuration that still has the family's constructs: DenseNet's
 ``_DenseLayer`` takes a list argument named ``input`` (its generated unpacking once shadowed the body's own
 names: silently wrong), RegNet names its blocks ``block1-0`` (a ``-`` refused the whole model), LRASPP takes an
-``OrderedDict`` whose keys are not sorted (refused, printing tensor values), ShuffleNet's ``branch1`` and
-ViT and Swin carry attention and window shifts. The whole registry (GoogLeNet, Inception and the
+``OrderedDict`` whose keys are not sorted (refused, printing tensor values), ShuffleNet's ``branch1`` is an
+``nn.Sequential``, ViT and Swin carry attention and window shifts. The whole registry (GoogLeNet, Inception and the
 segmentation, video and quantizable models too) is ``python -m benchmarks.sweep --zoo torchvision``.
 """
 

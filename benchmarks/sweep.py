@@ -94,7 +94,11 @@ def timm_names(pattern: str, limit: int, seed: int) -> list[str]:
     for n in names:
         by_family.setdefault(_registry._model_to_module.get(n, "?"), []).append(n)
     chosen: list[str] = []
-    pools = [rng.sample(v, len(v)) for _, v in sorted(by_family.items())]
+    # in a family's seeded order, the sizes --max-params skips anyway come last
+    def large(n: str) -> bool:
+        return any(w in n for w in ("large", "huge", "giant", "gigantic", "xlarge", "enormous", "_g_", "_e_"))
+
+    pools = [sorted(rng.sample(v, len(v)), key=large, reverse=True) for _, v in sorted(by_family.items())]
     while len(chosen) < limit:  # round robin over the families, each in a seeded order
         for pool in pools:
             if pool and len(chosen) < limit:

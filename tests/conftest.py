@@ -42,6 +42,18 @@ def examples(n: int) -> int:
 
 
 
+def _torchvision_schemas() -> None:
+    """transformers imports torchvision when it is installed (image processors, ViT, DETR, LLaVA): where
+    torchvision's compiled extension does not load with this torch build, that import fails unless the
+    extension's two operator schemas are defined first (see ``tests/ecosystems/load.py``)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is not None:
+        from tests.ecosystems.load import torchvision
+
+        torchvision()
+
+
 class _Scheduling:
     """Under ``--dist loadgroup``, the tests that share work go to one worker (see ``tests/scheduling.py``)."""
 
@@ -106,5 +118,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_configure(config):
+    _torchvision_schemas()
     if config.pluginmanager.hasplugin("xdist"):  # the hook is xdist's: unknown without it (-p no:xdist)
         config.pluginmanager.register(_Scheduling(), "torch2ir-scheduling")

@@ -1,0 +1,440 @@
+"""Whole registries through the loop: build, convert, rebuild, compare with eager (issue #29).
+
+Usage::
+
+    python -m benchmarks.sweep --zoo torchvision                       # every classification model
+    python -m benchmarks.sweep --zoo torchvision --tasks classification,segmentation,video,quantization
+    python -m benchmarks.sweep --zoo timm --limit 100 --timeout 120 --output /tmp/timm.md
+    python -m benchmarks.sweep --zoo timm --filter 'convnext*' --limit 0   # every match
+    python -m benchmarks.sweep --zoo diffusers
+
+Each model is built with random weights (seeded, no download), put in eval mode and called on a small input;
+then ``torch2ir.convert`` → ``ir2torch.convert(ir, model.state_dict())`` → the rebuilt model is called on the
+same input and every output tensor is compared with the eager one. Models run one after the other in a child
+process; a model that runs over ``--timeout`` seconds kills its child, is reported as such, and a new child
+goes on with the next model, so one hang does not stop the sweep.
+
+A row's status is one of
+
+- ``exact``: every output tensor equal;
+- ``DIFFERS WITHOUT AN ERROR <max abs diff>``: the status that matters: the rebuild runs and returns something
+  else, and nothing said so;
+- ``refused <IRError subclass: first line>``: the library said no, naming the construct;
+- ``error <class: first line>``: a non-``IRError`` exception left the library (a bug too, but a loud one);
+- ``export failed <first line>``: plain ``torch.export.export`` cannot trace the model either;
+- ``eager failed``, ``skipped`` (over ``--max-params``), ``timeout``, ``crashed``.
+
+The output is a Markdown table (model, status, convert time) and a count per status; ``--output`` writes it to
+a file as well. No assertion: this measures what CI cannot hold (``tests/ecosystems`` holds a sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import queue
+import random
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+ROOT = Path(__file__).resolve().parent.parent
+DIFFERS = "DIFFERS WITHOUT AN ERROR"
+
+
+# ---------------------------------------------------------------------------------------------- registries
+
+
+def _torchvision():
+    from tests.ecosystems.load import torchvision
+
+    return torchvision()
+
+
+def torchvision_names(tasks: Iterable[str]) -> list[str]:
+    tv = _torchvision()
+    modules = {
+        "classification": tv.models,
+        "segmentation": tv.models.segmentation,
+        "detection": tv.models.detection,
+        "video": tv.models.video,
+        "quantization": tv.models.quantization,
+        "optical_flow": tv.models.optical_flow,
+    }
+    names: list[str] = []
+    for task in tasks:
+        prefix = "" if task == "classification" else task + "."
+        names += [prefix + n for n in tv.models.list_models(module=modules[task])]
+    return names
+
+
+def timm_names(pattern: str, limit: int, seed: int) -> list[str]:
+    """Matches of ``pattern``; with a limit, a seeded sample spread over timm's families (one per module first)."""
+    from tests.ecosystems.load import timm
+
+    tm = timm()
+    names = tm.list_models(pattern)
+    if not limit or limit >= len(names):
+        return names
+    from timm.models import _registry
+
+    rng = random.Random(seed)
+    by_family: dict[str, list[str]] = {}
+    for n in names:
+        by_family.setdefault(_registry._model_to_module.get(n, "?"), []).append(n)
+    chosen: list[str] = []
+    # in a family's seeded order, the sizes --max-params skips anyway come last
+    def large(n: str) -> bool:
+        return any(w in n for w in ("large", "huge", "giant", "gigantic", "xlarge", "enormous", "_g_", "_e_"))
+
+    pools = [sorted(rng.sample(v, len(v)), key=large, reverse=True) for _, v in sorted(by_family.items())]
+    while len(chosen) < limit:  # round robin over the families, each in a seeded order
+        for pool in pools:
+            if pool and len(chosen) < limit:
+                chosen.append(pool.pop())
+    return sorted(chosen)
+
+
+def _diffusers_blocks() -> dict[str, Callable[[], tuple[Any, tuple, dict]]]:
+    """Tiny configurations of diffusers' backbones: ``name -> () -> (model, args, kwargs)``."""
+    import torch
+
+    from tests.ecosystems.load import diffusers
+
+    d = diffusers()
+
+    def unet2d():
+        m = d.UNet2DModel(sample_size=16, in_channels=3, out_channels=3, block_out_channels=(8, 16),
+                          layers_per_block=1, norm_num_groups=4, attention_head_dim=4,
+                          down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                          up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+        return m, (torch.randn(1, 3, 16, 16), torch.tensor([3])), {"return_dict": False}
+
+    def unet2d_condition():
+        m = d.UNet2DConditionModel(sample_size=16, in_channels=4, out_channels=4, block_out_channels=(8, 16),
+                                   layers_per_block=1, norm_num_groups=4, cross_attention_dim=8,
+                                   attention_head_dim=4,
+                                   down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                   up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"))
+        return m, (torch.randn(1, 4, 16, 16), torch.tensor([3]), torch.randn(1, 5, 8)), {"return_dict": False}
+
+    def unet3d_condition():
+        m = d.UNet3DConditionModel(sample_size=8, in_channels=4, out_channels=4, block_out_channels=(8, 16),
+                                   layers_per_block=1, norm_num_groups=4, cross_attention_dim=8,
+                                   attention_head_dim=4,
+                                   down_block_types=("CrossAttnDownBlock3D", "DownBlock3D"),
+                                   up_block_types=("UpBlock3D", "CrossAttnUpBlock3D"))
+        x = torch.randn(1, 4, 2, 8, 8)
+        return m, (x, torch.tensor([3]), torch.randn(1, 5, 8)), {"return_dict": False}
+
+    def autoencoder_kl():
+        m = d.AutoencoderKL(in_channels=3, out_channels=3, block_out_channels=(8, 16), layers_per_block=1,
+                            latent_channels=4, norm_num_groups=4,
+                            down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
+                            up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"))
+        return m, (torch.randn(1, 3, 16, 16),), {"sample_posterior": False, "return_dict": False}
+
+    def dit():
+        m = d.DiTTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=4, num_layers=2,
+                                    sample_size=8, patch_size=2, num_embeds_ada_norm=10, norm_num_groups=4)
+        return m, (torch.randn(1, 4, 8, 8),), {"timestep": torch.tensor([3]), "class_labels": torch.tensor([1]),
+                                               "return_dict": False}
+
+    def transformer2d():
+        m = d.Transformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=16, num_layers=1,
+                                 norm_num_groups=4, cross_attention_dim=8)
+        return m, (torch.randn(1, 16, 8, 8),), {"encoder_hidden_states": torch.randn(1, 5, 8),
+                                                "return_dict": False}
+
+    def sd3():
+        m = d.SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=4, num_layers=2, attention_head_dim=8,
+                                    num_attention_heads=2, joint_attention_dim=16, caption_projection_dim=16,
+                                    pooled_projection_dim=8, out_channels=4, pos_embed_max_size=16)
+        return m, (torch.randn(1, 4, 8, 8),), {"encoder_hidden_states": torch.randn(1, 5, 16),
+                                               "pooled_projections": torch.randn(1, 8),
+                                               "timestep": torch.tensor([3]), "return_dict": False}
+
+    def flux():
+        m = d.FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
+                                     attention_head_dim=8, num_attention_heads=2, joint_attention_dim=16,
+                                     pooled_projection_dim=8, axes_dims_rope=(2, 2, 4))
+        return m, (torch.randn(1, 16, 16),), {"encoder_hidden_states": torch.randn(1, 5, 16),
+                                              "pooled_projections": torch.randn(1, 8),
+                                              "timestep": torch.tensor([0.5]), "img_ids": torch.zeros(16, 3),
+                                              "txt_ids": torch.zeros(5, 3), "return_dict": False}
+
+    return {f.__name__: f for f in (unet2d, unet2d_condition, unet3d_condition, autoencoder_kl, dit,
+                                      transformer2d, sd3, flux)}
+
+
+# --------------------------------------------------------------------------------------------- one model
+
+
+def _build(zoo: str, name: str, size: int) -> tuple[Any, tuple, dict]:
+    import torch
+
+    if zoo == "torchvision":
+        tv = _torchvision()
+        task, _, arch = name.rpartition(".")
+        extra: dict[str, Any] = {}
+        if arch in ("googlenet", "inception_v3"):
+            extra = {"aux_logits": False, "init_weights": False}
+        if task in ("segmentation", "detection"):
+            extra["weights_backbone"] = None
+        if task == "quantization":
+            extra["quantize"] = False
+        model = tv.models.get_model(arch, weights=None, **extra)
+        side = 299 if arch.endswith("inception_v3") else 224 if arch.startswith(("vit", "swin", "maxvit")) else size
+        if task == "video":
+            x = torch.randn(1, 3, 4, 64, 64) if not arch.startswith(("mvit", "s3d", "swin3d")) else \
+                torch.randn(1, 3, 16, 224, 224)
+            return model, (x,), {}
+        if task == "detection":
+            return model, ([torch.rand(3, size, size)],), {}
+        if task == "optical_flow":
+            return model, (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128)), {"num_flow_updates": 2}
+        return model, (torch.randn(1, 3, side, side),), {}
+    if zoo == "timm":
+        from tests.ecosystems.load import timm
+
+        tm = timm()
+        try:
+            model = tm.create_model(name, pretrained=False, img_size=size)
+        except TypeError:
+            model = tm.create_model(name, pretrained=False)
+        model.eval()
+        x = torch.randn(1, 3, size, size)
+        try:
+            with torch.no_grad():
+                model(x)
+        except Exception:  # noqa: BLE001 - a model of fixed input size: built again at its own size
+            model = tm.create_model(name, pretrained=False).eval()
+            x = torch.randn(1, *model.pretrained_cfg.get("input_size", (3, 224, 224)))
+        return model, (x,), {}
+    if zoo == "diffusers":
+        return _diffusers_blocks()[name]()
+    raise ValueError(zoo)
+
+
+def _params_on_meta(zoo: str, name: str) -> int | None:
+    if zoo != "timm":
+        return None
+    import torch
+
+    from tests.ecosystems.load import timm
+
+    try:
+        with torch.device("meta"):
+            model = timm().create_model(name, pretrained=False)
+    except Exception:  # noqa: BLE001 - unknown size; the build proper reports the failure
+        return None
+    return sum(p.numel() for p in model.parameters())
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else "")[:160].replace("|", "\\|")
+
+
+def _max_diff(got: Any, expected: Any) -> float:
+    import torch
+    import torch.utils._pytree as pytree
+
+    a, _ = pytree.tree_flatten(got)
+    b, _ = pytree.tree_flatten(expected)
+    if len(a) != len(b):
+        return float("inf")
+    worst = 0.0
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or x.dtype != y.dtype:
+                return float("inf")
+            if not torch.equal(x, y):
+                diff = (x.double() - y.double()).abs().nan_to_num(float("inf"))
+                worst = max(worst, diff.max().item() if diff.numel() else 0.0)
+        elif x != y:
+            return float("inf")
+    return worst
+
+
+def run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any]:
+    import warnings
+
+    import torch
+
+    import ir2torch
+    import torch2ir
+    from common.errors import IRError
+
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    params = _params_on_meta(zoo, name)
+    if params is not None and params > max_params:
+        return {"status": f"skipped ({params / 1e6:.0f} M parameters)"}
+    try:
+        model, args, kwargs = _build(zoo, name, size)
+        model.eval()
+        with torch.no_grad():
+            expected = model(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - reported as a row
+        return {"status": f"eager failed {type(error).__name__}: {_first_line(error)}"}
+    start = time.perf_counter()
+    try:
+        ir = torch2ir.convert(model, args, kwargs)
+    except IRError as error:
+        return {"status": f"refused {type(error).__name__}: {_first_line(error)}",
+                "convert_s": time.perf_counter() - start}
+    except Exception as error:  # noqa: BLE001 - a non-IRError from the library: reported as a row
+        seconds = time.perf_counter() - start
+        try:
+            torch.export.export(model, args, kwargs)
+        except Exception as plain:  # noqa: BLE001 - export itself fails
+            return {"status": f"export failed {type(plain).__name__}: {_first_line(plain)}", "convert_s": seconds}
+        return {"status": f"error {type(error).__name__}: {_first_line(error)}", "convert_s": seconds}
+    seconds = time.perf_counter() - start
+    try:
+        rebuilt = ir2torch.convert(ir, model.state_dict())
+        with torch.no_grad():
+            got = rebuilt(*args, **kwargs)
+    except IRError as error:
+        return {"status": f"refused {type(error).__name__}: {_first_line(error)}", "convert_s": seconds}
+    except Exception as error:  # noqa: BLE001 - reported as a row
+        return {"status": f"error {type(error).__name__}: {_first_line(error)}", "convert_s": seconds}
+    diff = _max_diff(got, expected)
+    return {"status": "exact" if diff == 0 else f"{DIFFERS} {diff:.3g}", "convert_s": seconds}
+
+
+def child(zoo: str, names: list[str], size: int, max_params: float) -> None:
+    """Run ``names`` in order, one JSON line on stdout per model."""
+    for name in names:
+        print(json.dumps({"name": name, "start": True}), flush=True)
+        try:
+            row = run_one(zoo, name, size, max_params)
+        except Exception:  # noqa: BLE001 - the sweep goes on with the next model
+            row = {"status": "crashed " + traceback.format_exc().strip().splitlines()[-1][:160]}
+        print(json.dumps({"name": name, **row}), flush=True)
+
+
+# --------------------------------------------------------------------------------------------- the sweep
+
+
+def sweep(zoo: str, names: list[str], *, size: int, timeout: float, max_params: float,
+          echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    todo = list(names)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "HF_HUB_OFFLINE": "1"}
+    while todo:
+        cmd = [sys.executable, "-m", "benchmarks.sweep", "--child", json.dumps(
+            {"zoo": zoo, "names": todo, "size": size, "max_params": max_params})]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        lines: queue.Queue[str | None] = queue.Queue()
+
+        def read(stream=proc.stdout, out=lines) -> None:
+            for line in stream:
+                out.put(line)
+            out.put(None)
+
+        threading.Thread(target=read, daemon=True).start()
+        current, deadline = None, time.monotonic() + timeout + 60  # the first model also pays the imports
+        while True:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                line = ""
+            if line is None or (line == "" and time.monotonic() >= deadline):
+                proc.kill()
+                proc.wait()
+                name = current or todo[0]
+                status = "timeout" if line == "" else "crashed (child died)"
+                rows.append({"name": name, "status": status})
+                echo(f"{name}: {status}")
+                todo = todo[todo.index(name) + 1:]
+                break
+            if not line.strip().startswith("{"):
+                continue
+            msg = json.loads(line)
+            if msg.get("start"):
+                current, deadline = msg["name"], time.monotonic() + timeout
+                continue
+            rows.append(msg)
+            echo(f"{msg['name']}: {msg['status']}" + (f" ({msg['convert_s']:.1f} s)" if "convert_s" in msg else ""))
+            todo = todo[todo.index(msg["name"]) + 1:]
+            current = None
+            if not todo:
+                proc.wait()
+                break
+    return rows
+
+
+def _kind(status: str) -> str:
+    for prefix in (DIFFERS, "exact", "refused", "error", "export failed", "eager failed", "skipped", "timeout",
+                   "crashed"):
+        if status.startswith(prefix):
+            return prefix
+    return status
+
+
+def table(zoo: str, rows: list[dict[str, Any]]) -> str:
+    counts = Counter(_kind(r["status"]) for r in rows)
+    silent = [r for r in rows if r["status"].startswith(DIFFERS)]
+    out = [f"## {zoo}: {len(rows)} models", "", "| status | models |", "|---|---:|"]
+    out += [f"| {k} | {v} |" for k, v in counts.most_common()]
+    out += ["", f"**Silently different (output differs, no error): {len(silent)}**"
+            + (": " + ", ".join(r["name"] for r in silent) if silent else ""), ""]
+    out += ["| model | status | convert (s) |", "|---|---|---:|"]
+    for r in rows:
+        seconds = f"{r['convert_s']:.1f}" if "convert_s" in r else ""
+        out.append(f"| {r['name']} | {r['status']} | {seconds} |")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--zoo", choices=("torchvision", "timm", "diffusers"), default="torchvision")
+    parser.add_argument("--tasks", default="classification",
+                        help="torchvision: comma-separated of classification,segmentation,detection,video,"
+                             "quantization,optical_flow")
+    parser.add_argument("--filter", default="*", help="glob over the registry's names")
+    parser.add_argument("--limit", type=int, default=300, help="timm: seeded sample size over families (0: all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size", type=int, default=64, help="image side where the model allows it")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per model")
+    parser.add_argument("--max-params", type=float, default=1e8, help="timm: skip larger models")
+    parser.add_argument("--output", type=Path, help="also write the Markdown table here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    ns = parser.parse_args(argv)
+    if ns.child:
+        spec = json.loads(ns.child)
+        child(spec["zoo"], spec["names"], spec["size"], spec["max_params"])
+        return 0
+    if ns.zoo == "torchvision":
+        names = torchvision_names(ns.tasks.split(","))
+    elif ns.zoo == "timm":
+        names = timm_names(ns.filter, ns.limit, ns.seed)
+    else:
+        names = sorted(_diffusers_blocks())
+    names = [n for n in names if fnmatch.fnmatch(n, ns.filter)]
+    if ns.zoo != "timm" and ns.limit and len(names) > ns.limit:
+        names = names[: ns.limit]
+    rows = sweep(ns.zoo, names, size=ns.size, timeout=ns.timeout, max_params=ns.max_params,
+                 echo=lambda s: print(s, file=sys.stderr, flush=True))
+    text = table(ns.zoo, rows)
+    print(text)
+    if ns.output:
+        ns.output.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The checks every ecosystem model of this folder goes through."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+from torch import nn
+
+import ir2torch
+import torch2ir
+from common.errors import InputMismatchError
+from common.ir import IR
+
+
+def assert_exact(got: Any, expected: Any) -> None:
+    """Same pytree structure, and every tensor leaf bit-for-bit equal to eager's (shape and dtype included)."""
+    got_leaves, got_spec = pytree.tree_flatten(got)
+    leaves, spec = pytree.tree_flatten(expected)
+    assert got_spec == spec, (got_spec, spec)
+    for a, b in zip(got_leaves, leaves, strict=True):
+        if isinstance(b, torch.Tensor):
+            assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+            assert torch.equal(a, b), f"max abs diff {(a.double() - b.double()).abs().max().item()}"
+        else:
+            assert a == b
+
+
+def round_trip(model: nn.Module, args: tuple, kwargs: dict | None = None) -> tuple[IR, nn.Module]:
+    """Convert the eval-mode ``model``, rebuild it from its own state dict, and check outputs are exact."""
+    kwargs = kwargs or {}
+    model.eval()
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+    ir = torch2ir.convert(model, args, kwargs)
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    with torch.no_grad():
+        got = rebuilt(*args, **kwargs)
+    assert_exact(got, expected)
+    return ir, rebuilt
+
+
+def assert_fixpoint(ir: IR, rebuilt: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
+    """Converting the rebuilt model gives back the IR it was rebuilt from (see tests/loop/test_fixpoint.py)."""
+    again = torch2ir.convert(rebuilt, args, kwargs or {})
+    assert again == ir, sorted(k for k in set(ir) | set(again) if k not in ir or k not in again or ir[k] != again[k])
+
+
+def assert_guarded(rebuilt: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
+    """A first argument of twice the converted batch is refused by the root's input guard, not run."""
+    x, *rest = args
+    try:
+        rebuilt(torch.cat([x, x]), *rest, **(kwargs or {}))
+    except InputMismatchError as error:
+        assert "shape" in str(error), error
+    else:
+        raise AssertionError("a batch of 2 was run by a model converted at batch 1")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "supported.md"
+SWEEP = ROOT / "benchmarks" / "results-sweep.md"  # the last registry sweep's tables
 
 
 def _module_types() -> list[str]:
@@ -135,6 +136,36 @@ def _corpus() -> list[str]:
     return lines
 
 
+def _ecosystems() -> list[str]:
+    """The ecosystem tests and the totals of the last registry sweep (``benchmarks/results-sweep.md``)."""
+    lines = [
+        "## Other model libraries",
+        "",
+        "`make test-zoo` also runs `tests/ecosystems/`: torchvision, timm, diffusers and brevitas models with",
+        "random weights at small sizes, each exact against eager in eval mode (see [Testing](testing.md)).",
+        "Whole registries are swept by `python -m benchmarks.sweep --zoo torchvision|timm|diffusers` (each model",
+        "built, converted, rebuilt and compared with eager in a child process); the totals of the last sweep,",
+        "from `benchmarks/results-sweep.md` (in the repository), are below. \"Differs without an error\" is the",
+        "outcome the project treats as a bug.",
+        "",
+        "| sweep | models | totals |",
+        "|---|---|---|",
+    ]
+    sweep = SWEEP
+    section, counts, rows = None, [], []
+    for line in [*sweep.read_text(encoding="utf-8").splitlines(), "### end: 0 models"]:
+        if line.startswith("### "):
+            if section is not None:
+                rows.append(f"| {section[0]} | {section[1]} | {', '.join(counts)} |")
+            title, _, size = line[4:].rpartition(": ")
+            section, counts = (title, size.split()[0]), []
+        elif section is not None and line.startswith("| ") and line.count("|") == 3 and "status" not in line:
+            status, number = (cell.strip() for cell in line.strip("|").split("|"))
+            if number.isdigit():
+                counts.append(f"{number} {status}")
+    return [*lines, *rows]
+
+
 def render() -> str:
     """The whole of ``docs/supported.md``."""
     import torch
@@ -152,6 +183,8 @@ def render() -> str:
         *_functions(),
         "",
         *_corpus(),
+        "",
+        *_ecosystems(),
     ]
     return "\n".join(lines) + "\n"
 

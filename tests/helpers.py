@@ -68,3 +68,40 @@ def run_python(code: str, *, timeout: float) -> tuple[dict[str, Any], float]:
     wall = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
+def weighted_loss(output: Any) -> torch.Tensor:
+    """A weighted sum of every floating-point tensor of ``output`` that depends on the parameters (weights drawn
+    from a generator seeded with 0, so that outputs cannot cancel out and two calls weigh alike)."""
+    generator = torch.Generator().manual_seed(0)
+    total = torch.zeros(())
+    for leaf in pytree.tree_leaves(output):
+        if isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.requires_grad:
+            weights = torch.rand(leaf.shape, generator=generator, dtype=leaf.dtype)
+            total = total + (leaf * weights).sum().to(total.dtype)
+    return total
+
+
+def parameter_gradients(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[str, torch.Tensor | None]:
+    """Every trainable parameter's gradient, by name, after one backward pass of :func:`weighted_loss`."""
+    model.zero_grad(set_to_none=True)
+    loss = weighted_loss(model(*args, **kwargs))
+    assert loss.requires_grad, "no output depends on a parameter"
+    loss.backward()
+    return {name: p.grad for name, p in model.named_parameters() if p.requires_grad}
+
+
+def assert_same_gradients(original: torch.nn.Module, rebuilt: torch.nn.Module, args: tuple, kwargs: dict,
+                          tolerance: float = 0.0) -> None:
+    """After one backward pass, every parameter of ``rebuilt`` has the gradient of ``original``'s parameter of the
+    same name (within ``tolerance``), and the loss reaches at least one parameter."""
+    expected = parameter_gradients(original, args, kwargs)
+    got = parameter_gradients(rebuilt, args, kwargs)
+    assert sorted(got) == sorted(expected)
+    assert any(grad is not None for grad in expected.values()), "the loss reaches no parameter"
+    for name, grad in expected.items():
+        other = got[name]
+        assert (grad is None) == (other is None), f"{name}: gradient {'missing' if other is None else 'extra'}"
+        if grad is not None:
+            diff = (grad.double() - other.double()).abs().max().item() if grad.numel() else 0.0
+            assert diff <= tolerance, f"{name}: gradients differ by {diff:.3g}"

@@ -23,6 +23,7 @@ from torch import fx, nn
 
 from common.errors import ConversionError
 
+from . import custom_backward
 from .torch_logs import torch_logs_to_debug
 
 #: torch.export's warning about RNN modules re-assigning ``_flat_weights`` while traced (harmless).
@@ -141,13 +142,17 @@ def export(
         if on_attempt is not None:
             on_attempt()  # forget what a failed attempt recorded
         try:
-            with traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), torch_logs_to_debug():
+            with traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), torch_logs_to_debug(), \
+                    custom_backward.recording() as functions:
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
                 ep = torch.export.export(
                     export_root(model), tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve_module_call_signature=attempt,
                 )
+            if functions:
+                warnings.warn(custom_backward.message(name, functions), custom_backward.CustomBackwardWarning,
+                              stacklevel=3)
             return ep
         except Exception as exc:  # noqa: BLE001 - export raises many types; all are reported
             last = exc

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
 
 import torch
@@ -12,6 +14,7 @@ import ir2torch
 import torch2ir
 from common.errors import InputMismatchError
 from common.ir import IR
+from tests.helpers import assert_same_gradients
 
 
 def assert_exact(got: Any, expected: Any) -> None:
@@ -27,8 +30,10 @@ def assert_exact(got: Any, expected: Any) -> None:
             assert a == b
 
 
-def round_trip(model: nn.Module, args: tuple, kwargs: dict | None = None) -> tuple[IR, nn.Module]:
-    """Convert the eval-mode ``model``, rebuild it from its own state dict, and check outputs are exact."""
+def round_trip(model: nn.Module, args: tuple, kwargs: dict | None = None, *,
+               gradients: bool = True) -> tuple[IR, nn.Module]:
+    """Convert the eval-mode ``model``, rebuild it from its own state dict, and check: outputs exact, also after a
+    JSON save and load of the IR; and (``gradients``) after one backward pass, every parameter's gradient exact."""
     kwargs = kwargs or {}
     model.eval()
     with torch.no_grad():
@@ -38,6 +43,15 @@ def round_trip(model: nn.Module, args: tuple, kwargs: dict | None = None) -> tup
     with torch.no_grad():
         got = rebuilt(*args, **kwargs)
     assert_exact(got, expected)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.ir.json")
+        ir.save(path)
+        loaded = IR.load(path)
+    assert loaded == ir
+    with torch.no_grad():
+        assert_exact(ir2torch.convert(loaded, model.state_dict())(*args, **kwargs), expected)
+    if gradients:
+        assert_same_gradients(model, rebuilt, args, kwargs)
     return ir, rebuilt
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.ecosystems.roundtrip import assert_fixpoint, round_trip
+from torch2ir.custom_backward import CustomBackwardWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
 
@@ -27,7 +28,11 @@ def test_tfc_round_trips_exactly_and_reaches_a_fixpoint():
             module.running_var.uniform_(0.5, 2)
     x = torch.rand(1, 1, 8, 8)
     model.eval()(x)  # brevitas initializes its runtime statistics on the first call
-    ir, rebuilt = round_trip(model, (x,))
+    # gradients are not compared: brevitas' straight-through estimators are custom autograd.Functions whose
+    # backward the IR does not carry (docs/limitations.md); the conversion says so, naming them
+    with pytest.warns(CustomBackwardWarning, match=r"calls custom autograd.Function\(s\) brevitas\.") as caught:
+        ir, rebuilt = round_trip(model, (x,), gradients=False)
+    assert "ste" in str(caught[0].message).lower()
     out = model(x)
     assert out.abs().max() > 0 and out.unique().numel() > 1  # not a degenerate all-zero quantization
     assert_fixpoint(ir, rebuilt, (x,))

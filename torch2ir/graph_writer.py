@@ -9,6 +9,7 @@ unpacked with ``getitem``), and the ``output`` node.
 from __future__ import annotations
 
 import collections
+import re
 from typing import Any
 
 import torch
@@ -107,12 +108,18 @@ class GraphWriter:
                 if node is not None:
                     self.env.setdefault(node, Ref(name))
         inputs = self.h.user_inputs if frame is self.h.root else [] if sig is not None else list(frame.inputs)
+        computed = {structural_name(item.name) for item in frame.items if isinstance(item, fx.Node)}
         names: list[str] = []
         for i, value in enumerate(inputs):
             meta = value_meta(value.meta.get("val"))
             if frame is self.h.root and i in self.h.same_input and isinstance(meta, dict):
                 meta = {**meta, "same_as": names[self.h.same_input[i]]}  # one tensor given twice
-            names.append(self.impl.add_node(self.name(value.name), "input", "input", meta=meta))
+            # the root's inputs keep the model's argument names; a data-flow input is named after the value, but
+            # never with a name the graph's own nodes start from (which would renumber them: ``add`` -> ``add_1``)
+            label = value.name if frame is self.h.root else structural_name(value.name)
+            if frame is not self.h.root and label in computed:
+                label += "_in"
+            names.append(self.impl.add_node(self.name(label), "input", "input", meta=meta))
             self.env[value] = Ref(names[-1])
         for item in frame.items:
             try:
@@ -146,9 +153,11 @@ class GraphWriter:
                                     "ATen op or allowed function", "register the op, or keep it inside a leaf module"))
             return
         args, kwargs = self.template(node.args), self.template(node.kwargs)
+        if target == _ASSERT_SCALAR:
+            args = _assert_message(args)
         encode(args, f"node {node.name}")
         encode(kwargs, f"node {node.name}")
-        name = add_node_with_edges(self.impl, self.name(node.name), "function", target, args, kwargs,
+        name = add_node_with_edges(self.impl, self.name(structural_name(node.name)), "function", target, args, kwargs,
                                    meta=value_meta(node.meta.get("val")))
         self.env[node] = Ref(name)
         self.h.origin[node] = (self.impl, name)
@@ -241,6 +250,33 @@ class GraphWriter:
             outs = [self.ref(v) for v in self.frame.outputs]
             value = outs[0] if len(outs) == 1 else tuple(outs)
         add_node_with_edges(self.impl, "output", "output", "output", [value], {})
+
+
+_COUNTER = re.compile(r"_\d+\Z")
+_ASSERT_SCALAR = "aten._assert_scalar.default"
+_ON_NODE = re.compile(r" on node '[^']*'\Z")
+
+
+def _assert_message(args: Any) -> Any:
+    """A runtime assertion's arguments, its message naming the IR node it checks instead of export's node.
+
+    Export writes ``Runtime assertion failed for expression u0 >= 0 on node 'ge_18'``, with its own, model-wide
+    node name; the IR's name of that value is the node the assertion reads (its first argument).
+    """
+    if len(args) == 2 and isinstance(args[0], Ref) and isinstance(args[1], str):
+        return [args[0], _ON_NODE.sub(f" on node '{args[0].node}'", args[1])]
+    return args
+
+
+def structural_name(exported: str) -> str:
+    """The name of an exported value without the counter export appends model-wide (``add_252`` -> ``add``).
+
+    :meth:`GraphWriter.name` numbers the names again within each graph (``add``, ``add_1``...), in the order
+    the graph computes them, so that a node's name depends on its graph alone: the same layer gets the same
+    names wherever it sits in a model, and a rebuilt model converts back to the same names (export's counters
+    run over the whole model, and shift when anything before them changes, e.g. under ``dynamic_shapes``).
+    """
+    return _COUNTER.sub("", exported) or exported
 
 
 def input_labels(sig: Signature) -> list[str]:

@@ -68,6 +68,36 @@ def _strip_root(stack: dict[str, tuple[str, Any]]) -> list[tuple[str, str]]:
     return [(key, path) for key, (path, _) in stack.items() if path != ""]
 
 
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
+
+
+def dead_symbolic(graph: fx.Graph) -> set[fx.Node]:
+    """The calls of ``graph`` computing a Python number (a symbolic size, a comparison of sizes) that nothing
+    reads, directly or through other such calls.
+
+    Export leaves some behind (sums of unbacked sizes a later assertion had needed); where, depends on how the
+    model spelled its computation, so a rebuilt model can leave others than the original. They have no effect:
+    the IR leaves them out. Tensor-valued calls are written as export gives them, read or not.
+    """
+    dead: set[fx.Node] = set()
+    for node in reversed(graph.nodes):
+        if (node.op == "call_function" and isinstance(node.meta.get("val"), _SYMBOLIC)
+                and not isinstance(node.target, torch._ops.HigherOrderOperator)
+                and _pure_symbolic(node.target) and all(user in dead for user in node.users)):
+            dead.add(node)
+    return dead
+
+
+def _pure_symbolic(target: Any) -> bool:
+    """Whether ``target`` only computes with numbers: Python's operators, ``math``, ``torch.sym_*``, the
+    ``aten.sym_*`` size queries."""
+    if getattr(target, "__module__", None) in ("_operator", "operator", "math"):
+        return True
+    if isinstance(target, torch._ops.OpOverload):
+        return target.namespace == "aten" and target.__name__.startswith("sym_")
+    return getattr(target, "__name__", "").startswith("sym_") and getattr(target, "__module__", "") == "torch"
+
+
 class Hierarchy:
     """Frames, flows and graphs of one exported program."""
 
@@ -117,7 +147,11 @@ class Hierarchy:
         return frame
 
     def _assign_frames(self) -> None:
+        self.dead = dead_symbolic(self.ep.graph)
         for node in self.ep.graph.nodes:
+            if node in self.dead:  # nothing reads it: not written, wherever export happened to emit it
+                self.frame_of[node] = self.root
+                continue
             if node.op not in ("call_function", "get_attr"):
                 self.frame_of[node] = self.root
                 continue
@@ -149,7 +183,7 @@ class Hierarchy:
     def _compute_flows(self) -> None:
         self.same_as = {n: n.args[0] for n in self.ep.graph.nodes if _noop_to(n)}
         for node in self.ep.graph.nodes:
-            if node.op not in ("call_function", "output"):
+            if node.op not in ("call_function", "output") or node in self.dead:
                 continue
             consumer = self.frame_of[node]
             for value in node.all_input_nodes:

@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 #: marker checked by ``import torch2ir`` / ``import ir2torch``: this ``common`` is the torch2ir project's
 __torch2ir_common__ = True
 
+from .compare import differences, equal
 from .errors import IRError
 from .flat import FlatIR
 from .ir import IR, NODE_KINDS, Implementation
@@ -19,6 +20,7 @@ from .values import Ref
 from .verify import VerifyReport, verify
 
 __all__ = [
-    "__version__", "FlatIR", "IR", "IRError", "Implementation", "NODE_KINDS", "Ref", "Registry", "load_safetensors",
+    "__version__", "FlatIR", "IR", "IRError", "Implementation", "NODE_KINDS", "Ref", "Registry", "differences", "equal",
+    "load_safetensors",
     "remap_state_dict", "save_safetensors", "validate", "verify", "VerifyReport",
 ]  # fmt: skip

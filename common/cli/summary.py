@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
+from ..compare import differences
 from ..errors import IRFormatError
 from ..flat import FlatIR
 from ..flat_schema import FLAT_FORMAT, document_format
@@ -22,7 +21,6 @@ from ..ir import IR
 from ..render.graphs import compact_count, flat_hierarchy_graph
 from ..serialize import IR_FORMAT
 from ..textview import elements, ir_summary_lines, tensor_text, top_counts, tree_lines
-from ..values import encode
 from .app import CommandError
 
 __all__ = ["describe", "diff", "load_any"]
@@ -110,55 +108,6 @@ def _describe_flat(flat: FlatIR, depth: int | None, collapse: bool) -> list[str]
 
 
 # -- diff ----------------------------------------------------------------------------------------------
-def _keyed(items: list[Any], key: str) -> dict[str, Any]:
-    """A list of dicts as a dict keyed by ``item[key]`` (with ``#n`` for repeats), so diffs align by name."""
-    out: dict[str, Any] = {}
-    for item in items:
-        name = str(item.get(key)) if isinstance(item, dict) else str(item)
-        unique, n = name, 1
-        while unique in out:
-            unique, n = f"{name}#{n}", n + 1
-        out[unique] = item
-    return out
-
-
-def _comparable_ir(impl_doc: dict[str, Any]) -> dict[str, Any]:
-    doc = dict(impl_doc)
-    edges = [{**e, "key": f"{e['src']}->{e['dst']}"} for e in doc.get("edges", [])]
-    doc["edges"] = {k: {f: v for f, v in e.items() if f != "key"} for k, e in _keyed(edges, "key").items()}
-    return doc
-
-
-def _comparable_flat(flat: FlatIR) -> dict[str, Any]:
-    doc = flat.to_dict(value_fn=encode)
-    for field in ("nodes", "weights", "graph_inputs", "graph_outputs"):
-        doc[field] = _keyed(doc[field], "name")
-    return doc
-
-
-def _short(value: Any, limit: int = 70) -> str:
-    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _walk(a: Any, b: Any, path: str, out: list[str]) -> None:
-    """Append ``path: a -> b`` for each leaf that differs (dicts by key; lists by position)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in [*a, *(k for k in b if k not in a)]:
-            sub = f"{path}.{key}" if path else str(key)
-            if key not in b:
-                out.append(f"{sub}: {_short(a[key])} -> (absent)")
-            elif key not in a:
-                out.append(f"{sub}: (absent) -> {_short(b[key])}")
-            else:
-                _walk(a[key], b[key], sub, out)
-    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
-            _walk(x, y, f"{path}[{i}]", out)
-    elif a != b or type(a) is not type(b):
-        out.append(f"{path}: {_short(a)} -> {_short(b)}")
-
-
 def diff(path_a: str | os.PathLike, path_b: str | os.PathLike, *, allow: list[str] | None = None) -> list[str]:
     """The differences between two IR (or two FlatIR) files, one line each.
 
@@ -177,18 +126,4 @@ def diff(path_a: str | os.PathLike, path_b: str | os.PathLike, *, allow: list[st
     if type(a) is not type(b):
         raise CommandError(f"cannot compare a {type(a).__name__} ({os.fspath(path_a)}) with a "
                            f"{type(b).__name__} ({os.fspath(path_b)})", hint="diff two files of the same format")
-    out: list[str] = []
-    if isinstance(a, FlatIR):
-        changes: list[str] = []
-        _walk(_comparable_flat(a), _comparable_flat(b), "", changes)
-        return [f"~ {c}" for c in changes]
-    assert isinstance(b, IR)
-    out += [f"- {k} ({a[k].type})" for k in a if k not in b]
-    out += [f"+ {k} ({b[k].type})" for k in b if k not in a]
-    doc_a = a.to_dict(value_fn=encode, edge_list=True)
-    doc_b = b.to_dict(value_fn=encode, edge_list=True)
-    for key in (k for k in a if k in b):
-        changes = []
-        _walk(_comparable_ir(doc_a[key]), _comparable_ir(doc_b[key]), "", changes)
-        out += [f"~ {key}: {c}" for c in changes]
-    return out
+    return differences(a, b)

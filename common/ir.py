@@ -55,7 +55,7 @@ ORIGINAL_CLASS_KEY = "torch2ir.class"
 #: model's train mode (:data:`CARRIED_NOTES`): the rebuilt model stands for the original, and converting it
 #: again records the same notes instead of describing the rebuild's own (deterministic) train mode.
 NOTES_KEY = "torch2ir.notes"
-CARRIED_NOTES = ("train_trace", "train_buffers")
+CARRIED_NOTES = ("train_trace", "train_buffers", "custom_backward")
 _RESERVED = frozenset(RESERVED_KEYS)
 
 

@@ -36,6 +36,7 @@ from .errors import (
     UnknownNodeKindError,
 )
 from .ir import IR, NODE_KINDS, Implementation, slot_path
+from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem
 from .provenance import check_provenance
 from .safety import DEFAULT_ALLOWLIST, Allowlist
@@ -59,6 +60,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
                 hint=f"give it another type; {', '.join(NODE_KINDS)} are reserved",
             )
         check_provenance(key, impl.meta)
+        custom_backward_names(impl.meta, key)
     check_names(ir, subgraphs=False)  # the bodies of higher-order ops: in _check_subgraph, found by the same walk
     calls: dict[str, dict[str, None]] = {}  # caller -> callees, in the order found
     for key, impl in ir.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from common.collector import collector_paused
 from common.errors import BuildError, HandlerNotFoundError, IRError, IRFormatError
 from common.flat import FlatIR
 from common.ir import IR, Implementation
+from common.notes import CustomBackwardWarning, custom_backward_message, custom_backward_names
 from common.registry import Registry, Where
 from common.safety import Allowlist
 from common.validate import validate
@@ -126,7 +128,7 @@ class Ir2Torch:
         allow: Iterable[str] | None = None,
         fold_constants: bool = True,
     ) -> nn.Module:
-        """Rebuild the model described by ``ir``, optionally loading state.
+        r"""Rebuild the model described by ``ir``, optionally loading state.
 
         Args:
             ir: an :class:`~common.ir.IR`, its plain dict form, a :class:`~common.flat.FlatIR`
@@ -166,6 +168,11 @@ class Ir2Torch:
                 dict does not fit (:class:`~common.errors.StateDictError` lists every key).
             ResourceBudgetError: the model would allocate more than ``max_bytes`` (nothing was
                 allocated; it names the largest implementations).
+
+        Warns:
+            CustomBackwardWarning: the original model's forward called custom ``autograd.Function``\ s (the root's
+                ``meta["custom_backward"]``, :mod:`common.notes`): outputs are exact, gradients through them are
+                not their own backward's.
         """
         if allow:
             worker = self.copy()
@@ -180,10 +187,14 @@ class Ir2Torch:
                                           executors=self.executors, guard_inputs=guard_inputs)
         else:
             ir = self._as_ir(ir)
+            custom = custom_backward_names(ir.root.meta) if "root" in ir else []
             with collector_paused():  # building allocates much and frees little (see common.collector)
                 model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
         with collector_paused():  # one small object per generated module: nothing to collect
             install_budgets(model, budget, target_device(device), guarded=static_guard(model))
+        if flat is None and custom:
+            warnings.warn(f"ir2torch: {custom_backward_message('the converted model', custom)}",
+                          CustomBackwardWarning, stacklevel=2)
         return model
 
     def _convert_ir(self, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None,

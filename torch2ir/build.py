@@ -13,6 +13,7 @@ from torch import fx, nn
 
 from common.errors import ConversionError, IRError
 from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
+from common.notes import CUSTOM_BACKWARD_KEY
 from common.safety import Allowlist, function_names, required_ops_error
 from common.validate import validate
 
@@ -74,9 +75,10 @@ def build_ir(
         if captured is None:
             capture.seal(ir)
         return ir
+    custom: list[str] = []  # custom autograd.Functions the forward calls (common.notes)
     with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls:
         ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                    preserve=_preserved(model, table), on_attempt=calls.clear)
+                    preserve=_preserved(model, table), on_attempt=calls.clear, custom_functions=custom)
     relocate_hook_ops(ep)
     stand_ins = [p for p, m in model.named_modules() if type(m) in STAND_IN_TYPES and table.is_leaf(m)]
     capture = Capture(ep, model, args, kwargs, allowlist, refused=f"quantization observers / stubs "
@@ -108,6 +110,8 @@ def build_ir(
     differs = _train_computations(ir, table, model, args, kwargs, recorded) if reads and recorded else []
     if train_checks:
         check_train_updates(ir, model, args, kwargs, table, ep, recorded, differs)
+    if custom:
+        ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
     _carried_notes(ir, model)
     _keep_tensors(ir, table, ep.constants)
     missing = allowlist.required(function_names(ir))

@@ -21,11 +21,7 @@ from typing import Any
 
 import torch
 
-
-class CustomBackwardWarning(UserWarning):
-    """The forward calls custom ``torch.autograd.Function``\\ s whose own ``backward`` the IR does not carry: the
-    rebuilt model's outputs are exact, its gradients through them are those of their forward's ops."""
-
+from common.notes import MAX_NAMES, CustomBackwardWarning, custom_backward_message
 
 #: Modules of Function classes left out: torch's own (``torch.library`` generates one per custom operator with a
 #: registered autograd formula, and the operator stays in the graph with its formula; the others are torch's
@@ -96,18 +92,15 @@ def recording() -> Iterator[list[type]]:
                 _PATCHED.clear()
 
 
-def describe(classes: list[type]) -> str:
-    """``module.Qualname`` of each class, comma-separated."""
-    return ", ".join(f"{c.__module__}.{c.__qualname__}" for c in classes)
-
-
 def message(model: str, classes: list[type]) -> str:
     """The :class:`CustomBackwardWarning` text for ``model``'s forward calling ``classes``."""
-    return (f"torch2ir: the forward of {model} calls custom autograd.Function(s) {describe(classes)}: the IR keeps "
-            "the ops of their forward, not their own backward, so the rebuilt model's outputs are exact but its "
-            "gradients through them are those of the forward's ops (a straight-through estimator's round gets a "
-            "zero gradient); do not train the rebuild through them, or swap the modules that call them back in "
-            "(register_override)")
+    return "torch2ir: " + custom_backward_message(model, names(classes))
 
 
-__all__ = ["CustomBackwardWarning", "describe", "message", "recording"]
+def names(classes: list[type]) -> list[str]:
+    """``module.Qualname`` of each class, at most :data:`common.notes.MAX_NAMES` (then ``"..."``)."""
+    found = [f"{c.__module__}.{c.__qualname__}" for c in classes]
+    return found if len(found) <= MAX_NAMES else [*found[:MAX_NAMES], "..."]
+
+
+__all__ = ["CustomBackwardWarning", "message", "names", "recording"]

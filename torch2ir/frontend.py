@@ -128,8 +128,12 @@ def export(
     dynamic_shapes: Any,
     preserve: list[str],
     on_attempt: Callable[[], None] | None = None,
+    custom_functions: list[str] | None = None,
 ) -> torch.export.ExportedProgram:
-    """Export ``model``, preserving leaf signatures when export can (else without them).
+    r"""Export ``model``, preserving leaf signatures when export can (else without them).
+
+    ``custom_functions``: a list the qualified names of the custom ``autograd.Function``\ s the traced forward
+    calls are appended to (they are also warned about: :class:`~common.notes.CustomBackwardWarning`).
 
     Raises:
         ConversionError: export failed (its message is kept, with the model class).
@@ -150,6 +154,8 @@ def export(
                     export_root(model), tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve_module_call_signature=attempt,
                 )
+            if functions and custom_functions is not None:
+                custom_functions.extend(custom_backward.names(functions))
             if functions:
                 warnings.warn(custom_backward.message(name, functions), custom_backward.CustomBackwardWarning,
                               stacklevel=3)

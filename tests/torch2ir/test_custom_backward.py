@@ -36,6 +36,11 @@ class _Quantized(nn.Module):
         return _RoundSte.apply(self.linear(x) * 4) / 4
 
 
+def _ste_model() -> nn.Module:
+    torch.manual_seed(0)
+    return _Quantized()
+
+
 def test_a_custom_function_is_named_and_the_gradients_it_would_change_are_why() -> None:
     torch.manual_seed(0)
     model, x = _Quantized(), torch.randn(2, 4)
@@ -114,3 +119,42 @@ def test_a_custom_operator_with_its_autograd_formula_is_not_reported() -> None:
     rebuilder.allowlist.allow("t2ir_cb_test::*")
     rebuilder.convert(ir, {})(x).sum().backward()
     assert torch.equal(x.grad, torch.full((3,), 2.0))  # the registered backward ran in the rebuild
+
+
+def test_the_note_travels_with_the_ir_file_and_back_through_the_loop(tmp_path):
+    """The IR records the Functions (root ``meta["custom_backward"]``); a rebuild from the saved file warns again,
+    and the rebuilt model, which no longer calls them, converts back with the original's note."""
+    from common.ir import IR
+    from common.notes import CustomBackwardWarning as Recorded
+
+    model, x = _ste_model(), torch.randn(2, 4)
+    with pytest.warns(CustomBackwardWarning):
+        ir = torch2ir.convert(model, (x,))
+    assert Recorded is CustomBackwardWarning
+    names = ir.root.meta["custom_backward"]
+    assert names == [f"{_RoundSte.__module__}.{_RoundSte.__qualname__}"]
+    ir.save(tmp_path / "m.ir.json")
+    with pytest.warns(CustomBackwardWarning, match=r"_RoundSte"):
+        rebuilt = ir2torch.convert(IR.load(tmp_path / "m.ir.json"), model.state_dict())
+    torch.testing.assert_close(rebuilt(x), model(x), rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CustomBackwardWarning)  # the rebuild calls no Function: no new warning
+        again = torch2ir.convert(rebuilt, (x,))
+    assert again == ir
+
+
+@pytest.mark.parametrize("hostile", ["not a list", [1, 2], ["x" * 400], ["a\nb"], ["n"] * 70, [""]])
+def test_a_hostile_note_is_refused_at_load(tmp_path, hostile):
+    import json
+
+    from common.errors import IRFormatError
+    from common.ir import IR
+
+    model, x = _ste_model(), torch.randn(2, 4)
+    with pytest.warns(CustomBackwardWarning):
+        torch2ir.convert(model, (x,)).save(tmp_path / "m.ir.json")
+    doc = json.loads((tmp_path / "m.ir.json").read_text())
+    doc["implementations"]["root"]["meta"]["custom_backward"] = hostile
+    (tmp_path / "m.ir.json").write_text(json.dumps(doc))
+    with pytest.raises(IRFormatError, match="custom_backward"):
+        IR.load(tmp_path / "m.ir.json")

@@ -18,6 +18,7 @@ import copy
 import functools
 import inspect
 import itertools
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -197,7 +198,7 @@ class _Recorder:
                 return ("unknown", "tensor not traced")
             # export's graph keeps the node, or a copy of it with the same meta (the tensor's shape is not read
             # here: under the tracer's modes every attribute read of a tensor is a dispatched call)
-            return ("node", _stamp(slot.proxy.node))
+            return ("node", _stamp(_through_tracepoint(slot.proxy.node)))
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             return ("unknown", "symbolic value")
         return ("const", value)
@@ -298,6 +299,19 @@ def record_calls(modules: list[nn.Module]) -> Iterator[list[CallRecord]]:
 #: the nodes when they copy a graph, so a stamped node is found again even when it was renamed.
 STAMP = "torch2ir.traced"
 _stamps = itertools.count()
+
+
+def _through_tracepoint(node: Any) -> Any:
+    """The value a ``getitem`` of an ``_export_tracepoint`` passes through, else ``node``: export records a preserved
+    leaf's results (``ConvTranspose2d``, ``MultiheadAttention``) through a tracepoint, then removes it and its
+    ``getitem`` nodes, and the graph reads the value itself."""
+    while (node.op == "call_function" and node.target is operator.getitem and len(node.args) == 2
+           and isinstance(node.args[0], torch.fx.Node)
+           and node.args[0].target is torch.ops.higher_order._export_tracepoint
+           and type(node.args[1]) is int and 0 <= node.args[1] < len(node.args[0].args)
+           and isinstance(node.args[0].args[node.args[1]], torch.fx.Node)):
+        node = node.args[0].args[node.args[1]]
+    return node
 
 
 def _stamp(node: Any) -> Any:

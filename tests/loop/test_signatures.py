@@ -329,3 +329,56 @@ def test_an_all_constant_tuple_is_compared_in_one_go_and_anything_else_by_key_pa
     for window in ((2, 3, 1), (2,)):  # another length: refused by the check or by the generated binding
         with pytest.raises(IRError):
             rebuilt.win(x, window, scale=2.0)
+
+
+class _Upsample(nn.Module):
+    """Ends in a ConvTranspose2d, a leaf whose signature export preserves (it takes an optional ``output_size``):
+    export reads the leaf's result through a tracepoint it removes afterwards."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.projection = nn.Conv2d(4, 4, 1)
+        self.resize = nn.ConvTranspose2d(4, 4, kernel_size=2, stride=2)
+
+    def forward(self, hidden_state: torch.Tensor) -> torch.Tensor:
+        return self.resize(self.projection(hidden_state))
+
+
+class _Stage(nn.Module):
+    """DepthAnything's reassemble stage, reduced: a list argument, two ints, a list of upsampled results."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([_Upsample(), _Upsample()])
+
+    def forward(self, hidden_states: list[torch.Tensor], height: int, width: int) -> list[torch.Tensor]:
+        out = []
+        for i, hidden_state in enumerate(hidden_states):
+            hidden_state = hidden_state[:, 1:].reshape(hidden_state.shape[0], height, width, 4)
+            out.append(self.layers[i](hidden_state.permute(0, 3, 1, 2).contiguous()))
+        return out
+
+
+class _Neck(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage = _Stage()
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return self.stage([x, x * 2], 3, 3)
+
+
+def test_modules_returning_a_preserved_leafs_result_keep_their_signature():
+    torch.manual_seed(0)
+    model, x = _Neck(), torch.randn(2, 10, 4)
+    ir = torch2ir.convert(model, (x,))
+    for key, names in (("stage", ["hidden_states", "height", "width"]), ("stage.layers.0", ["hidden_state"]),
+                       ("stage.layers.1", ["hidden_state"])):
+        assert ir[key].meta.get("forward_arg_names") == names, key
+        assert "parameters" in ir[key].meta, key
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    assert _exact(rebuilt(x), model(x))
+    assert list(inspect.signature(rebuilt.stage.layers[0].forward).parameters) == ["hidden_state"]
+    rebuilt.stage.layers[1] = copy.deepcopy(model.stage.layers[1])  # the original fits where the rebuild was
+    assert _exact(rebuilt(x), model(x))
+    assert torch2ir.convert(ir2torch.convert(ir, model.state_dict()), (x,)) == ir

@@ -6,7 +6,8 @@
         -o folded.ir.json --state-out folded.safetensors --verify -i 1x3x224x224
     ir2torch rewrite model.ir.json --pass insert-after --type conv2d --new-type identity -o out.ir.json
 
-Prints the count of changes per pass. With ``--verify``, the input IR (with its weights) and the result
+Prints the count of changes per pass, and what each pass left alone and why (``--strict``: exit 1 and write
+nothing when anything was left alone). With ``--verify``, the input IR (with its weights) and the result
 are both rebuilt and run on the example inputs (``-i``); the files are written only when they agree.
 Nothing is written unless every pass succeeded.
 """
@@ -30,6 +31,10 @@ PASSES: dict[str, str] = {
                     "attributes from --data (default: kept) and the same state",
     "insert-after": "insert a module of --new-type (attributes --data, no state) after every node of --type",
 }
+
+
+#: Lines of ``skipped`` printed per pass.
+_LISTED = 20
 
 
 def _pass(name: str, options: argparse.Namespace) -> Callable[..., Any]:
@@ -83,6 +88,8 @@ def add_rewrite_command(commands: Any) -> None:
     cmd.add_argument("--state", type=Path, metavar="IN.safetensors", help="the weights of IN")
     cmd.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.ir.json", help="the rewritten IR")
     cmd.add_argument("--state-out", type=Path, metavar="OUT.safetensors", help="the rewritten weights")
+    cmd.add_argument("--strict", action="store_true", help="exit 1 and write nothing when a pass left anything "
+                     "alone (the lines after its count say what and why)")
     cmd.add_argument("--verify", action="store_true", help="rebuild IN and OUT, run both on the -i inputs and "
                      "compare (exit code 1 and nothing written when they differ)")
     cmd.add_argument("-i", "--input", dest="inputs", action="append", default=[], metavar="[NAME=]SHAPE[:DTYPE]",
@@ -117,11 +124,20 @@ def rewrite_command(options: argparse.Namespace) -> int:
     ir = IR.load(options.file, allow=options.allow_op)
     state = load_safetensors(options.state) if options.state is not None else None
     new_ir, new_state = ir, state
+    left_alone = 0
     for name, run in passes:
         result = run(new_ir, new_state, allow=options.allow_op)
         new_ir, new_state = result
         skipped = f", {len(result.skipped)} left alone" if result.skipped else ""
         print(f"{name}: {result.count} change{'s' if result.count != 1 else ''}{skipped}")
+        for line in result.skipped[:_LISTED]:
+            print(f"  left alone: {line}")
+        if len(result.skipped) > _LISTED:
+            print(f"  ... and {len(result.skipped) - _LISTED} more")
+        left_alone += len(result.skipped)
+    if options.strict and left_alone:
+        print(f"nothing written: --strict and {left_alone} left alone")
+        return EXIT_FAILED
     if options.verify:
         report = _verify(options, ir, state, new_ir, new_state)
         print(report)

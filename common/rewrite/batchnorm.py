@@ -112,7 +112,8 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
     bias ``(b - mean) * gamma / sqrt(var + eps) + beta`` (computed in float64); the BatchNorm goes.
     Pairs that cannot be folded exactly are left alone and listed in ``skipped`` (a module called twice, no
     running statistics, a Linear output that is not 2-d, a layer output with other consumers), and so is
-    every other BatchNorm left, with what it follows.
+    every other BatchNorm left, with what it follows, and every module that computes a batch norm in its own
+    graph (a BatchNorm subclass with a ``forward`` of its own, such as timm's ``BatchNormAct2d``: not folded).
 
     Returns:
         ``(new_ir, new_state)`` with ``changes`` (one line per fold) and ``skipped``.
@@ -157,6 +158,12 @@ def _left(ir: IR, skipped: Mapping[str, str]) -> list[str]:
             shared[bn] = layer
     out = []
     for ref_key, refs in call_sites(ir).items():
+        op = _own_batch_norm(ir, ref_key)
+        if op is not None:
+            cls = ir[ref_key].meta.get("class")
+            out.append(f"{ref_key}{f' ({cls})' if isinstance(cls, str) else ''}: computes {op} in its own graph (a "
+                       "BatchNorm subclass or a module of its own); only BatchNorm1d/2d/3d modules are folded")
+            continue
         if ir[ref_key].type not in NORMS or ref_key in skipped:
             continue
         if ref_key in shared:
@@ -171,4 +178,24 @@ def _left(ir: IR, skipped: Mapping[str, str]) -> list[str]:
     return out
 
 
-__all__ = ["CONVS", "LAYERS", "NORMS", "TRANSPOSED", "fold_batchnorm"]
+#: ATen ops computing a batch norm (an ``nn.BatchNorm2d`` subclass with a ``forward`` of its own calls one).
+BATCH_NORM_OPS = ("aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default",
+                  "aten._native_batch_norm_legit.default", "aten._native_batch_norm_legit.no_stats",
+                  "aten.native_batch_norm.default", "aten._batch_norm_with_update.default",
+                  "aten._batch_norm_no_update.default")
+
+
+def _own_batch_norm(ir: IR, key: str) -> str | None:
+    """The batch-norm op a module rebuilt from its graph computes itself (timm's ``BatchNormAct2d``), else None."""
+    impl = ir[key]
+    if impl.type != "module":
+        return None
+    for graph in impl.graphs():
+        for node in graph.nodes:
+            target = graph.node(node).get("implementation")
+            if graph.node(node).get("type") == "function" and target in BATCH_NORM_OPS:
+                return str(target)
+    return None
+
+
+__all__ = ["BATCH_NORM_OPS", "CONVS", "LAYERS", "NORMS", "TRANSPOSED", "fold_batchnorm"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import ir2torch
+import torch2ir
 from common.errors import StateDictError
 from common.ir import IR
 from common.rewrite import RewriteError, find, fold_batchnorm
@@ -96,3 +98,44 @@ def test_a_shared_conv_is_not_folded():
     x = torch.randn(1, 3, 8, 8)
     result = fold_batchnorm(torch2ir.convert(model, (x,)), model.state_dict())
     assert result.count == 0 and "called more than once" in result.skipped[0]
+
+
+class _BatchNormAct(nn.BatchNorm2d):
+    """A BatchNorm2d subclass with a forward of its own (batch norm, then its activation), as timm's
+    ``BatchNormAct2d``: rebuilt from its graph, not as a BatchNorm2d."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.1, self.eps)
+        return F.relu(x)
+
+
+def _conv_bn_act() -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), _BatchNormAct(4), nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)).eval()
+    return model, torch.randn(1, 3, 8, 8)
+
+
+def test_a_module_computing_its_own_batch_norm_is_listed_not_silently_skipped():
+    model, x = _conv_bn_act()
+    ir = torch2ir.convert(model, (x,))
+    result = fold_batchnorm(ir, model.state_dict())
+    assert result.count == 1  # the plain BatchNorm2d after the second conv
+    assert len(result.skipped) == 1, result.skipped
+    assert result.skipped[0].startswith("1 (") and "_BatchNormAct" in result.skipped[0]
+    assert "aten.batch_norm.default in its own graph" in result.skipped[0]
+
+
+def test_the_cli_lists_what_it_left_alone_and_strict_refuses_to_write(tmp_path, capsys):
+    from ir2torch.cli import main
+
+    model, x = _conv_bn_act()
+    torch2ir.convert(model, (x,)).save(tmp_path / "in.ir.json")
+    save_safetensors(model.state_dict(), tmp_path / "in.safetensors")
+    common = ["rewrite", str(tmp_path / "in.ir.json"), "--pass", "fold-batchnorm", "--state",
+              str(tmp_path / "in.safetensors"), "--state-out", str(tmp_path / "out.safetensors")]
+    assert main([*common, "-o", str(tmp_path / "out.ir.json")]) == 0
+    out = capsys.readouterr().out
+    assert "fold-batchnorm: 1 change, 1 left alone" in out and "  left alone: 1 (" in out
+    assert main([*common, "-o", str(tmp_path / "strict.ir.json"), "--strict"]) == 1
+    assert "nothing written: --strict and 1 left alone" in capsys.readouterr().out
+    assert not (tmp_path / "strict.ir.json").exists()

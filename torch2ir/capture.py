@@ -116,7 +116,8 @@ class Capture:
             raise StaleCaptureError(
                 "the IR was changed after its conversion (a rewrite, or an edit of a graph, state record or "
                 "attribute): the capture of its export describes the IR as converted, not this one",
-                hint="lower the IR as converted (lower before rewriting, or keep a copy), or lower the model")
+                hint="lower the IR as converted (before rewriting, or a copy), or rebuild the changed IR and lower "
+                "the rebuilt model: torch2ir.lower(ir2torch.convert(ir, state), args, kwargs)")
         return self.flat(linked=True, decompose=decompose, allowlist=(allowlist or self.allowlist).extended(allow))
 
     def flat(self, *, linked: bool, decompose: bool | Mapping[Any, Any], allowlist: Allowlist) -> FlatIR:

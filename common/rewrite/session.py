@@ -33,6 +33,9 @@ class Session:
             raise TypeError(f"rewrites take an IR, not {type(ir).__name__}")
         self.state = input_state(ir, state)
         self.ir = copy.deepcopy(ir)
+        #: the input's capture, kept on the result: its ``lower()`` then says the IR changed and what to do
+        #: (a ``StaleCaptureError``; ``NoCaptureError`` only for an IR that never had one)
+        self.capture = ir.capture
         self.made: dict[str, torch.Tensor] = {}
         self.allowlist = Allowlist().extended(allow)
         self.pass_name = pass_name
@@ -165,6 +168,7 @@ class Session:
         except IRError as exc:
             raise RewriteError(f"the rewrite would make an invalid IR: {exc.message}",
                                implementation=exc.implementation, node=exc.node, key=exc.key, hint=exc.hint) from exc
+        self.ir.capture = self.capture
         return self.ir, output_state(self.ir, self.state, self.made)
 
 

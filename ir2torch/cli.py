@@ -96,10 +96,19 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="rebuild FILE, load weights and compare with the original model",
                                  description="Build the original with --model, rebuild FILE with ir2torch, load the "
                                  "weights (--state, else the original's) into both, run both on the example inputs "
-                                 "and print the verify table. Exit code 1 when the outputs differ.")
+                                 "and print the verify table. With --against ORIGINAL.ir.json instead of --model "
+                                 "(a rewritten FILE against the IR it was rewritten from), both files are rebuilt, "
+                                 "each with its own weights, and no code is imported. Exit code 1 when the outputs "
+                                 "differ.")
     verify.add_argument("file", type=Path, metavar="FILE", help="an IR or FlatIR JSON file (read as data)")
-    add_model_arguments(verify, positional=False, meta=False)
-    verify.add_argument("--state", type=Path, metavar="FILE.safetensors", help="weights written by torch2ir --state")
+    add_model_arguments(verify, positional=False, meta=False, model_required=False)
+    verify.add_argument("--state", type=Path, metavar="FILE.safetensors", help="weights written by torch2ir --state "
+                        "(or by ir2torch rewrite --state-out for a rewritten FILE)")
+    verify.add_argument("--against", type=Path, metavar="ORIGINAL.ir.json", help="compare with the model rebuilt "
+                        "from this IR instead of --model (FILE rewritten from it: the table names the first "
+                        "diverging module through FILE's provenance)")
+    verify.add_argument("--original-state", dest="original_state", type=Path, metavar="ORIGINAL.safetensors",
+                        help="with --against: the weights of ORIGINAL")
     verify.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     verify.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
     add_allow_op(verify)
@@ -199,6 +208,12 @@ def _verify(options: argparse.Namespace) -> int:
 
     if not options.file.is_file():
         raise CommandError(f"no such file: {options.file}", hint="pass the IR written by torch2ir convert")
+    if options.against is not None or options.original_state is not None:
+        return _verify_against(options)
+    if options.model is None:
+        raise CommandError("verify needs --model (the original model) or --against (the original IR)",
+                           hint="--model package.module:factory, or --against ORIGINAL.ir.json --original-state "
+                           "ORIGINAL.safetensors for a rewritten FILE")
     with Progress(4, "verify", enabled=not options.quiet) as bar:
         with bar.stage("build original"):
             model, args, kwargs = model_and_inputs(options)
@@ -227,6 +242,51 @@ def _verify(options: argparse.Namespace) -> int:
                 report = verify(model, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol)
             except VerificationError as exc:
                 raise _forward_failed(exc, options) from exc
+    print(report)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _verify_against(options: argparse.Namespace) -> int:
+    """``verify FILE --against ORIGINAL``: rebuild both files with their own weights and compare (no code imported;
+    the table names the first diverging module through FILE's ``meta.provenance``)."""
+    from common.cli.inputs import make_inputs, parse_input, parse_json_option
+    from common.ir import IR
+    from common.state_dict import load_safetensors
+    from common.verify import VerificationError, verify
+
+    from .converter import convert
+
+    if options.model is not None or options.hf:
+        raise CommandError("--against replaces --model", hint="give one original: a model or an IR file")
+    if options.against is None or options.original_state is None or options.state is None:
+        raise CommandError("--against, --original-state and --state go together",
+                           hint="each model is rebuilt from its own file and weights: --against ORIGINAL.ir.json "
+                           "--original-state ORIGINAL.safetensors --state FILE.safetensors")
+    if not options.inputs:
+        raise CommandError("verify --against needs example inputs", hint="add -i SHAPE[:DTYPE] for each input")
+    for path in (options.against, options.original_state, options.state):
+        if not path.is_file():
+            raise CommandError(f"no such file: {path}")
+    with Progress(4, "verify", enabled=not options.quiet) as bar:
+        with bar.stage("load"), _reading(f"read {options.file}"):
+            rewritten = IR.load(options.file, allow=options.allow_op)
+        with bar.stage("rebuild original"), _reading(f"rebuild {options.against}"):
+            original = convert(options.against, load_safetensors(options.original_state), allow=options.allow_op)
+        with bar.stage("rebuild"), _reading(f"rebuild {options.file}"):
+            rebuilt = convert(rewritten, load_safetensors(options.state), allow=options.allow_op)
+        args, kwargs = make_inputs([parse_input(text) for text in options.inputs], seed=options.seed,
+                                   vocab=options.vocab, extra=parse_json_option(options.kwargs, "--kwargs"))
+        with bar.stage("verify"):
+            try:
+                report = verify(original, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol,
+                                rewritten=rewritten)
+            except VerificationError as exc:
+                cause = exc.__cause__ if exc.__cause__ is not None else exc
+                if str(exc).startswith("the rebuilt model"):
+                    raise CheckFailedError(f"the model rebuilt from {options.file} raised where the one rebuilt from "
+                                           f"{options.against} ran: {first_line(cause)}") from exc
+                raise CommandError(f"the model rebuilt from {options.against} raised on the example inputs: "
+                                   f"{first_line(cause)}", hint="check --input and --kwargs") from exc
     print(report)
     return EXIT_OK if report.ok else EXIT_FAILED
 

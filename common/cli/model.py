@@ -47,20 +47,22 @@ TRUST_NOTE = ("MODEL imports and runs Python code, so use only code you trust; a
               "is only read as data")
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, *, positional: bool, meta: bool) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser, *, positional: bool, meta: bool,
+                        model_required: bool = True) -> None:
     """Add the options that choose a model and its example inputs.
 
     Args:
         parser: a command's parser.
         positional: ``MODEL`` is a positional argument (``convert``) rather than ``--model`` (``verify``).
         meta: offer ``--meta``.
+        model_required: ``--model`` must be given (else the command checks when it needs one).
     """
     help_model = ("package.module:factory returning an nn.Module, or a transformers model type with --hf. "
                   f"{TRUST_NOTE}.")
     if positional:
         parser.add_argument("model", metavar="MODEL", help=help_model)
     else:
-        parser.add_argument("--model", required=True, metavar="MODEL", help=help_model)
+        parser.add_argument("--model", required=model_required, metavar="MODEL", help=help_model)
     parser.add_argument("--import-path", dest="import_path", action="append", default=[], metavar="DIR",
                         help="search DIR first for MODEL's modules (repeatable; e.g. --import-path . for the "
                         "current folder, which is not searched otherwise). Only for folders you trust.")

@@ -47,3 +47,48 @@ def test_rewrite_errors_are_one_line(resnet, capsys, monkeypatch, extra, message
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
     assert not (folder / "bad.ir.json").exists()
+
+
+def test_a_saved_rewritten_file_verifies_against_the_original_ir_without_code(tmp_path, capsys):
+    """``verify FOLDED --state FOLDED.safetensors --against IN --original-state IN.safetensors``: both files rebuilt
+    with their own weights, no --model (nothing imported); a broken rewrite is named through its provenance."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    model[1].running_mean.uniform_(-1, 1)
+    model[1].running_var.uniform_(0.5, 2)
+    import torch2ir
+
+    torch2ir.convert(model, (torch.randn(1, 3, 8, 8),)).save(tmp_path / "in.ir.json")
+    save_safetensors(model.state_dict(), tmp_path / "in.safetensors")
+    assert main(["rewrite", str(tmp_path / "in.ir.json"), "--pass", "fold-batchnorm", "--state",
+                 str(tmp_path / "in.safetensors"), "-o", str(tmp_path / "f.ir.json"), "--state-out",
+                 str(tmp_path / "f.safetensors"), "-q"]) == 0
+    against = ["verify", str(tmp_path / "f.ir.json"), "--state", str(tmp_path / "f.safetensors"), "--against",
+               str(tmp_path / "in.ir.json"), "--original-state", str(tmp_path / "in.safetensors"), "-i", "1x3x8x8",
+               "-q"]
+    capsys.readouterr()
+    assert main(against) == 0
+    assert "verify: OK" in capsys.readouterr().out
+    broken = load_safetensors(tmp_path / "f.safetensors")
+    broken["0.bias"] = broken["0.bias"] + 1  # a wrong fold: the conv that replaced conv + batch norm diverges
+    save_safetensors(broken, tmp_path / "broken.safetensors")
+    assert main([*against[:3], str(tmp_path / "broken.safetensors"), *against[4:]]) == 1
+    out = capsys.readouterr().out
+    # the pair the fold replaced is compared where it ends: the original's batch norm, module '1'
+    assert "verify: FAILED" in out and "first divergence: 1 (call 0)" in out, out
+
+
+@pytest.mark.parametrize("drop, message", [
+    ("--original-state", "--against, --original-state and --state go together"),
+    ("-i", "needs example inputs"),
+])
+def test_verify_against_errors_are_one_line(tmp_path, capsys, drop, message):
+    argv = ["verify", "f.ir.json", "--state", "f.safetensors", "--against", "in.ir.json", "--original-state",
+            "in.safetensors", "-i", "1x3x8x8"]
+    for name in ("f.ir.json", "f.safetensors", "in.ir.json", "in.safetensors"):
+        (tmp_path / name).write_text("{}")
+    i = argv.index(drop)
+    argv = [str(tmp_path / a) if a.endswith((".json", ".safetensors")) else a for a in argv[:i] + argv[i + 2:]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import tempfile
+import warnings
 from typing import Any
 
 import torch
@@ -15,6 +17,7 @@ import torch2ir
 from common.errors import InputMismatchError
 from common.ir import IR
 from tests.helpers import assert_same_gradients
+from torch2ir.training import TrainModeWarning
 
 
 def assert_exact(got: Any, expected: Any) -> None:
@@ -70,3 +73,64 @@ def assert_guarded(rebuilt: nn.Module, args: tuple, kwargs: dict | None = None) 
         assert "shape" in str(error), error
     else:
         raise AssertionError("a batch of 2 was run by a model converted at batch 1")
+
+
+def train_round_trip(model: nn.Module, args: tuple, kwargs: dict | None = None) -> list[str]:
+    """Convert ``model`` in train mode; unless the conversion warns (``TrainModeWarning``: the rebuild's train mode
+    is said to differ), check one seeded train-mode forward pass of the rebuild against the original's: outputs
+    exact, and every buffer updated alike (batch-norm running statistics, counters). Returns the warnings'
+    messages (empty: checked exact), so that a test can say which models warn and why."""
+    kwargs = kwargs or {}
+    model.train()
+    original, state = copy.deepcopy(model), copy.deepcopy(model.state_dict())  # before anything runs it
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ir = torch2ir.convert(model, args, kwargs)
+    messages = [str(w.message) for w in caught if issubclass(w.category, TrainModeWarning)]
+    if messages:
+        return messages
+    rebuilt = ir2torch.convert(ir, state).train()
+    outputs = []
+    for module in (original, rebuilt):
+        torch.manual_seed(0)
+        with torch.no_grad():
+            outputs.append(module(*args, **kwargs))
+    assert_exact(outputs[1], outputs[0])
+    expected, got = original.state_dict(), rebuilt.state_dict()
+    assert sorted(got) == sorted(expected)
+    changed = [k for k, v in expected.items() if not torch.equal(v, got[k])]
+    assert not changed, f"after one train-mode step the state differs at {changed}"
+    return []
+
+
+def assert_lowered(ir: IR, model: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
+    """The flat ATen IR lowered from the conversion's capture (``ir.lower()``, see tests/real/test_lower_corpus.py)
+    runs exactly like the model (eval mode), and every op links to the module-level node it came from."""
+    kwargs = kwargs or {}
+    flat = ir.lower()
+    with torch.no_grad():
+        assert_exact(ir2torch.convert(flat, model)(*args, **kwargs), model(*args, **kwargs))
+    assert not [n.name for n in flat.nodes if n.source is None]
+
+
+def assert_swappable(ir: IR, model: nn.Module, rebuilt: nn.Module, args: tuple, kwargs: dict | None = None) -> int:
+    """Every module rebuilt from a graph can be swapped for (a copy of) the original one, outputs staying exact
+    (see tests/real/test_swaps.py); returns how many were swapped. ``model`` is the eval-mode original as built,
+    not run yet (a forward pass can leave tensors on it that cannot be copied: EfficientFormer's attention-bias
+    cache, made while gradients were recorded)."""
+    kwargs = kwargs or {}
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+    paths = [k for k, impl in ir.items() if k != "root" and impl.type == "module" and impl.graph.number_of_nodes()]
+    for path in paths:
+        assert "in_spec" in ir[path].meta, f"{path} keeps data-flow arguments: it cannot be swapped"
+        parent, _, name = path.rpartition(".")
+        holder = rebuilt.get_submodule(parent)
+        old = holder._modules[name]
+        holder._modules[name] = copy.deepcopy(model.get_submodule(path))
+        try:
+            with torch.no_grad():
+                assert_exact(rebuilt(*args, **kwargs), expected)
+        finally:
+            holder._modules[name] = old
+    return len(paths)

@@ -207,6 +207,8 @@ EXPORTED_PRIVATE: dict[str, str] = {
     "_weight_norm": "the weight_norm parametrization of a convolution (export): wav2vec2, hubert, wavlm",
     "_conj": "Tensor.conj() of a complex tensor (export): the corpus' complex layer",
     "_upsample_bilinear2d_aa": "interpolate(mode='bilinear', antialias=True) (export): the corpus' antialias layer",
+    "_upsample_bicubic2d_aa": "interpolate(mode='bicubic', antialias=True) (export): timm's naflexvit and samvit "
+                              "position-embedding resize",
     # the core-ATen decompositions (lower with decompose=True)
     "_softmax": "softmax decomposition: every attention (bert, gpt2, llama, vit, nn.Transformer...)",
     "_log_softmax": "log_softmax and cross_entropy decomposition: the corpus' log-softmax layers",

@@ -7,10 +7,11 @@ shared cores) also convert back to the same IR (fixpoint), run exactly as the fl
 conversion's capture (``ir.lower()``), have every module rebuilt from a graph swapped for the original one
 with outputs exact, and refuse a batch of two (the root's input guard). Train mode is ``test_timm_train.py``.
 
-Refused, documented (``pytest.mark.xfail(strict=True)``): ``naflexvit`` and ``vision_transformer_sam`` resize
-their position embeddings with ``F.interpolate(mode="bicubic", antialias=True)``, which ``torch.export`` writes
-as ``aten._upsample_bicubic2d_aa.vec``: an operator the allow-list refuses (``ConversionError`` naming it).
-:data:`UNLOWERED` and :data:`UNSIGNED` list the models whose lowering or swaps are refused, and why.
+``naflexvit`` and ``vision_transformer_sam`` resize their position embeddings with
+``F.interpolate(mode="bicubic", antialias=True)``, which ``torch.export`` writes as
+``aten._upsample_bicubic2d_aa.vec`` (allowed since this sample found the allow-list refusing it).
+:data:`REFUSED` (``pytest.mark.xfail(strict=True)``) lists the families the conversion refuses; :data:`UNLOWERED`
+and :data:`UNSIGNED` list the models whose lowering or swaps are refused, and why.
 """
 
 from __future__ import annotations
@@ -29,11 +30,7 @@ from tests.ecosystems.timm_sample import CASES, SLOW, build, family_of
 pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
 
 #: family -> why the conversion refuses it (an IRError naming the construct)
-REFUSED = {
-    family: "position embeddings resized with bicubic antialiased interpolation: aten._upsample_bicubic2d_aa.vec "
-            "is refused by the allow-list (ConversionError)"
-    for family in ("naflexvit", "vision_transformer_sam")
-}
+REFUSED: dict[str, str] = {}
 
 #: families whose rebuilt modules keep data-flow arguments (no call signature: not swappable): family -> why
 UNSIGNED = {

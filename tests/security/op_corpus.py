@@ -179,6 +179,8 @@ def _layers() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tup
          lambda: _Call(lambda x: torch.view_as_real(torch.polar(x.abs(), x).conj().resolve_conj())), _randn(4, 6), ()),
         ("layer_antialias", lambda: _Call(lambda x: F.interpolate(x, size=(4, 4), mode="bilinear", antialias=True)),
          _randn(2, 3, 8, 8), ()),
+        ("layer_antialias_bicubic",  # timm's naflexvit / samvit position-embedding resize
+         lambda: _Call(lambda x: F.interpolate(x, size=(6, 6), mode="bicubic", antialias=True)), _randn(2, 3, 8, 8), ()),
     ]
 
 

@@ -176,6 +176,10 @@ def _is_size(value: Any) -> bool:
 class _Recorder:
     def __init__(self, targets: dict[int, nn.Module]) -> None:
         self.targets = targets
+        #: ``id(module.__dict__)`` -> ``id(module)``: when a model registers one module under two paths, the
+        #: tracer calls each module through a proxy sharing its ``__dict__`` (``_ModuleStackTracer``'s
+        #: ``AttrProxy``), whose ``id`` is not the module's; the record must name the model's module
+        self.by_dict = {id(m.__dict__): key for key, m in targets.items()}
         self.calls: list[CallRecord] = []
         self.open: dict[int, list[CallRecord]] = {}
         self.known: dict[tuple, tuple[list[str] | None, list[list[Any]] | None]] = {}
@@ -221,6 +225,10 @@ class _Recorder:
             spec = self.specs[key] = pytree.tree_structure(value, is_leaf=_is_size)
         return leaves, spec
 
+    def _id(self, module: nn.Module) -> int:
+        """The ``id`` of the model's module that ``module`` is, or stands for (a tracer's proxy of it)."""
+        return self.by_dict.get(id(module.__dict__), id(module))
+
     def pre(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
         tracer = self._tracer()
         if len(kwargs) > 1:
@@ -229,21 +237,21 @@ class _Recorder:
         # names and parameters depend on the forward and on which arguments are given, not on their values
         forward = getattr(module.forward, "__func__", None)
         shared = forward is not None and "forward" not in module.__dict__
-        key = (forward if shared else id(module), len(args), tuple(kwargs))
+        key = (forward if shared else self._id(module), len(args), tuple(kwargs))
         known = (_KNOWN if shared else self.known).get(key)
         if known is None:
             known = (arg_names(module, args, kwargs), parameters(module, args, kwargs))
             (_KNOWN if shared else self.known)[key] = known
         if shared:  # the IR gets its own lists: a change to one IR's meta must not reach the next conversion
             known = (None if known[0] is None else list(known[0]), _copied(known[1]))
-        record = CallRecord(id(module), known[0], known[1], [self._leaf(v, tracer) for v in leaves], spec)
+        record = CallRecord(self._id(module), known[0], known[1], [self._leaf(v, tracer) for v in leaves], spec)
         if tracer is not None and len(tracer.graph.nodes):
             record.start = tracer.graph._root.prev  # the last node so far
         self.calls.append(record)
-        self.open.setdefault(id(module), []).append(record)
+        self.open.setdefault(self._id(module), []).append(record)
 
     def post(self, module: nn.Module, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
-        stack = self.open.get(id(module))
+        stack = self.open.get(self._id(module))
         if not stack:
             return
         record = stack.pop()

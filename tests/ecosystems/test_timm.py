@@ -33,11 +33,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarn
 REFUSED: dict[str, str] = {}
 
 #: families whose rebuilt modules keep data-flow arguments (no call signature: not swappable): family -> why
-UNSIGNED = {
-    # one ConvPosEnc registered under two paths (``cpe1`` and ``serial_blocks1.0.cpe``): with a module shared
-    # that way, no module of the model keeps its signature (outputs stay exact)
-    "coat": "a submodule shared between two parents",
-}
+#: (CoaT, whose ConvPosEnc is registered under two paths, was here until the call recorder saw through the tracer's
+#: module proxies: tests/loop/test_signatures.py)
+UNSIGNED: dict[str, str] = {}
 
 #: families whose flat ATen IR is refused: family -> what the ConversionError names
 UNLOWERED = {

@@ -382,3 +382,58 @@ def test_modules_returning_a_preserved_leafs_result_keep_their_signature():
     rebuilt.stage.layers[1] = copy.deepcopy(model.stage.layers[1])  # the original fits where the rebuild was
     assert _exact(rebuilt(x), model(x))
     assert torch2ir.convert(ir2torch.convert(ir, model.state_dict()), (x,)) == ir
+
+
+class _Cpe(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.proj(x)
+
+
+class _SharedBlock(nn.Module):
+    def __init__(self, cpe: nn.Module) -> None:
+        super().__init__()
+        self.cpe = cpe
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(self.cpe(x))
+
+
+class _Embed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) * 2
+
+
+class _SharedCpe(nn.Module):
+    """timm's CoaT, reduced: one module registered under two paths (``cpe1`` and ``blocks.0.cpe``). The tracer then
+    calls every module through a proxy of it, which the call recorder must see through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = _Embed()
+        self.cpe1 = _Cpe()
+        self.blocks = nn.Sequential(_SharedBlock(self.cpe1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(self.emb(x))
+
+
+def test_every_module_keeps_its_signature_when_one_is_registered_under_two_paths():
+    torch.manual_seed(0)
+    model, x = _SharedCpe().eval(), torch.randn(2, 4)
+    ir = torch2ir.convert(model, (x,))
+    for key in ("emb", "cpe1", "blocks.0"):
+        assert ir[key].meta.get("forward_arg_names") == ["x"], key
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    assert _exact(rebuilt(x), model(x))
+    rebuilt.emb = copy.deepcopy(model.emb)
+    rebuilt.blocks[0] = copy.deepcopy(model.blocks[0])
+    assert _exact(rebuilt(x), model(x))

@@ -180,7 +180,8 @@ def _layers() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tup
         ("layer_antialias", lambda: _Call(lambda x: F.interpolate(x, size=(4, 4), mode="bilinear", antialias=True)),
          _randn(2, 3, 8, 8), ()),
         ("layer_antialias_bicubic",  # timm's naflexvit / samvit position-embedding resize
-         lambda: _Call(lambda x: F.interpolate(x, size=(6, 6), mode="bicubic", antialias=True)), _randn(2, 3, 8, 8), ()),
+         lambda: _Call(lambda x: F.interpolate(x, size=(6, 6), mode="bicubic", antialias=True)),
+         _randn(2, 3, 8, 8), ()),
     ]
 
 

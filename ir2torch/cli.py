@@ -184,6 +184,8 @@ def _view(options: argparse.Namespace) -> int:
     from common.flat import FlatIR
     from common.htmlview import write_view
 
+    from .budget import human
+
     if options.output.suffix.lower() not in (".html", ".htm"):
         raise CommandError(f"the view is an HTML file, not {options.output.name!r}",
                            hint="name the output OUT.html (for pictures use ir2torch render)")
@@ -196,7 +198,7 @@ def _view(options: argparse.Namespace) -> int:
         with bar.stage("write"), _reading(f"write the view of {options.file}"):
             options.output.parent.mkdir(parents=True, exist_ok=True)
             write_view(source, options.output)
-    print(f"wrote {options.output} ({options.output.stat().st_size / 1e6:.1f} MB)")
+    print(f"wrote {options.output} ({human(options.output.stat().st_size)})")
     return EXIT_OK
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import logging
 import os
 import sys
@@ -50,7 +51,16 @@ class CheckFailedError(CommandError):
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are :class:`CommandError` s (one line, exit code 2), not usage dumps."""
+    """An ``ArgumentParser`` whose errors are :class:`CommandError` s (one line, exit code 2), not usage dumps.
+
+    Options are never abbreviated (``--stat`` is not ``--state``: a typo must not pick an option), and an unknown
+    option is answered with the closest known one and the help of the command that has it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self._command: str | None = None  # the command the last parse chose (for the did-you-mean)
 
     def error(self, message: str) -> NoReturn:
         """Raise the parse error instead of printing the usage and exiting.
@@ -58,7 +68,47 @@ class Parser(argparse.ArgumentParser):
         Raises:
             CommandError: always.
         """
-        raise CommandError(message, hint=f"see {self.prog} --help")
+        hint = f"see {self.prog} --help"
+        if message.startswith("unrecognized arguments:"):
+            options = self._known_options(self._command)
+            for arg in message.split(":", 1)[1].split():
+                close = difflib.get_close_matches(arg.split("=", 1)[0], list(options), n=1, cutoff=0.7) \
+                    if arg.startswith("--") else []
+                if close:
+                    message = f"{message} (did you mean {close[0]}?)"
+                    hint = f"see {options[close[0]]} --help"
+                    break
+        raise CommandError(message, hint=hint)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        """argparse's, after refusing a long option no command knows: named first, with the closest one (argparse
+        would first complain about a required option the typo was meant to give, ``--ouput`` for ``--output``)."""
+        commands = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        if args is not None and commands:
+            chosen = next((a for a in args if isinstance(a, str) and a in commands[0].choices), None)
+            known = self._known_options(chosen)
+            self._command = chosen
+            for arg in args:
+                if arg == "--":
+                    break
+                if isinstance(arg, str) and arg.startswith("--") and arg.split("=", 1)[0] not in known:
+                    self.error(f"unrecognized arguments: {arg}")
+        return super().parse_known_args(args, namespace)
+
+    def _known_options(self, command: str | None = None) -> dict[str, str]:
+        """Every long option of this parser and of its commands (only ``command``'s when given) -> the ``prog`` of
+        the parser that has it."""
+        found: dict[str, str] = {}
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    if command is not None and name != command:
+                        continue
+                    for opt in (o for a in sub._actions for o in a.option_strings if o.startswith("--")):
+                        found.setdefault(opt, sub.prog)
+            for opt in (o for o in action.option_strings if o.startswith("--")):
+                found.setdefault(opt, self.prog)
+        return found
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:

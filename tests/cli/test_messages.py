@@ -161,3 +161,23 @@ def test_a_returned_kv_cache_gets_the_use_cache_hint():
         torch2ir.lower(model, (ids,))
     assert "use_cache=False" in cached.value.hint and "DynamicCache" in cached.value.message
     assert torch2ir.lower(model, (ids,), {"use_cache": False}).nodes  # the hint's fix works
+
+
+@pytest.mark.parametrize("argv, close, command", [
+    (["show", "x.ir.json", "--depht", "2"], "--depth", "ir2torch show"),
+    (["verify", "x.ir.json", "--model", "m:f", "--stat", "w.safetensors"], "--state", "ir2torch verify"),
+])
+def test_option_typos_get_the_closest_option_and_the_commands_help(capsys, argv, close, command):
+    assert ir2torch_main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"(did you mean {close}?)" in err and f"see {command} --help" in err, err
+
+
+def test_options_are_never_abbreviated(capsys):
+    """``--dept`` is a typo of ``--depth``, not an abbreviation: argparse would take it as one silently."""
+    assert ir2torch_main(["show", "x.ir.json", "--dept", "2"]) == 2
+    assert "unrecognized arguments: --dept (did you mean --depth?)" in capsys.readouterr().err
+    assert torch2ir_main(["convert", "m:f", "-i", "2x8", "--out", "x.ir.json"]) == 2
+    assert "unrecognized arguments: --out (did you mean --output?)" in capsys.readouterr().err
+    assert torch2ir_main(["convert", "m:f", "-i", "2x8", "--ouput", "x.ir.json"]) == 2  # not "-o is missing"
+    assert "unrecognized arguments: --ouput (did you mean --output?)" in capsys.readouterr().err

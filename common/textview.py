@@ -223,7 +223,9 @@ def _node_line(impl: Implementation, name: str, attrs: Mapping[str, Any]) -> str
 
 
 def _graph_lines(impl: Implementation, indent: str = "    ") -> list[str]:
-    nodes = list(impl.graph.nodes(data=True))
+    from .order import execution_order  # (common.ir imports this module)
+
+    nodes = [(n, impl.graph.nodes[n]) for n in execution_order(impl)]  # as it runs
     inputs = [_annotated(n, a.get("meta")) for n, a in nodes if a.get("type") == "input"]
     lines = [f"def forward(self{''.join(', ' + i for i in inputs)}):"]
     lines += [indent + _node_line(impl, n, a) for n, a in nodes if a.get("type") != "input"]

@@ -23,7 +23,6 @@ import operator
 import re
 from typing import Any
 
-import networkx as nx
 import torch
 from torch import fx, nn
 from torch.fx.immutable_collections import immutable_dict
@@ -31,6 +30,7 @@ from torch.fx.immutable_collections import immutable_dict
 from common.errors import ArgumentMismatchError, IRValidationError
 from common.ir import CARRIED_NOTES, NOTES_KEY, ORIGINAL_CLASS_KEY, Implementation, slot_path
 from common.names import CODEGEN_NAMES, sanitize
+from common.order import execution_order
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
 
@@ -54,16 +54,6 @@ def run_with_grad_enabled(enabled: bool, body: Any, *args: Any) -> Any:
     record as an extra, empty region when the rebuilt model is converted again)."""
     with torch.enable_grad() if enabled else torch.no_grad():
         return body(*args)
-
-
-def execution_order(impl: Implementation) -> list[str]:
-    """Nodes in a topological order that follows the stored order wherever possible."""
-    order = list(impl.graph._node)  # ``graph.nodes`` without its view (one per graph: a large IR has many)
-    position = {n: i for i, n in enumerate(order)}
-    pred = impl.graph._pred  # the adjacency itself: networkx's views cost more than the check
-    if all(position[u] < i for i, n in enumerate(order) for u in pred[n]):
-        return order  # the stored order is topological: the sort would return it unchanged
-    return list(nx.lexicographical_topological_sort(impl.graph, key=position.__getitem__))
 
 
 def relative_path(parent: str, key: str) -> str:

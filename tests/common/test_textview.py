@@ -124,3 +124,28 @@ def test_print_readable_of_a_hand_built_ir_reads_arguments_from_its_edges():
                                      "    return _0"], text
     assert "# attributes: in_features=1, out_features=2, bias=True" in ir["0"].print_readable(print_output=False)
     assert "0  custom_linear" in str(ir)
+
+
+def test_a_graph_prints_in_the_order_it_runs():
+    """The train-mode factor of a dropout is added to the graph after its output; it prints before its reader."""
+    import torch.nn.functional as F
+
+    class Attention(torch.nn.Module):
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            return F.scaled_dot_product_attention(q, q, q, dropout_p=0.1 if self.training else 0.0)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attention = Attention()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attention(x)
+
+    ir = torch2ir.convert(Model().eval(), (torch.randn(1, 2, 4, 8),))
+    impl = ir["attention"]
+    assert list(impl.nodes).index("output") < list(impl.nodes).index("scaled_dot_product_attention_dropout_p")
+    lines = impl.print_readable(print_output=False).splitlines()
+    factor = next(i for i, line in enumerate(lines) if line.strip().startswith("scaled_dot_product_attention_drop"))
+    reader = next(i for i, line in enumerate(lines) if "dropout_p=scaled_dot_product_attention_dropout_p" in line)
+    assert factor < reader < next(i for i, line in enumerate(lines) if line.strip().startswith("return"))

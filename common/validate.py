@@ -22,6 +22,7 @@ implementation and node and saying what to do.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from typing import Any
 
 import networkx as nx
@@ -30,6 +31,7 @@ from .errors import (
     ArgumentMismatchError,
     CycleError,
     DanglingEdgeError,
+    IRFormatError,
     IRValidationError,
     MissingImplementationError,
     NodeTypeMismatchError,
@@ -42,6 +44,19 @@ from .provenance import check_provenance
 from .safety import DEFAULT_ALLOWLIST, Allowlist
 from .validate_names import acyclic, check_graph_names, check_names
 from .values import Ref, Subgraph, collect_refs
+
+
+def _check_children(meta: Mapping[str, Any], key: str) -> None:
+    """``meta["children"]`` (the order of a module's children, recorded when an alias sits among them): unique child
+    names, as ``nn.Module`` accepts them (no ``.``), at most 10**5."""
+    order = meta.get("children")
+    if order is None:
+        return
+    if (not isinstance(order, list) or len(order) > 10**5 or len(set(map(str, order))) != len(order)
+            or not all(isinstance(n, str) and n and "." not in n and n.isprintable() and len(n) <= 300 for n in order)):
+        raise IRFormatError("meta.children must list the module's child names once each, in order",
+                            implementation=key, hint="it orders the children of a module that has an alias among "
+                            "them; remove it if the file was edited")
 
 
 def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
@@ -61,6 +76,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
             )
         check_provenance(key, impl.meta)
         custom_backward_names(impl.meta, key)
+        _check_children(impl.meta, key)
     check_names(ir, subgraphs=False)  # the bodies of higher-order ops: in _check_subgraph, found by the same walk
     calls: dict[str, dict[str, None]] = {}  # caller -> callees, in the order found
     for key, impl in ir.items():

@@ -27,7 +27,26 @@ def attach_children(ir: IR, modules: Mapping[str, nn.Module]) -> nn.Module:
     for key in [*keys, "root"]:
         for alias in ir[key].aliases:
             set_submodule(root, alias, modules[key])
+    for key in [*keys, "root"]:
+        if "children" in ir[key].meta:
+            _reorder(modules[key], ir[key].meta["children"], key)
     return root
+
+
+def _reorder(module: nn.Module, order: list[str], key: str) -> None:
+    """Put ``module``'s children in the recorded ``order`` (``meta["children"]``: aliases are attached last, and an
+    ``nn.Sequential`` runs its children in their order).
+
+    Raises:
+        IRFormatError: the recorded names are not the module's children.
+    """
+    children = {n: m for n, m in module._modules.items() if m is not None}
+    if sorted(order) != sorted(children):
+        raise IRFormatError(f"meta.children lists {sorted(order)[:8]}, but the module has the children "
+                            f"{sorted(children)[:8]}", implementation=key,
+                            hint="meta.children orders the module's children; remove it if the file was edited")
+    rest = {n: m for n, m in module._modules.items() if m is None}
+    module._modules = {**{n: children[n] for n in order}, **rest}
 
 
 def _split(path: str) -> tuple[str, str]:

@@ -117,8 +117,20 @@ class ModuleTable:
         for path, key in self.key_of_path.items():
             if (path or "root") != key:
                 ir[key].aliases.append(path)
+                self._record_children(ir, path)
         self._record_state(ir)
         return ir
+
+    def _record_children(self, ir: IR, alias: str) -> None:
+        """Record the order of the children of the module ``alias`` sits in (``meta["children"]``): a rebuild attaches
+        a module's aliases after its own children, and an ``nn.Sequential`` runs its children in that order
+        (``Sequential(lin, act, lin, act, lin)`` with one ``act`` would run the second one last)."""
+        parent_path, _, _ = alias.rpartition(".")
+        parent_key = self.key_of_path.get(parent_path)
+        if parent_key is None or "children" in ir[parent_key].meta:
+            return
+        parent = self.module_of_key[parent_key]
+        ir[parent_key].meta["children"] = [n for n, m in parent._modules.items() if m is not None]
 
     def _implementation(self, key: str, module: nn.Module, called: bool) -> Implementation:
         cls = type(module)

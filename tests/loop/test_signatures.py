@@ -437,3 +437,36 @@ def test_every_module_keeps_its_signature_when_one_is_registered_under_two_paths
     rebuilt.emb = copy.deepcopy(model.emb)
     rebuilt.blocks[0] = copy.deepcopy(model.blocks[0])
     assert _exact(rebuilt(x), model(x))
+
+
+@pytest.mark.parametrize("shared_at", [(1, 3), (0, 4), (1, 3, 5)])
+def test_a_module_shared_inside_a_sequential_runs_in_its_place(shared_at):
+    """One module at two or more positions of an ``nn.Sequential`` (diffusers' AutoencoderTiny: one ReLU at
+    ``conv.1`` and ``conv.3``): the rebuild attaches aliases after the module's own children, so it must restore
+    the recorded order, or the Sequential runs them in another (the output was silently wrong)."""
+    torch.manual_seed(0)
+    shared = nn.ReLU() if 0 not in shared_at else nn.Linear(4, 4)
+    layers = [shared if i in shared_at else nn.Linear(4, 4) for i in range(max(shared_at) + 2)]
+    model, x = nn.Sequential(*layers).eval(), torch.randn(2, 4)
+    ir = torch2ir.convert(model, (x,))
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    assert list(rebuilt._modules) == list(model._modules)
+    assert list(rebuilt.state_dict()) == list(model.state_dict())
+    assert _exact(rebuilt(x), model(x))
+
+
+def test_a_hostile_children_order_is_refused(tmp_path):
+    import json
+
+    from common.errors import IRFormatError
+    from common.ir import IR
+
+    act = nn.ReLU()
+    model, x = nn.Sequential(nn.Linear(4, 4), act, nn.Linear(4, 4), act).eval(), torch.randn(2, 4)
+    torch2ir.convert(model, (x,)).save(tmp_path / "m.ir.json")
+    doc = json.loads((tmp_path / "m.ir.json").read_text())
+    for hostile in (["0", "1", "2"], ["0", "0", "1", "2", "3"], ["a.b"], "0123", [1, 2]):
+        doc["implementations"]["root"]["meta"]["children"] = hostile
+        (tmp_path / "h.ir.json").write_text(json.dumps(doc))
+        with pytest.raises(IRFormatError, match="children"):
+            ir2torch.convert(IR.load(tmp_path / "h.ir.json"), model.state_dict())

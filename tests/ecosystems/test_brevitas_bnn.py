@@ -5,8 +5,8 @@ after a JSON save and load; CNV 2W2A and the hand-built network also reach a fix
 not yet: converting their rebuild gives an IR whose scaling-implementation modules differ, an open bug: the second
 IR's graphs name their input nodes differently, e.g. ``detach_5`` for ``detach_15``). Gradients are not compared:
 brevitas' straight-through estimators are custom autograd.Functions whose backward the IR does not carry, which
-the conversion says with a CustomBackwardWarning naming them (see test_brevitas.py's TFC). CNV takes CIFAR's 1x3x32x32 (its unpadded
-convolutions and pools need it), LFC MNIST's 1x1x28x28.
+the conversion says with a CustomBackwardWarning naming them (see test_brevitas.py's TFC).
+CNV takes CIFAR's 1x3x32x32 (its unpadded convolutions and pools need it), LFC MNIST's 1x1x28x28.
 """
 
 from __future__ import annotations

@@ -134,3 +134,66 @@ def assert_swappable(ir: IR, model: nn.Module, rebuilt: nn.Module, args: tuple, 
         finally:
             holder._modules[name] = old
     return len(paths)
+
+
+def assert_train_exact(model: nn.Module, args: tuple, kwargs: dict | None = None) -> None:
+    """In train mode, seeded, the rebuild's outputs and updated buffers equal eager's (batch-norm running
+    statistics), through a JSON round trip, and the conversion raises no TrainModeWarning (as
+    tests/real/test_corpus.py's train-mode test)."""
+    import warnings
+
+    from common.testing.roundtrip import assert_roundtrip
+    from torch2ir.training import TrainModeWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TrainModeWarning)
+        _, rebuilt, report = assert_roundtrip(model.train(), args, kwargs or {}, atol=0, rtol=0)
+    assert report.max_abs_diff == 0, report
+    assert rebuilt.training
+    model.eval()
+
+
+def assert_lowered_exact(model: nn.Module, ir: IR, args: tuple, kwargs: dict | None = None) -> None:
+    """The FlatIR lowered from the conversion's capture (``ir.lower()``) runs exactly like the eval-mode model
+    (as tests/real/test_lower_corpus.py); a capture that ran no export (quantization stubs traced as stand-ins)
+    refuses by name, and the model lowered directly (``torch2ir.lower``) runs exactly instead."""
+    from common.errors import ConversionError
+
+    kwargs = kwargs or {}
+    if ir.capture.refused is not None:
+        try:
+            ir.lower()
+        except ConversionError as error:
+            assert "cannot be lowered" in str(error), error
+        else:
+            raise AssertionError("a capture without an export was lowered")
+        flat = torch2ir.lower(model.eval(), args, kwargs)
+    else:
+        flat = ir.lower()
+    module = ir2torch.get_default_converter().convert(flat, model)
+    with torch.no_grad():
+        assert_exact(module(*args, **kwargs), model.eval()(*args, **kwargs))
+
+
+def assert_every_module_swaps(model: nn.Module, ir: IR, rebuilt: nn.Module, args: tuple,
+                              kwargs: dict | None = None) -> int:
+    """Every module of ``rebuilt`` built from a graph can be replaced by a deep copy of the original's module of
+    the same path and the outputs stay exact (as tests/real/test_swaps.py); returns how many were swapped."""
+    import copy
+
+    kwargs = kwargs or {}
+    with torch.no_grad():
+        expected = model.eval()(*args, **kwargs)
+    paths = [k for k, impl in ir.items() if k != "root" and impl.type == "module" and impl.graph.number_of_nodes()]
+    for path in paths:
+        assert "in_spec" in ir[path].meta, f"{path} keeps data-flow arguments"
+        parent, _, name = path.rpartition(".")
+        holder = rebuilt.get_submodule(parent)
+        old = holder._modules[name]
+        holder._modules[name] = copy.deepcopy(model.get_submodule(path))
+        try:
+            with torch.no_grad():
+                assert_exact(rebuilt(*args, **kwargs), expected)
+        finally:
+            holder._modules[name] = old
+    return len(paths)

@@ -1,0 +1,63 @@
+"""Every quantizable model of torchvision (``torchvision.models.list_models(module=torchvision.models.quantization)``:
+GoogLeNet, Inception-v3, MobileNet-v2 and -v3-large, ResNet-18 and -50, ResNeXt-101 32x8d and 64x4d, ShuffleNet-v2
+x0.5 to x2.0), built with ``quantize=False`` (the float model with its ``QuantStub``/``DeQuantStub``, its
+``FloatFunctional`` additions and concatenations, fusable blocks), round-trips exactly: random weights, 10
+classes, 1x3x32x32 inputs (Inception-v3: its smallest, 1x3x75x75), eval outputs exact, also after a JSON save and
+load, and every parameter's gradient exact after one backward pass.
+
+GoogLeNet and Inception-v3 are built without their auxiliary classifiers (``aux_logits=False``, as the sweep).
+They and the two ResNeXt-101s (87 M and 81 M parameters) compare outputs only, to keep the time down. ResNet-18 is
+also exact in train mode (seeded, batch-norm statistics updated alike), reaches a fixpoint, has every graph module
+swappable for the original's, and lowers exactly: its capture (the stubs are traced as stand-ins) refuses
+``ir.lower()`` by name, and ``torch2ir.lower`` runs exactly instead.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.ecosystems.roundtrip import (
+    assert_every_module_swaps,
+    assert_fixpoint,
+    assert_guarded,
+    assert_lowered_exact,
+    assert_train_exact,
+    round_trip,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+
+NAMES = ["googlenet", "inception_v3", "mobilenet_v2", "mobilenet_v3_large", "resnet18", "resnet50",
+         "resnext101_32x8d", "resnext101_64x4d", "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5",
+         "shufflenet_v2_x2_0"]
+SLOW = ("googlenet", "inception_v3", "resnext101_32x8d", "resnext101_64x4d")  # outputs only
+
+
+def test_every_quantizable_model_is_covered(tv):
+    assert sorted(tv.models.list_models(module=tv.models.quantization)) == ["quantized_" + n for n in NAMES]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_round_trip_is_exact(tv, name):
+    torch.manual_seed(0)
+    extra = {"aux_logits": False, "init_weights": False} if name in ("googlenet", "inception_v3") else {}
+    model = tv.models.get_model("quantized_" + name, weights=None, quantize=False, num_classes=10, **extra)
+    _randomize_batch_norm(model)
+    side = 75 if name == "inception_v3" else 32
+    x = torch.randn(1, 3, side, side)
+    ir, rebuilt = round_trip(model, (x,), gradients=name not in SLOW)
+    if name == "resnet18":
+        assert_fixpoint(ir, rebuilt, (x,))
+        assert_guarded(rebuilt, (x,))
+        assert assert_every_module_swaps(model, ir, rebuilt, (x,)) > 0
+        assert_lowered_exact(model, ir, (x,))
+        assert_train_exact(model, (torch.randn(2, 3, side, side),))  # batch norm on 1x1 maps: 2 values
+
+
+def _randomize_batch_norm(model: torch.nn.Module) -> None:
+    """Running statistics other than 0 and 1, so that a batch norm read from the wrong input shows."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            module.running_mean.uniform_(-1, 1)
+            module.running_var.uniform_(0.5, 2)

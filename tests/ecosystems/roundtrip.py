@@ -179,21 +179,4 @@ def assert_every_module_swaps(model: nn.Module, ir: IR, rebuilt: nn.Module, args
                               kwargs: dict | None = None) -> int:
     """Every module of ``rebuilt`` built from a graph can be replaced by a deep copy of the original's module of
     the same path and the outputs stay exact (as tests/real/test_swaps.py); returns how many were swapped."""
-    import copy
-
-    kwargs = kwargs or {}
-    with torch.no_grad():
-        expected = model.eval()(*args, **kwargs)
-    paths = [k for k, impl in ir.items() if k != "root" and impl.type == "module" and impl.graph.number_of_nodes()]
-    for path in paths:
-        assert "in_spec" in ir[path].meta, f"{path} keeps data-flow arguments"
-        parent, _, name = path.rpartition(".")
-        holder = rebuilt.get_submodule(parent)
-        old = holder._modules[name]
-        holder._modules[name] = copy.deepcopy(model.get_submodule(path))
-        try:
-            with torch.no_grad():
-                assert_exact(rebuilt(*args, **kwargs), expected)
-        finally:
-            holder._modules[name] = old
-    return len(paths)
+    return assert_swappable(ir, model.eval(), rebuilt, args, kwargs)

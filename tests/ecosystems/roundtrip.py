@@ -180,3 +180,21 @@ def assert_every_module_swaps(model: nn.Module, ir: IR, rebuilt: nn.Module, args
     """Every module of ``rebuilt`` built from a graph can be replaced by a deep copy of the original's module of
     the same path and the outputs stay exact (as tests/real/test_swaps.py); returns how many were swapped."""
     return assert_swappable(ir, model.eval(), rebuilt, args, kwargs)
+
+
+def randomize_batch_norm(model: nn.Module) -> None:
+    """Running statistics other than 0 and 1, so that a batch norm read from the wrong input shows."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.running_mean.uniform_(-1, 1)
+            module.running_var.uniform_(0.5, 2)
+
+
+def assert_every_check(model: nn.Module, ir: IR, rebuilt: nn.Module, args: tuple, *,
+                       train_args: tuple | None = None) -> None:
+    """Beyond :func:`round_trip`: the input guard, every graph module swapped for the original's, the lowered FlatIR
+    exact and train mode exact (on ``train_args``, default ``args``)."""
+    assert_guarded(rebuilt, args)
+    assert assert_every_module_swaps(model, ir, rebuilt, args) > 0
+    assert_lowered_exact(model, ir, args)
+    assert_train_exact(model, train_args or args)

@@ -34,7 +34,7 @@ T = TypeVar("T")
 
 __all__ = ["run_demo"]
 
-_STAGES = ("build model", "convert", "lower on meta", "save weights", "draw", "rebuild", "verify", "run FlatIR")
+_STAGES = ("build model", "convert", "lower on meta", "save weights", "draw", "view", "rebuild", "verify", "run FlatIR")
 
 
 def _size(path: Path) -> str:
@@ -109,6 +109,17 @@ def run_demo(out: Path | None = None, *, quiet: bool = False, stdout: TextIO | N
 
         pictures, t_draw = stage("draw", draw)
         rows.append(("draw", t_draw, ", ".join(pictures)))
+
+        def view() -> Path:
+            from ..htmlview import write_view
+
+            path = folder / "demo.html"
+            write_view(ir, path)
+            return path
+
+        view_path, t_view = stage("view", view)
+        rows.append(("view", t_view, f"{view_path.name} ({_size(view_path)}): the interactive view, one offline "
+                     "HTML file to open in a browser (ir2torch view FILE -o OUT.html)"))
 
         rebuilt, t_rebuild = stage("rebuild", lambda: ir2torch.convert(ir_path, str(state_path)))
         same_paths = [n for n, _ in rebuilt.named_modules()] == [n for n, _ in model.named_modules()]

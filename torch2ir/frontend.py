@@ -73,14 +73,23 @@ def graph_module_scopes(model: nn.Module) -> Iterator[None]:
 
 def export_root(model: nn.Module) -> nn.Module:
     """What to hand to ``torch.export`` for ``model``: the model itself, or for an ``fx.GraphModule`` root
-    (a model rebuilt by ir2torch) a plain-module view of it.
+    (a model rebuilt by ir2torch) a plain-module view of it, and for a root ir2torch rebuilt as its real class
+    the same module without its input guard.
 
     Export runs a ``GraphModule`` root through an ``fx.Interpreter`` and skips ``preserve_module_call_signature``
     for it, so the call signatures of its leaves would be lost. The view shares the root's ``__dict__``
     (parameters, buffers, children, flags) and runs the root's generated ``forward``: same paths, same code.
     """
     if not isinstance(model, fx.GraphModule):
-        return model
+        guarded = model.__dict__.get("forward")
+        if getattr(getattr(guarded, "__func__", None), "input_guard", None) is None:
+            return model
+        # a root ir2torch rebuilt as its real class (an nn.Sequential) checks its inputs in an instance
+        # ``forward``; export would trace that wrapper (and name a shared child's second call by its first
+        # path): the view is the same module without it
+        view = nn.Module.__new__(type(model))
+        view.__dict__ = {k: v for k, v in model.__dict__.items() if k != "forward"}
+        return view
     view_cls = type(type(model).__name__, (nn.Module,), {"forward": type(model).forward,
                                                          "__module__": type(model).__module__})
     view = nn.Module.__new__(view_cls)

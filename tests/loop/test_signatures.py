@@ -453,6 +453,8 @@ def test_a_module_shared_inside_a_sequential_runs_in_its_place(shared_at):
     assert list(rebuilt._modules) == list(model._modules)
     assert list(rebuilt.state_dict()) == list(model.state_dict())
     assert _exact(rebuilt(x), model(x))
+    # and the rebuilt Sequential (guarded in its instance's forward) converts back to the same IR
+    assert torch2ir.convert(rebuilt, (x,)) == ir
 
 
 def test_a_hostile_children_order_is_refused(tmp_path):

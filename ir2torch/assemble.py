@@ -29,24 +29,21 @@ def attach_children(ir: IR, modules: Mapping[str, nn.Module]) -> nn.Module:
             set_submodule(root, alias, modules[key])
     for key in [*keys, "root"]:
         if "children" in ir[key].meta:
-            _reorder(modules[key], ir[key].meta["children"], key)
+            _reorder(modules[key], ir[key].meta["children"])
     return root
 
 
-def _reorder(module: nn.Module, order: list[str], key: str) -> None:
-    """Put ``module``'s children in the recorded ``order`` (``meta["children"]``: aliases are attached last, and an
-    ``nn.Sequential`` runs its children in their order).
-
-    Raises:
-        IRFormatError: the recorded names are not the module's children.
-    """
-    children = {n: m for n, m in module._modules.items() if m is not None}
-    if sorted(order) != sorted(children):
-        raise IRFormatError(f"meta.children lists {sorted(order)[:8]}, but the module has the children "
-                            f"{sorted(children)[:8]}", implementation=key,
-                            hint="meta.children orders the module's children; remove it if the file was edited")
-    rest = {n: m for n, m in module._modules.items() if m is None}
-    module._modules = {**{n: children[n] for n in order}, **rest}
+def _reorder(module: nn.Module, order: list[str]) -> None:
+    """Put ``module``'s children named in ``order`` (``meta["children"]``) in that order, in the places they hold
+    (aliases are attached last, and an ``nn.Sequential`` runs its children in their order). A child the list does
+    not name (a rewrite inserted it) keeps its place; a name of no child (a rewrite removed it) is passed over."""
+    names = list(module._modules)
+    listed = set(order)
+    slots = [i for i, name in enumerate(names) if name in listed]
+    present = set(names)
+    for slot, name in zip(slots, [n for n in order if n in present], strict=True):
+        names[slot] = name
+    module._modules = {name: module._modules[name] for name in names}
 
 
 def _split(path: str) -> tuple[str, str]:

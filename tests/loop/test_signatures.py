@@ -467,8 +467,13 @@ def test_a_hostile_children_order_is_refused(tmp_path):
     model, x = nn.Sequential(nn.Linear(4, 4), act, nn.Linear(4, 4), act).eval(), torch.randn(2, 4)
     torch2ir.convert(model, (x,)).save(tmp_path / "m.ir.json")
     doc = json.loads((tmp_path / "m.ir.json").read_text())
-    for hostile in (["0", "1", "2"], ["0", "0", "1", "2", "3"], ["a.b"], "0123", [1, 2]):
+    for hostile in (["0", "0", "1", "2", "3"], ["a.b"], "0123", [1, 2], [""]):
         doc["implementations"]["root"]["meta"]["children"] = hostile
         (tmp_path / "h.ir.json").write_text(json.dumps(doc))
         with pytest.raises(IRFormatError, match="children"):
-            ir2torch.convert(IR.load(tmp_path / "h.ir.json"), model.state_dict())
+            IR.load(tmp_path / "h.ir.json")
+    # a list that names only some children (a rewrite added or removed one) orders those it names
+    doc["implementations"]["root"]["meta"]["children"] = ["0", "3", "2"]
+    (tmp_path / "h.ir.json").write_text(json.dumps(doc))
+    rebuilt = ir2torch.convert(IR.load(tmp_path / "h.ir.json"), model.state_dict())
+    assert list(rebuilt._modules) == ["0", "1", "3", "2"]  # "1", not named, keeps its place

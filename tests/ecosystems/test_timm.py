@@ -10,8 +10,8 @@ with outputs exact, and refuse a batch of two (the root's input guard). Train mo
 ``naflexvit`` and ``vision_transformer_sam`` resize their position embeddings with
 ``F.interpolate(mode="bicubic", antialias=True)``, which ``torch.export`` writes as
 ``aten._upsample_bicubic2d_aa.vec`` (allowed since this sample found the allow-list refusing it).
-:data:`REFUSED` (``pytest.mark.xfail(strict=True)``) lists the families the conversion refuses; :data:`UNLOWERED`
-and :data:`UNSIGNED` list the models whose lowering or swaps are refused, and why.
+Every family of the sample converts; :data:`UNLOWERED` and :data:`UNSIGNED` list the models whose lowering or
+swaps are refused, and why.
 """
 
 from __future__ import annotations
@@ -28,9 +28,6 @@ from tests.ecosystems.timm_sample import CASES, SLOW, build, family_of
 
 # eval mode is what is compared here; train mode, with its TrainModeWarning where it differs, is test_timm_train.py
 pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
-
-#: family -> why the conversion refuses it (an IRError naming the construct)
-REFUSED: dict[str, str] = {}
 
 #: families whose rebuilt modules keep data-flow arguments (no call signature: not swappable): family -> why
 #: (CoaT, whose ConvPosEnc is registered under two paths, was here until the call recorder saw through the tracer's
@@ -55,12 +52,7 @@ DEEP = frozenset({
 })
 
 
-def _params() -> list:
-    return [pytest.param(f, marks=pytest.mark.xfail(strict=True, raises=ConversionError, reason=REFUSED[f]))
-            if f in REFUSED else f for f in sorted(CASES)]
-
-
-@pytest.mark.parametrize("family", _params())
+@pytest.mark.parametrize("family", sorted(CASES))
 def test_round_trip_is_exact(timm, family):
     model, x = build(timm, family)
     built = copy.deepcopy(model).eval()  # not run yet, for the swaps

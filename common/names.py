@@ -204,7 +204,19 @@ def sanitize(name: str) -> str:
     return cleaned
 
 
+_COUNTER = re.compile(r"_\d+\Z")
+
+
+def without_counter(name: str) -> str:
+    """``name`` without a trailing ``_<digits>`` counter (``add_252`` -> ``add``; ``_3`` stays ``_3``).
+
+    Export numbers its nodes across the whole model; torch2ir names IR nodes from the rest, numbered within each
+    graph, and ir2torch names fx nodes the same way, so identical layers get identical names (and shared code).
+    """
+    return _COUNTER.sub("", name) or name
+
+
 __all__ = ["ARGUMENT_RESERVED_NAMES", "CODEGEN_NAMES", "GENERATED_ATTRS", "GENERATED_CALLS", "GENERATED_CALL_MODULE",
            "GENERATED_GLOBALS", "MAX_NAME_LENGTH", "RESPELLED_NAMES", "UnsafeNameError", "check_attr_path",
            "check_forward_arg_names", "check_identifier", "generated_global", "generated_names", "is_component",
-           "is_identifier", "module_attributes", "sanitize"]
+           "is_identifier", "module_attributes", "sanitize", "without_counter"]

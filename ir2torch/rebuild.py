@@ -20,7 +20,6 @@ import builtins
 import collections
 import keyword
 import operator
-import re
 from typing import Any
 
 import torch
@@ -29,7 +28,7 @@ from torch.fx.immutable_collections import immutable_dict
 
 from common.errors import ArgumentMismatchError, IRValidationError
 from common.ir import CARRIED_NOTES, NOTES_KEY, ORIGINAL_CLASS_KEY, Implementation, slot_path
-from common.names import CODEGEN_NAMES, sanitize
+from common.names import CODEGEN_NAMES, sanitize, without_counter
 from common.order import execution_order
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
@@ -291,9 +290,6 @@ class SubgraphCall:
         return self.fn(*full, **kwargs)
 
 
-_COUNTER = re.compile(r"_\d+\Z")
-
-
 def local_name(node: str) -> str:
     """The name of IR node ``node`` without the numeric suffix of export's counters (``add_14`` -> ``add``).
 
@@ -302,7 +298,7 @@ def local_name(node: str) -> str:
     generated code of identical layers identical (and shareable, :mod:`ir2torch.shared_code`). The IR's own
     name stays on the fx node (``meta["ir_node"]``) and in error messages.
     """
-    return _COUNTER.sub("", node) or node
+    return without_counter(node)
 
 
 def _fx_name(name: str) -> str:

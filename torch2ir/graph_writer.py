@@ -18,6 +18,7 @@ from torch.utils import _pytree as pytree
 
 from common.errors import IRSerializationError
 from common.ir import Implementation
+from common.names import without_counter
 from common.safety import function_name
 from common.values import Ref, Subgraph, encode
 
@@ -252,7 +253,6 @@ class GraphWriter:
         add_node_with_edges(self.impl, "output", "output", "output", [value], {})
 
 
-_COUNTER = re.compile(r"_\d+\Z")
 _ASSERT_SCALAR = "aten._assert_scalar.default"
 _ON_NODE = re.compile(r" on node '[^']*'\Z")
 
@@ -276,7 +276,7 @@ def structural_name(exported: str) -> str:
     names wherever it sits in a model, and a rebuilt model converts back to the same names (export's counters
     run over the whole model, and shift when anything before them changes, e.g. under ``dynamic_shapes``).
     """
-    return _COUNTER.sub("", exported) or exported
+    return without_counter(exported)
 
 
 def input_labels(sig: Signature) -> list[str]:

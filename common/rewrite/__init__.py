@@ -8,6 +8,8 @@ so that ``ir2torch.convert(new_ir, new_state)`` loads with ``strict=True``:
   :func:`remove` a node (consumers read one of its inputs), :func:`insert_after` a node;
 - passes: :func:`fold_batchnorm`, :func:`fuse_qkv`, :func:`replace_type`, :func:`remove_types`,
   :func:`insert_after_type`;
+- :func:`replace_pattern` splices a replacement graph for every match of a pattern function (fx's
+  ``subgraph_rewriter.replace_pattern`` on the IR);
 - :func:`rename_implementation` moves a module to another path.
 
 Rewritten implementations record what they were made from in ``meta["provenance"]``
@@ -19,13 +21,14 @@ from .batchnorm import fold_batchnorm
 from .core import Match, NodeRef, PatternNotFoundError, RewriteError
 from .find import find
 from .passes import Rewritten, insert_after_type, remove_types, replace_type
+from .pattern import MatchFilter, replace_pattern
 from .primitives import insert_after, remove, replace
 from .qkv import fuse_qkv
 from .rename import rename_implementation
 from .state import StateView
 
 __all__ = [
-    "Match", "NodeRef", "PatternNotFoundError", "RewriteError", "Rewritten", "StateView", "find", "fold_batchnorm",
-    "fuse_qkv", "insert_after", "insert_after_type", "remove", "remove_types", "rename_implementation", "replace",
-    "replace_type",
+    "Match", "MatchFilter", "NodeRef", "PatternNotFoundError", "RewriteError", "Rewritten", "StateView", "find",
+    "fold_batchnorm", "fuse_qkv", "insert_after", "insert_after_type", "remove", "remove_types",
+    "rename_implementation", "replace", "replace_pattern", "replace_type",
 ]  # fmt: skip

@@ -1,0 +1,466 @@
+"""Pattern -> replacement on every graph of an IR: :func:`replace_pattern`, the IR's counterpart of
+``torch.fx.subgraph_rewriter.replace_pattern``.
+
+``pattern`` and ``replacement`` are plain Python functions of tensors. Each is traced once with
+``torch.export`` on ``example_inputs`` (the way torch2ir traces a model, so both come out as the same ATen
+overloads the IR holds) into a small graph of ATen calls. The pattern's output node is matched against every
+``function`` node of the selected graphs, walking its arguments backwards: a call matches a node calling the
+same overload with equal constants, a pattern input matches any value (the same value wherever the input is
+used). Matched nodes other than the output must not be read outside the match. Non-overlapping matches are
+replaced, in one edit per graph, by the replacement's calls, fed by the values the pattern's inputs matched;
+everything that read the matched output reads the replacement's output.
+
+What is not matched, by design: a match through a module call (the pattern's nodes must all lie in one
+graph; a module call is a node like any other, and a pattern input may match it), tensor constants inside
+the pattern or the replacement (pass them as inputs), and patterns of several outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from common.ir import IR, Implementation
+from common.names import without_counter
+from common.safety import function_name
+from common.values import Ref, iter_refs, values_equal
+
+from .core import (
+    Match,
+    NodeRef,
+    RewriteError,
+    Where,
+    all_graphs,
+    callee,
+    fresh_name,
+    map_refs,
+    matches_where,
+    ordered,
+    rebuild_graph,
+)
+from .ops import _in_order
+from .passes import Rewritten
+from .session import Session
+
+#: Largest input (elements in all) a replacement is run on for real when an op of it has no ``meta`` kernel.
+_REAL_RUN_ELEMENTS = 1 << 22
+#: Calls a trace may hold that compute nothing the output reads (export's own checks).
+_CHECKS = ("aten._assert", "aten.sym_constrain_range")
+
+#: A match filter: called with each candidate match and the IR, keeps the match when it returns true.
+MatchFilter = Callable[[Match, IR], bool]
+
+
+@dataclass
+class _Traced:
+    """A traced pattern or replacement: its input nodes, call nodes (in order) and output node."""
+
+    inputs: list[fx.Node]
+    calls: list[fx.Node]
+    output: Any
+    names: dict[fx.Node, str] = field(default_factory=dict)  # call node -> IR function name
+
+
+def _trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> _Traced:
+    """``fn`` traced by ``torch.export`` (non-strict, as torch2ir traces) into ATen calls.
+
+    Raises:
+        RewriteError: ``fn`` cannot be traced, makes tensor constants, or returns not exactly one tensor.
+    """
+    if not callable(fn):
+        raise RewriteError(f"the {role} must be a function of tensors, not {type(fn).__name__}",
+                           hint="pass a plain Python function, e.g. lambda x: x * torch.sigmoid(x)")
+
+    class _Call(nn.Module):
+        def forward(self, *args: Any) -> Any:
+            return fn(*args)
+
+    try:
+        exported = torch.export.export(_Call(), tuple(example_inputs), strict=False)
+    except Exception as exc:  # noqa: BLE001 - any tracing failure is reported as the rewrite's error
+        raise RewriteError(f"the {role} cannot be traced by torch.export: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                           hint="write it with torch operations on its tensor arguments; pass example_inputs= of "
+                           "the shapes it needs") from None
+    signature = exported.graph_signature
+    if len(signature.user_inputs) != len(signature.input_specs):
+        raise RewriteError(f"the {role} makes a tensor constant or reads a parameter",
+                           hint="pass every tensor it uses as an argument")
+    graph = exported.graph_module.graph
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    out_node = next(n for n in graph.nodes if n.op == "output")
+    outputs = list(out_node.args[0])
+    if len(outputs) != 1 or not isinstance(outputs[0], fx.Node):
+        raise RewriteError(f"the {role} returns {len(outputs)} values; patterns of one tensor are supported",
+                           hint="split the rewrite into one pattern per output")
+    needed: set[fx.Node] = set()
+    stack = [outputs[0]]
+    while stack:  # only what the output depends on (export may keep unused checks)
+        node = stack.pop()
+        if node in needed:
+            continue
+        needed.add(node)
+        stack.extend(node.all_input_nodes)
+    traced = _Traced(inputs, [n for n in graph.nodes if n.op == "call_function" and n in needed], outputs[0])
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        try:
+            name = function_name(node.target)
+        except Exception:  # noqa: BLE001 - a target without an IR name
+            raise RewriteError(f"the {role} calls {node.target!r}, which an IR graph cannot hold",
+                               hint="use ATen operations") from None
+        if node in needed:
+            traced.names[node] = name
+        elif not name.startswith(_CHECKS):
+            raise RewriteError(f"the {role} calls {name}, whose result its output does not use",
+                               hint="a call made for its side effect cannot be spliced into a graph; drop it")
+    return traced
+
+
+class _Matcher:
+    """Matches one pattern in one graph (see the module docstring)."""
+
+    def __init__(self, pattern: _Traced, graph: Implementation) -> None:
+        self.pattern = pattern
+        self.graph = graph
+
+    def at(self, anchor: str) -> tuple[dict[fx.Node, str], dict[fx.Node, Ref]] | None:
+        """``(pattern call -> IR node, pattern input -> IR value)`` of a match whose output is ``anchor``."""
+        self.calls: dict[fx.Node, str] = {}
+        self.taken: dict[str, fx.Node] = {}
+        self.inputs: dict[fx.Node, Ref] = {}
+        if not self._node(self.pattern.output, Ref(anchor)):
+            return None
+        if set(self.inputs) != set(self.pattern.inputs):
+            return None  # a pattern input the output does not depend on
+        inside = set(self.calls.values())
+        for name in inside - {anchor}:
+            if any(user not in inside for user in self.graph.graph._succ[name]):
+                return None  # an inner value is read outside the match
+        return self.calls, self.inputs
+
+    def _node(self, pnode: fx.Node, value: Any) -> bool:
+        if not isinstance(value, Ref):
+            return False
+        if pnode.op == "placeholder":
+            bound = self.inputs.setdefault(pnode, value)
+            return bound == value
+        if pnode.target is operator.getitem:
+            source, index = pnode.args
+            return value.index == index and self._node(source, Ref(value.node))
+        if value.index is not None:
+            return False
+        if pnode in self.calls:
+            return self.calls[pnode] == value.node
+        if value.node in self.taken:
+            return False
+        attrs = self.graph.node(value.node)
+        if attrs.get("type") != "function" or attrs.get("implementation") != self.pattern.names[pnode]:
+            return False
+        args, kwargs = attrs.get("args", []), attrs.get("kwargs", {})
+        if len(args) != len(pnode.args) or set(kwargs) != set(pnode.kwargs):
+            return False
+        self.calls[pnode] = value.node
+        self.taken[value.node] = pnode
+        return all(self._arg(p, v) for p, v in zip(pnode.args, args)) and \
+            all(self._arg(pnode.kwargs[k], kwargs[k]) for k in pnode.kwargs)
+
+    def _arg(self, pattern: Any, value: Any) -> bool:
+        if isinstance(pattern, fx.Node):
+            return self._node(pattern, value)
+        if isinstance(pattern, (list, tuple)):
+            return isinstance(value, (list, tuple)) and len(value) == len(pattern) and \
+                all(self._arg(p, v) for p, v in zip(pattern, value))
+        if isinstance(value, Ref):
+            return False
+        return values_equal(pattern, value) or (type(pattern) is type(value) and pattern == value)
+
+
+def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: Callable[..., Any],
+                    replacement: Callable[..., Any], *, example_inputs: Sequence[Any] | None = None,
+                    where: Where = None, match_filters: Iterable[MatchFilter] = (),
+                    allow: Iterable[str] | None = None) -> Rewritten:
+    """Replace every match of ``pattern`` by ``replacement`` in every graph of ``ir`` (see the module docstring).
+
+    Args:
+        ir: the IR (not changed: the result is a new IR).
+        state: its state dict, or ``None``; patterns compute on values only, so the state comes back unchanged.
+        pattern: a function of tensors, e.g. ``lambda x: x * torch.sigmoid(x)``.
+        replacement: a function of the same arguments, e.g. ``lambda x: torch.nn.functional.silu(x)``.
+        example_inputs: what both are traced with; default one float tensor of shape ``(2, 3, 4, 4)`` per argument.
+            Only the traced operations matter: a match may have any shape.
+        where: the graphs to rewrite: an implementation key glob or a predicate on keys (default every graph).
+        match_filters: predicates ``(match, ir) -> bool``; a match is replaced only if each returns true
+            (``match.nodes`` are the matched nodes in graph order, the output last).
+        allow: extra op names the result may call (the default allow-list otherwise).
+
+    Returns:
+        :class:`~common.rewrite.Rewritten`: ``(new_ir, new_state)``, with ``changes`` (one line per replaced match)
+        and ``count``. Replaced nodes go; the replacement's nodes get names as a conversion would give them
+        (numbered within the graph in computation order), so converting the rebuilt model gives the same IR.
+
+    Raises:
+        RewriteError: a function cannot be traced or does not return one tensor, the two take different numbers
+            of arguments, or the result does not validate (e.g. the replacement calls an op outside ``allow``).
+    """
+    n_args = _arg_count(pattern, "pattern")
+    if example_inputs is None:
+        gen = torch.Generator().manual_seed(0)
+        example_inputs = [torch.randn(2, 3, 4, 4, generator=gen) for _ in range(n_args)]
+    pat = _trace(pattern, example_inputs, "pattern")
+    rep = _trace(replacement, example_inputs, "replacement")
+    if len(pat.inputs) != len(rep.inputs):
+        raise RewriteError(f"the pattern takes {len(pat.inputs)} arguments and the replacement {len(rep.inputs)}",
+                           hint="give both functions the same arguments")
+    if pat.output.op == "placeholder":
+        raise RewriteError("the pattern returns one of its arguments: it would match every value",
+                           hint="the pattern must compute something")
+    filters = list(match_filters)
+    s = Session(ir, state, allow=allow, pass_name="replace_pattern")
+    for key, variant, graph in list(all_graphs(s.ir)):
+        if not matches_where(where, key):
+            continue
+        matcher = _Matcher(pat, graph)
+        found: list[tuple[str, set[str], list[Ref]]] = []
+        texts: list[str] = []
+        used: set[str] = set()
+        order = {n: i for i, n in enumerate(graph.graph.nodes)}
+        for name in list(graph.graph.nodes):
+            hit = matcher.at(name)
+            if hit is None:
+                continue
+            calls, inputs = hit
+            inside = set(calls.values())
+            if inside & used:
+                continue
+            refs = tuple(NodeRef(key, n, variant) for n in sorted(inside, key=order.__getitem__))
+            match = Match(refs, tuple(None for _ in refs))
+            if not all(f(match, s.ir) for f in filters):
+                continue
+            used |= inside
+            found.append((name, inside, [inputs[p] for p in pat.inputs]))
+            texts.append(", ".join(ref.node for ref in refs))
+        if found:
+            _splice(s.ir, graph, key, found, rep)
+            where_text = key + (f"[variant {variant}]" if variant else "")
+            made = ", ".join(rep.names[n] for n in rep.calls if n in rep.names) or "an argument"
+            s.changes += [f"{where_text}: {text} -> {made}" for text in texts]
+    return Rewritten(*s.finish(), s.changes)
+
+
+def _arg_count(fn: Any, role: str) -> int:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        raise RewriteError(f"the {role} must be a function of tensors", hint="pass a plain Python function") from None
+    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+Found = list[tuple[str, set[str], list[Ref]]]
+
+
+def _splice(ir: IR, graph: Implementation, key: str, found: Found, rep: _Traced) -> None:
+    """Replace each ``(anchor, matched nodes, input values)`` of one graph by the replacement's calls."""
+    nodes, edges = ordered(graph)
+    removed = set().union(*(inside for _, inside, _ in found))
+    taken = {n for n, _ in nodes if n not in removed}
+    emitted: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    redirect: dict[str, Ref] = {}
+    for anchor, _, inputs in found:
+        env: dict[fx.Node, Ref] = dict(zip(rep.inputs, inputs))
+        metas = _metas(rep, [_value_meta(ir, graph, r) for r in inputs], key, anchor)
+        new: list[tuple[str, dict[str, Any]]] = []
+        for rnode in rep.calls:
+            if rnode.target is operator.getitem:
+                source, index = rnode.args
+                env[rnode] = Ref(env[source].node, index)
+                continue
+            name = fresh_name(taken, without_counter(rnode.name))
+            taken.add(name)
+            node_attrs: dict[str, Any] = {
+                "type": "function", "implementation": rep.names[rnode],
+                "args": list(map_refs(_template(rnode.args, env), lambda r: r)),
+                "kwargs": dict(_template(dict(rnode.kwargs), env)),
+            }
+            if metas.get(rnode) is not None:
+                node_attrs["meta"] = metas[rnode]
+            new.append((name, node_attrs))
+            env[rnode] = Ref(name)
+        emitted[anchor] = new
+        redirect[anchor] = env[rep.output]
+    new_nodes: list[tuple[str, dict[str, Any]]] = []
+    for name, attrs in nodes:
+        new_nodes += emitted.get(name, [])
+        if name in removed:
+            continue
+        for f in ("args", "kwargs"):
+            if f in attrs:
+                attrs[f] = map_refs(attrs[f], lambda r: redirect.get(r.node, r) if r.index is None else r)
+        new_nodes.append((name, attrs))
+    new_edges = []
+    for u, v, d in edges:
+        if v in removed:
+            continue
+        if u in redirect:
+            target = redirect[u]
+            d = {k: x for k, x in d.items() if k != "src_index"}
+            if target.index is not None:
+                d["src_index"] = target.index
+            u = target.node
+        new_edges.append((u, v, d))
+    for group in emitted.values():
+        for name, attrs in group:
+            new_edges += _edges_of(name, attrs)
+    bases = {without_counter(n) for n in removed} | {without_counter(n) for g in emitted.values() for n, _ in g}
+    new_nodes, new_edges = _renumber(new_nodes, new_edges, bases)
+    rebuild_graph(graph, new_nodes, _in_order(new_edges, new_nodes))
+
+
+def _template(value: Any, env: Mapping[fx.Node, Ref]) -> Any:
+    """A replacement node's argument as an IR argument: nodes become the references ``env`` gives."""
+    if isinstance(value, fx.Node):
+        return env[value]
+    if isinstance(value, (list, tuple)):
+        return [_template(v, env) for v in value]
+    if isinstance(value, dict):
+        return {k: _template(v, env) for k, v in value.items()}
+    return value
+
+
+def _edges_of(name: str, attrs: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """One edge per reference in a node's arguments (the slot is the reference's path)."""
+    out = []
+    for path, ref in [*iter_refs(list(attrs["args"])), *iter_refs(dict(attrs["kwargs"]))]:
+        edge: dict[str, Any] = {"slot": path if len(path) > 1 else path[0]}
+        if ref.index is not None:
+            edge["src_index"] = ref.index
+        out.append((ref.node, name, edge))
+    return out
+
+
+def _renumber(nodes: list[tuple[str, dict[str, Any]]], edges: list[tuple[str, str, dict[str, Any]]],
+              bases: set[str]) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str, dict[str, Any]]]]:
+    """Function nodes whose names share a base with a removed or new node, numbered again in graph order
+    (``mul``, ``mul_1``...) as a conversion numbers them."""
+    moving = [n for n, a in nodes if a.get("type") == "function" and without_counter(n) in bases]
+    fixed = {n for n, _ in nodes} - set(moving)
+    rename: dict[str, str] = {}
+    for name in moving:
+        new = fresh_name(fixed, without_counter(name))
+        fixed.add(new)
+        rename[name] = new
+    if all(k == v for k, v in rename.items()):
+        return nodes, edges
+    out_nodes = []
+    for name, attrs in nodes:
+        for f in ("args", "kwargs"):
+            if f in attrs:
+                attrs[f] = map_refs(attrs[f], lambda r: Ref(rename.get(r.node, r.node), r.index))
+        out_nodes.append((rename.get(name, name), attrs))
+    return out_nodes, [(rename.get(u, u), rename.get(v, v), d) for u, v, d in edges]
+
+
+def _value_meta(ir: IR, graph: Implementation, ref: Ref, depth: int = 0) -> Any:
+    """The recorded ``{"shape", "dtype"}`` of the value ``ref`` names in ``graph``; a call of a graph module records
+    none itself, so the callee's output value is read instead."""
+    attrs = graph.node(ref.node)
+    meta = attrs.get("meta")
+    if meta is None and depth < 64:
+        target = callee(attrs)
+        if target is not None and target in ir and ir[target].graphs():
+            body = ir[target]
+            outputs = [n for n in body.nodes if body.node(n)["type"] == "output"]
+            leaves = [r for _, r in iter_refs(body.node(outputs[0]).get("args", []))] if outputs else []
+            pick = 0 if ref.index is None and len(leaves) == 1 else ref.index
+            if pick is not None and pick < len(leaves):
+                return _value_meta(ir, body, leaves[pick], depth + 1)
+        return None
+    if ref.index is not None:
+        return meta[ref.index] if isinstance(meta, list) and ref.index < len(meta) else None
+    return meta
+
+
+def _metas(rep: _Traced, inputs: list[Any], key: str, anchor: str) -> dict[fx.Node, Any]:
+    """Shape and dtype of each replacement call, from the matched inputs' recorded shapes, computed on ``meta``.
+
+    A symbolic size (a string) is given two different trial values; a result size that follows one of them is
+    that symbol, one that stays put is a number, anything else is refused.
+
+    Raises:
+        RewriteError: an input has no recorded shape, or a result size is an expression of symbolic sizes.
+    """
+    symbols = sorted({d for m in inputs if isinstance(m, dict) for d in m.get("shape", []) if isinstance(d, str)})
+    for meta in inputs:
+        if not (isinstance(meta, dict) and "shape" in meta and "dtype" in meta):
+            raise RewriteError("a matched input has no recorded shape and dtype", implementation=key, node=anchor,
+                               hint="replace_pattern matches tensor values")
+    runs = []
+    for offset in (0, 1):
+        trial = {s: 1009 + 17 * i + 613 * offset for i, s in enumerate(symbols)}
+        shapes = [[trial.get(d, d) for d in meta["shape"]] for meta in inputs]
+        try:
+            env = _run(rep, [torch.empty(shape, dtype=m["dtype"], device="meta") for shape, m in zip(shapes, inputs)])
+        except Exception as exc:  # noqa: BLE001 - no meta kernel, or the replacement does not fit these shapes
+            small = not symbols and sum(math.prod(shape) for shape in shapes) <= _REAL_RUN_ELEMENTS
+            try:  # an op without a meta kernel (fake_quantize...): on ones of the real (static, small) shapes
+                if not small:
+                    raise exc
+                env = _run(rep, [torch.ones(shape, dtype=m["dtype"]) for shape, m in zip(shapes, inputs)])
+            except Exception as again:  # noqa: BLE001
+                raise RewriteError(f"the replacement fails on the matched shapes: {type(again).__name__}: "
+                                   f"{str(again).splitlines()[0][:160] if str(again) else ''}", implementation=key,
+                                   node=anchor, hint="add a match filter on the shapes it supports") from None
+        runs.append((trial, env))
+    (trial_a, env_a), (trial_b, env_b) = runs
+    back = {(trial_a[s], trial_b[s]): s for s in symbols}
+    out: dict[fx.Node, Any] = {}
+    for node in rep.calls:
+        out[node] = _meta_of(env_a[node], env_b[node], back, key, anchor)
+    return out
+
+
+def _run(rep: _Traced, inputs: list[torch.Tensor]) -> dict[fx.Node, Any]:
+    env: dict[fx.Node, Any] = dict(zip(rep.inputs, inputs))
+    for node in rep.calls:
+        env[node] = node.target(*_fill(node.args, env), **_fill(dict(node.kwargs), env))
+    return env
+
+
+def _fill(value: Any, env: Mapping[fx.Node, Any]) -> Any:
+    if isinstance(value, fx.Node):
+        return env[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fill(v, env) for v in value)
+    if isinstance(value, dict):
+        return {k: _fill(v, env) for k, v in value.items()}
+    return value
+
+
+def _meta_of(a: Any, b: Any, back: Mapping[tuple[int, int], str], key: str, anchor: str) -> Any:
+    if isinstance(a, torch.Tensor):
+        shape: list[int | str] = []
+        for x, y in zip(a.shape, b.shape):
+            if x == y:
+                shape.append(int(x))
+            elif (x, y) in back:
+                shape.append(back[(x, y)])
+            else:
+                raise RewriteError("the replacement computes a size from a dynamic size; the IR cannot record it here",
+                                   implementation=key, node=anchor, hint="convert with static shapes, or filter the "
+                                   "match")
+        return {"shape": shape, "dtype": a.dtype}
+    if isinstance(a, (list, tuple)):
+        return [_meta_of(x, y, back, key, anchor) for x, y in zip(a, b)]
+    return None
+
+
+__all__ = ["MatchFilter", "replace_pattern"]

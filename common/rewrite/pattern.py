@@ -17,18 +17,15 @@ the pattern or the replacement (pass them as inputs), and patterns of several ou
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import fx, nn
+from torch import fx
 
 from common.ir import IR, Implementation
 from common.names import without_counter
-from common.safety import function_name
 from common.values import Ref, iter_refs, values_equal
 
 from .core import (
@@ -37,7 +34,6 @@ from .core import (
     RewriteError,
     Where,
     all_graphs,
-    callee,
     fresh_name,
     map_refs,
     matches_where,
@@ -46,88 +42,17 @@ from .core import (
 )
 from .ops import _in_order
 from .passes import Rewritten
+from .pattern_trace import Traced, replacement_metas, trace, value_meta
 from .session import Session
-
-#: Largest input (elements in all) a replacement is run on for real when an op of it has no ``meta`` kernel.
-_REAL_RUN_ELEMENTS = 1 << 22
-#: Calls a trace may hold that compute nothing the output reads (export's own checks).
-_CHECKS = ("aten._assert", "aten.sym_constrain_range")
 
 #: A match filter: called with each candidate match and the IR, keeps the match when it returns true.
 MatchFilter = Callable[[Match, IR], bool]
 
 
-@dataclass
-class _Traced:
-    """A traced pattern or replacement: its input nodes, call nodes (in order) and output node."""
-
-    inputs: list[fx.Node]
-    calls: list[fx.Node]
-    output: Any
-    names: dict[fx.Node, str] = field(default_factory=dict)  # call node -> IR function name
-
-
-def _trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> _Traced:
-    """``fn`` traced by ``torch.export`` (non-strict, as torch2ir traces) into ATen calls.
-
-    Raises:
-        RewriteError: ``fn`` cannot be traced, makes tensor constants, or returns not exactly one tensor.
-    """
-    if not callable(fn):
-        raise RewriteError(f"the {role} must be a function of tensors, not {type(fn).__name__}",
-                           hint="pass a plain Python function, e.g. lambda x: x * torch.sigmoid(x)")
-
-    class _Call(nn.Module):
-        def forward(self, *args: Any) -> Any:
-            return fn(*args)
-
-    try:
-        exported = torch.export.export(_Call(), tuple(example_inputs), strict=False)
-    except Exception as exc:  # noqa: BLE001 - any tracing failure is reported as the rewrite's error
-        raise RewriteError(f"the {role} cannot be traced by torch.export: {type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
-                           hint="write it with torch operations on its tensor arguments; pass example_inputs= of "
-                           "the shapes it needs") from None
-    signature = exported.graph_signature
-    if len(signature.user_inputs) != len(signature.input_specs):
-        raise RewriteError(f"the {role} makes a tensor constant or reads a parameter",
-                           hint="pass every tensor it uses as an argument")
-    graph = exported.graph_module.graph
-    inputs = [n for n in graph.nodes if n.op == "placeholder"]
-    out_node = next(n for n in graph.nodes if n.op == "output")
-    outputs = list(out_node.args[0])
-    if len(outputs) != 1 or not isinstance(outputs[0], fx.Node):
-        raise RewriteError(f"the {role} returns {len(outputs)} values; patterns of one tensor are supported",
-                           hint="split the rewrite into one pattern per output")
-    needed: set[fx.Node] = set()
-    stack = [outputs[0]]
-    while stack:  # only what the output depends on (export may keep unused checks)
-        node = stack.pop()
-        if node in needed:
-            continue
-        needed.add(node)
-        stack.extend(node.all_input_nodes)
-    traced = _Traced(inputs, [n for n in graph.nodes if n.op == "call_function" and n in needed], outputs[0])
-    for node in graph.nodes:
-        if node.op != "call_function" or node.target is operator.getitem:
-            continue
-        try:
-            name = function_name(node.target)
-        except Exception:  # noqa: BLE001 - a target without an IR name
-            raise RewriteError(f"the {role} calls {node.target!r}, which an IR graph cannot hold",
-                               hint="use ATen operations") from None
-        if node in needed:
-            traced.names[node] = name
-        elif not name.startswith(_CHECKS):
-            raise RewriteError(f"the {role} calls {name}, whose result its output does not use",
-                               hint="a call made for its side effect cannot be spliced into a graph; drop it")
-    return traced
-
-
 class _Matcher:
     """Matches one pattern in one graph (see the module docstring)."""
 
-    def __init__(self, pattern: _Traced, graph: Implementation) -> None:
+    def __init__(self, pattern: Traced, graph: Implementation) -> None:
         self.pattern = pattern
         self.graph = graph
 
@@ -214,8 +139,8 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
     if example_inputs is None:
         gen = torch.Generator().manual_seed(0)
         example_inputs = [torch.randn(2, 3, 4, 4, generator=gen) for _ in range(n_args)]
-    pat = _trace(pattern, example_inputs, "pattern")
-    rep = _trace(replacement, example_inputs, "replacement")
+    pat = trace(pattern, example_inputs, "pattern")
+    rep = trace(replacement, example_inputs, "replacement")
     if len(pat.inputs) != len(rep.inputs):
         raise RewriteError(f"the pattern takes {len(pat.inputs)} arguments and the replacement {len(rep.inputs)}",
                            hint="give both functions the same arguments")
@@ -268,7 +193,7 @@ def _arg_count(fn: Any, role: str) -> int:
 Found = list[tuple[str, set[str], list[Ref]]]
 
 
-def _splice(ir: IR, graph: Implementation, key: str, found: Found, rep: _Traced) -> None:
+def _splice(ir: IR, graph: Implementation, key: str, found: Found, rep: Traced) -> None:
     """Replace each ``(anchor, matched nodes, input values)`` of one graph by the replacement's calls."""
     nodes, edges = ordered(graph)
     removed = set().union(*(inside for _, inside, _ in found))
@@ -277,7 +202,7 @@ def _splice(ir: IR, graph: Implementation, key: str, found: Found, rep: _Traced)
     redirect: dict[str, Ref] = {}
     for anchor, _, inputs in found:
         env: dict[fx.Node, Ref] = dict(zip(rep.inputs, inputs))
-        metas = _metas(rep, [_value_meta(ir, graph, r) for r in inputs], key, anchor)
+        metas = replacement_metas(rep, [value_meta(ir, graph, r) for r in inputs], key, anchor)
         new: list[tuple[str, dict[str, Any]]] = []
         for rnode in rep.calls:
             if rnode.target is operator.getitem:
@@ -368,99 +293,6 @@ def _renumber(nodes: list[tuple[str, dict[str, Any]]], edges: list[tuple[str, st
         out_nodes.append((rename.get(name, name), attrs))
     return out_nodes, [(rename.get(u, u), rename.get(v, v), d) for u, v, d in edges]
 
-
-def _value_meta(ir: IR, graph: Implementation, ref: Ref, depth: int = 0) -> Any:
-    """The recorded ``{"shape", "dtype"}`` of the value ``ref`` names in ``graph``; a call of a graph module records
-    none itself, so the callee's output value is read instead."""
-    attrs = graph.node(ref.node)
-    meta = attrs.get("meta")
-    if meta is None and depth < 64:
-        target = callee(attrs)
-        if target is not None and target in ir and ir[target].graphs():
-            body = ir[target]
-            outputs = [n for n in body.nodes if body.node(n)["type"] == "output"]
-            leaves = [r for _, r in iter_refs(body.node(outputs[0]).get("args", []))] if outputs else []
-            pick = 0 if ref.index is None and len(leaves) == 1 else ref.index
-            if pick is not None and pick < len(leaves):
-                return _value_meta(ir, body, leaves[pick], depth + 1)
-        return None
-    if ref.index is not None:
-        return meta[ref.index] if isinstance(meta, list) and ref.index < len(meta) else None
-    return meta
-
-
-def _metas(rep: _Traced, inputs: list[Any], key: str, anchor: str) -> dict[fx.Node, Any]:
-    """Shape and dtype of each replacement call, from the matched inputs' recorded shapes, computed on ``meta``.
-
-    A symbolic size (a string) is given two different trial values; a result size that follows one of them is
-    that symbol, one that stays put is a number, anything else is refused.
-
-    Raises:
-        RewriteError: an input has no recorded shape, or a result size is an expression of symbolic sizes.
-    """
-    symbols = sorted({d for m in inputs if isinstance(m, dict) for d in m.get("shape", []) if isinstance(d, str)})
-    for meta in inputs:
-        if not (isinstance(meta, dict) and "shape" in meta and "dtype" in meta):
-            raise RewriteError("a matched input has no recorded shape and dtype", implementation=key, node=anchor,
-                               hint="replace_pattern matches tensor values")
-    runs = []
-    for offset in (0, 1):
-        trial = {s: 1009 + 17 * i + 613 * offset for i, s in enumerate(symbols)}
-        shapes = [[trial.get(d, d) for d in meta["shape"]] for meta in inputs]
-        try:
-            env = _run(rep, [torch.empty(shape, dtype=m["dtype"], device="meta") for shape, m in zip(shapes, inputs)])
-        except Exception as exc:  # noqa: BLE001 - no meta kernel, or the replacement does not fit these shapes
-            small = not symbols and sum(math.prod(shape) for shape in shapes) <= _REAL_RUN_ELEMENTS
-            try:  # an op without a meta kernel (fake_quantize...): on ones of the real (static, small) shapes
-                if not small:
-                    raise exc
-                env = _run(rep, [torch.ones(shape, dtype=m["dtype"]) for shape, m in zip(shapes, inputs)])
-            except Exception as again:  # noqa: BLE001
-                raise RewriteError(f"the replacement fails on the matched shapes: {type(again).__name__}: "
-                                   f"{str(again).splitlines()[0][:160] if str(again) else ''}", implementation=key,
-                                   node=anchor, hint="add a match filter on the shapes it supports") from None
-        runs.append((trial, env))
-    (trial_a, env_a), (trial_b, env_b) = runs
-    back = {(trial_a[s], trial_b[s]): s for s in symbols}
-    out: dict[fx.Node, Any] = {}
-    for node in rep.calls:
-        out[node] = _meta_of(env_a[node], env_b[node], back, key, anchor)
-    return out
-
-
-def _run(rep: _Traced, inputs: list[torch.Tensor]) -> dict[fx.Node, Any]:
-    env: dict[fx.Node, Any] = dict(zip(rep.inputs, inputs))
-    for node in rep.calls:
-        env[node] = node.target(*_fill(node.args, env), **_fill(dict(node.kwargs), env))
-    return env
-
-
-def _fill(value: Any, env: Mapping[fx.Node, Any]) -> Any:
-    if isinstance(value, fx.Node):
-        return env[value]
-    if isinstance(value, (list, tuple)):
-        return type(value)(_fill(v, env) for v in value)
-    if isinstance(value, dict):
-        return {k: _fill(v, env) for k, v in value.items()}
-    return value
-
-
-def _meta_of(a: Any, b: Any, back: Mapping[tuple[int, int], str], key: str, anchor: str) -> Any:
-    if isinstance(a, torch.Tensor):
-        shape: list[int | str] = []
-        for x, y in zip(a.shape, b.shape):
-            if x == y:
-                shape.append(int(x))
-            elif (x, y) in back:
-                shape.append(back[(x, y)])
-            else:
-                raise RewriteError("the replacement computes a size from a dynamic size; the IR cannot record it here",
-                                   implementation=key, node=anchor, hint="convert with static shapes, or filter the "
-                                   "match")
-        return {"shape": shape, "dtype": a.dtype}
-    if isinstance(a, (list, tuple)):
-        return [_meta_of(x, y, back, key, anchor) for x, y in zip(a, b)]
-    return None
 
 
 __all__ = ["MatchFilter", "replace_pattern"]

@@ -1,0 +1,188 @@
+"""The functions of :func:`common.rewrite.replace_pattern`, traced: ``torch.export`` of a pattern or a replacement
+into ATen calls, and the shapes a replacement computes on the values a match binds (what the IR records on
+each new node)."""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from common.ir import IR, Implementation
+from common.safety import function_name
+from common.values import Ref, iter_refs
+
+from .core import RewriteError, callee
+
+#: Largest input (elements in all) a replacement is run on for real when an op of it has no ``meta`` kernel.
+_REAL_RUN_ELEMENTS = 1 << 22
+#: Calls a trace may hold that compute nothing the output reads (export's own checks).
+_CHECKS = ("aten._assert", "aten.sym_constrain_range")
+
+@dataclass
+class Traced:
+    """A traced pattern or replacement: its input nodes, call nodes (in order) and output node."""
+
+    inputs: list[fx.Node]
+    calls: list[fx.Node]
+    output: Any
+    names: dict[fx.Node, str] = field(default_factory=dict)  # call node -> IR function name
+
+
+def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> Traced:
+    """``fn`` traced by ``torch.export`` (non-strict, as torch2ir traces) into ATen calls.
+
+    Raises:
+        RewriteError: ``fn`` cannot be traced, makes tensor constants, or returns not exactly one tensor.
+    """
+    if not callable(fn):
+        raise RewriteError(f"the {role} must be a function of tensors, not {type(fn).__name__}",
+                           hint="pass a plain Python function, e.g. lambda x: x * torch.sigmoid(x)")
+
+    class _Call(nn.Module):
+        def forward(self, *args: Any) -> Any:
+            return fn(*args)
+
+    try:
+        exported = torch.export.export(_Call(), tuple(example_inputs), strict=False)
+    except Exception as exc:  # noqa: BLE001 - any tracing failure is reported as the rewrite's error
+        raise RewriteError(f"the {role} cannot be traced by torch.export: {type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
+                           hint="write it with torch operations on its tensor arguments; pass example_inputs= of "
+                           "the shapes it needs") from None
+    signature = exported.graph_signature
+    if len(signature.user_inputs) != len(signature.input_specs):
+        raise RewriteError(f"the {role} makes a tensor constant or reads a parameter",
+                           hint="pass every tensor it uses as an argument")
+    graph = exported.graph_module.graph
+    inputs = [n for n in graph.nodes if n.op == "placeholder"]
+    out_node = next(n for n in graph.nodes if n.op == "output")
+    outputs = list(out_node.args[0])
+    if len(outputs) != 1 or not isinstance(outputs[0], fx.Node):
+        raise RewriteError(f"the {role} returns {len(outputs)} values; patterns of one tensor are supported",
+                           hint="split the rewrite into one pattern per output")
+    needed: set[fx.Node] = set()
+    stack = [outputs[0]]
+    while stack:  # only what the output depends on (export may keep unused checks)
+        node = stack.pop()
+        if node in needed:
+            continue
+        needed.add(node)
+        stack.extend(node.all_input_nodes)
+    traced = Traced(inputs, [n for n in graph.nodes if n.op == "call_function" and n in needed], outputs[0])
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        try:
+            name = function_name(node.target)
+        except Exception:  # noqa: BLE001 - a target without an IR name
+            raise RewriteError(f"the {role} calls {node.target!r}, which an IR graph cannot hold",
+                               hint="use ATen operations") from None
+        if node in needed:
+            traced.names[node] = name
+        elif not name.startswith(_CHECKS):
+            raise RewriteError(f"the {role} calls {name}, whose result its output does not use",
+                               hint="a call made for its side effect cannot be spliced into a graph; drop it")
+    return traced
+
+
+def value_meta(ir: IR, graph: Implementation, ref: Ref, depth: int = 0) -> Any:
+    """The recorded ``{"shape", "dtype"}`` of the value ``ref`` names in ``graph``; a call of a graph module records
+    none itself, so the callee's output value is read instead."""
+    attrs = graph.node(ref.node)
+    meta = attrs.get("meta")
+    if meta is None and depth < 64:
+        target = callee(attrs)
+        if target is not None and target in ir and ir[target].graphs():
+            body = ir[target]
+            outputs = [n for n in body.nodes if body.node(n)["type"] == "output"]
+            leaves = [r for _, r in iter_refs(body.node(outputs[0]).get("args", []))] if outputs else []
+            pick = 0 if ref.index is None and len(leaves) == 1 else ref.index
+            if pick is not None and pick < len(leaves):
+                return value_meta(ir, body, leaves[pick], depth + 1)
+        return None
+    if ref.index is not None:
+        return meta[ref.index] if isinstance(meta, list) and ref.index < len(meta) else None
+    return meta
+
+
+def replacement_metas(rep: Traced, inputs: list[Any], key: str, anchor: str) -> dict[fx.Node, Any]:
+    """Shape and dtype of each replacement call, from the matched inputs' recorded shapes, computed on ``meta``.
+
+    A symbolic size (a string) is given two different trial values; a result size that follows one of them is
+    that symbol, one that stays put is a number, anything else is refused.
+
+    Raises:
+        RewriteError: an input has no recorded shape, or a result size is an expression of symbolic sizes.
+    """
+    symbols = sorted({d for m in inputs if isinstance(m, dict) for d in m.get("shape", []) if isinstance(d, str)})
+    for meta in inputs:
+        if not (isinstance(meta, dict) and "shape" in meta and "dtype" in meta):
+            raise RewriteError("a matched input has no recorded shape and dtype", implementation=key, node=anchor,
+                               hint="replace_pattern matches tensor values")
+    runs = []
+    for offset in (0, 1):
+        trial = {s: 1009 + 17 * i + 613 * offset for i, s in enumerate(symbols)}
+        shapes = [[trial.get(d, d) for d in meta["shape"]] for meta in inputs]
+        try:
+            env = _run(rep, [torch.empty(shape, dtype=m["dtype"], device="meta") for shape, m in zip(shapes, inputs)])
+        except Exception as exc:  # noqa: BLE001 - no meta kernel, or the replacement does not fit these shapes
+            small = not symbols and sum(math.prod(shape) for shape in shapes) <= _REAL_RUN_ELEMENTS
+            try:  # an op without a meta kernel (fake_quantize...): on ones of the real (static, small) shapes
+                if not small:
+                    raise exc
+                env = _run(rep, [torch.ones(shape, dtype=m["dtype"]) for shape, m in zip(shapes, inputs)])
+            except Exception as again:  # noqa: BLE001
+                raise RewriteError(f"the replacement fails on the matched shapes: {type(again).__name__}: "
+                                   f"{str(again).splitlines()[0][:160] if str(again) else ''}", implementation=key,
+                                   node=anchor, hint="add a match filter on the shapes it supports") from None
+        runs.append((trial, env))
+    (trial_a, env_a), (trial_b, env_b) = runs
+    back = {(trial_a[s], trial_b[s]): s for s in symbols}
+    out: dict[fx.Node, Any] = {}
+    for node in rep.calls:
+        out[node] = _meta_of(env_a[node], env_b[node], back, key, anchor)
+    return out
+
+
+def _run(rep: Traced, inputs: list[torch.Tensor]) -> dict[fx.Node, Any]:
+    env: dict[fx.Node, Any] = dict(zip(rep.inputs, inputs))
+    for node in rep.calls:
+        env[node] = node.target(*_fill(node.args, env), **_fill(dict(node.kwargs), env))
+    return env
+
+
+def _fill(value: Any, env: Mapping[fx.Node, Any]) -> Any:
+    if isinstance(value, fx.Node):
+        return env[value]
+    if isinstance(value, (list, tuple)):
+        return type(value)(_fill(v, env) for v in value)
+    if isinstance(value, dict):
+        return {k: _fill(v, env) for k, v in value.items()}
+    return value
+
+
+def _meta_of(a: Any, b: Any, back: Mapping[tuple[int, int], str], key: str, anchor: str) -> Any:
+    if isinstance(a, torch.Tensor):
+        shape: list[int | str] = []
+        for x, y in zip(a.shape, b.shape):
+            if x == y:
+                shape.append(int(x))
+            elif (x, y) in back:
+                shape.append(back[(x, y)])
+            else:
+                raise RewriteError("the replacement computes a size from a dynamic size; the IR cannot record it here",
+                                   implementation=key, node=anchor, hint="convert with static shapes, or filter the "
+                                   "match")
+        return {"shape": shape, "dtype": a.dtype}
+    if isinstance(a, (list, tuple)):
+        return [_meta_of(x, y, back, key, anchor) for x, y in zip(a, b)]
+    return None
+
+
+__all__ = ["Traced", "replacement_metas", "trace", "value_meta"]

@@ -13,6 +13,7 @@ from common.values import Ref
 from .core import NodeRef, Where, all_graphs, call_sites, callee, graph_of, matches_where
 from .find import find
 from .fold import conv_of_graph, fold_into_graph, fold_into_leaf, has_running_stats
+from .fold_own import own_norm
 from .passes import Rewritten
 from .session import Session
 
@@ -64,6 +65,14 @@ def _is_conv_module(ir: IR):
     return test
 
 
+def _is_own_norm(ir: IR):
+    def test(attrs: dict[str, Any], ref: NodeRef) -> bool:
+        target = callee(attrs)
+        return attrs.get("type") == "module" and target is not None and own_norm(ir, target) is not None
+
+    return test
+
+
 def _through_reshape(ir: IR, where: Where) -> list[tuple[NodeRef, NodeRef]]:
     """``(linear call, batch norm call)`` where Linear -> reshape to ``[M, C]`` -> BatchNorm1d, the reshape
     keeping the Linear's last dim ``C`` and feeding only the batch norm, the Linear's output read otherwise only
@@ -106,14 +115,17 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
       module boundaries (the layer the last op of one module, the batch norm the first op of another);
     - a module rebuilt from its graph (an ``nn.Conv2d`` subclass) computing one convolution of its own weight
       (possibly after a pad): its weight is scaled and its bias made (a ``bias`` parameter added) or changed;
-    - a Linear whose output is reshaped to ``[M, C]`` (same last dim ``C``) for a BatchNorm1d (LeViT).
+    - a Linear whose output is reshaped to ``[M, C]`` (same last dim ``C``) for a BatchNorm1d (LeViT);
+    - a module computing the batch norm first in its own graph (a BatchNorm subclass with a ``forward`` of its
+      own, such as timm's ``BatchNormAct2d``; :func:`common.rewrite.fold_own.own_norm`) after any of the
+      layers above: the normalisation goes into the layer, the module keeps the rest (its activation).
 
     The layer gets ``w * gamma / sqrt(var + eps)`` (per output channel; per group for a ConvTranspose) and
     bias ``(b - mean) * gamma / sqrt(var + eps) + beta`` (computed in float64); the BatchNorm goes.
     Pairs that cannot be folded exactly are left alone and listed in ``skipped`` (a module called twice, no
     running statistics, a Linear output that is not 2-d, a layer output with other consumers), and so is
-    every other BatchNorm left, with what it follows, and every module that computes a batch norm in its own
-    graph (a BatchNorm subclass with a ``forward`` of its own, such as timm's ``BatchNormAct2d``: not folded).
+    every other BatchNorm left, with what it follows, and every module still computing a batch norm in its own
+    graph (after no foldable layer, or not in the form above).
 
     Returns:
         ``(new_ir, new_state)`` with ``changes`` (one line per fold) and ``skipped``.
@@ -138,8 +150,34 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
         else:
             fold_into_leaf(s, layer_ref, bn_ref, how)
 
+    def attempt_own(layer_ref: NodeRef, norm_ref: NodeRef, how: str) -> None:
+        layer_key = callee(graph_of(s.ir, layer_ref).node(layer_ref.node))
+        norm_key = callee(graph_of(s.ir, norm_ref).node(norm_ref.node))
+        assert layer_key is not None and norm_key is not None
+        own = own_norm(s.ir, norm_key)
+        if own is None:  # an earlier fold changed it
+            return
+        sites = call_sites(s.ir)
+        shape = (s.ir[norm_key].node(own.input).get("meta") or {}).get("shape")
+        if len(sites.get(layer_key, [])) != 1 or len(sites.get(norm_key, [])) != 1:
+            skipped[norm_key] = f"{layer_key} -> {norm_key}: a module of the pair is called more than once"
+        elif own.channels != _out(s.ir, layer_key):
+            skipped[norm_key] = (f"{layer_key} -> {norm_key}: the batch norm has {own.channels} features, the layer "
+                                 f"{_out(s.ir, layer_key)} outputs")
+        elif s.ir[layer_key].type == "linear" and not (isinstance(shape, list) and len(shape) == 2):
+            skipped[norm_key] = f"{layer_key} -> {norm_key}: a Linear's output is normalized per feature only when " \
+                "it is 2-d (N, C)"
+        elif s.ir[layer_key].type == "module":
+            fold_into_graph(s, layer_ref, norm_ref, own=own)
+        else:
+            fold_into_leaf(s, layer_ref, norm_ref, how, own=own)
+
     for match in find(s.ir, [LAYERS, NORMS], where=where, through_modules=True):
         attempt(*match.nodes, " (across modules)" if match.crosses_modules else "")
+    for match in find(s.ir, [LAYERS, _is_own_norm(s.ir)], where=where, through_modules=True):
+        attempt_own(*match.nodes, " (across modules)" if match.crosses_modules else "")
+    for match in find(s.ir, [_is_conv_module(s.ir), _is_own_norm(s.ir)], where=where, through_modules=True):
+        attempt_own(*match.nodes, "")
     for match in find(s.ir, [_is_conv_module(s.ir), NORMS], where=where, through_modules=True):
         attempt(*match.nodes, "")
     for lin_ref, bn_ref in _through_reshape(s.ir, where):
@@ -161,8 +199,10 @@ def _left(ir: IR, skipped: Mapping[str, str]) -> list[str]:
         op = _own_batch_norm(ir, ref_key)
         if op is not None:
             cls = ir[ref_key].meta.get("class")
-            out.append(f"{ref_key}{f' ({cls})' if isinstance(cls, str) else ''}: computes {op} in its own graph (a "
-                       "BatchNorm subclass or a module of its own); only BatchNorm1d/2d/3d modules are folded")
+            why = "it does not follow a Conv, ConvTranspose or Linear it alone reads" if own_norm(ir, ref_key) else \
+                "not first on its input in eval form, or reading state other than its own statistics"
+            out.append(f"{ref_key}{f' ({cls})' if isinstance(cls, str) else ''}: computes {op} in its own graph; "
+                       f"not folded: {why}")
             continue
         if ir[ref_key].type not in NORMS or ref_key in skipped:
             continue

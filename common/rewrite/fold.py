@@ -4,7 +4,7 @@ subclass rebuilt from its graph, and removing the batch norm (on a :class:`~comm
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -15,6 +15,9 @@ from common.values import Ref
 from .core import Match, NodeRef, callee, fresh_name, graph_of, ordered, rebuild_graph
 from .ops import remove_node, replace_nodes
 from .session import Session
+
+if TYPE_CHECKING:
+    from .fold_own import OwnNorm
 
 #: Function targets computing one convolution; the bias is argument 2 of each.
 CONV_FUNCTIONS = ("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.default", "aten.conv1d.padding",
@@ -67,9 +70,11 @@ def _remove_bn(s: Session, bn_ref: NodeRef) -> None:
     del s.changes[count:]
 
 
-def fold_into_leaf(s: Session, conv_ref: NodeRef, bn_ref: NodeRef, how: str) -> None:
+def fold_into_leaf(s: Session, conv_ref: NodeRef, bn_ref: NodeRef, how: str, *, own: OwnNorm | None = None) -> None:
     """Fold the batch norm called at ``bn_ref`` into the Conv/ConvTranspose/Linear leaf called at ``conv_ref``
-    (in any graph: the batch norm's node goes, its consumers read its input).
+    (in any graph: the batch norm's node goes, its consumers read its input). With ``own``, the module called at
+    ``bn_ref`` computes the batch norm in its own graph (:func:`common.rewrite.fold_own.own_norm`): its batch norm
+    op goes, and the module stays with the rest of its graph (its activation).
 
     Raises:
         RewriteError: no state was given, or a module of the pair is also called from elsewhere.
@@ -84,15 +89,31 @@ def fold_into_leaf(s: Session, conv_ref: NodeRef, bn_ref: NodeRef, how: str) -> 
     prefix = "" if conv_key == "root" else conv_key + "."
     fold = fold_tensors(prefix + "weight", prefix + "bias" if conv.data.get("bias", True) else None, bn_key,
                         groups=int(conv.data.get("groups", 1)), transposed=conv.type.startswith("convtranspose"),
-                        **bn_options(bn))
+                        **(own.options if own is not None else bn_options(bn)))
     meta = {k: v for k, v in conv.meta.items() if k != PROVENANCE_KEY}
     count = len(s.changes)
     replace_nodes(s, Match((conv_ref,), (conv_key,)), type=conv.type, key=conv_key, data={**conv.data, "bias": True},
                   state_fn=fold, meta=meta, split=None, record=False, pass_name=None)
     del s.changes[count:]
     s.ir[conv_key].meta[PROVENANCE_KEY] = prov
-    _remove_bn(s, bn_ref)
-    s.changes.append(f"{conv_key}: {conv.type} + {bn.type} -> {conv.type}{how}")
+    _finish(s, bn_ref, bn_key, own)
+    s.changes.append(f"{conv_key}: {conv.type} + {_label(bn, own)} -> {conv.type}{how}")
+
+
+def _label(bn: Implementation, own: OwnNorm | None) -> str:
+    return bn.type if own is None else f"the batch norm of {bn.name} ({own.op}{own.keeps})"
+
+
+def _finish(s: Session, bn_ref: NodeRef, bn_key: str, own: OwnNorm | None) -> None:
+    """Remove the folded batch norm: its call node, or the batch norm op inside a module computing its own."""
+    if own is None or not own.keeps:  # nothing left but the identity: the module goes, as a plain BatchNorm does
+        _remove_bn(s, bn_ref)
+        return
+    from .fold_own import strip_norm
+
+    prov = s.provenance([bn_key], True, None)
+    strip_norm(s.ir[bn_key], own)
+    s.ir[bn_key].meta[PROVENANCE_KEY] = prov
 
 
 def conv_of_graph(ir: IR, key: str) -> tuple[str, str, str | None] | None:
@@ -137,7 +158,7 @@ def conv_of_graph(ir: IR, key: str) -> tuple[str, str, str | None] | None:
     return conv, names[0], names[1]
 
 
-def fold_into_graph(s: Session, module_ref: NodeRef, bn_ref: NodeRef) -> None:
+def fold_into_graph(s: Session, module_ref: NodeRef, bn_ref: NodeRef, *, own: OwnNorm | None = None) -> None:
     """Fold the batch norm at ``bn_ref`` into the module called at ``module_ref``, whose graph computes one
     convolution (:func:`conv_of_graph`): its weight is scaled, its bias made or changed (a ``bias`` parameter
     and a ``get_attr`` of it are added when it had none).
@@ -158,7 +179,7 @@ def fold_into_graph(s: Session, module_ref: NodeRef, bn_ref: NodeRef) -> None:
     prefix = "" if key == "root" else key + "."
     new_bias = bias or fresh_name(impl.state, "bias")
     fold = fold_tensors(prefix + weight, prefix + bias if bias else None, bn_key, names=(weight, new_bias),
-                        **bn_options(bn))
+                        **(own.options if own is not None else bn_options(bn)))
     from .state import run_transform
 
     tensors = run_transform(fold, s.view(), key)
@@ -183,8 +204,8 @@ def fold_into_graph(s: Session, module_ref: NodeRef, bn_ref: NodeRef) -> None:
     for name, tensor in tensors.items():
         s.made[prefix + name] = tensor
     impl.meta[PROVENANCE_KEY] = prov
-    _remove_bn(s, bn_ref)
-    s.changes.append(f"{key}: module (one convolution) + {bn.type} -> module with the batch norm folded in")
+    _finish(s, bn_ref, bn_key, own)
+    s.changes.append(f"{key}: module (one convolution) + {_label(bn, own)} -> module with the batch norm folded in")
 
 
 __all__ = ["CONV_FUNCTIONS", "bn_options", "conv_of_graph", "fold_into_graph", "fold_into_leaf", "fold_tensors",

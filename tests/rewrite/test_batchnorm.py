@@ -10,13 +10,14 @@ from torch import nn
 
 import ir2torch
 import torch2ir
+from common.compare import equal
 from common.errors import StateDictError
 from common.ir import IR
 from common.rewrite import RewriteError, find, fold_batchnorm
 from common.rewrite.batchnorm import CONVS, NORMS
 from common.state_dict import save_safetensors
 from common.verify import verify
-from tests.rewrite.helpers import corpus_model
+from tests.rewrite.helpers import corpus_model, randomize_batchnorms
 
 #: corpus CNN -> batch norms folded: every one. EfficientNet's depthwise convolutions are an nn.Conv2d subclass (a
 #: "module" rebuilt from its graph, 7 BNs) and LeViT normalizes a flattened Linear output through a reshape (22).
@@ -112,30 +113,90 @@ class _BatchNormAct(nn.BatchNorm2d):
 def _conv_bn_act() -> tuple[nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), _BatchNormAct(4), nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)).eval()
+    randomize_batchnorms(model)
     return model, torch.randn(1, 3, 8, 8)
 
 
-def test_a_module_computing_its_own_batch_norm_is_listed_not_silently_skipped():
+class _Concat(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x * 2], 1)
+
+
+def _cat_bn_act() -> tuple[nn.Module, torch.Tensor]:
+    """A ``_BatchNormAct`` after a concatenation (DenseNet's norm1): no layer to fold it into."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), _Concat(), _BatchNormAct(8), nn.Conv2d(8, 4, 1),
+                          nn.BatchNorm2d(4)).eval()
+    randomize_batchnorms(model)
+    return model, torch.randn(1, 3, 8, 8)
+
+
+def test_a_batch_norm_subclass_folds_into_the_conv_and_keeps_its_activation():
     model, x = _conv_bn_act()
     ir = torch2ir.convert(model, (x,))
     result = fold_batchnorm(ir, model.state_dict())
-    assert result.count == 1  # the plain BatchNorm2d after the second conv
+    assert result.count == 2 and result.skipped == []
+    assert "0: conv2d + the batch norm of 1 (aten.batch_norm.default; keeps aten.relu.default) -> conv2d" \
+        in result.changes
+    norm = result.ir["1"]
+    assert norm.state == {}  # its statistics went into the conv
+    assert [norm.node(n).get("implementation") for n in norm.nodes if norm.node(n)["type"] == "function"] == \
+        ["aten.relu.default"]
+    rebuilt = ir2torch.convert(*result)
+    torch.testing.assert_close(rebuilt(x), model(x), atol=1e-5, rtol=0)
+    assert equal(torch2ir.convert(rebuilt, (x,)), result.ir, ignore=("provenance",))
+
+
+class _BatchNormOnly(nn.BatchNorm2d):
+    """A subclass computing nothing after its batch norm: once folded, nothing of it is left."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.1, self.eps)
+
+
+def test_a_batch_norm_subclass_with_nothing_after_it_goes_like_a_batch_norm():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), _BatchNormOnly(4)).eval()
+    randomize_batchnorms(model)
+    x = torch.randn(2, 3, 8, 8)
+    result = fold_batchnorm(torch2ir.convert(model, (x,)), model.state_dict())
+    assert result.count == 1 and "1" not in result.ir and "0.bias" in result.state
+    rebuilt = ir2torch.convert(*result)
+    torch.testing.assert_close(rebuilt(x), model(x), atol=1e-5, rtol=0)
+    assert equal(torch2ir.convert(rebuilt, (x,)), result.ir, ignore=("provenance",))
+
+
+class _BatchStatsAct(nn.BatchNorm2d):
+    """Normalizes with the batch's own statistics even in eval mode: nothing to fold."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.batch_norm(x, None, None, self.weight, self.bias, True, 0.1, self.eps))
+
+
+def test_a_module_computing_its_own_batch_norm_is_listed_not_silently_skipped():
+    model, x = _cat_bn_act()
+    result = fold_batchnorm(torch2ir.convert(model, (x,)), model.state_dict())
+    assert result.count == 1  # the plain BatchNorm2d after the 1x1 conv
     assert len(result.skipped) == 1, result.skipped
-    assert result.skipped[0].startswith("1 (") and "_BatchNormAct" in result.skipped[0]
-    assert "aten.batch_norm.default in its own graph" in result.skipped[0]
+    assert result.skipped[0].startswith("2 (") and "_BatchNormAct" in result.skipped[0]
+    assert "computes aten.batch_norm.default in its own graph; not folded: it does not follow" in result.skipped[0]
+    stats = nn.Sequential(nn.Conv2d(3, 4, 3), _BatchStatsAct(4)).eval()
+    result = fold_batchnorm(torch2ir.convert(stats, (x,)), stats.state_dict())
+    assert result.count == 0 and len(result.skipped) == 1
+    assert "not first on its input in eval form" in result.skipped[0]
 
 
 def test_the_cli_lists_what_it_left_alone_and_strict_refuses_to_write(tmp_path, capsys):
     from ir2torch.cli import main
 
-    model, x = _conv_bn_act()
+    model, x = _cat_bn_act()
     torch2ir.convert(model, (x,)).save(tmp_path / "in.ir.json")
     save_safetensors(model.state_dict(), tmp_path / "in.safetensors")
     common = ["rewrite", str(tmp_path / "in.ir.json"), "--pass", "fold-batchnorm", "--state",
               str(tmp_path / "in.safetensors"), "--state-out", str(tmp_path / "out.safetensors")]
     assert main([*common, "-o", str(tmp_path / "out.ir.json")]) == 0
     out = capsys.readouterr().out
-    assert "fold-batchnorm: 1 change, 1 left alone" in out and "  left alone: 1 (" in out
+    assert "fold-batchnorm: 1 change, 1 left alone" in out and "  left alone: 2 (" in out
     assert main([*common, "-o", str(tmp_path / "strict.ir.json"), "--strict"]) == 1
     assert "nothing written: --strict and 1 left alone" in capsys.readouterr().out
     assert not (tmp_path / "strict.ir.json").exists()

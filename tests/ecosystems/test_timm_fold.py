@@ -19,7 +19,9 @@ from common.compare import equal
 from common.rewrite import fold_batchnorm
 from tests.rewrite.helpers import randomize_batchnorms
 
-#: model -> (folded, left alone, the reason the ones left share)
+#: model -> (folded, left alone, the reason the ones left share); FastViT's 24 left are plain ``nn.BatchNorm2d``s
+#: (rebuilt as such), the others' are ``BatchNormAct2d``s (rebuilt from their graphs)
+PLAIN_LEFT = {"fastvit_t8": 24}
 CASES = {
     "lcnet_050": (27, 0, ""),
     "mobilenetv3_small_050": (34, 0, ""),
@@ -48,5 +50,5 @@ def test_timm_batch_norms_fold_with_their_activation_kept(timm, name):
         got = rebuilt(x)
     torch.testing.assert_close(got, want, atol=2e-6 * float(want.abs().max()), rtol=0)
     left_norms = [m for m in rebuilt.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    assert not left_norms  # none is left as a module: every BatchNormAct2d is rebuilt from its graph
+    assert len(left_norms) == PLAIN_LEFT.get(name, 0)
     assert equal(torch2ir.convert(rebuilt, (x,)), result.ir, ignore=("provenance",))

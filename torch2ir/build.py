@@ -20,9 +20,11 @@ from common.validate import validate
 from .capture import Capture
 from .frontend import (
     RNN_WARNING,
+    ExportFailedError,
     export,
     export_root,
     graph_module_scopes,
+    naming_observer,
     needs_signature,
     traced_mode,
 )
@@ -76,9 +78,12 @@ def build_ir(
             capture.seal(ir)
         return ir
     custom: list[str] = []  # custom autograd.Functions the forward calls (common.notes)
-    with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls:
-        ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                    preserve=_preserved(model, table), on_attempt=calls.clear, custom_functions=custom)
+    try:
+        with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls:
+            ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                        preserve=_preserved(model, table), on_attempt=calls.clear, custom_functions=custom)
+    except ExportFailedError as exc:
+        raise naming_observer(exc, model, args, kwargs) from exc.__cause__
     relocate_hook_ops(ep)
     stand_ins = [p for p, m in model.named_modules() if type(m) in STAND_IN_TYPES and table.is_leaf(m)]
     capture = Capture(ep, model, args, kwargs, allowlist, refused=f"quantization observers / stubs "

@@ -24,6 +24,7 @@ from torch import fx, nn
 from common.errors import ConversionError
 
 from . import custom_backward
+from .observers import untraceable_observer
 from .torch_logs import torch_logs_to_debug
 
 #: torch.export's warning about RNN modules re-assigning ``_flat_weights`` while traced (harmless).
@@ -174,6 +175,20 @@ def export(
     first_line = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__
     raise ExportFailedError(f"torch.export could not trace {name}: {type(last).__name__}: {first_line}",
                           implementation="root", hint=export_hint(last)) from last
+
+
+def naming_observer(exc: ExportFailedError, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None
+                    ) -> ExportFailedError:
+    """``exc``, or when an observer of ``model`` cannot be traced alone (:func:`untraceable_observer`), an error
+    naming it. Call it outside the conversion's own contexts: it runs ``model`` (a copy) eagerly."""
+    observer = untraceable_observer(model, tuple(args), kwargs)
+    if observer is None:
+        return exc
+    return ExportFailedError(
+        f"{exc.message}; the observer {observer}", implementation="root",
+        hint="an observer that branches on the values it sees cannot be traced while it calibrates: calibrate in "
+        "eager mode and convert the model after convert_pt2e, or use an observer without data-dependent control "
+        "flow (MinMaxObserver, MovingAverageMinMaxObserver) while converting")
 
 
 def export_hint(exc: BaseException | None) -> str:

@@ -26,6 +26,7 @@ import ir2torch
 import torch2ir
 from common.errors import ConversionError
 from common.testing import assert_roundtrip
+from torch2ir.frontend import ExportFailedError
 
 ALLOW = ["quantized_decomposed::*"]
 
@@ -109,3 +110,20 @@ def test_pt2e_model_needs_the_opt_in() -> None:
     ir = torch2ir.convert(model, (X,), allow=ALLOW)
     rebuilt = ir2torch.convert(ir, model.state_dict(), allow=ALLOW)
     assert torch.equal(model(X), rebuilt(X))
+
+
+def test_a_calibrating_model_names_the_observer_export_cannot_trace() -> None:
+    """PTQ-prepared (observers calibrating): the X86 quantizer's HistogramObserver branches on the values it sees,
+    which torch.export cannot trace; the error names that observer (export's own names only ``Eq(u0, 1)``), and
+    the failed attempt leaves the model as it was (statistics and eager output)."""
+    model = _quantized(qat=False, convert=False)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    want = _quantized(qat=False, convert=False)(X)  # a forward calibrates: on another copy
+    to_ir, _ = _converters()
+    with pytest.raises(ExportFailedError, match=r"the observer activation_post_process_0 \(torchao\.quantization"
+                       r"\.pt2e\.observer\.HistogramObserver\): GuardOnDataDependentSymNode") as info:
+        to_ir.convert(model, (X,))
+    assert "calibrate in eager mode" in info.value.hint
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], v) for k, v in before.items())
+    assert torch.equal(model(X), want)

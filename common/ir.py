@@ -18,6 +18,7 @@ The plain nested-dict form (:meth:`IR.to_dict` / :meth:`IR.from_dict`) is specif
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -358,18 +359,25 @@ class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation
         return save_ir(self, path)
 
     @classmethod
-    def load(cls, path: Any, *, allow: Any = None, max_nodes: int | None = DEFAULT_MAX_NODES) -> IR:
+    def load(cls, path: Any, *, allow: Any = None, max_nodes: int | None = DEFAULT_MAX_NODES,
+             for_viewing: bool = False) -> IR:
         """Read an IR JSON file; refuses unknown versions and unsafe function names.
 
         ``allow``: operators of other namespaces to accept (``["transformers::grouped_mm_fallback"]``,
         ``"quantized_decomposed::*"``); a file that needs others is refused, listing them.
         ``max_nodes``: the file's node budget (see :meth:`from_dict`; the JSON parser also stops past
         ``JSON_OBJECTS_PER_NODE * max_nodes`` objects); ``None`` disables it, for a trusted file.
+        ``for_viewing``: read a calling convention naming an output class no imported library registered (an IR
+        of a ``transformers`` model, opened without transformers) as a named placeholder
+        (:func:`common.treespec.viewing`) instead of refusing the file; everything else is checked as usual.
+        Rebuilding such an IR still needs the real class (``ir2torch.convert`` reads the specs again).
         """
         from .safety import Allowlist
         from .serialize import load_ir
+        from .treespec import viewing
 
-        return load_ir(path, allowlist=Allowlist().extended(allow), max_nodes=max_nodes)
+        with viewing() if for_viewing else contextlib.nullcontext():
+            return load_ir(path, allowlist=Allowlist().extended(allow), max_nodes=max_nodes)
 
     def validate(self, **kwargs: Any) -> IR:
         """Run :func:`common.validate.validate` on this IR and return it."""

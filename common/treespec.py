@@ -19,7 +19,10 @@ the rebuilt ``forward``'s source and are therefore checked as identifiers.
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import IRFormatError
@@ -35,6 +38,34 @@ _NAMEDTUPLE = "collections.namedtuple"
 _SAFE_DECODERS = frozenset({_NAMEDTUPLE})
 #: Types whose decoder imports or resolves names from the text: never read from a file.
 _REFUSED = frozenset({"collections.defaultdict", "collections.deque"})
+
+
+#: Whether unknown output types are read as :class:`UnknownType` placeholders (:func:`viewing`).
+_VIEWING: contextvars.ContextVar[bool] = contextvars.ContextVar("torch2ir_viewing_specs", default=False)
+
+
+class UnknownType:
+    """Stands in a spec for a type no imported library registered (a ``transformers`` output class in a file opened
+    without transformers): only while :func:`viewing`. A spec holding one describes the structure (the type's
+    name is the node's context) and cannot rebuild a model: a rebuild reads the spec again, strictly."""
+
+
+@contextlib.contextmanager
+def viewing() -> Iterator[None]:
+    """Within this context, :func:`load_spec` reads a node naming an unregistered type as an :class:`UnknownType`
+    placeholder (its name kept as data, nothing imported) instead of refusing it; for looking at a file whose
+    model's library is not installed (``ir2torch show`` / ``view`` / ``diff``, ``IR.load(..., for_viewing=True)``).
+    Refused types (``defaultdict``, ``deque``) stay refused."""
+    token = _VIEWING.set(True)
+    try:
+        yield
+    finally:
+        _VIEWING.reset(token)
+
+
+def is_viewing() -> bool:
+    """Whether :func:`viewing` is in effect."""
+    return _VIEWING.get()
 
 
 def _fail(message: str, field: str, implementation: str | None, hint: str | None = None) -> IRFormatError:
@@ -80,11 +111,17 @@ def _node(schema: Any, pytree: Any, field: str, implementation: str | None, dept
     name, context, children = schema["type"], schema["context"], schema["children_spec"]
     if name is None and context is None and not children:
         return pytree._LEAF_SPEC
+    if isinstance(name, str) and name not in _REFUSED and name not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE and \
+            _VIEWING.get():
+        kids = [_node(child, pytree, field, implementation, depth + 1) for child in children]
+        return pytree.TreeSpec(UnknownType, name[:200], kids)
     if not isinstance(name, str) or name in _REFUSED or name not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
+        module = name.rpartition(".")[0] if isinstance(name, str) else ""
         raise _fail(f"names type {str(name)[:80]!r}, which is not a container registered with torch's pytree",
                     field, implementation,
-                    hint="import the library that defines the model's output class (e.g. transformers) first; "
-                    "defaultdict and deque specs are not read from files")
+                    hint=(f"import {module[:80]} first (the module defining the model's output class); " if module
+                          else "") + "to only look at the file, IR.load(path, for_viewing=True) or ir2torch "
+                    "show/view/diff read it without; defaultdict and deque specs are not read from files")
     typ = pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE[name]
     decoder = pytree.SUPPORTED_SERIALIZED_TYPES[typ].from_dumpable_context
     if decoder is None:
@@ -141,6 +178,8 @@ def describe_spec(spec: Any, limit: int = 200) -> str:
             opening, closing = "None", ""
         elif kind in _BRACKETS:
             opening, closing = _BRACKETS[kind]
+        elif kind is UnknownType:  # read while viewing: the file's type name, cut
+            opening, closing = f"{str(node.context).rpartition('.')[2][:60]}(", ")"
         else:  # a named tuple's spec holds its class as the context
             named = node.context if isinstance(node.context, type) else kind
             opening, closing = f"{getattr(named, '__qualname__', named)}(", ")"

@@ -26,7 +26,7 @@ from .errors import CycleError, IRError, IRFormatError, UnsafeNameError
 from .ir import IR, Implementation, slot_path
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .parameters import parse_parameters
-from .treespec import kwarg_names, load_spec
+from .treespec import is_viewing, kwarg_names, load_spec
 from .values import Subgraph, collect_refs
 
 #: Every string field of an implementation that names something in the rebuilt model, with its rule.
@@ -100,10 +100,15 @@ def check_graph_names(impl: Implementation, key: str, *, subgraphs: bool = True)
                 check_graph_names(sub.impl, key)
 
 
-@functools.lru_cache(maxsize=4096)
 def _readable_spec(text: str, field: str) -> bool:
     """True when ``text`` reads as a pytree spec (with identifier keyword names for an ``in_spec``); the
-    repeated layers of a model share their spec texts, so each is read once. Failures are not cached."""
+    repeated layers of a model share their spec texts, so each is read once (per reading mode: a placeholder
+    read while viewing is no proof for a rebuild). Failures are not cached."""
+    return _readable_in_mode(text, field, is_viewing())
+
+
+@functools.lru_cache(maxsize=4096)
+def _readable_in_mode(text: str, field: str, viewing: bool) -> bool:
     spec = load_spec(text, field)
     if field == "meta.in_spec":
         kwarg_names(spec, field)

@@ -21,6 +21,7 @@ from ..ir import IR
 from ..render.graphs import compact_count, flat_hierarchy_graph
 from ..serialize import IR_FORMAT
 from ..textview import elements, ir_summary_lines, tensor_text, top_counts, tree_lines
+from ..treespec import viewing
 from .app import CommandError
 
 __all__ = ["describe", "diff", "load_any"]
@@ -29,7 +30,9 @@ __all__ = ["describe", "diff", "load_any"]
 def load_any(path: str | os.PathLike, *, allow: list[str] | None = None) -> IR | FlatIR:
     """Load an IR or FlatIR file, whichever its header names (both are validated on load); ``allow``:
     operators of other namespaces to accept (``--allow-op``). A file whose pytree spec names a transformers
-    output class is read again after importing transformers' output classes, if transformers is installed.
+    output class is read again after importing transformers' output classes, if transformers is installed;
+    one naming a class no installed library registers is read for viewing (:func:`common.treespec.viewing`:
+    the class kept as a named placeholder), enough to show, view or diff it, not to rebuild it.
 
     Raises:
         IRFormatError: the file is missing, not JSON, or not valid for its format.
@@ -37,10 +40,17 @@ def load_any(path: str | os.PathLike, *, allow: list[str] | None = None) -> IR |
     """
     try:
         return _load(path, allow)
-    except IRFormatError as exc:
-        if "'transformers." not in exc.message or not _import_transformers():
-            raise
-    return _load(path, allow)  # once more, with transformers' output classes registered
+    except IRFormatError as first:
+        exc = first
+    if "'transformers." in exc.message and _import_transformers():
+        try:
+            return _load(path, allow)  # once more, with transformers' output classes registered
+        except IRFormatError as again:
+            exc = again
+    if "names type" not in exc.message:
+        raise exc
+    with viewing():  # an output class no installed library registers: read it as a named placeholder
+        return _load(path, allow)
 
 
 def _import_transformers() -> bool:

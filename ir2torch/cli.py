@@ -340,9 +340,18 @@ def _diff(options: argparse.Namespace) -> int:
     if not lines:
         print(f"{options.a} and {options.b} hold equal IRs")
         return EXIT_OK
+    print(diff_summary(lines, options.a.name, options.b.name))
+    return EXIT_FAILED
+
+
+def diff_summary(lines: list[str], a: str, b: str) -> str:
+    """The last line of ``ir2torch diff``: every count with its unit (``+``/``-`` lines name an entry found in one
+    file only; ``~`` lines one changed field, ``~ WHERE: field``)."""
+    def n(count: int, unit: str) -> str:
+        return f"{count} {unit}{'s' if count != 1 else ''}"
+
     added = sum(line.startswith("+ ") for line in lines)
     removed = sum(line.startswith("- ") for line in lines)
-    changed = len({line[2:].split(":", 1)[0] for line in lines if line.startswith("~ ")})
-    print(f"{len(lines)} difference{'s' if len(lines) != 1 else ''}: {removed} only in {options.a.name}, "
-          f"{added} only in {options.b.name}, {changed} changed")
-    return EXIT_FAILED
+    fields = [line[2:].split(":", 1)[0] for line in lines if line.startswith("~ ")]
+    return (f"{n(len(lines), 'difference')}: {n(removed, 'entry')} only in {a}, {n(added, 'entry')} only in {b}, "
+            f"{n(len(fields), 'changed field')} in {n(len(set(fields)), 'place')}").replace("entrys", "entries")

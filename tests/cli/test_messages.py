@@ -181,3 +181,14 @@ def test_options_are_never_abbreviated(capsys):
     assert "unrecognized arguments: --out (did you mean --output?)" in capsys.readouterr().err
     assert torch2ir_main(["convert", "m:f", "-i", "2x8", "--ouput", "x.ir.json"]) == 2  # not "-o is missing"
     assert "unrecognized arguments: --ouput (did you mean --output?)" in capsys.readouterr().err
+
+
+def test_the_diff_summary_gives_every_count_its_unit():
+    from ir2torch.cli import diff_summary
+
+    lines = ["- layer.3", "+ layer.4", "+ layer.5", "~ root: nodes.add.args[1]: 1 -> 2", "~ root: meta.class: A -> B",
+             "~ layer.0: data.eps: 1e-05 -> 0.001"]
+    assert diff_summary(lines, "a.ir.json", "b.ir.json") == (
+        "6 differences: 1 entry only in a.ir.json, 2 entries only in b.ir.json, 3 changed fields in 2 places")
+    assert diff_summary(["~ root: x: 1 -> 2"], "a", "b") == (
+        "1 difference: 0 entries only in a, 0 entries only in b, 1 changed field in 1 place")

@@ -7,6 +7,7 @@ Usage::
     python -m benchmarks.sweep --zoo timm --limit 100 --timeout 120 --output /tmp/timm.md
     python -m benchmarks.sweep --zoo timm --filter 'convnext*' --limit 0   # every match
     python -m benchmarks.sweep --zoo diffusers
+    python -m benchmarks.sweep --zoo transformers --limit 0 --timeout 60   # every model type, shrunk configs
 
 Each model is built with random weights (seeded, no download), put in eval mode and called on a small input;
 then ``torch2ir.convert`` → ``ir2torch.convert(ir, model.state_dict())`` → the rebuilt model is called on the
@@ -48,6 +49,8 @@ from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.sweep_zoos import diffusers_blocks, transformers_model, transformers_names, transformers_params
 
 ROOT = Path(__file__).resolve().parent.parent
 DIFFERS = "DIFFERS WITHOUT AN ERROR"
@@ -106,78 +109,6 @@ def timm_names(pattern: str, limit: int, seed: int) -> list[str]:
     return sorted(chosen)
 
 
-def _diffusers_blocks() -> dict[str, Callable[[], tuple[Any, tuple, dict]]]:
-    """Tiny configurations of diffusers' backbones: ``name -> () -> (model, args, kwargs)``."""
-    import torch
-
-    from tests.ecosystems.load import diffusers
-
-    d = diffusers()
-
-    def unet2d():
-        m = d.UNet2DModel(sample_size=16, in_channels=3, out_channels=3, block_out_channels=(8, 16),
-                          layers_per_block=1, norm_num_groups=4, attention_head_dim=4,
-                          down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-                          up_block_types=("AttnUpBlock2D", "UpBlock2D"))
-        return m, (torch.randn(1, 3, 16, 16), torch.tensor([3])), {"return_dict": False}
-
-    def unet2d_condition():
-        m = d.UNet2DConditionModel(sample_size=16, in_channels=4, out_channels=4, block_out_channels=(8, 16),
-                                   layers_per_block=1, norm_num_groups=4, cross_attention_dim=8,
-                                   attention_head_dim=4,
-                                   down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-                                   up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"))
-        return m, (torch.randn(1, 4, 16, 16), torch.tensor([3]), torch.randn(1, 5, 8)), {"return_dict": False}
-
-    def unet3d_condition():
-        m = d.UNet3DConditionModel(sample_size=8, in_channels=4, out_channels=4, block_out_channels=(8, 16),
-                                   layers_per_block=1, norm_num_groups=4, cross_attention_dim=8,
-                                   attention_head_dim=4,
-                                   down_block_types=("CrossAttnDownBlock3D", "DownBlock3D"),
-                                   up_block_types=("UpBlock3D", "CrossAttnUpBlock3D"))
-        x = torch.randn(1, 4, 2, 8, 8)
-        return m, (x, torch.tensor([3]), torch.randn(1, 5, 8)), {"return_dict": False}
-
-    def autoencoder_kl():
-        m = d.AutoencoderKL(in_channels=3, out_channels=3, block_out_channels=(8, 16), layers_per_block=1,
-                            latent_channels=4, norm_num_groups=4,
-                            down_block_types=("DownEncoderBlock2D", "DownEncoderBlock2D"),
-                            up_block_types=("UpDecoderBlock2D", "UpDecoderBlock2D"))
-        return m, (torch.randn(1, 3, 16, 16),), {"sample_posterior": False, "return_dict": False}
-
-    def dit():
-        m = d.DiTTransformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=4, num_layers=2,
-                                    sample_size=8, patch_size=2, num_embeds_ada_norm=10, norm_num_groups=4)
-        return m, (torch.randn(1, 4, 8, 8),), {"timestep": torch.tensor([3]), "class_labels": torch.tensor([1]),
-                                               "return_dict": False}
-
-    def transformer2d():
-        m = d.Transformer2DModel(num_attention_heads=2, attention_head_dim=8, in_channels=16, num_layers=1,
-                                 norm_num_groups=4, cross_attention_dim=8)
-        return m, (torch.randn(1, 16, 8, 8),), {"encoder_hidden_states": torch.randn(1, 5, 8),
-                                                "return_dict": False}
-
-    def sd3():
-        m = d.SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=4, num_layers=2, attention_head_dim=8,
-                                    num_attention_heads=2, joint_attention_dim=16, caption_projection_dim=16,
-                                    pooled_projection_dim=8, out_channels=4, pos_embed_max_size=16)
-        return m, (torch.randn(1, 4, 8, 8),), {"encoder_hidden_states": torch.randn(1, 5, 16),
-                                               "pooled_projections": torch.randn(1, 8),
-                                               "timestep": torch.tensor([3]), "return_dict": False}
-
-    def flux():
-        m = d.FluxTransformer2DModel(patch_size=1, in_channels=16, num_layers=1, num_single_layers=1,
-                                     attention_head_dim=8, num_attention_heads=2, joint_attention_dim=16,
-                                     pooled_projection_dim=8, axes_dims_rope=(2, 2, 4))
-        return m, (torch.randn(1, 16, 16),), {"encoder_hidden_states": torch.randn(1, 5, 16),
-                                              "pooled_projections": torch.randn(1, 8),
-                                              "timestep": torch.tensor([0.5]), "img_ids": torch.zeros(16, 3),
-                                              "txt_ids": torch.zeros(5, 3), "return_dict": False}
-
-    return {f.__name__: f for f in (unet2d, unet2d_condition, unet3d_condition, autoencoder_kl, dit,
-                                      transformer2d, sd3, flux)}
-
-
 # --------------------------------------------------------------------------------------------- one model
 
 
@@ -223,11 +154,15 @@ def _build(zoo: str, name: str, size: int) -> tuple[Any, tuple, dict]:
             x = torch.randn(1, *model.pretrained_cfg.get("input_size", (3, 224, 224)))
         return model, (x,), {}
     if zoo == "diffusers":
-        return _diffusers_blocks()[name]()
+        return diffusers_blocks()[name]()
+    if zoo == "transformers":
+        return transformers_model(name)
     raise ValueError(zoo)
 
 
 def _params_on_meta(zoo: str, name: str) -> int | None:
+    if zoo == "transformers":
+        return transformers_params(name)
     if zoo != "timm":
         return None
     import torch
@@ -401,7 +336,7 @@ def table(zoo: str, rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--zoo", choices=("torchvision", "timm", "diffusers"), default="torchvision")
+    parser.add_argument("--zoo", choices=("torchvision", "timm", "diffusers", "transformers"), default="torchvision")
     parser.add_argument("--tasks", default="classification",
                         help="torchvision: comma-separated of classification,segmentation,detection,video,"
                              "quantization,optical_flow")
@@ -422,8 +357,10 @@ def main(argv: list[str] | None = None) -> int:
         names = torchvision_names(ns.tasks.split(","))
     elif ns.zoo == "timm":
         names = timm_names(ns.filter, ns.limit, ns.seed)
+    elif ns.zoo == "transformers":
+        names = transformers_names()
     else:
-        names = sorted(_diffusers_blocks())
+        names = sorted(diffusers_blocks())
     names = [n for n in names if fnmatch.fnmatch(n, ns.filter)]
     if ns.zoo != "timm" and ns.limit and len(names) > ns.limit:
         names = names[: ns.limit]

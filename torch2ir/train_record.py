@@ -212,6 +212,10 @@ def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | 
     finally:
         for handle in handles:
             handle.remove()
+            # a global hook registered with_kwargs keeps its id in this table after handle.remove() (torch 2.13):
+            # left there, every call of this function would grow process-wide state (and torch.compile warns of
+            # global hooks that are gone)
+            nn.modules.module._global_forward_hooks_with_kwargs.pop(handle.id, None)
     return ops
 
 

@@ -209,7 +209,7 @@
     return { x: x, y: y, w: W, h: H, width: width + 40, height: layers.length * (H + VGAP) + 20 };
   }
   var zoom = 1;
-  function drawGraph(path, v) {
+  function drawGraph(path, v, focus) {
     var d = IMPLS[path], g = d && d.g[v];
     var bar = $("graphbar"), box = $("graph");
     bar.replaceChildren(); box.replaceChildren();
@@ -243,13 +243,32 @@
         graphSel = gr; gr.classList.add("sel"); showNode(path, g, k);
       });
       nodes.appendChild(gr);
+      if (k === focus) { graphSel = gr; gr.classList.add("sel"); gr.dataset.focus = "1"; }
     });
     svg.appendChild(edges); svg.appendChild(nodes); svg.appendChild(labels);
     box.appendChild(svg);
+    if (focus !== undefined && focus >= 0 && focus < g.n.length) {
+      showNode(path, g, focus);
+      box.scrollLeft = Math.max(0, L.x[focus] * zoom - box.clientWidth / 2);
+      box.scrollTop = Math.max(0, L.y[focus] * zoom - box.clientHeight / 2);
+    }
   }
 
   // -- search ---------------------------------------------------------------------------------------------------
+  // modules by path, class or type; graph nodes by name, op or output (a shape such as "f32[2, 8" or a dtype);
+  // a node hit draws its module's graph with the node selected
   var LIMIT = 200, timer = 0;
+  function nodeHits(q) {
+    var hits = [];
+    Object.keys(IMPLS).forEach(function (path) {
+      IMPLS[path].g.forEach(function (g, v) {
+        g.n.forEach(function (r, k) {
+          if (r[0].toLowerCase().indexOf(q) >= 0 || r[2].toLowerCase().indexOf(q) >= 0 || r[3].toLowerCase().indexOf(q) >= 0) hits.push([path, v, k]);
+        });
+      });
+    });
+    return hits;
+  }
   function search(q) {
     var box = $("results");
     box.replaceChildren();
@@ -260,7 +279,9 @@
       var n = N[i];
       if (n.p.toLowerCase().indexOf(q) >= 0 || n.c.toLowerCase().indexOf(q) >= 0 || n.t.toLowerCase().indexOf(q) >= 0) hits.push(i);
     }
-    box.appendChild(el("div", "note", hits.length + (hits.length === 1 ? " match" : " matches") + (hits.length > LIMIT ? ", first " + LIMIT + " shown" : "")));
+    var found = nodeHits(q);
+    box.appendChild(el("div", "note", hits.length + (hits.length === 1 ? " module" : " modules") + ", " + found.length +
+      (found.length === 1 ? " graph node" : " graph nodes") + (hits.length + found.length > LIMIT ? ", first " + LIMIT + " shown" : "")));
     hits.slice(0, LIMIT).forEach(function (i) {
       var h = el("div", "hit");
       h.appendChild(el("span", null, N[i].p));
@@ -268,6 +289,18 @@
       h.addEventListener("click", function () { reveal(i); select(i); });
       box.appendChild(h);
     });
+    found.slice(0, Math.max(0, LIMIT - hits.length)).forEach(function (f) {
+      var r = IMPLS[f[0]].g[f[1]].n[f[2]], h = el("div", "hit node-hit");
+      h.appendChild(el("span", null, f[0] + (f[1] ? " (variant " + f[1] + ")" : "") + " : " + r[0]));
+      h.appendChild(el("span", "cls", r[2] + (r[3] ? " → " + r[3] : "")));
+      h.addEventListener("click", function () { openNode(f[0], f[1], f[2]); });
+      box.appendChild(h);
+    });
+  }
+  function openNode(path, v, k) {
+    var i = byPath.get(path);
+    if (i !== undefined) { reveal(i); select(i); }
+    drawGraph(path, v, k);
   }
   $("search").addEventListener("input", function (ev) {
     clearTimeout(timer);
@@ -300,6 +333,15 @@
       drawGraph(N[resolve(g)].p, 0);
     }
     if (q) { $("search").value = q; search(q); }
+    var nd = args.get("node"), colon = nd ? nd.lastIndexOf(":") : -1;  // node=<module path>:<node name>
+    if (colon > 0 && IMPLS[nd.slice(0, colon)]) {
+      var where = nd.slice(0, colon), name = nd.slice(colon + 1);
+      IMPLS[where].g.some(function (gr, v) {
+        var k = gr.n.findIndex(function (r) { return r[0] === name; });
+        if (k >= 0) openNode(where, v, k);
+        return k >= 0;
+      });
+    }
   }
   $("title").textContent = D.title + " · " + N.length + " modules";
   $("summary").textContent = D.summary.join("\n");

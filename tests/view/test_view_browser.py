@@ -84,3 +84,22 @@ def test_a_missing_browser_fails_the_test_naming_the_package(tmp_path, monkeypat
     monkeypatch.setattr(browser, "CHROMIUM", tmp_path / "no-chromium")
     with pytest.raises(pytest.fail.Exception, match=r"no-chromium is missing: .*apt-get install -y chromium"):
         dump_dom("about:blank", tmp_path)
+
+
+def test_search_finds_graph_nodes_by_op_and_shape_and_a_fragment_opens_one(tmp_path):
+    ir = small_llama()
+    page = ir.view(tmp_path / "llama.html")
+    dom = dump_dom(f"{page.as_uri()}#search=rsqrt", tmp_path)  # the op as the graph shows it: "rsqrt"
+    hits = [e for e in Elements(dom).named("div") if "node-hit" in (e.get("class") or "")]
+    rsqrt = [k for k in ir for g in ir[k].graphs() for n in g.nodes if g.node(n).get("implementation") ==
+             "aten.rsqrt.default"]
+    assert rsqrt and len(hits) == len(rsqrt)  # every node calling the op, in every graph
+    assert "0 modules, " + str(len(rsqrt)) + " graph nodes" in Elements(dom).shown()
+    where = rsqrt[0]
+    name = next(n for n in ir[where].nodes if ir[where].node(n).get("implementation") == "aten.rsqrt.default")
+    opened = dump_dom(f"{page.as_uri()}#node={quote(where + ':' + name, safe='')}", tmp_path)
+    focused = [e for e in Elements(opened).named("g") if e.get("data-focus") == "1"]
+    assert len(focused) == 1  # the graph is drawn with that node selected
+    assert f"Node {name}" in Elements(opened).shown() and "rsqrt" in Elements(opened).shown()
+    shaped = dump_dom(f"{page.as_uri()}#search={quote('f32[1, 16, 1]', safe='')}", tmp_path)  # by output shape
+    assert len([e for e in Elements(shaped).named("div") if "node-hit" in (e.get("class") or "")]) >= len(rsqrt)

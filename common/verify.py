@@ -83,6 +83,9 @@ class VerifyReport:
     unmatched_keys: list[str] = field(default_factory=list)  # ... and their keys
     skipped_keys: list[str] = field(default_factory=list)  # calls in both, but with differently structured outputs
     diverged_keys: list[str] = field(default_factory=list)  # every compared call that differs, in execution order
+    #: module path ("root" for the model) -> largest max abs diff over its compared calls (inf: shapes differ);
+    #: ``ir2torch verify --report`` writes it, ``ir2torch view --overlay`` draws it
+    module_diffs: dict[str, float] = field(default_factory=dict)
 
     def __str__(self) -> str:
         lines = [
@@ -199,6 +202,8 @@ def verify(
             continue
         report.calls_compared += 1
         ok, diff = _compare_leaves(pytree.tree_leaves(output), pytree.tree_leaves(other), atol, rtol)
+        key = path or "root"
+        report.module_diffs[key] = max(report.module_diffs.get(key, 0.0), diff)
         if not ok:
             report.diverged_keys.append(_call_key(path, n))
             if report.first_divergence is None:

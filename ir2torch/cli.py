@@ -25,6 +25,7 @@ import argparse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from common.cli.app import (
     EXIT_FAILED,
@@ -89,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
                                "state records, and a search by path or type. Reads module-level IR files.")
     view.add_argument("file", type=Path, metavar="FILE", help="an IR JSON file (read as data)")
     view.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.html", help="the HTML file to write")
+    view.add_argument("--overlay", type=Path, metavar="DATA.json", help="a number per module or 'path:node' to draw "
+                      "as colours (e.g. verify --report's max abs diffs)")
+    view.add_argument("--overlay-name", dest="overlay_name", default=None, metavar="NAME",
+                      help="what the overlay's numbers are (default: the file's name)")
     add_allow_op(view)
     add_common_options(view)
     view.set_defaults(func=_view)
@@ -109,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "diverging module through FILE's provenance)")
     verify.add_argument("--original-state", dest="original_state", type=Path, metavar="ORIGINAL.safetensors",
                         help="with --against: the weights of ORIGINAL")
+    verify.add_argument("--report", type=Path, metavar="REPORT.json", help="also write each module's max abs diff "
+                        "as JSON ({module path: number}; null where shapes differ), for ir2torch view --overlay")
     verify.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     verify.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
     add_allow_op(verify)
@@ -195,10 +202,24 @@ def _view(options: argparse.Namespace) -> int:
         if isinstance(source, FlatIR):
             raise CommandError(f"{options.file} is a FlatIR; the view shows module-level IRs",
                                hint="view the IR written by torch2ir convert, or draw the FlatIR with ir2torch render")
+        overlay = None
+        if options.overlay is not None:
+            from common.htmlview.overlay import read_overlay
+
+            with _reading(f"read {options.overlay}"):
+                overlay = read_overlay(options.overlay)
         with bar.stage("write"), _reading(f"write the view of {options.file}"):
             options.output.parent.mkdir(parents=True, exist_ok=True)
-            write_view(source, options.output)
+            write_view(source, options.output, overlay, options.overlay_name or
+                       (options.overlay.stem if options.overlay is not None else "overlay"))
     print(f"wrote {options.output} ({human(options.output.stat().st_size)})")
+    if overlay is not None:
+        from common.htmlview.data import overlay_keys
+
+        unmatched = [k for k in overlay if k not in overlay_keys(source)]
+        if unmatched:
+            print(f"overlay: {len(unmatched)} of {len(overlay)} keys name no module or node of {options.file.name} "
+                  f"(first: {unmatched[0][:80]!r})")
     return EXIT_OK
 
 
@@ -245,6 +266,7 @@ def _verify(options: argparse.Namespace) -> int:
             except VerificationError as exc:
                 raise _forward_failed(exc, options) from exc
     print(report)
+    _write_report(report, options.report)
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
@@ -290,7 +312,23 @@ def _verify_against(options: argparse.Namespace) -> int:
                 raise CommandError(f"the model rebuilt from {options.against} raised on the example inputs: "
                                    f"{first_line(cause)}", hint="check --input and --kwargs") from exc
     print(report)
+    _write_report(report, options.report)
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _write_report(report: Any, path: Path | None) -> None:
+    """``--report``: each module's max abs diff as one JSON object (an overlay ``ir2torch view`` reads)."""
+    if path is None:
+        return
+    import json
+    import math
+
+    from common.atomic_files import write_text_atomic
+
+    data = {key: (value if math.isfinite(value) else None) for key, value in report.module_diffs.items()}
+    with _reading(f"write {path}"):
+        write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    print(f"wrote {path} ({len(data)} modules)")
 
 
 def _first(keys: list[str], limit: int = 3) -> str:

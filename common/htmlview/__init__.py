@@ -4,54 +4,80 @@ The file holds its script, its style and the IR's data (JSON in a ``<script type
 opens from ``file://`` and makes no network request (its Content-Security-Policy forbids any). It shows the
 module tree as collapsible groups, a run of identical blocks as one entry (``layers.0-79 x80``) whose blocks
 open one by one, an implementation's graph on demand (drawn in SVG, tensor shapes and dtypes on the edges),
-attributes, state records and meta in a side panel, and a search by path, class or type. Only what is
-expanded is in the page, so a model of thousands of modules opens at once.
+attributes, state records and meta in a side panel, a search over modules and graph nodes (path, class,
+type; node name, op, output shape), and optionally an overlay: a number per module or node drawn as a colour
+and a value (:mod:`common.htmlview.overlay`). Only what is expanded is in the page, so a model of thousands of
+modules opens at once.
 
 Everything read from the IR is data: the page shows it with ``textContent`` and never builds markup or code
 from it; the embedded JSON has ``<``, ``>`` and ``&`` escaped, so no IR string can end its script element.
 
 The page reads its URL fragment on load: ``view.html#expand=model.layers.1&select=model.layers.1.self_attn``
 expands blocks (comma-separated), ``select`` shows one in the side panel, ``graph`` draws one's graph and
-``search`` fills the search box. A path may be given by its unique suffix (``layers.1``).
+``search`` fills the search box, ``node=PATH:NAME`` draws a graph with that node selected. A path may be given by
+its unique suffix (``layers.1``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..ir import IR
 
-__all__ = ["IRHtmlView", "view_html", "write_view"]
+__all__ = ["IRHtmlView", "Overlay", "view_html", "write_view"]
+
+#: An overlay: ``{module path or "path:node": number or None}``, or a JSON file holding one.
+Overlay = Mapping[str, float | None] | str | os.PathLike
 
 
-def view_html(ir: IR) -> str:
-    """The interactive view of ``ir`` as one HTML document (see the module docstring)."""
+def _overlay(overlay: Overlay | None) -> Mapping[str, float | None] | None:
+    from .overlay import check_overlay, read_overlay
+
+    if overlay is None:
+        return None
+    if isinstance(overlay, (str, os.PathLike)):
+        return read_overlay(overlay)
+    return check_overlay(overlay)
+
+
+def view_html(ir: IR, overlay: Overlay | None = None, overlay_name: str = "overlay") -> str:
+    """The interactive view of ``ir`` as one HTML document (see the module docstring).
+
+    Raises:
+        IRFormatError: ``overlay`` is not a valid overlay (:mod:`common.htmlview.overlay`).
+    """
     from .page import page
 
-    return page(ir)
+    return page(ir, _overlay(overlay), overlay_name)
 
 
-def write_view(ir: IR, path: str | os.PathLike) -> Path:
+def write_view(ir: IR, path: str | os.PathLike, overlay: Overlay | None = None, overlay_name: str = "overlay") -> Path:
     """Write the interactive view of ``ir`` to ``path`` (atomically) and return the path.
 
     Raises:
+        IRFormatError: ``overlay`` is not a valid overlay (nothing is written).
         OSError: the file cannot be written.
     """
     from ..atomic_files import write_text_atomic
 
-    return write_text_atomic(path, view_html(ir))
+    return write_text_atomic(path, view_html(ir, overlay, overlay_name))
 
 
 class IRHtmlView:
     """``view(path)`` of :class:`~common.ir.IR` (mixed in, so ``ir.py`` stays small)."""
 
-    def view(self, path: str | os.PathLike) -> Path:
+    def view(self, path: str | os.PathLike, *, overlay: Overlay | None = None, overlay_name: str = "overlay") -> Path:
         """Write this IR's interactive view (one self-contained HTML file, see :mod:`common.htmlview`) to ``path``.
 
+        ``overlay``: ``{module path or "path:node": number}`` (or a JSON file of one, e.g. ``ir2torch verify
+        --report``'s) drawn on the tree and the graphs as a colour scale and the value, named ``overlay_name``.
+
         Raises:
+            IRFormatError: ``overlay`` is not a valid overlay.
             OSError: the file cannot be written.
         """
-        return write_view(self, path)  # type: ignore[arg-type]
+        return write_view(self, path, overlay, overlay_name)  # type: ignore[arg-type]

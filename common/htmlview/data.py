@@ -12,12 +12,15 @@ shown as text (``textContent``), never as markup. The document, one JSON object:
 - ``impls``: path -> ``{"cls", "a": attributes, "s": state records, "m": meta, "al": aliases, "g": graphs}``,
   ``a``/``m`` as ``[[name, text]]``, ``s`` as ``[[name, kind, "f32[4, 8]", extra]]``, each graph as
   ``{"n": [[name, kind, op, output text, arguments text, implementation called]], "e": [[src, dst, label]]}``
-  (node indices; the label is the tensor the edge carries, from the source node's ``meta``).
+  (node indices; the label is the tensor the edge carries, from the source node's ``meta``);
+- ``ov`` (only with an overlay, :mod:`common.htmlview.overlay`): ``{"name", "m": {module path: [value, text]},
+  "n": {"path:node": [value, text]}, "lo", "hi", "unmatched"}``.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ..ir import IR, Implementation
@@ -26,7 +29,7 @@ from ..render.repeats import ir_signatures, repeat_runs
 from ..textview import _call_args, _meta_text, _value_text, ir_summary_lines, tensor_text
 from ..values import Ref
 
-__all__ = ["MAX_TEXT", "produced", "view_data"]
+__all__ = ["MAX_TEXT", "overlay_keys", "produced", "view_data"]
 
 #: longest value text embedded; a longer one is cut and says how many characters it drops
 MAX_TEXT = 4000
@@ -166,8 +169,10 @@ def _details(ir: IR, key: str) -> dict[str, Any]:
     }
 
 
-def view_data(ir: IR) -> dict[str, Any]:
-    """The JSON document of the interactive view of ``ir`` (see the module docstring)."""
+def view_data(ir: IR, overlay: Mapping[str, float | None] | None = None, overlay_name: str = "overlay",
+              ) -> dict[str, Any]:
+    """The JSON document of the interactive view of ``ir`` (see the module docstring); with ``overlay`` (checked by
+    :func:`common.htmlview.overlay.check_overlay`), also ``ov`` (:func:`common.htmlview.overlay.overlay_data`)."""
     tree = hierarchy_graph(ir, None, collapse=False)
     runs = repeat_runs(tree, ir_signatures(ir))
     order = ["root", *(n for n in _depth_first(tree) if n != "root")] if "root" in tree else list(tree)
@@ -194,12 +199,27 @@ def view_data(ir: IR) -> dict[str, Any]:
                       "k": str(attrs.get("kind", "")), "x": lines[2] if len(lines) > 2 else "", "ch": children})
     root = ir.get("root")
     title = str(root.meta.get("class", "")) if root is not None else ""
-    return {
+    data = {
         "title": _short(title) or "IR",
         "summary": [_clip(line) for line in ir_summary_lines(ir)[:5]],
         "nodes": nodes,
         "impls": {key: _details(ir, key) for key in ir},
     }
+    if overlay is not None:
+        from .overlay import overlay_data
+
+        data["ov"] = overlay_data(overlay, {n["p"] for n in nodes}, _graph_nodes(ir), overlay_name)
+    return data
+
+
+def _graph_nodes(ir: IR) -> set[str]:
+    return {f"{key}:{name}" for key, impl in ir.items() for g in impl.graphs() for name in g.nodes}
+
+
+def overlay_keys(ir: IR) -> set[str]:
+    """Every key an overlay of ``ir`` may use: module paths (aliases included) and ``"path:node"``."""
+    tree = hierarchy_graph(ir, None, collapse=False)
+    return set(tree.nodes) | _graph_nodes(ir)
 
 
 def _depth_first(tree: Any) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
@@ -42,8 +43,8 @@ def _sha256(text: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii")
 
 
-def page(ir: IR) -> str:
-    """The whole HTML document of the view of ``ir``."""
+def page(ir: IR, overlay: Mapping[str, float | None] | None = None, overlay_name: str = "overlay") -> str:
+    """The whole HTML document of the view of ``ir`` (with ``overlay``: see :mod:`common.htmlview.overlay`)."""
     script, style = _asset("view.js"), _asset("view.css")
     policy = (f"default-src 'none'; script-src '{_sha256(script)}'; style-src '{_sha256(style)}'; "
               "img-src 'none'; connect-src 'none'; form-action 'none'; base-uri 'none'")
@@ -55,12 +56,13 @@ def page(ir: IR) -> str:
         "<title>IR view</title>",
         f"<style>{style}</style>",
         "</head><body>",
-        '<header><span id="title"></span><input id="search" type="search" placeholder="search path, class or type"'
-        ' autocomplete="off" spellcheck="false"><button id="collapse" type="button">collapse all</button></header>',
+        '<header><span id="title"></span><input id="search" type="search" '
+        'placeholder="search modules, nodes, ops, shapes" autocomplete="off" spellcheck="false">'
+        '<button id="collapse" type="button">collapse all</button></header>',
         '<main><section id="left"><div id="summary"></div><div id="results"></div><div id="tree"></div></section>',
         '<section id="middle"><div id="graphbar"></div><div id="graph"></div></section>',
         '<section id="panel"></section></main>',
-        f'<script id="ir-data" type="application/json">{embed_json(view_data(ir))}</script>',
+        f'<script id="ir-data" type="application/json">{embed_json(view_data(ir, overlay, overlay_name))}</script>',
         f"<script>{script}</script>",
         "</body></html>",
         "",

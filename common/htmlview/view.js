@@ -28,6 +28,20 @@
     return e;
   }
 
+  // -- the overlay (a number per module or node; common/htmlview/overlay.py) -------------------------------------
+  var OV = D.ov || null;
+  function ovColour(v) {  // low values pale yellow, high ones red
+    if (v === null || v === undefined) return "#ddd";
+    var t = OV.hi > OV.lo ? (v - OV.lo) / (OV.hi - OV.lo) : 1;
+    return "hsl(" + Math.round(55 - 55 * t) + ", 95%, " + Math.round(86 - 30 * t) + "%)";
+  }
+  function ovBadge(entry) {
+    var b = el("span", "ov", entry[1]);
+    b.style.background = ovColour(entry[0]);
+    b.dataset.v = entry[1];
+    return b;
+  }
+
   // -- the tree -------------------------------------------------------------------------------------------------
   function hasKids(i) { return N[i].ch.length > 0; }
   function nodeItem(i) {
@@ -37,6 +51,7 @@
     row.appendChild(el("span", "name", n.n));
     if (n.c) row.appendChild(el("span", "cls", n.c));
     if (n.x) row.appendChild(el("span", "x", n.x));
+    if (OV && OV.m[n.p]) row.appendChild(ovBadge(OV.m[n.p]));
     row.addEventListener("click", function (ev) {
       if (ev.target.classList.contains("tog") || ev.detail === 2) toggle(i); else select(i);
     });
@@ -234,10 +249,12 @@
     });
     g.n.forEach(function (r, k) {
       var gr = sel("g", { "class": "node k-" + r[1], transform: "translate(" + L.x[k] + "," + L.y[k] + ")" });
-      gr.appendChild(sel("rect", { width: L.w[k], height: L.h }));
+      var rect = sel("rect", { width: L.w[k], height: L.h }), ov = OV && (OV.n[path + ":" + r[0]] || (r[5] && OV.m[r[5]]));
+      if (ov) { rect.style.fill = ovColour(ov[0]); gr.dataset.ov = ov[1]; }
+      gr.appendChild(rect);
       gr.appendChild(sel("text", { x: 8, y: 15 }, r[0]));
       if (r[2]) gr.appendChild(sel("text", { "class": "op", x: 8, y: 30 }, r[2].length > 48 ? r[2].slice(0, 47) + "…" : r[2]));
-      gr.appendChild(sel("title", {}, r[0] + (r[3] ? ": " + r[3] : "")));
+      gr.appendChild(sel("title", {}, r[0] + (r[3] ? ": " + r[3] : "") + (ov ? "\n" + OV.name + ": " + ov[1] : "")));
       gr.addEventListener("click", function () {
         if (graphSel) graphSel.classList.remove("sel");
         graphSel = gr; gr.classList.add("sel"); showNode(path, g, k);
@@ -344,7 +361,9 @@
     }
   }
   $("title").textContent = D.title + " · " + N.length + " modules";
-  $("summary").textContent = D.summary.join("\n");
+  $("summary").textContent = D.summary.join("\n") + (OV ? "\noverlay " + OV.name + ": " + Object.keys(OV.m).length +
+    " modules, " + Object.keys(OV.n).length + " nodes, " + OV.lo.toPrecision(3) + " (pale) to " + OV.hi.toPrecision(3) +
+    " (red)" + (OV.unmatched ? "; " + OV.unmatched + " keys name nothing in this IR" : "") : "");
   N.forEach(function (n, i) {  // open the top two levels, and a module holding only a run of identical blocks
     if (hasKids(i) && (depth[i] < 2 || (n.ch.length === 1 && typeof n.ch[0] !== "number"))) open.add(i);
   });

@@ -16,15 +16,19 @@ class DirectOp(functools.partial):
     ``OpOverload.__call__`` is one Python frame per op call (about 7% of a small model's forward time);
     ``functools.partial`` calls the entry point from C. ``overload`` is the ``OpOverload`` itself, and a
     ``DirectOp`` compares and hashes equal to it, so graph passes that match ``node.target ==
-    torch.ops.aten.linear.default`` or look targets up in a dict keyed by overloads keep working.
+    torch.ops.aten.linear.default`` or look targets up in a dict keyed by overloads keep working (two DirectOps
+    of one overload are equal only when they call the same function).
     Generated code spells it ``aten_linear_default(...)``.
     """
 
     overload: Any
 
     def __eq__(self, other: object) -> bool:
+        # two DirectOps of one overload are equal only if they call the same thing: fx names a graph's globals by
+        # object (a dict lookup), and a graph calling an overload both through its binding and as the overload
+        # (other keywords, more positional arguments) must get two globals
         if isinstance(other, DirectOp):
-            return self.overload is other.overload
+            return self.overload is other.overload and self.func is other.func
         return self.overload is other
 
     def __hash__(self) -> int:

@@ -210,3 +210,26 @@ def test_a_failing_metadata_check_raises_through_the_binding_as_through_the_over
     for call in (boxed, fn):
         with pytest.raises(RuntimeError, match="dtype"):
             call(x, dtype=torch.float64)
+
+
+def test_one_graph_calling_an_overload_both_ways_runs_each_call_its_own_way():
+    """``x.to(dtype)`` (the fast binding) and ``x.to(dtype, memory_format=...)`` (five positional arguments: the
+    overload) in one graph: fx names globals by object, and the two callables used to compare equal, so both calls
+    ran the binding, which refuses five positional arguments (Qwen3.5's linear attention, found by the sweep)."""
+    import ir2torch
+    import torch2ir
+
+    class Both(torch.nn.Module):
+        def forward(self, x):
+            a = x.to(torch.float64)
+            b = x.transpose(0, 1).to(torch.float64, memory_format=torch.contiguous_format)
+            return a.sum(0) + b.sum(1)
+
+    x = torch.randn(3, 4)
+    ir = torch2ir.convert(Both(), (x,))
+    calls = [ir["root"].node(n)["args"] for n in ir["root"].nodes if ir["root"].node(n).get("implementation") ==
+             "aten.to.dtype"]
+    assert sorted(len(a) for a in calls) == [2, 5]
+    assert torch.equal(ir2torch.convert(ir, {})(x), Both()(x))
+    fast, slow = direct_op(torch.ops.aten.to.dtype, {}, 2), direct_op(torch.ops.aten.to.dtype, {}, 5)
+    assert fast == torch.ops.aten.to.dtype and slow == torch.ops.aten.to.dtype and fast != slow

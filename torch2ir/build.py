@@ -30,6 +30,7 @@ from .frontend import (
 )
 from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import STAND_IN_TYPES, check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
+from .int8 import refuse_int8
 from .lowering import spec_text
 from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
@@ -77,6 +78,7 @@ def build_ir(
         if captured is None:
             capture.seal(ir)
         return ir
+    refuse_int8(model)  # before tracing: export's own error names neither the module nor what to do
     custom: list[str] = []  # custom autograd.Functions the forward calls (common.notes)
     try:
         with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls:

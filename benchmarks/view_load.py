@@ -9,12 +9,14 @@ Converts ``LlamaForCausalLM`` with Llama-2-70B's dimensions on the ``meta`` devi
 writes its view with ``ir.view``, and opens it in ``/usr/bin/chromium --headless`` several times. The page
 measures its own load (``performance.now()`` at the end of its script: reading the 1.8 MB file, parsing the
 JSON, drawing the tree) and writes it into ``document.title``, read here from ``--dump-dom``; the browser's
-start-up is reported apart, as the wall time of the whole process. Nothing is asserted.
+start-up is reported apart, as the wall time of the whole process. The same page is measured again with an
+overlay on every module and graph node (``ir.view(..., overlay=...)``). Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import statistics
@@ -65,19 +67,29 @@ def main() -> None:
     start = time.perf_counter()
     ir = torch2ir.convert(model, (torch.zeros((1, 16), dtype=torch.long, device="meta"),))
     convert = time.perf_counter() - start
+    # an overlay on every module (its parameter count) and every graph node (its position): the largest one
+    overlay: dict[str, float] = {}
+    for key, impl in ir.items():
+        overlay[key] = float(sum(math.prod(int(d) for d in rec["shape"]) for rec in impl.state.values()))
+        for g in impl.graphs():
+            overlay.update({f"{key}:{n}": float(i) for i, n in enumerate(g.nodes)})
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        page = ir.view(Path(tmp) / "llama70b.html")
-        write = time.perf_counter() - start
-        print(f"Llama, 70B dims, {options.layers} layers on meta: {len(ir)} implementations, convert {convert:.1f} s, "
-              f"view written in {write:.1f} s, {page.stat().st_size / 1e6:.2f} MB")
+        pages = {}
+        for label, extra in (("", {}), (" + overlay", {"overlay": overlay, "overlay_name": "parameters"})):
+            start = time.perf_counter()
+            pages[label] = page = ir.view(Path(tmp) / f"llama70b{len(pages)}.html", **extra)
+            write = time.perf_counter() - start
+            print(f"Llama, 70B dims, {options.layers} layers on meta{label}: {len(ir)} implementations, convert "
+                  f"{convert:.1f} s, view written in {write:.1f} s, {page.stat().st_size / 1e6:.2f} MB"
+                  + (f", {len(overlay)} overlay entries" if extra else ""))
         print("\n| page | load (page's own, median ms) | min..max ms | chromium process (median s) |")
         print("|---|---|---|---|")
-        for name, fragment in FRAGMENTS.items():
-            runs = [_load(page, fragment, Path(tmp) / "profile") for _ in range(options.runs)]
-            ms = [r[0] for r in runs]
-            print(f"| {name} | {statistics.median(ms):.0f} | {min(ms)}..{max(ms)} | "
-                  f"{statistics.median(r[1] for r in runs):.2f} |")
+        for label, page in pages.items():
+            for name, fragment in FRAGMENTS.items():
+                runs = [_load(page, fragment, Path(tmp) / "profile") for _ in range(options.runs)]
+                ms = [r[0] for r in runs]
+                print(f"| {name}{label} | {statistics.median(ms):.0f} | {min(ms)}..{max(ms)} | "
+                      f"{statistics.median(r[1] for r in runs):.2f} |")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ def _pass(name: str, options: argparse.Namespace) -> Callable[..., Any]:
         raise CommandError("insert-after needs --type (after what) and --new-type (what to insert)",
                            hint="e.g. --pass insert-after --type conv2d --new-type identity")
     return {
-        "fold-batchnorm": lambda ir, state, allow: fold_batchnorm(ir, state, where=where, allow=allow),
+        "fold-batchnorm": lambda ir, state, allow: fold_batchnorm(ir, state, where=where, allow=allow,
+                                                                  into_next=options.into_next),
         "fuse-qkv": lambda ir, state, allow: fuse_qkv(ir, state, where=where, allow=allow),
         "remove-dropout": lambda ir, state, allow: remove_types(ir, state, DROPOUT_TYPES + DROPOUT_FUNCTIONS,
                                                                 where=where, allow=allow),
@@ -85,6 +86,8 @@ def add_rewrite_command(commands: Any) -> None:
                      "(a JSON object, or @file.json)")
     cmd.add_argument("--where", metavar="GLOB", help="only implementations whose key matches this glob "
                      "(every pass), e.g. 'encoder.*'")
+    cmd.add_argument("--into-next", dest="into_next", action="store_true", help="fold-batchnorm: also fold a "
+                     "BatchNorm that follows no layer into the Conv (no padding) or Linear reading it")
     cmd.add_argument("--state", type=Path, metavar="IN.safetensors", help="the weights of IN")
     cmd.add_argument("-o", "--output", required=True, type=Path, metavar="OUT.ir.json", help="the rewritten IR")
     cmd.add_argument("--state-out", type=Path, metavar="OUT.safetensors", help="the rewritten weights")

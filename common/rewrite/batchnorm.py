@@ -13,6 +13,8 @@ from common.values import Ref
 from .core import NodeRef, Where, all_graphs, call_sites, callee, graph_of, matches_where
 from .find import find
 from .fold import conv_of_graph, fold_into_graph, fold_into_leaf, has_running_stats
+from .fold_next import CONVS as CONVS_NEXT
+from .fold_next import fold_into_next, why_not_next
 from .fold_own import own_norm
 from .passes import Rewritten
 from .session import Session
@@ -107,7 +109,7 @@ def _through_reshape(ir: IR, where: Where) -> list[tuple[NodeRef, NodeRef]]:
 
 
 def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: Where = None,
-                   allow: Iterable[str] | None = None) -> Rewritten:
+                   into_next: bool = False, allow: Iterable[str] | None = None) -> Rewritten:
     """Fold every BatchNorm1d/2d/3d (eval semantics) into the layer whose output it normalizes, in every graph
     of the hierarchy (``Sequential``\\ s included):
 
@@ -122,6 +124,11 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
 
     The layer gets ``w * gamma / sqrt(var + eps)`` (per output channel; per group for a ConvTranspose) and
     bias ``(b - mean) * gamma / sqrt(var + eps) + beta`` (computed in float64); the BatchNorm goes.
+    With ``into_next``, a BatchNorm left after those (one following no layer: after a ``cat``, an input, a pool)
+    whose output goes straight into a Conv1d/2d/3d without padding or a Linear (2-d input) is folded into that
+    layer instead (:mod:`common.rewrite.fold_next`: the layer's weight scaled along its input channels, its bias
+    given the shift); a padding convolution is listed in ``skipped`` with why.
+
     Pairs that cannot be folded exactly are left alone and listed in ``skipped`` (a module called twice, no
     running statistics, a Linear output that is not 2-d, a layer output with other consumers), and so is
     every other BatchNorm left, with what it follows, and every module still computing a batch norm in its own
@@ -182,6 +189,17 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
         attempt(*match.nodes, "")
     for lin_ref, bn_ref in _through_reshape(s.ir, where):
         attempt(lin_ref, bn_ref, " (through a reshape)")
+    if into_next:
+        for match in find(s.ir, [NORMS, (*CONVS_NEXT, "linear")], where=where, through_modules=True):
+            bn_ref, layer_ref = match.nodes
+            bn_key = callee(graph_of(s.ir, bn_ref).node(bn_ref.node))
+            layer_key = callee(graph_of(s.ir, layer_ref).node(layer_ref.node))
+            why = why_not_next(s.ir, bn_ref, layer_ref)
+            if why is not None:
+                skipped[str(bn_key)] = f"{bn_key} -> {layer_key} (the layer after it): {why}"
+            else:
+                skipped.pop(str(bn_key), None)
+                fold_into_next(s, bn_ref, layer_ref, " (across modules)" if match.crosses_modules else "")
     result = Rewritten(*s.finish(), s.changes)
     result.skipped = list(skipped.values()) + _left(result.ir, skipped)
     return result

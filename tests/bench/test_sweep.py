@@ -1,0 +1,34 @@
+"""The registry sweep's own pieces (``benchmarks/sweep.py``, ``benchmarks/sweep_zoos.py``): the transformers
+builder shrinks a default configuration, a model runs through the loop to "exact", and statuses are grouped."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.sweep import DIFFERS, _kind, run_one, table
+from benchmarks.sweep_zoos import transformers_model, transformers_names, transformers_params
+
+
+def test_every_transformers_model_type_is_listed_and_shrunk():
+    pytest.importorskip("transformers")
+    names = transformers_names()
+    assert len(names) > 300 and "llama" in names and names == sorted(names)
+    model, args, kwargs = transformers_model("llama")
+    assert args == () and kwargs["input_ids"].shape == (1, 8)
+    assert model.config.hidden_size == 32 and model.config.num_hidden_layers == 2 and not model.config.use_cache
+    assert transformers_params("llama") == sum(p.numel() for p in model.parameters()) < 100_000
+
+
+def test_one_model_through_the_loop_is_exact():
+    pytest.importorskip("transformers")
+    row = run_one("transformers", "bert", 64, 1e8)
+    assert row["status"] == "exact" and row["convert_s"] > 0
+
+
+def test_statuses_are_grouped_and_the_silent_ones_named():
+    rows = [{"name": "a", "status": "exact"}, {"name": "b", "status": f"{DIFFERS} 0.5"},
+            {"name": "c", "status": "export differs 1e-07 (the rebuild equals torch.export's own module exactly)"},
+            {"name": "d", "status": "refused ConversionError: x"}]
+    assert [_kind(r["status"]) for r in rows] == ["exact", DIFFERS, "export differs", "refused"]
+    text = table("transformers", rows)
+    assert "**Silently different (output differs, no error): 1**: b" in text and "| export differs | 1 |" in text

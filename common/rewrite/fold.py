@@ -25,6 +25,18 @@ CONV_FUNCTIONS = ("aten.conv1d.default", "aten.conv2d.default", "aten.conv3d.def
 Fold = Callable[[Mapping[str, torch.Tensor]], dict[str, torch.Tensor]]
 
 
+def bn_affine(original: Mapping[str, torch.Tensor], bn_path: str, *, affine: bool, eps: float
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(scale, shift)`` of an eval-mode batch norm at state path ``bn_path`` (``"layer.bn"``), in float64: it
+    computes ``x * scale + shift`` per channel."""
+    wide = torch.float64
+    mean, var = original[f"{bn_path}.running_mean"].to(wide), original[f"{bn_path}.running_var"].to(wide)
+    gamma = original[f"{bn_path}.weight"].to(wide) if affine else torch.ones_like(mean)
+    beta = original[f"{bn_path}.bias"].to(wide) if affine else torch.zeros_like(mean)
+    scale = gamma / torch.sqrt(var + eps)
+    return scale, beta - mean * scale
+
+
 def fold_tensors(weight: str, bias: str | None, bn_key: str, *, affine: bool, eps: float, groups: int = 1,
                  transposed: bool = False, names: tuple[str, str] = ("weight", "bias")) -> Fold:
     """A state transform giving the folded ``{weight, bias}`` (computed in float64) from the input state.
@@ -36,11 +48,8 @@ def fold_tensors(weight: str, bias: str | None, bn_key: str, *, affine: bool, ep
     def fold(original: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         w = original[weight]
         wide = torch.float64
-        mean, var = original[f"{bn_key}.running_mean"].to(wide), original[f"{bn_key}.running_var"].to(wide)
-        gamma = original[f"{bn_key}.weight"].to(wide) if affine else torch.ones_like(mean)
-        beta = original[f"{bn_key}.bias"].to(wide) if affine else torch.zeros_like(mean)
-        b = original[bias].to(wide) if bias is not None else torch.zeros_like(mean)
-        scale = gamma / torch.sqrt(var + eps)
+        scale, shift = bn_affine(original, bn_key, affine=affine, eps=eps)
+        b = original[bias].to(wide) if bias is not None else torch.zeros_like(scale)
         ones = [1] * (w.dim() - 2)
         if transposed:
             per_group = w.shape[1]
@@ -48,7 +57,7 @@ def fold_tensors(weight: str, bias: str | None, bn_key: str, *, affine: bool, ep
             new = (grouped * scale.reshape(groups, 1, per_group, *ones)).reshape(w.shape)
         else:
             new = w.to(wide) * scale.reshape(-1, *([1] * (w.dim() - 1)))
-        return {names[0]: new.to(w.dtype), names[1]: ((b - mean) * scale + beta).to(w.dtype)}
+        return {names[0]: new.to(w.dtype), names[1]: (b * scale + shift).to(w.dtype)}
 
     return fold
 
@@ -208,5 +217,5 @@ def fold_into_graph(s: Session, module_ref: NodeRef, bn_ref: NodeRef, *, own: Ow
     s.changes.append(f"{key}: module (one convolution) + {_label(bn, own)} -> module with the batch norm folded in")
 
 
-__all__ = ["CONV_FUNCTIONS", "bn_options", "conv_of_graph", "fold_into_graph", "fold_into_leaf", "fold_tensors",
-           "has_running_stats"]
+__all__ = ["CONV_FUNCTIONS", "bn_affine", "bn_options", "conv_of_graph", "fold_into_graph", "fold_into_leaf",
+           "fold_tensors", "has_running_stats"]

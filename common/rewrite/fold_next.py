@@ -19,7 +19,7 @@ from common.ir import IR
 from common.provenance import PROVENANCE_KEY
 
 from .core import Match, NodeRef, call_sites, callee, graph_of
-from .fold import _remove_bn, has_running_stats
+from .fold import _remove_bn, bn_affine, has_running_stats
 from .ops import replace_nodes
 from .session import Session
 
@@ -61,11 +61,7 @@ def _folded(layer_path: str, bn_path: str, *, conv: bool, groups: int, bias: boo
     def fold(original: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         w = original[f"{layer_path}weight"]
         wide = torch.float64
-        mean, var = original[f"{bn_path}running_mean"].to(wide), original[f"{bn_path}running_var"].to(wide)
-        gamma = original[f"{bn_path}weight"].to(wide) if affine else torch.ones_like(mean)
-        beta = original[f"{bn_path}bias"].to(wide) if affine else torch.zeros_like(mean)
-        scale = gamma / torch.sqrt(var + eps)
-        shift = beta - mean * scale
+        scale, shift = bn_affine(original, bn_path, affine=affine, eps=eps)
         out = w.shape[0]
         b = original[f"{layer_path}bias"].to(wide) if bias else torch.zeros(out, dtype=wide)
         if conv:  # [out, in / groups, k...]: input channel g * (in / groups) + j is column j of group g
@@ -99,7 +95,7 @@ def fold_into_next(s: Session, bn_ref: NodeRef, layer_ref: NodeRef, how: str) ->
     s.need_state("fold_batchnorm", layer_key)
     prov = s.provenance([bn_key, layer_key], True, None)
     prefix = "" if layer_key == "root" else layer_key + "."
-    fold = _folded(prefix, bn_key + ".", conv=layer.type in CONVS, groups=int(layer.data.get("groups", 1)),
+    fold = _folded(prefix, bn_key, conv=layer.type in CONVS, groups=int(layer.data.get("groups", 1)),
                    bias=bool(layer.data.get("bias", True)), affine=bool(bn.data.get("affine", True)),
                    eps=float(bn.data.get("eps", 1e-5)))
     meta = {k: v for k, v in layer.meta.items() if k != PROVENANCE_KEY}

@@ -19,11 +19,13 @@ The plain nested-dict form (:meth:`IR.to_dict` / :meth:`IR.from_dict`) is specif
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 import networkx as nx
 
+from .bodies import BODY_FIELDS_REFUSED, INSTANCE_FIELDS, is_call, relocate
 from .capture import IRLowering
 from .errors import DanglingEdgeError, ImplementationNotFound, IRFormatError
 from .htmlview import IRHtmlView
@@ -87,13 +89,86 @@ class Implementation(ImplementationTextViews):
         self.name = name
         self.type = type
         self.data: dict[str, Any] = dict(data or {})
-        self.graph: nx.MultiDiGraph = graph if graph is not None else nx.MultiDiGraph()
+        self._graph: nx.MultiDiGraph = graph if graph is not None else nx.MultiDiGraph()
         self.state: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (state or {}).items()}
         self.aliases: list[str] = list(aliases or [])
         self.meta: dict[str, Any] = dict(meta or {})
-        #: further graphs of a module whose calls trace differently (a call node's ``variant`` picks one;
-        #: absent or 0: ``graph``); each shares this implementation's name, type and state
-        self.variants: list[Implementation] = []
+        self._variants: list[Implementation] = []
+        #: ``(body, home)`` while this is an unexpanded instance of a shared body (:mod:`common.bodies`)
+        self._shared: tuple[Implementation, str] | None = None
+
+    # -- graphs, and shared bodies -------------------------------------------------------
+    @property
+    def graph(self) -> nx.MultiDiGraph:
+        """The graph: nodes in execution order, edges carrying values into argument slots. Reading it expands an
+        instance of a shared body into a graph of its own (:attr:`body` becomes ``None``)."""
+        if self._shared is not None:
+            self._expand()
+        return self._graph
+
+    @graph.setter
+    def graph(self, graph: nx.MultiDiGraph) -> None:
+        if self._shared is not None:
+            self._expand()
+        self._graph = graph
+
+    @property
+    def variants(self) -> list[Implementation]:
+        """Further graphs of a module whose calls trace differently (a call node's ``variant`` picks one; absent or
+        0: :attr:`graph`); each shares this implementation's name, type and state. Reading them expands an
+        instance of a shared body, as :attr:`graph` does."""
+        if self._shared is not None:
+            self._expand()
+        return self._variants
+
+    @variants.setter
+    def variants(self, variants: list[Implementation]) -> None:
+        if self._shared is not None:
+            self._expand()
+        self._variants = variants
+
+    @property
+    def variant_count(self) -> int:
+        """``len(variants)``, without expanding an instance of a shared body."""
+        return len(self._variants if self._shared is None else self._shared[0]._variants)
+
+    @property
+    def body(self) -> str | None:
+        """The home key of the shared body this instance still expands from (a loaded file stores alike
+        instances once, see :mod:`common.bodies`), or ``None`` once it has a graph of its own."""
+        return None if self._shared is None else self._shared[1]
+
+    @property
+    def shared_body(self) -> Implementation | None:
+        """The body this instance expands from (an implementation named after its home; read it, do not change
+        it), or ``None``."""
+        return None if self._shared is None else self._shared[0]
+
+    @classmethod
+    def instance_of(cls, key: str, body: Implementation, *, aliases: list[str] | None = None,
+                    meta: Mapping[str, Any] | None = None) -> Implementation:
+        """An unexpanded instance ``key`` of ``body`` (whose name is its home key): the body's type, attributes and
+        state records (copied), its ``meta`` with the entries of ``meta`` replacing those of the same key (in the
+        body's order; others after); the graphs are the body's, relocated from the
+        home to ``key`` when first read."""
+        own = dict(meta or {})
+        merged = {k: own.pop(k) if k in own else copy.deepcopy(v) for k, v in body.meta.items()}
+        merged.update(own)
+        impl = cls(key, body.type, copy.deepcopy(body.data), state=copy.deepcopy(body.state), aliases=aliases,
+                   meta=merged)
+        impl._shared = (body, body.name)
+        return impl
+
+    def _expand(self) -> None:
+        body, home = self._shared  # type: ignore[misc]
+        self._shared = None
+        self._graph = relocated_graph(body._graph, home, self.name)
+        self._variants = []
+        for variant in body._variants:
+            own = Implementation(self.name, self.type)
+            own.state = self.state
+            own._graph = relocated_graph(variant._graph, home, self.name)
+            self._variants.append(own)
 
     def add_variant(self) -> Implementation:
         """Append an empty per-call graph (returned; fill its ``graph``) and return it."""
@@ -324,8 +399,11 @@ class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation
     # -- plain dict form -----------------------------------------------------------------
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], *, value_fn: ValueFn = _same,
-                  max_nodes: int | None = DEFAULT_MAX_NODES) -> IR:
+                  max_nodes: int | None = DEFAULT_MAX_NODES, bodies: Mapping[str, Any] | None = None) -> IR:
         """Build an IR from its plain nested-dict form (``docs/ir-spec.md``).
+
+        ``bodies``: the shared bodies of a format-2 file (:mod:`common.bodies`), by home key; entries of ``d``
+        that name one with ``body`` become unexpanded instances of it.
 
         Accepts edges keyed by ``(src, dst)`` / ``(src, dst, key)`` tuples or given as a
         list of ``{"src", "dst", ...}`` dicts; nodes as a mapping or a list.
@@ -339,6 +417,8 @@ class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation
             DanglingEdgeError: an edge names a missing node.
         """
         expect(d, Mapping, "document")
+        if bodies is not None:
+            return _from_shared(cls(), d, bodies, value_fn, max_nodes)
         check_node_budget(d, max_nodes)
         ir = cls()
         for key, value in d.items():
@@ -347,8 +427,17 @@ class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation
             ir._impls[key] = Implementation.from_dict(key, value, value_fn=value_fn, max_nodes=None)
         return ir
 
+    def shared_bodies(self) -> dict[str, list[str]]:
+        """``{home: [instance keys]}`` of the implementations that are alike once their keys are set aside (a
+        saved file stores each such group once, see :mod:`common.bodies`), home first, in IR order."""
+        from .bodies import group
+        from .values import encode
+
+        return group(self.to_dict(value_fn=encode, edge_list=True))
+
     def to_dict(self, *, value_fn: ValueFn = _same, edge_list: bool = False) -> dict[str, Any]:
-        """The plain nested-dict form (``IR.from_dict(ir.to_dict()) == ir``)."""
+        """The plain nested-dict form (``IR.from_dict(ir.to_dict()) == ir``), every instance of a shared body
+        written out in full."""
         return {k: impl.to_dict(value_fn=value_fn, edge_list=edge_list) for k, impl in self._impls.items()}
 
     # -- files and checks ----------------------------------------------------------------
@@ -398,6 +487,83 @@ class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation
 
     def __repr__(self) -> str:
         return f"IR({len(self)} implementations: {', '.join(list(self._impls)[:5])}{', ...' if len(self) > 5 else ''})"
+
+
+def _from_shared(ir: IR, d: Mapping[str, Any], bodies: Any, value_fn: ValueFn, max_nodes: int | None) -> IR:
+    """:meth:`IR.from_dict` of a document with shared ``bodies``: each body parsed once, its instances unexpanded."""
+    expect(bodies, Mapping, "bodies")
+    homes: dict[str, int] = {}
+    for key, entry in d.items():
+        if isinstance(entry, Mapping) and "$body" in entry:
+            where = f"implementations[{key!r}]"
+            extra = set(entry) - INSTANCE_FIELDS
+            if extra:
+                raise IRFormatError(f"an instance of a shared body has fields {sorted(map(str, extra))}",
+                                    implementation=str(key), key=where,
+                                    hint="an instance holds 'name', '$body', 'aliases' and 'meta' only; the rest "
+                                         "is its body's")
+            home = entry["$body"]
+            if not isinstance(home, str) or home not in bodies:
+                raise IRFormatError(f"'$body' {str(home)[:80]!r} names no entry of the document's bodies",
+                                    implementation=str(key), key=f"{where}.body",
+                                    hint="an instance names the key of its body in 'bodies' with '$body'")
+            homes[home] = homes.get(home, 0) + 1
+    for home in bodies:
+        if home not in homes:
+            raise IRFormatError(f"body {str(home)[:80]!r} is used by no implementation", key=f"bodies[{home!r}]",
+                                hint="remove it, or make its instances name it with '$body'")
+        home_entry = d.get(home)
+        if not isinstance(home_entry, Mapping) or home_entry.get("$body") != home:
+            raise IRFormatError(f"body {home!r} is not an instance of itself: implementation {home!r} must name "
+                                f"it with '$body'", key=f"bodies[{home!r}]",
+                                hint="a body is stored under the key of its first instance, which names it")
+        expect(bodies[home], Mapping, f"bodies[{home!r}]", home)
+        refused = set(bodies[home]) & BODY_FIELDS_REFUSED
+        if refused:
+            raise IRFormatError(f"body {home!r} has fields {sorted(refused)}, which belong to instances",
+                                key=f"bodies[{home!r}]", hint="a body holds no 'name', '$body' or 'aliases'")
+    # the budget counts each instance's expansion: sharing shrinks the file, not what a rebuild builds
+    check_node_budget({k: bodies[e["$body"]] if isinstance(e, Mapping) and "$body" in e else e for k, e in d.items()},
+                      max_nodes)
+    parsed = {home: Implementation.from_dict(home, {**body, "name": home}, value_fn=value_fn, max_nodes=None)
+              for home, body in bodies.items()}
+    for key, entry in d.items():
+        if not isinstance(key, str) or not key:
+            raise IRFormatError(f"implementation key {key!r} is not a non-empty string", key="document")
+        if not (isinstance(entry, Mapping) and "$body" in entry):
+            ir._impls[key] = Implementation.from_dict(key, entry, value_fn=value_fn, max_nodes=None)
+            continue
+        if "name" in entry and entry["name"] != key:
+            raise IRFormatError(f"name {entry['name']!r} differs from its key {key!r}", implementation=key,
+                                hint="an implementation's name must equal its key in the IR")
+        where = f"implementations[{key!r}]"
+        aliases = entry.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+            raise IRFormatError("'aliases' must be a list of module paths", implementation=key, key=f"{where}.aliases")
+        meta = entry.get("meta", {})
+        expect(meta, Mapping, f"{where}.meta", key)
+        ir._impls[key] = Implementation.instance_of(
+            key, parsed[entry["$body"]], aliases=list(aliases),
+            meta={str(k): value_fn(v, f"{where}.meta.{k}") for k, v in meta.items()})
+    return ir
+
+
+def relocated_graph(graph: nx.MultiDiGraph, home: str, key: str) -> nx.MultiDiGraph:
+    """A copy of ``graph`` (of a body whose home is ``home``) as the graph of instance ``key``: attributes deep-copied,
+    module calls of ``home.<path>`` naming ``key.<path>``, nodes and each node's in-edges in the same order."""
+    out = nx.MultiDiGraph()
+    for name, attrs in graph._node.items():
+        own = copy.deepcopy(attrs)
+        target = own.get("implementation")
+        if isinstance(target, str) and is_call(own):
+            own["implementation"] = relocate(target, home, key)
+        out.add_node(name)
+        out._node[name].update(own)
+    for dst in graph._node:
+        for src, keyed in graph._pred[dst].items():
+            for k, attrs in keyed.items():
+                out.add_edge(src, dst, key=k, **copy.deepcopy(attrs))
+    return out
 
 
 def parent_key(key: str, keys: Mapping[str, Any] | set[str]) -> str:

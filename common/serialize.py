@@ -47,6 +47,7 @@ from .atomic_files import (
     write_bytes_atomic,
     write_text_atomic,
 )
+from .bodies import share
 from .collector import collector_paused
 from .errors import IRError, IRFormatError, IRSerializationError, UnsupportedFormatVersionError
 from .ir import IR
@@ -56,7 +57,9 @@ from .values import decode, encode
 
 IR_FORMAT = "torch2ir.ir"
 #: Version written by this library; files of versions 1..FORMAT_VERSION are read.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Version of a file without shared bodies: it reads as before in a library that knows version 1 only.
+PLAIN_FORMAT_VERSION = 1
 
 PathLike = str | os.PathLike
 
@@ -180,11 +183,14 @@ def check_header(doc: Any, expected_format: str, supported: int, source: str) ->
 
 def ir_to_document(ir: IR, tensors: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The JSON document of ``ir`` (plain data, values encoded); ``tensors`` is the entry naming its tensors file."""
+    impls, bodies = share(ir.to_dict(value_fn=encode, edge_list=True))
     doc: dict[str, Any] = {
         "format": IR_FORMAT,
-        "format_version": FORMAT_VERSION,
-        "implementations": ir.to_dict(value_fn=encode, edge_list=True),
+        "format_version": FORMAT_VERSION if bodies else PLAIN_FORMAT_VERSION,
+        "implementations": impls,
     }
+    if bodies:  # alike instances stored once (common.bodies): a reader must know version 2
+        doc["bodies"] = bodies
     ops = DEFAULT_ALLOWLIST.required(function_names(ir))
     if ops:  # operators a loader must opt in to: named up front, so a load can list them all at once
         doc["ops"] = ops
@@ -221,11 +227,15 @@ def ir_from_document(doc: Any, *, source: str = "document", validate: bool = Tru
     impls = doc.get("implementations")
     if not isinstance(impls, Mapping):
         raise IRFormatError(f"{source} has no 'implementations' object", key=source)
-    extra = set(doc) - {"format", "format_version", "implementations", "tensors", "ops"}
+    extra = set(doc) - {"format", "format_version", "implementations", "tensors", "ops", "bodies"}
     if extra:
         raise IRFormatError(f"{source} has unknown top-level keys {sorted(extra)}", key=source)
+    bodies = doc.get("bodies")
+    if bodies is not None and doc["format_version"] < 2:
+        raise IRFormatError(f"{source} has shared 'bodies' but format_version {doc['format_version']}", key=source,
+                            hint="shared bodies need format_version 2")
     check_required_ops(doc, allowlist, source)
-    ir = IR.from_dict(impls, value_fn=decode, max_nodes=max_nodes)
+    ir = IR.from_dict(impls, value_fn=decode, max_nodes=max_nodes, bodies=bodies)
     if validate:
         ir.validate(allowlist=allowlist)
     return ir

@@ -37,6 +37,7 @@ from .errors import (
     NodeTypeMismatchError,
     UnknownNodeKindError,
 )
+from .bodies import relocate
 from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem
@@ -79,8 +80,14 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         _check_children(impl.meta, key)
     check_names(ir, subgraphs=False)  # the bodies of higher-order ops: in _check_subgraph, found by the same walk
     calls: dict[str, dict[str, None]] = {}  # caller -> callees, in the order found
+    checked: set[int] = set()  # shared bodies whose graphs were checked (the rest of an instance is its own)
     for key, impl in ir.items():
         callees = calls.setdefault(key, {})
+        body = impl.shared_body
+        if body is not None:
+            for callee in _validate_instance(ir, impl, body, allow, checked):
+                callees[callee] = None
+            continue
         for graph in impl.graphs():
             for callee in _validate_graph(ir, graph, allow):
                 callees[callee] = None
@@ -156,7 +163,9 @@ def _acyclic(g: Any) -> bool:
     return nx.is_directed_acyclic_graph(g)
 
 
-def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[str]:
+def _validate_graph(ir: Any, impl: Implementation, allow: _CheckedNames, *, context: bool = True) -> set[str]:
+    """Check one graph; return the implementations it calls. ``context=False``: leave out what depends on the IR
+    around it (called modules, state read), for a shared body checked apart from its instances."""
     g = impl.graph
     name = impl.name
     callees: set[str] = set()
@@ -177,14 +186,14 @@ def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[s
                 raise ArgumentMismatchError(f"{target}: {problem[0]}", implementation=name, node=node,
                                             hint=problem[1])
         elif ntype == "get_attr":
-            if not _state_exists(ir, impl, target, allow):
+            if context and not _state_exists(ir, impl, target, allow):
                 near = difflib.get_close_matches(str(target), list(impl.state), n=3)
                 raise MissingImplementationError(
                     f"get_attr reads {target!r}, which is not in the implementation's state",
                     implementation=name, node=node,
                     hint=f"record it in 'state' (nearest: {', '.join(near)})" if near else "record it in 'state'",
                 )
-        elif ntype != "input":
+        elif ntype != "input" and context:
             callees.add(_check_call(ir, impl, node, ntype, target, attrs))
         for sub in _check_args(impl, node, attrs):
             _check_subgraph(ir, sub.impl, allow, name, node)
@@ -209,6 +218,37 @@ def _validate_graph(ir: IR, impl: Implementation, allow: _CheckedNames) -> set[s
         raise CycleError(f"graph has a cycle: {' -> '.join(cycle + cycle[:1])}", implementation=name,
                          node=cycle[0], hint="an IR graph must be acyclic; remove one of these edges")
     return callees
+
+
+def _validate_instance(ir: IR, impl: Implementation, body: Implementation, allow: _CheckedNames,
+                       checked: set[int]) -> list[str]:
+    """Check an unexpanded instance of a shared body without expanding it: the body's graphs once per validation
+    (what they hold is the same in every instance), and per instance what depends on where it sits: the modules
+    its calls name (relocated from the body's home to ``impl``) and the state its ``get_attr`` nodes read."""
+    home = body.name
+    if id(body) not in checked:
+        checked.add(id(body))
+        for graph in body.graphs():
+            check_graph_names(graph, impl.name, subgraphs=False)
+            _validate_graph(_Detached(), graph, allow, context=False)
+    callees: list[str] = []
+    for graph in body.graphs():
+        for node, attrs in graph._graph._node.items():
+            ntype, target = attrs.get("type"), attrs.get("implementation")
+            if ntype == "get_attr":
+                if not _state_exists(ir, impl, target, allow):
+                    raise MissingImplementationError(
+                        f"get_attr reads {target!r}, which is not in the state of this instance of body {home!r}",
+                        implementation=impl.name, node=node, hint="record it in 'state'")
+            elif ntype not in NODE_KINDS:
+                relocated = relocate(target, home, impl.name) if isinstance(target, str) else target
+                callees.append(_check_call(ir, impl, node, ntype, relocated, attrs))
+    return callees
+
+
+class _Detached:
+    """The IR of a body's graph checked on its own: it holds no implementation (calls and state are checked per
+    instance by :func:`_validate_instance`)."""
 
 
 def _state_exists(ir: IR, impl: Implementation, target: Any, allow: _CheckedNames) -> bool:
@@ -259,9 +299,9 @@ def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any
         raise MissingImplementationError(f"node calls implementation {target!r}, which the IR does not hold",
                                          implementation=name, node=node, hint=hint)
     variant = attrs.get("variant", 0)
-    if isinstance(variant, bool) or not isinstance(variant, int) or not 0 <= variant <= len(callee.variants):
+    if isinstance(variant, bool) or not isinstance(variant, int) or not 0 <= variant <= callee.variant_count:
         raise IRValidationError(
-            f"node calls graph variant {variant!r} of {target!r}, which has {len(callee.variants)} variants",
+            f"node calls graph variant {variant!r} of {target!r}, which has {callee.variant_count} variants",
             implementation=name, node=node, hint="'variant' is 1..len(variants) of the callee, or absent",
         )
     if callee.type != ntype:

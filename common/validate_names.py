@@ -63,8 +63,9 @@ def check_names(ir: IR, *, subgraphs: bool = True) -> None:
                 check_attr_path(rec["tie"], f"state[{name!r}].tie", implementation=key)
         for alias in impl.aliases:
             check_attr_path(alias, "alias", implementation=key)
-        for graph in impl.graphs():
-            check_graph_names(graph, key, subgraphs=subgraphs)
+        if impl.body is None:  # an instance's graphs are its shared body's, checked once by the caller
+            for graph in impl.graphs():
+                check_graph_names(graph, key, subgraphs=subgraphs)
         if any(k in impl.meta for k in ("in_spec", "out_spec", "forward_arg_names", "parameters")):
             _check_convention(impl.meta, key)
     _check_tree(ir)

@@ -31,6 +31,7 @@ import torch2ir
 from common import IR, FlatIR
 from common.errors import IRError, IRFormatError
 from common.flat_schema import document_format
+from common.values import encode
 from tests.common.atomic_saver import Stack, contents
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,6 +162,8 @@ def test_format_version_1_files_without_sha256_still_load(tmp_path, kind):
     a, _ = _pair(kind)
     path = a.save(tmp_path / "m.json")
     doc = json.loads(path.read_text(encoding="utf-8"))
+    if doc.pop("bodies", None) is not None:  # format 1 stored every instance in full
+        doc["format_version"], doc["implementations"] = 1, a.to_dict(value_fn=encode, edge_list=True)
     _sidecar(path).unlink()
     save_file(dict(a.tensors), tmp_path / "m.tensors.safetensors")
     doc["tensors"] = {"file": "m.tensors.safetensors", "keys": sorted(a.tensors)}

@@ -25,7 +25,7 @@ def test_newer_format_version_is_refused(tmp_path):
     doc = json.loads(path.read_text())
     doc["format_version"] = 99
     path.write_text(json.dumps(doc))
-    with pytest.raises(UnsupportedFormatVersionError, match="format_version 99; this library reads up to 1"):
+    with pytest.raises(UnsupportedFormatVersionError, match="format_version 99; this library reads up to 2"):
         load_ir(path)
 
 

@@ -1,0 +1,119 @@
+"""Shared bodies: one stored graph for the module instances that are alike (decoder layers, ViT blocks, ...).
+
+An IR holds one implementation per module instance. Eighty decoder layers of one model have eighty equal
+graphs, equal attributes and equal state records; only their keys (and the keys of the children they call)
+differ. A saved file (format version 2) stores such an implementation once, in the document's ``bodies``, under
+the key of the first instance, its **home**; every instance (the home included) is then
+``{"name": key, "$body": home}`` plus what is its own: ``aliases`` and the ``meta`` entries that differ between
+instances. Expanding instance ``key`` of body ``home`` gives back the implementation exactly: the body's fields,
+its own ``meta`` entries over the body's (which lists every key in order, ``null`` where each instance gives its
+own value; an instance's keys the body lacks come after), and every module call of the body's graphs that names ``home.<path>``
+naming ``key.<path>`` instead (calls of modules outside ``home`` stay as they are).
+
+Two implementations share a body when they are equal once their keys are set aside (:func:`signature`), so the
+sharing is exact by construction; :func:`share` groups them when a document is written, and a loaded IR keeps
+the instances unexpanded until a graph is asked for (:meth:`common.ir.Implementation.body`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .schema import NODE_KINDS
+
+__all__ = ["BODY_FIELDS_REFUSED", "INSTANCE_FIELDS", "group", "instance_counts", "is_call", "relocate", "share", "signature"]
+
+#: Fields an instance entry may have in a file: everything else comes from its body.
+INSTANCE_FIELDS = frozenset({"name", "$body", "aliases", "meta"})
+#: Fields a body may not have (they belong to instances).
+BODY_FIELDS_REFUSED = frozenset({"name", "$body", "aliases"})
+_SELF = "\x00self"  # stands for an instance's own key in a signature (no key contains a NUL)
+
+
+def relocate(target: str, home: str, key: str) -> str:
+    """The module ``target`` a call in the graph of ``home`` names, seen from instance ``key``: ``home.<path>``
+    becomes ``key.<path>``; any other module (a sibling, a module shared by all instances) is the same."""
+    if target.startswith(home) and target[len(home):len(home) + 1] == ".":
+        return key + target[len(home):]
+    return target
+
+
+def is_call(attrs: Mapping[str, Any]) -> bool:
+    """Whether a node (its attribute dict) calls a module: its type is not one of the node kinds."""
+    return attrs.get("type") not in NODE_KINDS
+
+
+def _relative_nodes(nodes: Any, key: str) -> Any:
+    if not isinstance(nodes, Mapping):
+        return nodes
+    out = {}
+    for name, attrs in nodes.items():
+        target = attrs.get("implementation") if isinstance(attrs, Mapping) else None
+        if isinstance(target, str) and is_call(attrs):
+            attrs = {**attrs, "implementation": relocate(target, key, _SELF)}
+        out[name] = attrs
+    return out
+
+
+def signature(key: str, entry: Mapping[str, Any]) -> str:
+    """What an implementation (its plain, JSON-ready dict) is once its own key is set aside: two implementations
+    with one signature expand from one body. ``meta`` is left out (instances keep the entries that differ)."""
+    rest: dict[str, Any] = {f: v for f, v in entry.items() if f not in ("name", "aliases", "meta")}
+    meta = entry.get("meta", {})
+    rest["\x00meta_keys"] = list(meta) if isinstance(meta, Mapping) else None  # meta's order is kept exactly
+    rest["nodes"] = _relative_nodes(entry.get("nodes", {}), key)
+    if isinstance(rest.get("variants"), list):
+        rest["variants"] = [{**v, "nodes": _relative_nodes(v.get("nodes", {}), key)} if isinstance(v, Mapping)
+                            else v for v in rest["variants"]]
+    return json.dumps(rest, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def group(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+    """``{home: [instance keys, home first]}`` of the implementations (plain dicts by key, in document order)
+    that share a body: two or more with one :func:`signature`; the root never does."""
+    by_sig: dict[str, list[str]] = {}
+    for key, entry in entries.items():
+        if key == "root" or not isinstance(entry, Mapping) or "$body" in entry:
+            continue
+        by_sig.setdefault(signature(key, entry), []).append(key)
+    return {keys[0]: keys for keys in by_sig.values() if len(keys) > 1}
+
+
+_MISSING = object()
+
+
+def share(entries: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``implementations`` and ``bodies`` of a format-2 document for ``entries`` (plain, JSON-ready dicts by
+    key): instances of a shared body become references; ``bodies`` is empty when nothing is shared."""
+    groups = group(entries)
+    out: dict[str, Any] = dict(entries)
+    bodies: dict[str, Any] = {}
+    for home, keys in groups.items():
+        first = entries[home]
+        metas = [entries[k].get("meta", {}) for k in keys]
+        # the entries alike in every instance; the others hold their place with null (each instance gives its own)
+        common = {f: v for f, v in first.get("meta", {}).items() if all(m.get(f, _MISSING) == v for m in metas)}
+        body = {f: v for f, v in first.items() if f not in ("name", "aliases", "meta")}
+        if metas[0]:
+            body["meta"] = {f: common.get(f) for f in metas[0]}
+        bodies[home] = body
+        for key, meta in zip(keys, metas):
+            instance: dict[str, Any] = {"name": key, "$body": home}
+            if entries[key].get("aliases"):
+                instance["aliases"] = entries[key]["aliases"]
+            own = {f: v for f, v in meta.items() if f not in common}
+            if own:
+                instance["meta"] = own
+            out[key] = instance
+    return out, bodies
+
+
+def instance_counts(homes: Iterable[str | None]) -> dict[str, int]:
+    """``{home: number of instances}`` of an iterable of body homes (``None``: not an instance)."""
+    counts: dict[str, int] = {}
+    for home in homes:
+        if home is not None:
+            counts[home] = counts.get(home, 0) + 1
+    return counts

@@ -17,13 +17,14 @@ the instances unexpanded until a graph is asked for (:meth:`common.ir.Implementa
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .schema import NODE_KINDS
 
-__all__ = ["BODY_FIELDS_REFUSED", "INSTANCE_FIELDS", "group", "instance_counts", "is_call", "relocate", "share", "signature"]
+__all__ = ["BODY_FIELDS_REFUSED", "INSTANCE_FIELDS", "group", "copy_value", "instance_counts", "is_call", "relocate", "share", "signature"]
 
 #: Fields an instance entry may have in a file: everything else comes from its body.
 INSTANCE_FIELDS = frozenset({"name", "$body", "aliases", "meta"})
@@ -108,6 +109,25 @@ def share(entries: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dic
                 instance["meta"] = own
             out[key] = instance
     return out, bodies
+
+
+_IMMUTABLE = (str, int, float, bool, type(None), complex)
+
+
+def copy_value(value: Any) -> Any:
+    """A copy of a decoded value (of a body's attributes, state records or meta) that shares nothing mutable with
+    it: dicts and lists are copied, strings, numbers and other immutable leaves are shared, anything else is
+    deep-copied (``copy.deepcopy`` of a whole body's meta costs more than the rest of loading an instance)."""
+    kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
+    if kind is dict:
+        return {k: copy_value(v) for k, v in value.items()}
+    if kind is list:
+        return [copy_value(v) for v in value]
+    if kind is tuple and all(type(v) in _IMMUTABLE for v in value):
+        return value
+    return copy.deepcopy(value)
 
 
 def instance_counts(homes: Iterable[str | None]) -> dict[str, int]:

@@ -25,7 +25,7 @@ from typing import Any
 
 import networkx as nx
 
-from .bodies import BODY_FIELDS_REFUSED, INSTANCE_FIELDS, is_call, relocate
+from .bodies import BODY_FIELDS_REFUSED, INSTANCE_FIELDS, copy_value, is_call, relocate
 from .capture import IRLowering
 from .errors import DanglingEdgeError, ImplementationNotFound, IRFormatError
 from .htmlview import IRHtmlView
@@ -152,10 +152,9 @@ class Implementation(ImplementationTextViews):
         body's order; others after); the graphs are the body's, relocated from the
         home to ``key`` when first read."""
         own = dict(meta or {})
-        merged = {k: own.pop(k) if k in own else copy.deepcopy(v) for k, v in body.meta.items()}
+        merged = {k: own.pop(k) if k in own else copy_value(v) for k, v in body.meta.items()}
         merged.update(own)
-        impl = cls(key, body.type, copy.deepcopy(body.data), state=copy.deepcopy(body.state), aliases=aliases,
-                   meta=merged)
+        impl = cls(key, body.type, copy_value(body.data), state=copy_value(body.state), aliases=aliases, meta=merged)
         impl._shared = (body, body.name)
         return impl
 

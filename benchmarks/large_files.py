@@ -6,6 +6,7 @@ Usage::
     python benchmarks/large_files.py --case many --impls 10000 --runs 1
     python benchmarks/large_files.py --case variants --variants 64 --nodes 15000
     python benchmarks/large_files.py --profile many         # cProfile of one load + rebuild, top functions
+    python benchmarks/large_files.py --case many --shared   # also as saved, alike implementations stored once
 
 Builds two valid IR documents programmatically (nothing is traced):
 
@@ -139,6 +140,14 @@ def _document(impls: dict[str, Any]) -> dict[str, Any]:
     return {"format": "torch2ir.ir", "format_version": 1, "implementations": impls}
 
 
+def shared_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` as ``IR.save`` writes it: alike implementations stored once (format 2, :mod:`common.bodies`)."""
+    from common.bodies import share
+
+    impls, bodies = share(doc["implementations"])
+    return {**doc, "format_version": 2, "implementations": impls, "bodies": bodies} if bodies else doc
+
+
 def _maxrss_mb() -> float:
     # VmHWM, not ru_maxrss: a child's ru_maxrss includes the parent's peak, recorded at exec
     with open("/proc/self/status") as status:
@@ -165,10 +174,10 @@ def child(path: str, mode: str) -> dict[str, float]:
         with collector_paused():
             t0 = time.perf_counter()
             doc = loads_json(read_text(path), source=path)
-            check_header(doc, "torch2ir.ir", 1, path)
+            check_header(doc, "torch2ir.ir", 2, path)
             t1 = time.perf_counter()
             out["parse_s"], out["rss_parse_mb"] = t1 - t0, _maxrss_mb()
-            ir = IR.from_dict(doc["implementations"], value_fn=decode)
+            ir = IR.from_dict(doc["implementations"], value_fn=decode, bodies=doc.get("bodies"))
             t2 = time.perf_counter()
             out["construct_s"], out["rss_construct_mb"] = t2 - t1, _maxrss_mb()
             del doc
@@ -198,8 +207,9 @@ def _write(doc: dict[str, Any], folder: str, name: str) -> tuple[str, float, int
     text = dumps(doc)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
+    bodies = doc.get("bodies", {})
     total = sum(len(impl.get("nodes", {})) + sum(len(v["nodes"]) for v in impl.get("variants", []))
-                for impl in doc["implementations"].values())
+                for impl in (bodies.get(e["$body"], e) if "$body" in e else e for e in doc["implementations"].values()))
     return path, len(text.encode()) / 1e6, total
 
 
@@ -241,6 +251,8 @@ def _profile(path: str, top: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", choices=("many", "variants", "both"), default="both")
+    parser.add_argument("--shared", action="store_true",
+                        help="also time each document as IR.save writes it, alike implementations stored once")
     parser.add_argument("--impls", type=int, default=10**5, help="implementations of the 'many' document")
     parser.add_argument("--variants", type=int, default=64, help="variants of the 'variants' document")
     parser.add_argument("--nodes", type=int, default=15_000, help="nodes per graph of the 'variants' document")
@@ -264,15 +276,19 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 label = f"{args.variants} variants x {args.nodes} nodes"
                 doc = many_variants(args.variants, args.nodes)
-            path, size, nodes = _write(doc, folder, f"{case}.ir.json")
+            forms = [(label, doc)]
+            if args.shared:
+                forms.append((f"{label}, shared bodies", shared_document(doc)))
             del doc
-            if args.profile:
-                _profile(path, args.top)
-                return
-            phases = [_run_child(path, "phases") for _ in range(args.runs)]
-            loads = [_run_child(path, "load") for _ in range(args.runs)]
-            rows.append((label, case, size, nodes, _median(phases), _median(loads)))
-            print(f"{label}: done ({args.runs} runs)", file=sys.stderr, flush=True)
+            for form_label, form in forms:
+                path, size, nodes = _write(form, folder, f"{case}.ir.json")
+                if args.profile:
+                    _profile(path, args.top)
+                    return
+                phases = [_run_child(path, "phases") for _ in range(args.runs)]
+                loads = [_run_child(path, "load") for _ in range(args.runs)]
+                rows.append((form_label, case, size, nodes, _median(phases), _median(loads)))
+                print(f"{form_label}: done ({args.runs} runs)", file=sys.stderr, flush=True)
     print(_table(rows))
 
 

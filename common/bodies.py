@@ -6,9 +6,9 @@ differ. A saved file (format version 2) stores such an implementation once, in t
 the key of the first instance, its **home**; every instance (the home included) is then
 ``{"name": key, "$body": home}`` plus what is its own: ``aliases`` and the ``meta`` entries that differ between
 instances. Expanding instance ``key`` of body ``home`` gives back the implementation exactly: the body's fields,
-its own ``meta`` entries over the body's (which lists every key in order, ``null`` where each instance gives its
-own value; an instance's keys the body lacks come after), and every module call of the body's graphs that names ``home.<path>``
-naming ``key.<path>`` instead (calls of modules outside ``home`` stay as they are).
+its own ``meta`` entries over the body's (which lists every key in order, ``null`` where each instance gives
+its own value; an instance's keys the body lacks come after), and every module call of the body's graphs that
+names ``home.<path>`` naming ``key.<path>`` instead (calls of modules outside ``home`` stay as they are).
 
 Two implementations share a body when they are equal once their keys are set aside (:func:`signature`), so the
 sharing is exact by construction; :func:`share` groups them when a document is written, and a loaded IR keeps
@@ -24,7 +24,8 @@ from typing import Any
 
 from .schema import NODE_KINDS
 
-__all__ = ["BODY_FIELDS_REFUSED", "INSTANCE_FIELDS", "group", "copy_value", "instance_counts", "is_call", "relocate", "share", "signature"]
+__all__ = ["BODY_FIELDS_REFUSED", "INSTANCE_FIELDS", "copy_value", "group", "instance_counts", "is_call", "relocate",
+           "share", "signature"]
 
 #: Fields an instance entry may have in a file: everything else comes from its body.
 INSTANCE_FIELDS = frozenset({"name", "$body", "aliases", "meta"})

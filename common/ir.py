@@ -128,6 +128,11 @@ class Implementation(ImplementationTextViews):
         self._variants = variants
 
     @property
+    def node_count(self) -> int:
+        """Nodes of the main graph, without expanding an instance of a shared body."""
+        return (self._graph if self._shared is None else self._shared[0]._graph).number_of_nodes()
+
+    @property
     def variant_count(self) -> int:
         """``len(variants)``, without expanding an instance of a shared body."""
         return len(self._variants if self._shared is None else self._shared[0]._variants)

@@ -92,6 +92,16 @@ def elements(records: list[Mapping[str, Any]]) -> int:
     return total
 
 
+def shared_groups(ir: IR) -> dict[str, list[str]]:
+    """``{home: instance keys}`` of the shared bodies: those of a loaded file as it stores them (without expanding
+    anything), else what a save would share (:meth:`common.ir.IR.shared_bodies`)."""
+    groups: dict[str, list[str]] = {}
+    for key, impl in ir.items():
+        if impl.body is not None:
+            groups.setdefault(impl.body, []).append(key)
+    return groups or ir.shared_bodies()
+
+
 def ir_summary_lines(ir: IR, depth: int | None = None, *, collapse: bool = True) -> list[str]:
     """The lines of :func:`ir_summary` (``ir2torch show`` puts a ``file`` line before them)."""
     from .render.graphs import compact_count, hierarchy_graph
@@ -99,7 +109,8 @@ def ir_summary_lines(ir: IR, depth: int | None = None, *, collapse: bool = True)
     root = ir.get("root")
     meta = root.meta if root is not None else {}
     types = Counter(impl.type for impl in ir.values())
-    nodes = {key: impl.graph.number_of_nodes() for key, impl in ir.items() if impl.graph.number_of_nodes()}
+    nodes = {key: impl.node_count for key, impl in ir.items() if impl.node_count}
+    shared = shared_groups(ir)
     params = [rec for impl in ir.values() for rec in impl.state.values()
               if rec.get("kind") == "parameter" and not isinstance(rec.get("tie"), str)]
     buffers = [rec for impl in ir.values() for rec in impl.state.values() if rec.get("kind") == "buffer"]
@@ -114,8 +125,13 @@ def ir_summary_lines(ir: IR, depth: int | None = None, *, collapse: bool = True)
         f"parameters       {compact_count(elements(params))} elements in {len(params)} tensors; "
         f"buffers {len(buffers)} ({compact_count(elements(buffers))} elements)",
         f"inputs           {', '.join(inputs) or '-'}",
-        "tree",
     ]
+    if shared:
+        listed = sorted(shared.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        lines.append(f"shared bodies    {len(shared)} for {sum(map(len, shared.values()))} instances: "
+                     + ", ".join(f"{home} x{len(keys)}" for home, keys in listed[:4])
+                     + (f", ... ({len(listed) - 4} more)" if len(listed) > 4 else ""))
+    lines.append("tree")
     if root is None:
         return lines
     tree = hierarchy_graph(ir, depth, collapse=collapse)
@@ -124,8 +140,8 @@ def ir_summary_lines(ir: IR, depth: int | None = None, *, collapse: bool = True)
         name, *rest = tree.nodes[node]["label"].split("\n")
         impl = ir.get(node)
         extra = rest[1:]
-        if impl is not None and impl.graph.number_of_nodes():
-            extra.insert(0, f"{impl.graph.number_of_nodes()} nodes")
+        if impl is not None and impl.node_count:
+            extra.insert(0, f"{impl.node_count} nodes")
         return f"{name}  {rest[0] if rest else ''}" + (f"  ({', '.join(extra)})" if extra else "")
 
     return lines + tree_lines(tree, annotate)

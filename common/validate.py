@@ -27,6 +27,7 @@ from typing import Any
 
 import networkx as nx
 
+from .bodies import relocate
 from .errors import (
     ArgumentMismatchError,
     CycleError,
@@ -37,7 +38,6 @@ from .errors import (
     NodeTypeMismatchError,
     UnknownNodeKindError,
 )
-from .bodies import relocate
 from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem

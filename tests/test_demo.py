@@ -20,7 +20,8 @@ def test_demo_writes_the_files_and_reproduces_outputs(tmp_path, capsys):
     assert demo.main(["--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "demo.ir.json").read_text(encoding="utf-8"))
     assert doc["format"] == "torch2ir.ir"
-    assert doc["implementations"]["blocks.0.attn"]["type"] == "multiheadattention"
+    attn = doc["implementations"]["blocks.0.attn"]
+    assert doc["bodies"][attn["$body"]]["type"] == "multiheadattention"  # the two blocks share their bodies
     assert (tmp_path / "demo.hierarchy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     mermaid = (tmp_path / "demo.hierarchy.mmd").read_text(encoding="utf-8")
     assert "%% n1: stem" in mermaid and "MultiheadAttention" in mermaid

@@ -75,7 +75,7 @@ def test_alike_instances_are_stored_once(saved):
 
 
 def test_a_loaded_instance_stays_unexpanded_until_its_graph_is_read(saved):
-    _, _, ir, path = saved
+    path = saved[3]
     loaded = IR.load(path)
     assert [k for k in loaded if loaded[k].body == "blocks.0"] == ["blocks.0", "blocks.1", "blocks.2", "blocks.3"]
     block = loaded["blocks.2"]
@@ -98,7 +98,8 @@ def test_loaded_equals_converted_and_saves_to_the_same_bytes(saved, tmp_path):
 def test_an_instance_changed_after_load_is_its_own_and_the_rest_still_share(saved, tmp_path):
     model, args, _, path = saved
     loaded = IR.load(path)
-    node = next(n for n, a in loaded["blocks.1"].graph.nodes(data=True) if a.get("implementation") == "aten.relu.default")
+    graph = loaded["blocks.1"].graph
+    node = next(n for n, a in graph.nodes(data=True) if a.get("implementation") == "aten.relu.default")
     loaded["blocks.1"].graph.nodes[node]["implementation"] = "aten.sigmoid.default"
     doc = _doc(loaded.save(tmp_path / "changed.ir.json"))
     assert "$body" not in doc["implementations"]["blocks.1"]

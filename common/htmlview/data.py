@@ -26,7 +26,7 @@ from typing import Any
 from ..ir import IR, Implementation
 from ..render.graphs import hierarchy_graph
 from ..render.repeats import ir_signatures, repeat_runs
-from ..textview import _call_args, _meta_text, _value_text, ir_summary_lines, tensor_text
+from ..textview import _call_args, _meta_text, _value_text, ir_summary_lines, shared_groups, tensor_text
 from ..values import Ref
 
 __all__ = ["MAX_TEXT", "overlay_keys", "produced", "view_data"]
@@ -153,20 +153,27 @@ def _graph(impl: Implementation, key: str, ir: IR) -> dict[str, Any]:
     return {"n": nodes, "e": edges}
 
 
-def _details(ir: IR, key: str) -> dict[str, Any]:
+def _details(ir: IR, key: str, shared: tuple[str, int] | None = None) -> dict[str, Any]:
+    """The side panel's data of ``key``; ``shared``: ``(home, instances)`` of its shared body, whose graphs the
+    page shows for every instance (only the home's are in the page)."""
     impl = ir[key]
     state = []
     for attr, rec in impl.state.items():
         extra = [f"{k}={_text(v)}" for k, v in rec.items() if k not in ("kind", "shape", "dtype")]
         state.append([str(attr), str(rec.get("kind", "state")), tensor_text(rec, short=True), ", ".join(extra)])
-    return {
+    out: dict[str, Any] = {
         "cls": str(impl.meta.get("class", "")),
         "a": [[str(k), _text(v)] for k, v in impl.data.items()],
         "s": state,
         "m": [[str(k), _text(v)] for k, v in impl.meta.items()],
         "al": [str(a) for a in impl.aliases],
-        "g": [_graph(g, key, ir) for g in impl.graphs()] if impl.graph.number_of_nodes() else [],
     }
+    if shared is not None:
+        out["sb"] = list(shared)
+        if shared[0] != key:
+            return out  # the page takes the home's graphs
+    out["g"] = [_graph(g, key, ir) for g in impl.graphs()] if impl.node_count else []
+    return out
 
 
 def view_data(ir: IR, overlay: Mapping[str, float | None] | None = None, overlay_name: str = "overlay",
@@ -199,11 +206,12 @@ def view_data(ir: IR, overlay: Mapping[str, float | None] | None = None, overlay
                       "k": str(attrs.get("kind", "")), "x": lines[2] if len(lines) > 2 else "", "ch": children})
     root = ir.get("root")
     title = str(root.meta.get("class", "")) if root is not None else ""
+    shared = {key: (home, len(keys)) for home, keys in shared_groups(ir).items() for key in keys}
     data = {
         "title": _short(title) or "IR",
         "summary": [_clip(line) for line in ir_summary_lines(ir)[:5]],
         "nodes": nodes,
-        "impls": {key: _details(ir, key) for key in ir},
+        "impls": {key: _details(ir, key, shared.get(key)) for key in ir},
     }
     if overlay is not None:
         from .overlay import overlay_data
@@ -213,7 +221,8 @@ def view_data(ir: IR, overlay: Mapping[str, float | None] | None = None, overlay
 
 
 def _graph_nodes(ir: IR) -> set[str]:
-    return {f"{key}:{name}" for key, impl in ir.items() for g in impl.graphs() for name in g.nodes}
+    return {f"{key}:{name}" for key, impl in ir.items() for g in (impl.shared_body or impl).graphs()
+            for name in g.nodes}
 
 
 def overlay_keys(ir: IR) -> set[str]:

@@ -4,6 +4,19 @@
   "use strict";
   var D = JSON.parse(document.getElementById("ir-data").textContent);
   var N = D.nodes, IMPLS = D.impls, SVG = "http://www.w3.org/2000/svg";
+  // an instance of a shared body carries no graphs ("sb": [home, instances]): it shows its body's, the modules
+  // its calls name moved from the home's path to its own (common/bodies.py)
+  Object.keys(IMPLS).forEach(function (key) {
+    var d = IMPLS[key], home = d.sb && d.sb[0];
+    if (!home || d.g || !IMPLS[home] || !IMPLS[home].g) return;
+    d.g = IMPLS[home].g.map(function (g) {
+      return {e: g.e, n: g.n.map(function (r) {
+        var c = r[5];
+        if (c && c.slice(0, home.length + 1) === home + ".") c = key + c.slice(home.length);
+        return [r[0], r[1], r[2], r[3], r[4], c];
+      })};
+    });
+  });
   var byPath = new Map(), parent = new Int32Array(N.length).fill(-1), runOf = new Map(), depth = new Int32Array(N.length);
   N.forEach(function (n, i) { byPath.set(n.p, i); });
   N.forEach(function (n, i) {
@@ -149,6 +162,7 @@
     });
     if (parent[i] >= 0) btns.appendChild(button("parent", function () { reveal(parent[i]); select(parent[i]); }));
     panel.appendChild(btns);
+    if (d.sb) panel.appendChild(el("div", "sub", "one shared body with " + (d.sb[1] - 1) + " other instance" + (d.sb[1] === 2 ? "" : "s") + (d.sb[0] === n.p ? "" : " (stored as " + d.sb[0] + ")")));
     panel.appendChild(table("Attributes", d.a, "none"));
     panel.appendChild(table("State", d.s, "no parameters or buffers of its own"));
     if (d.al.length) panel.appendChild(table("Aliases", d.al.map(function (a) { return [a]; }), ""));

@@ -59,11 +59,13 @@ def test_graph_edges_carry_the_recorded_shapes():
     ir = small_llama()
     data = view_data(ir)
     attn = data["impls"]["model.layers.1.self_attn"]
-    graph = attn["g"][0]
+    # the four layers share their bodies: the page holds the home's graphs once, each instance names it
+    assert attn["sb"] == ["model.layers.0.self_attn", 4] and "g" not in attn
+    graph = data["impls"]["model.layers.0.self_attn"]["g"][0]
     names = [n[0] for n in graph["n"]]
     assert len(names) == ir["model.layers.1.self_attn"].graph.number_of_nodes()
     q = names.index("q_proj")
-    assert graph["n"][q][1:4] == ["call", "Linear", "f32[1, 16, 64]"] and graph["n"][q][5].endswith("q_proj")
+    assert graph["n"][q][1:4] == ["call", "Linear", "f32[1, 16, 64]"] and graph["n"][q][5] == "model.layers.0.self_attn.q_proj"
     into_q = [e for e in graph["e"] if e[1] == q]
     assert [(names[e[0]], e[2]) for e in into_q] == [("hidden_states", "f32[1, 16, 64]")]
     # a call of a module with a graph records no meta: the label is what the callee returns

@@ -41,6 +41,10 @@ def test_fragment_expands_a_block_and_the_screenshot_shows_it(tmp_path):
     shown = Elements(dom).shown()
     assert "layers.0\u20133 \u00d74" in shown  # the folded run's label
     assert "model.layers.1.self_attn" in shown and "f32[1, 16, 64]" in shown and "q_proj" in shown  # panel, graph
+    # layers.1's attention is an instance of a shared body: the page draws the home's graph for it
+    assert "one shared body with 3 other instances (stored as model.layers.0.self_attn)" in shown
+    called = dump_dom(f"{page.as_uri()}#node={quote('model.layers.2.self_attn:q_proj', safe='')}", tmp_path)
+    assert "open model.layers.2.self_attn.q_proj" in Elements(called).shown()  # its calls name its own children
     assert len(Elements(dom).named("svg")) == 1 and len(Elements(dom).named("rect")) == 52  # one box per node
     png = pixels(screenshot(url, tmp_path))
     assert png.shape[:2] == (800, 1280)

@@ -65,7 +65,8 @@ def test_graph_edges_carry_the_recorded_shapes():
     names = [n[0] for n in graph["n"]]
     assert len(names) == ir["model.layers.1.self_attn"].graph.number_of_nodes()
     q = names.index("q_proj")
-    assert graph["n"][q][1:4] == ["call", "Linear", "f32[1, 16, 64]"] and graph["n"][q][5] == "model.layers.0.self_attn.q_proj"
+    assert graph["n"][q][1:4] == ["call", "Linear", "f32[1, 16, 64]"]
+    assert graph["n"][q][5] == "model.layers.0.self_attn.q_proj"
     into_q = [e for e in graph["e"] if e[1] == q]
     assert [(names[e[0]], e[2]) for e in into_q] == [("hidden_states", "f32[1, 16, 64]")]
     # a call of a module with a graph records no meta: the label is what the callee returns

@@ -22,7 +22,10 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import torch
+
 from .schema import NODE_KINDS
+from .values import TRAINING, Ref
 
 __all__ = ["BODY_FIELDS_REFUSED", "INSTANCE_FIELDS", "copy_value", "group", "instance_counts", "is_call", "relocate",
            "share", "signature"]
@@ -112,7 +115,8 @@ def share(entries: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], dic
     return out, bodies
 
 
-_IMMUTABLE = (str, int, float, bool, type(None), complex)
+_IMMUTABLE = frozenset({str, int, float, bool, type(None), complex, Ref, type(TRAINING), torch.dtype, torch.device,
+                        torch.memory_format, torch.layout, torch.Size, slice, type(Ellipsis)})
 
 
 def copy_value(value: Any) -> Any:
@@ -126,8 +130,8 @@ def copy_value(value: Any) -> Any:
         return {k: copy_value(v) for k, v in value.items()}
     if kind is list:
         return [copy_value(v) for v in value]
-    if kind is tuple and all(type(v) in _IMMUTABLE for v in value):
-        return value
+    if kind is tuple:
+        return tuple(copy_value(v) for v in value)
     return copy.deepcopy(value)
 
 

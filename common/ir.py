@@ -557,7 +557,7 @@ def relocated_graph(graph: nx.MultiDiGraph, home: str, key: str) -> nx.MultiDiGr
     module calls of ``home.<path>`` naming ``key.<path>``, nodes and each node's in-edges in the same order."""
     out = nx.MultiDiGraph()
     for name, attrs in graph._node.items():
-        own = copy.deepcopy(attrs)
+        own = copy_value(attrs)
         target = own.get("implementation")
         if isinstance(target, str) and is_call(own):
             own["implementation"] = relocate(target, home, key)
@@ -566,7 +566,7 @@ def relocated_graph(graph: nx.MultiDiGraph, home: str, key: str) -> nx.MultiDiGr
     for dst in graph._node:
         for src, keyed in graph._pred[dst].items():
             for k, attrs in keyed.items():
-                out.add_edge(src, dst, key=k, **copy.deepcopy(attrs))
+                out.add_edge(src, dst, key=k, **copy_value(attrs))
     return out
 
 

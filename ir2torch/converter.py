@@ -261,9 +261,9 @@ class Ir2Torch:
                    maps: dict[str, StateMap], guard_inputs: bool = False,
                    codes: CodeCache | None = None, fold_constants: bool = True) -> nn.Module:
         if impl.type in self.builders:
-            if impl.variants:
+            if impl.variant_count:
                 raise BuildError(f"type {impl.type!r} is built by its builder, which has one forward, but the IR "
-                                 f"gives it {len(impl.variants) + 1} per-call graphs", implementation=impl.name,
+                                 f"gives it {impl.variant_count + 1} per-call graphs", implementation=impl.name,
                                  hint="only modules rebuilt from their graphs can run per-call graphs")
             entry = self.builders.get(impl.type, impl.name)
             try:
@@ -284,7 +284,7 @@ class Ir2Torch:
             if guard is not None:  # checked as a generated root checks (no generated code of its own to hold it)
                 guard_builder_root(module, impl, guard)
             return module
-        if impl.graph.number_of_nodes() or impl.type == "module":
+        if impl.node_count or impl.type == "module":
             # a "module" never called has no graph: it only holds its state and children
             guard = root_guard(impl) if guard_inputs and impl.name == "root" else None
             try:

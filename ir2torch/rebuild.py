@@ -339,8 +339,11 @@ def graph_module(
             _set_state(gm, name, value, "parameter", True)
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
-    graph = _GraphBuilder(impl, allowlist, codes).build()
-    insert_same_inputs(graph, impl)
+    # an unexpanded instance of a shared body is built from the body: its calls name children by paths relative to
+    # the module, the same from the body's home as from the instance (no copy of the graph is made)
+    source = impl.shared_body or impl
+    graph = _GraphBuilder(source, allowlist, codes).build()
+    insert_same_inputs(graph, source)
     if guard is not None:
         guard.insert(graph)
     if "in_spec" in impl.meta:
@@ -349,14 +352,14 @@ def graph_module(
     check = guard.check_call if guard is not None and guard.arg_names else None
     if check is None and "parameters" in impl.meta:
         codegen = graph._codegen
-        inputs = [impl.node(n).get("meta") for n in impl.nodes if impl.node(n)["type"] == "input"]
+        inputs = [source.node(n).get("meta") for n in source.nodes if source.node(n)["type"] == "input"]
         # per-call graphs differ in their constants: the parent's choice of graph stands for the check
-        constants = [] if impl.variants else \
+        constants = [] if impl.variant_count else \
             [(i, m) for i, m in enumerate(inputs) if m is None or type(m) in (bool, int, float, str)]
         check = SignatureCheck(codegen.parameters, codegen.pytree_info.in_spec,  # type: ignore[attr-defined]
                                constants)
     variants = []
-    for variant in impl.variants:  # per-call graphs share the module's calling convention
+    for variant in source.variants:  # per-call graphs share the module's calling convention
         vgraph = _GraphBuilder(variant, allowlist, codes).build()
         insert_same_inputs(vgraph, variant)
         if "in_spec" in impl.meta:

@@ -19,7 +19,6 @@ The plain nested-dict form (:meth:`IR.to_dict` / :meth:`IR.from_dict`) is specif
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 

@@ -209,3 +209,27 @@ def test_the_node_budget_counts_every_instance(saved, tmp_path):
     IR.load(path, max_nodes=expanded)
     with pytest.raises(IRFormatError, match="over its budget"):
         IR.load(path, max_nodes=expanded - 1)
+
+
+# -- rewrites ---------------------------------------------------------------------------------------------------
+def _sigmoid_tower(model: nn.Module, x: torch.Tensor, swapped: set[int]) -> torch.Tensor:
+    for i, block in enumerate(model.blocks):
+        act = torch.sigmoid if i in swapped else torch.relu
+        x = block.norm(x + block.fc2(act(block.fc1(x))))
+    return model.head(x)
+
+
+@pytest.mark.parametrize(("where", "swapped", "split"), [(None, {0, 1, 2, 3}, []), ("blocks.1", {1}, ["blocks.1"])])
+def test_a_rewrite_holds_for_every_instance_and_where_splits_one_off(saved, tmp_path, where, swapped, split):
+    from common.rewrite import replace_pattern
+
+    model, args, _, path = saved
+    out = replace_pattern(IR.load(path), model.state_dict(), lambda x: torch.relu(x), lambda x: torch.sigmoid(x),
+                          where=where)
+    assert out.count == len(swapped)
+    doc = _doc(out.ir.save(tmp_path / "rewritten.ir.json"))
+    written_in_full = [k for k in ("blocks.0", "blocks.1", "blocks.2", "blocks.3")
+                       if "$body" not in doc["implementations"][k]]
+    assert written_in_full == split  # the rewritten body is shared again; a block rewritten alone is its own
+    rebuilt = ir2torch.convert(IR.load(tmp_path / "rewritten.ir.json"), model.state_dict())
+    assert torch.equal(rebuilt(*args), _sigmoid_tower(model, args[0], swapped))

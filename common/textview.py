@@ -99,7 +99,12 @@ def shared_groups(ir: IR) -> dict[str, list[str]]:
     for key, impl in ir.items():
         if impl.body is not None:
             groups.setdefault(impl.body, []).append(key)
-    return groups or ir.shared_bodies()
+    if groups:
+        return groups
+    try:
+        return ir.shared_bodies()
+    except IRError:  # a value no file can hold (it could not be saved either): nothing to share
+        return {}
 
 
 def ir_summary_lines(ir: IR, depth: int | None = None, *, collapse: bool = True) -> list[str]:

@@ -14,7 +14,13 @@ from torch import nn
 import ir2torch
 import torch2ir
 from common import IR
-from common.errors import CycleError, IRFormatError, MissingImplementationError, NodeTypeMismatchError
+from common.errors import (
+    CycleError,
+    IRFormatError,
+    IRSerializationError,
+    MissingImplementationError,
+    NodeTypeMismatchError,
+)
 from common.values import encode
 
 
@@ -233,3 +239,14 @@ def test_a_rewrite_holds_for_every_instance_and_where_splits_one_off(saved, tmp_
     assert written_in_full == split  # the rewritten body is shared again; a block rewritten alone is its own
     rebuilt = ir2torch.convert(IR.load(tmp_path / "rewritten.ir.json"), model.state_dict())
     assert torch.equal(rebuilt(*args), _sigmoid_tower(model, args[0], swapped))
+
+
+def test_shared_groups_of_an_ir_holding_unsavable_values_are_none():
+    from common.ir import Implementation
+    from common.textview import shared_groups
+
+    ir = IR([Implementation("root", "module"), Implementation("a", "thing", {"w": torch.ones(1)}),
+             Implementation("b", "thing", {"w": torch.ones(1)})])
+    with pytest.raises(IRSerializationError, match="cannot be stored inline"):  # a file cannot hold it ...
+        ir.shared_bodies()
+    assert shared_groups(ir) == {}  # ... so the views list no shared body rather than fail

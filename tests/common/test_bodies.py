@@ -192,6 +192,9 @@ HOSTILE = {
     # ... or of another type than the body's calls say (incompatible instances)
     "child of another type": (lambda d: d["implementations"].update({"blocks.2.fc1": {
         "name": "blocks.2.fc1", "type": "relu", "inplace": False}}), NodeTypeMismatchError, "blocks.2.fc1"),
+    # an instance whose own calling convention disagrees with its body's
+    "instance with another signature": (lambda d: _set(d, "blocks.2", meta={"forward_arg_names": ["x", "y"]}),
+                                        IRFormatError, "miss a traced argument"),
     # a body whose call of a module outside it names one of its own instances: a cycle
     "instance calling itself": (lambda d: _call_from_body(d, "blocks.0.norm", "blocks.3"), CycleError, "cycle"),
 }

@@ -41,7 +41,7 @@ def module_times(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     kwargs = kwargs or {}
     starts: dict[int, list[float]] = {}
     totals: dict[str, float] = {}
-    names = {id(m): ("root" if not n else n) for n, m in model.named_modules(remove_duplicate=False)}
+    names = {id(m): n or "root" for n, m in model.named_modules()}  # a shared module: its first path
 
     def pre(module: nn.Module, _: Any) -> None:
         starts.setdefault(id(module), []).append(time.perf_counter())

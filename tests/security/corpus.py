@@ -27,7 +27,7 @@ from tests.models.zoo import by_name
 
 #: Zoo cases (and :data:`EXTRA` ones) whose IRs together carry every field of the module-level schema.
 IR_CASES = ("kwargs", "shared_sequential", "tied_embedding", "buffers", "no_grad_inside", "conv_net",
-            "dict_output", "transformer", "per_call", "signed")
+            "dict_output", "transformer", "per_call", "signed", "repeated")
 
 
 class _Gate(nn.Module):
@@ -99,8 +99,26 @@ def _same_twice() -> tuple[nn.Module, tuple, dict]:
     return _SameTwice().eval(), (x, x), {}
 
 
+class _Repeated(nn.Module):
+    """Three alike blocks of two layers each: saved with shared bodies (format 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x) + x
+        return x
+
+
+def _repeated() -> tuple[nn.Module, tuple, dict]:
+    torch.manual_seed(0)
+    return _Repeated().eval(), (torch.randn(2, 4),), {}
+
+
 #: Cases that are not in the zoo: name -> () -> (model, args, kwargs).
-EXTRA = {"per_call": _per_call, "signed": _signed, "same_twice": _same_twice}
+EXTRA = {"per_call": _per_call, "signed": _signed, "same_twice": _same_twice, "repeated": _repeated}
 #: Cases lowered to the FlatIRs attacked.
 FLAT_CASES = ("kwargs", "same_twice")
 

@@ -24,7 +24,8 @@ from tests.conftest import examples
 from tests.security.corpus import Document, attempt, documents, write
 
 MARKER = "FUZZ_MARKER"
-_SMALL = ("kwargs", "shared_sequential", "buffers", "no_grad_inside", "dict_output", "tied_embedding", "per_call")
+_SMALL = ("kwargs", "shared_sequential", "buffers", "no_grad_inside", "dict_output", "tied_embedding", "per_call",
+          "repeated")
 
 
 @cache

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+import networkx as nx
 import torch
 
-from .schema import NODE_KINDS
+from .errors import IRFormatError
+from .schema import NODE_KINDS, check_node_budget, expect
 from .values import TRAINING, Ref
 
-__all__ = ["BODY_FIELDS_REFUSED", "INSTANCE_FIELDS", "copy_value", "group", "instance_counts", "is_call", "relocate",
-           "share", "signature"]
+__all__ = ["BODY_FIELDS_REFUSED", "INSTANCE_FIELDS", "copy_value", "from_shared", "group", "is_call", "relocate",
+           "relocated_graph", "share", "signature"]
 
 #: Fields an instance entry may have in a file: everything else comes from its body.
 INSTANCE_FIELDS = frozenset({"name", "$body", "aliases", "meta"})
@@ -135,10 +137,81 @@ def copy_value(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def instance_counts(homes: Iterable[str | None]) -> dict[str, int]:
-    """``{home: number of instances}`` of an iterable of body homes (``None``: not an instance)."""
-    counts: dict[str, int] = {}
-    for home in homes:
-        if home is not None:
-            counts[home] = counts.get(home, 0) + 1
-    return counts
+def from_shared(ir: Any, d: Mapping[str, Any], bodies: Any, value_fn: Any, max_nodes: int | None) -> Any:
+    """:meth:`common.ir.IR.from_dict` of a document with shared ``bodies`` (into the empty ``ir``): each body
+    parsed once, its instances unexpanded; every reference checked first."""
+    from .ir import Implementation
+
+    expect(bodies, Mapping, "bodies")
+    homes: dict[str, int] = {}
+    for key, entry in d.items():
+        if isinstance(entry, Mapping) and "$body" in entry:
+            where = f"implementations[{key!r}]"
+            extra = set(entry) - INSTANCE_FIELDS
+            if extra:
+                raise IRFormatError(f"an instance of a shared body has fields {sorted(map(str, extra))}",
+                                    implementation=str(key), key=where,
+                                    hint="an instance holds 'name', '$body', 'aliases' and 'meta' only; the rest "
+                                         "is its body's")
+            home = entry["$body"]
+            if not isinstance(home, str) or home not in bodies:
+                raise IRFormatError(f"'$body' {str(home)[:80]!r} names no entry of the document's bodies",
+                                    implementation=str(key), key=f"{where}.body",
+                                    hint="an instance names the key of its body in 'bodies' with '$body'")
+            homes[home] = homes.get(home, 0) + 1
+    for home in bodies:
+        if home not in homes:
+            raise IRFormatError(f"body {str(home)[:80]!r} is used by no implementation", key=f"bodies[{home!r}]",
+                                hint="remove it, or make its instances name it with '$body'")
+        home_entry = d.get(home)
+        if not isinstance(home_entry, Mapping) or home_entry.get("$body") != home:
+            raise IRFormatError(f"body {home!r} is not an instance of itself: implementation {home!r} must name "
+                                f"it with '$body'", key=f"bodies[{home!r}]",
+                                hint="a body is stored under the key of its first instance, which names it")
+        expect(bodies[home], Mapping, f"bodies[{home!r}]", home)
+        refused = set(bodies[home]) & BODY_FIELDS_REFUSED
+        if refused:
+            raise IRFormatError(f"body {home!r} has fields {sorted(refused)}, which belong to instances",
+                                key=f"bodies[{home!r}]", hint="a body holds no 'name', '$body' or 'aliases'")
+    # the budget counts each instance's expansion: sharing shrinks the file, not what a rebuild builds
+    check_node_budget({k: bodies[e["$body"]] if isinstance(e, Mapping) and "$body" in e else e for k, e in d.items()},
+                      max_nodes)
+    parsed = {home: Implementation.from_dict(home, {**body, "name": home}, value_fn=value_fn, max_nodes=None)
+              for home, body in bodies.items()}
+    for key, entry in d.items():
+        if not isinstance(key, str) or not key:
+            raise IRFormatError(f"implementation key {key!r} is not a non-empty string", key="document")
+        if not (isinstance(entry, Mapping) and "$body" in entry):
+            ir._impls[key] = Implementation.from_dict(key, entry, value_fn=value_fn, max_nodes=None)
+            continue
+        if "name" in entry and entry["name"] != key:
+            raise IRFormatError(f"name {entry['name']!r} differs from its key {key!r}", implementation=key,
+                                hint="an implementation's name must equal its key in the IR")
+        where = f"implementations[{key!r}]"
+        aliases = entry.get("aliases", [])
+        if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+            raise IRFormatError("'aliases' must be a list of module paths", implementation=key, key=f"{where}.aliases")
+        meta = entry.get("meta", {})
+        expect(meta, Mapping, f"{where}.meta", key)
+        ir._impls[key] = Implementation.instance_of(
+            key, parsed[entry["$body"]], aliases=list(aliases),
+            meta={str(k): value_fn(v, f"{where}.meta.{k}") for k, v in meta.items()})
+    return ir
+
+
+def relocated_graph(graph: nx.MultiDiGraph, home: str, key: str) -> nx.MultiDiGraph:
+    """A copy of ``graph`` (of a body whose home is ``home``) as the graph of instance ``key``: attributes deep-copied,
+    module calls of ``home.<path>`` naming ``key.<path>``, nodes and each node's in-edges in the same order."""
+    out = nx.MultiDiGraph()
+    for name, attrs in graph._node.items():
+        own = copy_value(attrs)
+        target = own.get("implementation")
+        if isinstance(target, str) and is_call(own):
+            own["implementation"] = relocate(target, home, key)
+        out.add_node(name)
+        out._node[name].update(own)
+    for dst in graph._node:
+        for src, keyed in graph._pred[dst].items():
+            for k, attrs in keyed.items():
+                out.add_edge(src, dst, key=k, **copy_value(attrs))
+    return out

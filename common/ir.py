@@ -24,7 +24,7 @@ from typing import Any
 
 import networkx as nx
 
-from .bodies import BODY_FIELDS_REFUSED, INSTANCE_FIELDS, copy_value, is_call, relocate
+from .bodies import copy_value, relocated_graph
 from .capture import IRLowering
 from .errors import DanglingEdgeError, ImplementationNotFound, IRFormatError
 from .htmlview import IRHtmlView
@@ -421,7 +421,9 @@ class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation
         """
         expect(d, Mapping, "document")
         if bodies is not None:
-            return _from_shared(cls(), d, bodies, value_fn, max_nodes)
+            from .bodies import from_shared
+
+            return from_shared(cls(), d, bodies, value_fn, max_nodes)
         check_node_budget(d, max_nodes)
         ir = cls()
         for key, value in d.items():
@@ -490,83 +492,6 @@ class IR(IRTextViews, IRHtmlView, IRLowering, MutableMapping[str, Implementation
 
     def __repr__(self) -> str:
         return f"IR({len(self)} implementations: {', '.join(list(self._impls)[:5])}{', ...' if len(self) > 5 else ''})"
-
-
-def _from_shared(ir: IR, d: Mapping[str, Any], bodies: Any, value_fn: ValueFn, max_nodes: int | None) -> IR:
-    """:meth:`IR.from_dict` of a document with shared ``bodies``: each body parsed once, its instances unexpanded."""
-    expect(bodies, Mapping, "bodies")
-    homes: dict[str, int] = {}
-    for key, entry in d.items():
-        if isinstance(entry, Mapping) and "$body" in entry:
-            where = f"implementations[{key!r}]"
-            extra = set(entry) - INSTANCE_FIELDS
-            if extra:
-                raise IRFormatError(f"an instance of a shared body has fields {sorted(map(str, extra))}",
-                                    implementation=str(key), key=where,
-                                    hint="an instance holds 'name', '$body', 'aliases' and 'meta' only; the rest "
-                                         "is its body's")
-            home = entry["$body"]
-            if not isinstance(home, str) or home not in bodies:
-                raise IRFormatError(f"'$body' {str(home)[:80]!r} names no entry of the document's bodies",
-                                    implementation=str(key), key=f"{where}.body",
-                                    hint="an instance names the key of its body in 'bodies' with '$body'")
-            homes[home] = homes.get(home, 0) + 1
-    for home in bodies:
-        if home not in homes:
-            raise IRFormatError(f"body {str(home)[:80]!r} is used by no implementation", key=f"bodies[{home!r}]",
-                                hint="remove it, or make its instances name it with '$body'")
-        home_entry = d.get(home)
-        if not isinstance(home_entry, Mapping) or home_entry.get("$body") != home:
-            raise IRFormatError(f"body {home!r} is not an instance of itself: implementation {home!r} must name "
-                                f"it with '$body'", key=f"bodies[{home!r}]",
-                                hint="a body is stored under the key of its first instance, which names it")
-        expect(bodies[home], Mapping, f"bodies[{home!r}]", home)
-        refused = set(bodies[home]) & BODY_FIELDS_REFUSED
-        if refused:
-            raise IRFormatError(f"body {home!r} has fields {sorted(refused)}, which belong to instances",
-                                key=f"bodies[{home!r}]", hint="a body holds no 'name', '$body' or 'aliases'")
-    # the budget counts each instance's expansion: sharing shrinks the file, not what a rebuild builds
-    check_node_budget({k: bodies[e["$body"]] if isinstance(e, Mapping) and "$body" in e else e for k, e in d.items()},
-                      max_nodes)
-    parsed = {home: Implementation.from_dict(home, {**body, "name": home}, value_fn=value_fn, max_nodes=None)
-              for home, body in bodies.items()}
-    for key, entry in d.items():
-        if not isinstance(key, str) or not key:
-            raise IRFormatError(f"implementation key {key!r} is not a non-empty string", key="document")
-        if not (isinstance(entry, Mapping) and "$body" in entry):
-            ir._impls[key] = Implementation.from_dict(key, entry, value_fn=value_fn, max_nodes=None)
-            continue
-        if "name" in entry and entry["name"] != key:
-            raise IRFormatError(f"name {entry['name']!r} differs from its key {key!r}", implementation=key,
-                                hint="an implementation's name must equal its key in the IR")
-        where = f"implementations[{key!r}]"
-        aliases = entry.get("aliases", [])
-        if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
-            raise IRFormatError("'aliases' must be a list of module paths", implementation=key, key=f"{where}.aliases")
-        meta = entry.get("meta", {})
-        expect(meta, Mapping, f"{where}.meta", key)
-        ir._impls[key] = Implementation.instance_of(
-            key, parsed[entry["$body"]], aliases=list(aliases),
-            meta={str(k): value_fn(v, f"{where}.meta.{k}") for k, v in meta.items()})
-    return ir
-
-
-def relocated_graph(graph: nx.MultiDiGraph, home: str, key: str) -> nx.MultiDiGraph:
-    """A copy of ``graph`` (of a body whose home is ``home``) as the graph of instance ``key``: attributes deep-copied,
-    module calls of ``home.<path>`` naming ``key.<path>``, nodes and each node's in-edges in the same order."""
-    out = nx.MultiDiGraph()
-    for name, attrs in graph._node.items():
-        own = copy_value(attrs)
-        target = own.get("implementation")
-        if isinstance(target, str) and is_call(own):
-            own["implementation"] = relocate(target, home, key)
-        out.add_node(name)
-        out._node[name].update(own)
-    for dst in graph._node:
-        for src, keyed in graph._pred[dst].items():
-            for k, attrs in keyed.items():
-                out.add_edge(src, dst, key=k, **copy_value(attrs))
-    return out
 
 
 def parent_key(key: str, keys: Mapping[str, Any] | set[str]) -> str:

@@ -153,9 +153,10 @@ def _graph(impl: Implementation, key: str, ir: IR) -> dict[str, Any]:
     return {"n": nodes, "e": edges}
 
 
-def _details(ir: IR, key: str, shared: tuple[str, int] | None = None) -> dict[str, Any]:
+def _details(ir: IR, key: str, shared: tuple[str, int] | None = None,
+             graphs: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any]:
     """The side panel's data of ``key``; ``shared``: ``(home, instances)`` of its shared body, whose graphs the
-    page shows for every instance (only the home's are in the page)."""
+    page holds once, under the home (``graphs``: the graphs made so far, by key)."""
     impl = ir[key]
     state = []
     for attr, rec in impl.state.items():
@@ -168,11 +169,39 @@ def _details(ir: IR, key: str, shared: tuple[str, int] | None = None) -> dict[st
         "m": [[str(k), _text(v)] for k, v in impl.meta.items()],
         "al": [str(a) for a in impl.aliases],
     }
+    own = [_graph(g, key, ir) for g in impl.graphs()] if impl.node_count else []
     if shared is not None:
         out["sb"] = list(shared)
-        if shared[0] != key:
-            return out  # the page takes the home's graphs
-    out["g"] = [_graph(g, key, ir) for g in impl.graphs()] if impl.node_count else []
+        home = (graphs or {}).get(shared[0])
+        if shared[0] != key and home is not None:
+            rows = _rows_over(home, own, shared[0], key)
+            if rows is not None:  # the page relocates the home's graphs; rows that read otherwise are given
+                if rows:
+                    out["ro"] = rows
+                return out
+    out["g"] = own
+    if graphs is not None:
+        graphs[key] = own
+    return out
+
+
+def _rows_over(home: list[dict[str, Any]], own: list[dict[str, Any]], home_key: str,
+               key: str) -> list[list[Any]] | None:
+    """The node rows of ``own`` (an instance's graphs) that differ from the home's once its calls are relocated
+    (a called child of another class, another output), as ``[graph, row index, row]``; ``None`` when the graphs
+    differ in more than rows (edges, node count): the page then holds the instance's own."""
+    if len(home) != len(own):
+        return None
+    prefix = home_key + "."
+    out = []
+    for v, (h, o) in enumerate(zip(home, own, strict=True)):
+        if h["e"] != o["e"] or len(h["n"]) != len(o["n"]):
+            return None
+        for i, (hr, orow) in enumerate(zip(h["n"], o["n"], strict=True)):
+            called = hr[5]
+            moved = key + called[len(home_key):] if called.startswith(prefix) else called
+            if hr[:5] != orow[:5] or moved != orow[5]:
+                out.append([v, i, orow])
     return out
 
 
@@ -207,11 +236,12 @@ def view_data(ir: IR, overlay: Mapping[str, float | None] | None = None, overlay
     root = ir.get("root")
     title = str(root.meta.get("class", "")) if root is not None else ""
     shared = {key: (home, len(keys)) for home, keys in shared_groups(ir).items() for key in keys}
+    graphs: dict[str, list[dict[str, Any]]] = {}
     data = {
         "title": _short(title) or "IR",
         "summary": [_clip(line) for line in ir_summary_lines(ir)[:5]],
         "nodes": nodes,
-        "impls": {key: _details(ir, key, shared.get(key)) for key in ir},
+        "impls": {key: _details(ir, key, shared.get(key), graphs) for key in ir},
     }
     if overlay is not None:
         from .overlay import overlay_data

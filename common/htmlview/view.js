@@ -16,6 +16,7 @@
         return [r[0], r[1], r[2], r[3], r[4], c];
       })};
     });
+    (d.ro || []).forEach(function (o) { d.g[o[0]].n[o[1]] = o[2]; });  // rows that read otherwise here
   });
   var byPath = new Map(), parent = new Int32Array(N.length).fill(-1), runOf = new Map(), depth = new Int32Array(N.length);
   N.forEach(function (n, i) { byPath.set(n.p, i); });

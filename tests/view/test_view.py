@@ -128,3 +128,18 @@ def test_cli_writes_the_view_and_refuses_other_files(tmp_path):
     flat = torch2ir.lower(case.build(), args, kwargs).save(tmp_path / "nested.flat.json")
     refused = run(command("ir2torch", "view", flat, "-o", tmp_path / "flat.html"))
     assert refused.returncode == 2 and "is a FlatIR" in refused.stderr and not (tmp_path / "flat.html").exists()
+
+
+def test_an_instance_whose_calls_read_otherwise_gets_its_own_rows():
+    from tests.common.test_bodies import _tower
+
+    model, args = _tower()
+    ir = torch2ir.convert(model, args)
+    ir["blocks.2.fc1"].meta["class"] = "my.pkg.FancyLinear"  # alike blocks, but this child is of another class
+    data = view_data(ir)
+    home = data["impls"]["blocks.0"]["g"][0]["n"]
+    block = data["impls"]["blocks.2"]
+    assert block["sb"] == ["blocks.0", 4] and "g" not in block
+    (graph, index, row), = block["ro"]  # the one row that reads otherwise: the call of fc1
+    assert graph == 0 and home[index][0] == "fc1" and row[2] == "FancyLinear" and row[5] == "blocks.2.fc1"
+    assert home[index][2] == "Linear" and "ro" not in data["impls"]["blocks.3"]

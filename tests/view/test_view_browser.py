@@ -107,3 +107,17 @@ def test_search_finds_graph_nodes_by_op_and_shape_and_a_fragment_opens_one(tmp_p
     assert f"Node {name}" in Elements(opened).shown() and "rsqrt" in Elements(opened).shown()
     shaped = dump_dom(f"{page.as_uri()}#search={quote('f32[1, 16, 1]', safe='')}", tmp_path)  # by output shape
     assert len([e for e in Elements(shaped).named("div") if "node-hit" in (e.get("class") or "")]) >= len(rsqrt)
+
+
+def test_an_instance_row_that_reads_otherwise_is_drawn_as_its_own(tmp_path):
+    import torch2ir
+    from tests.common.test_bodies import _tower
+
+    model, args = _tower()
+    ir = torch2ir.convert(model, args)
+    ir["blocks.2.fc1"].meta["class"] = "my.pkg.FancyLinear"
+    page = ir.view(tmp_path / "tower.html")
+    shown = Elements(dump_dom(f"{page.as_uri()}#node={quote('blocks.2:fc1', safe='')}", tmp_path)).shown()
+    assert "FancyLinear" in shown and "open blocks.2.fc1" in shown
+    other = Elements(dump_dom(f"{page.as_uri()}#node={quote('blocks.3:fc1', safe='')}", tmp_path)).shown()
+    assert "FancyLinear" not in other and "open blocks.3.fc1" in other

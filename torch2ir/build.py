@@ -94,45 +94,49 @@ def build_ir(
     if captured is not None:
         captured.append(capture)
     hierarchy = Hierarchy(ep, table, calls, capture.same_input)
-    frames = list(hierarchy.graph_frames())
-    called = {table.key(f.path) or "root" for f in frames}
-    ir = table.build(called)
-    problems: list[Problem] = [*table.errors, *check_hooked_frames(hierarchy, hooked)]
-    capture.link(hierarchy, _per_call_graphs(ir, table, hierarchy, frames, problems))
-    problems += hierarchy.problems
-    _real_sequentials(ir, table)
-    _sync_call_types(ir)
-    _record_constants(ir, table, ep)
-    _mutations(ep, hierarchy, problems)
-    _raise(problems)
-    _calling_convention(ir.root, ep)
-    _module_conventions(ir, table, hierarchy, frames)
-    recorded = None  # the train-mode meta pass, when one ran: its writes serve the train-update check too
-    reads = train_checks and any(reads_training(type(m)) for m in table.module_of_key.values()
-                                 if not table.is_leaf(m))
-    if train_checks and has_graph_dropout(ir):
-        recorded = _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
-    elif reads:
-        recorded = _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
-    differs = _train_computations(ir, table, model, args, kwargs, recorded) if reads and recorded else []
-    if train_checks:
-        check_train_updates(ir, model, args, kwargs, table, ep, recorded, differs)
-    if custom:
-        ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
-    _carried_notes(ir, model)
-    _keep_tensors(ir, table, ep.constants)
-    missing = allowlist.required(function_names(ir))
-    if missing:
-        error = required_ops_error(missing, "the model calls")
-        raise ConversionError(error.message, hint=error.hint) from error
-    try:
-        validate(ir, allowlist=allowlist)
-    except IRError as exc:
-        raise ConversionError(f"the converter produced an invalid IR: {exc}", implementation=exc.implementation,
-                              node=exc.node, hint="this is a torch2ir bug; please report it with the model") from exc
-    if captured is None:
-        capture.seal(ir)
-    return ir
+    try:  # the size computations it copies into frames leave export's graph again (torch2ir.local_sizes)
+        frames = list(hierarchy.graph_frames())
+        called = {table.key(f.path) or "root" for f in frames}
+        ir = table.build(called)
+        problems: list[Problem] = [*table.errors, *check_hooked_frames(hierarchy, hooked)]
+        capture.link(hierarchy, _per_call_graphs(ir, table, hierarchy, frames, problems))
+        problems += hierarchy.problems
+        _real_sequentials(ir, table)
+        _sync_call_types(ir)
+        _record_constants(ir, table, ep)
+        _mutations(ep, hierarchy, problems)
+        _raise(problems)
+        _calling_convention(ir.root, ep)
+        _module_conventions(ir, table, hierarchy, frames)
+        recorded = None  # the train-mode meta pass, when one ran: its writes serve the train-update check too
+        reads = train_checks and any(reads_training(type(m)) for m in table.module_of_key.values()
+                                     if not table.is_leaf(m))
+        if train_checks and has_graph_dropout(ir):
+            recorded = _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
+        elif reads:
+            recorded = _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
+        differs = _train_computations(ir, table, model, args, kwargs, recorded) if reads and recorded else []
+        if train_checks:
+            check_train_updates(ir, model, args, kwargs, table, ep, recorded, differs)
+        if custom:
+            ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
+        _carried_notes(ir, model)
+        _keep_tensors(ir, table, ep.constants)
+        missing = allowlist.required(function_names(ir))
+        if missing:
+            error = required_ops_error(missing, "the model calls")
+            raise ConversionError(error.message, hint=error.hint) from error
+        try:
+            validate(ir, allowlist=allowlist)
+        except IRError as exc:
+            raise ConversionError(f"the converter produced an invalid IR: {exc}",
+                                  implementation=exc.implementation, node=exc.node,
+                                  hint="this is a torch2ir bug; please report it with the model") from exc
+        if captured is None:
+            capture.seal(ir)
+        return ir
+    finally:
+        hierarchy.restore_graph()
 
 
 def _carried_notes(ir: IR, model: nn.Module) -> None:

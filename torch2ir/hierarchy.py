@@ -17,7 +17,7 @@ the chain of module calls it ran in (``"L__self__blk@1"`` marks a second call). 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from torch.utils import _pytree as pytree
 
 from common.ir import Implementation
 
+from .local_sizes import localize_sizes
 from .modules import ModuleTable
 from .signature_match import Signature, match_calls
 from .signatures import CallRecord
@@ -129,6 +130,11 @@ class Hierarchy:
         #: id of a non-leaf frame -> its recorded call signature (only frames written with it)
         self.signed: dict[int, Signature] = {}
         found = match_calls(ep.graph, self.frame_of, self._module_of, calls or [])
+        #: removes the size computations copied into the frames that read them (torch2ir.local_sizes)
+        self.restore_graph: Callable[[], None] = lambda: None
+        if calls is not None:
+            self.restore_graph = localize_sizes(self, found, _pure_symbolic)
+            self._forget_dead()
         self._compute_flows()
         self._sign(found)
         self._align_repeated_calls()
@@ -171,6 +177,15 @@ class Hierarchy:
             self.frame_of[node] = frame
             if not frame.leaf and node.op == "call_function":
                 frame.items.append(node)
+
+    def _forget_dead(self) -> None:
+        """Leave out the number-valued calls that copies made unread (:func:`dead_symbolic`)."""
+        for node in dead_symbolic(self.ep.graph) - self.dead:
+            frame = self.frame_of.get(node)
+            if frame is not None and node in frame.items:
+                frame.items.remove(node)
+            self.frame_of[node] = self.root
+            self.dead.add(node)
 
     # -- 2. flows ------------------------------------------------------------------------
     def outer_value(self, value: fx.Node, consumer: Frame) -> fx.Node:

@@ -37,6 +37,10 @@ class Signature:
         return (tuple(self.names), self.in_text, self.out_text, repr(self.parameters))
 
 
+#: Symbolic scalar values a call may pass or return (a size under ``dynamic_shapes``, a data-dependent count).
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 class _Nodes:
     """Finds in export's graph the node a tracer node became: itself (export usually keeps the tracer's graph),
     else the node carrying its stamp in the copy export made."""
@@ -44,6 +48,7 @@ class _Nodes:
     def __init__(self, graph: Any) -> None:
         self.graph = graph
         self.by_stamp: dict[int, Any] = {}
+        self._expressions: dict[tuple[type, Any], Any] | None = None
         self.inside: dict[int, Any] = {}  # stamp of a node in a higher-order op's body -> the op's node
         for node in graph.nodes:
             stamp = node.meta.pop(STAMP, None)
@@ -58,6 +63,16 @@ class _Nodes:
         holds it (export moves the ops of a ``no_grad`` region into one); None when it is gone."""
         found = self.find(node)
         return found if found is not None else self.inside.get(node.meta.get(STAMP, -1))
+
+    def by_expression(self, value: Any) -> Any:
+        """The first node of the graph computing the symbolic ``value`` (the same expression), else None."""
+        if self._expressions is None:
+            self._expressions = {}
+            for node in self.graph.nodes:
+                val = node.meta.get("val")
+                if isinstance(val, _SYMBOLIC) and val.node.is_symbolic():
+                    self._expressions.setdefault((type(val), val.node.expr), node)
+        return self._expressions.get((type(value), value.node.expr)) if value.node.is_symbolic() else None
 
     def find(self, node: Any) -> Any:
         if node.graph is self.graph:
@@ -75,6 +90,10 @@ class _Nodes:
             if kind == "unknown":
                 return None
             node = self.find(value)
+            if node is None and isinstance(value.meta.get("val"), _SYMBOLIC):
+                node = self.by_expression(value.meta["val"])  # export makes its size nodes anew
+                if node is None:
+                    return None
             if node is None or is_stand_in(node):
                 val = value.meta.get("val")
                 if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point or \
@@ -82,7 +101,7 @@ class _Nodes:
                     return None
                 out.append(Dead(value, list(val.shape), val.dtype))
                 continue
-            if not isinstance(node.meta.get("val"), torch.Tensor):
+            if not isinstance(node.meta.get("val"), (torch.Tensor, *_SYMBOLIC)):
                 return None
             out.append(node)
         return out

@@ -156,6 +156,7 @@ def _tracing() -> tuple[type, Any]:
 
 
 _SCALARS = (bool, int, float, str)
+_PLAIN_OF = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
 
 
 def _kind(value: Any) -> str:
@@ -204,7 +205,17 @@ class _Recorder:
             # here: under the tracer's modes every attribute read of a tensor is a dispatched call)
             return ("node", _stamp(_through_tracepoint(slot.proxy.node)))
         if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return ("unknown", "symbolic value")
+            if not value.node.is_symbolic():  # a symbolic type holding a number: the number (reading it guards nothing)
+                return ("const", _PLAIN_OF[type(value)](value))
+            # a size under dynamic_shapes, a data-dependent count: the node computing it (export may make its size
+            # nodes anew: torch2ir.signature_match then finds the value by its expression)
+            if tracer is None:
+                return ("unknown", "no tracer")
+            _, get_proxy_slot = _tracing()
+            slot = get_proxy_slot(value, tracer, None)
+            if slot is None:
+                return ("unknown", "symbolic value not traced")
+            return ("node", _stamp(slot.force().node))
         return ("const", value)
 
     def _flatten(self, value: Any) -> tuple[list[Any], pytree.TreeSpec]:

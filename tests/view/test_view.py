@@ -113,21 +113,25 @@ def test_hostile_strings_cannot_leave_the_data_element():
         embed_json({"x": float("nan")})
 
 
-def test_cli_writes_the_view_and_refuses_other_files(tmp_path):
+def test_cli_writes_the_view_and_refuses_other_files(tmp_path, capsys):
+    from ir2torch.cli import main
+
     ir_path = small_llama().save(tmp_path / "llama.ir.json")
     done = run(command("ir2torch", "view", ir_path, "-o", tmp_path / "out" / "llama.html"))
     assert done.returncode == 0, explain(done)
     assert done.stdout.startswith(f"wrote {tmp_path / 'out' / 'llama.html'} (")
     assert _data((tmp_path / "out" / "llama.html").read_text(encoding="utf-8"))["nodes"][0]["p"] == "root"
-    wrong = run(command("ir2torch", "view", ir_path, "-o", tmp_path / "llama.png"))
-    assert wrong.returncode == 2 and "the view is an HTML file" in wrong.stderr and len(wrong.stderr.splitlines()) == 1
-    missing = run(command("ir2torch", "view", tmp_path / "nope.ir.json", "-o", tmp_path / "x.html"))
-    assert missing.returncode == 2 and "nope.ir.json" in missing.stderr and not (tmp_path / "x.html").exists()
+    # the refusals run in this process (the command's code is the same; a subprocess costs torch's start-up)
+    assert main(["view", str(ir_path), "-o", str(tmp_path / "llama.png")]) == 2
+    err = capsys.readouterr().err
+    assert "the view is an HTML file" in err and len(err.splitlines()) == 1
+    assert main(["view", str(tmp_path / "nope.ir.json"), "-o", str(tmp_path / "x.html")]) == 2
+    assert "nope.ir.json" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
     case = by_name("nested_containers")
     args, kwargs = case.inputs()
     flat = torch2ir.lower(case.build(), args, kwargs).save(tmp_path / "nested.flat.json")
-    refused = run(command("ir2torch", "view", flat, "-o", tmp_path / "flat.html"))
-    assert refused.returncode == 2 and "is a FlatIR" in refused.stderr and not (tmp_path / "flat.html").exists()
+    assert main(["view", str(flat), "-o", str(tmp_path / "flat.html")]) == 2
+    assert "is a FlatIR" in capsys.readouterr().err and not (tmp_path / "flat.html").exists()
 
 
 def test_an_instance_whose_calls_read_otherwise_gets_its_own_rows():

@@ -1,0 +1,169 @@
+"""Modules called with symbolic numbers keep their call signature.
+
+Under ``dynamic_shapes`` a size passed to a submodule (``self.inner(x, x.shape[0])``) is a ``SymInt``, and a
+count computed from data (JetMoE's ``expert_size``, from ``.tolist()``) is one even with static shapes. Such a
+module is rebuilt with its own parameter names (``forward(x, n)``), so it can be swapped for a module with the
+same ``forward``; the rebuild stays exact at other sizes and the loop a fixpoint. A module that *returns* a
+number it does not compute in its own graph keeps its data-flow inputs and outputs, as before.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+import ir2torch
+import torch2ir
+
+
+class _Rows(nn.Module):
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return x.reshape(n, -1) * 2
+
+
+class _Scale(nn.Module):
+    def forward(self, x: torch.Tensor, s: float) -> torch.Tensor:
+        return x * s
+
+
+class _Sized(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows = _Rows()
+        self.scale = _Scale()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale(self.rows(x, x.shape[0]), x.shape[0] ** 0.5)
+
+
+_DIMS = {"x": {0: Dim("b", min=2, max=64)}}
+
+
+def _inputs(impl) -> list[str]:
+    return [n for n in impl.nodes if impl.node(n)["type"] == "input"]
+
+
+def test_a_symbolic_size_and_a_symbolic_float_argument_keep_their_parameter_names():
+    model = _Sized()
+    ir = torch2ir.convert(model, (torch.randn(6, 4),), dynamic_shapes=_DIMS)
+    assert ir["rows"].meta["forward_arg_names"] == ["x", "n"] and _inputs(ir["rows"]) == ["x", "n"]
+    assert ir["scale"].meta["forward_arg_names"] == ["x", "s"] and _inputs(ir["scale"]) == ["x", "s"]
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    assert list(inspect.signature(rebuilt.rows.forward).parameters) == ["x", "n"]
+    for batch in (2, 3, 9, 64):  # exact at sizes other than the traced one
+        x = torch.randn(batch, 4)
+        torch.testing.assert_close(rebuilt(x), model(x), rtol=0, atol=0)
+    # the rebuilt child is called as the original is, with a plain int
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(rebuilt.rows(x, 2), _Rows()(x, 2), rtol=0, atol=0)
+
+
+def test_the_loop_is_a_fixpoint_with_symbolic_arguments():
+    model = _Sized()
+    x = torch.randn(6, 4)
+    ir = torch2ir.convert(model, (x,), dynamic_shapes=_DIMS)
+    again = torch2ir.convert(ir2torch.convert(ir, model.state_dict()), (x,), dynamic_shapes=_DIMS)
+    assert again == ir
+
+
+class _Flatten(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0], -1)
+
+
+class _ReadsTheBatchToo(nn.Module):
+    """Export computes the batch size once, in the root, and the child reads that node."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flatten = _Flatten()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.arange(x.shape[0], dtype=x.dtype)
+        return self.flatten(x) * scale[:, None]
+
+
+def test_a_size_export_computes_outside_a_module_is_computed_in_it():
+    model = _ReadsTheBatchToo()
+    x = torch.randn(6, 2, 2)
+    dims = {"x": {0: Dim("b", min=2, max=64)}}
+    ir = torch2ir.convert(model, (x,), dynamic_shapes=dims)
+    flatten = ir["flatten"]
+    assert _inputs(flatten) == ["x"] and flatten.meta["forward_arg_names"] == ["x"]
+    assert [flatten.node(n)["implementation"] for n in flatten.nodes
+            if flatten.node(n)["type"] == "function"] == ["aten.sym_size.int", "aten.reshape.default"]
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    for batch in (2, 7):
+        x = torch.randn(batch, 2, 2)
+        torch.testing.assert_close(rebuilt(x), model(x), rtol=0, atol=0)
+    assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == ir
+    # the copy exists only while the module-level IR is written: lowering from the same capture gives the ops of a
+    # lowering of the model on its own
+    flat = torch2ir.lower(ir)
+    alone = torch2ir.lower(model, (x,), dynamic_shapes=dims)
+    assert [(n.name, n.op_type) for n in flat] == [(n.name, n.op_type) for n in alone]
+
+
+def test_a_module_with_a_symbolic_argument_can_be_swapped():
+    class Halve(nn.Module):  # the team's own layer, with the same forward
+        def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+            return x.reshape(n, -1) * 0.5
+
+    model = _Sized()
+    ir = torch2ir.convert(model, (torch.randn(6, 4),), dynamic_shapes=_DIMS)
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    rebuilt.rows = Halve()  # the rebuilt parent calls its child as the original did: with (x, n)
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(rebuilt(x), x * 0.5 * 5 ** 0.5, rtol=0, atol=0)
+
+
+def test_a_module_returning_a_number_computed_outside_its_graph_keeps_data_flow_arguments():
+    class Count(nn.Module):
+        def forward(self, x: torch.Tensor):
+            return x + 1, x.shape[0] * 2
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = Count()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y, n = self.count(x)
+            return y.reshape(n, -1)
+
+    model = Outer()
+    ir = torch2ir.convert(model, (torch.randn(6, 4),), dynamic_shapes=_DIMS)
+    assert "forward_arg_names" not in ir["count"].meta  # the number is computed by the caller's graph
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    for batch in (3, 8):
+        x = torch.randn(batch, 4)
+        torch.testing.assert_close(rebuilt(x), model(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_jetmoe_experts_and_router_keep_their_signatures(dynamic):
+    """JetMoE's experts take ``expert_size``, a list of data-dependent counts (unbacked symbols)."""
+    transformers = pytest.importorskip("transformers")
+    small = dict(num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=100, use_cache=False)
+    torch.manual_seed(0)
+    model = transformers.JetMoeModel(transformers.JetMoeConfig(**small, kv_channels=8, num_local_experts=4,
+                                                               num_experts_per_tok=2)).eval()
+    ids = torch.randint(0, 100, (2, 8))
+    dims = {"input_ids": {0: Dim("batch", max=64), 1: Dim("seq", min=2, max=128)}} if dynamic else None
+    ir = torch2ir.convert(model, (), {"input_ids": ids}, dynamic_shapes=dims)
+    for layer in ("layers.0", "layers.1"):
+        assert ir[f"{layer}.mlp.router"].meta["forward_arg_names"] == ["hidden_states"]
+        assert ir[f"{layer}.mlp.input_linear"].meta["forward_arg_names"] == ["inputs", "expert_size"]
+        assert ir[f"{layer}.self_attention.experts.output_linear"].meta["forward_arg_names"] == \
+            ["inputs", "expert_size"]
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    other = torch.randint(0, 100, (3, 11)) if dynamic else torch.randint(0, 100, (2, 8))
+    with torch.no_grad():
+        torch.testing.assert_close(rebuilt(input_ids=other).last_hidden_state,
+                                   model(input_ids=other).last_hidden_state, rtol=0, atol=0)
+    assert torch2ir.convert(rebuilt, (), {"input_ids": ids}, dynamic_shapes=dims) == ir

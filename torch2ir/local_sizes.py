@@ -1,0 +1,194 @@
+"""Symbolic sizes are computed in the module that reads them, from the tensors it has.
+
+Under ``dynamic_shapes`` export computes each size once and reads it wherever the same number is needed:
+``sym_size_int_9`` (the batch of ``input_ids``) is read inside every decoder layer, and a token count computed
+in one layer's router is read by the next layer's. A module reading a number computed outside it would need
+that number as one more input (and the module computing it, one more output) that its call signature does not
+have: the module then lost its signature and fell back to data-flow arguments (Llama's decoder layers and
+attention under ``dynamic_shapes``, JetMoE's routers).
+
+Before frames are written, :func:`localize_sizes` gives each module call that reads a symbolic number computed
+in another frame its own copy of that number, computed right before the first op that reads it:
+
+- ``aten.sym_size.int(t, d)`` of a tensor ``t`` the frame reads or computes before that op, whose size ``d`` is
+  the same symbolic expression (two sizes with one expression are equal on every input the trace's guards
+  admit: that is what the expression means);
+- else the same computation (``operator.mul``, ``sym_size`` of a tensor the frame has...) applied to numbers
+  found this way.
+
+A number found neither way (a count read from data and never a size of a tensor at hand) stays read from
+outside, as before. The exported graph gets the copies only while the hierarchy is written: the returned
+function removes them again (lowering and the capture see export's graph as it was).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import fx
+
+if TYPE_CHECKING:
+    from .hierarchy import Frame, Hierarchy
+    from .signature_match import Signature
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+_SIZE = torch.ops.aten.sym_size.int
+_NUMEL = torch.ops.aten.sym_numel.default
+_TENSOR_QUERIES = frozenset([_SIZE, _NUMEL, torch.ops.aten.sym_stride.int,
+                             torch.ops.aten.sym_storage_offset.default])
+
+
+def symbolic(node: Any) -> bool:
+    """Whether ``node`` computes a symbolic number (not a constant one)."""
+    val = node.meta.get("val") if isinstance(node, fx.Node) else None
+    return isinstance(val, _SYMBOLIC) and val.node.is_symbolic()
+
+
+class _Local:
+    """The copies made for one frame, and the tensors it has before the op being visited."""
+
+    def __init__(self, signature: Signature | None) -> None:
+        self.made: dict[fx.Node, fx.Node] = {}  # value computed elsewhere -> its copy in this frame
+        self.numbers: dict[tuple[type, Any], fx.Node] = {}  # (type, expression) -> first node computing it here
+        #: the call's arguments: a number among them is read as the argument; sizes are found first among them
+        inputs = [v for v in signature.inputs if isinstance(v, fx.Node)] if signature is not None else []
+        self.arguments = frozenset(inputs)
+        #: in order: tensors the frame has so far (its arguments first, then what its ops read or compute)
+        self.tensors: dict[fx.Node, None] = dict.fromkeys(v for v in inputs if isinstance(v.meta.get("val"),
+                                                                                              torch.Tensor))
+
+
+def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
+                   pure: Callable[[Any], bool]) -> Callable[[], None]:
+    """Give each non-leaf frame of ``h`` local copies of the symbolic numbers it reads from other frames (see the
+    module docstring). ``signatures``: recorded calls by frame id (a number passed as an argument is read as the
+    argument); ``pure(target)``: whether a call only computes with numbers. Returns the undo."""
+    graph = h.ep.graph
+    locals_: dict[int, _Local] = {}
+    added: list[fx.Node] = []
+    replaced: list[tuple[fx.Node, fx.Node, fx.Node]] = []  # (consumer, original value, copy)
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node in h.dead:
+            continue
+        frame = h.frame_of.get(node)
+        if frame is None or frame.leaf:
+            continue
+        local = locals_.get(id(frame))
+        if local is None:
+            local = locals_[id(frame)] = _Local(signatures.get(id(frame)))
+        for value in node.all_input_nodes:
+            if isinstance(value.meta.get("val"), torch.Tensor):
+                local.tensors.setdefault(value)
+        crossing = [v for v in node.all_input_nodes
+                    if symbolic(v) and h.frame_of.get(v) is not frame and v not in local.arguments]
+        if crossing and symbolic(node) and pure(node.target):  # a number computed from numbers read from outside:
+            found = _size_of(local, node.meta["val"])  # the number itself may be a size the frame has
+            copy = local.numbers.get(_key(node))
+            if copy is None and found is not None:
+                copy = _insert(h, frame, local, node, node, *found, added)
+            if copy is not None:
+                for user in list(node.users):
+                    user.replace_input_with(node, copy)
+                    replaced.append((user, node, copy))
+                continue
+        for value in crossing:
+            copy = _derive(h, frame, local, value, node, pure, added)
+            if copy is not None:
+                node.replace_input_with(value, copy)
+                replaced.append((node, value, copy))
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            local.tensors.setdefault(node)
+        elif symbolic(node) and h.frame_of.get(node) is frame:
+            local.numbers.setdefault(_key(node), node)
+
+    def undo() -> None:
+        for consumer, value, copy in reversed(replaced):
+            consumer.replace_input_with(copy, value)
+        for copy in reversed(added):
+            graph.erase_node(copy)
+
+    return undo
+
+
+def _derive(h: Hierarchy, frame: Frame, local: _Local, value: fx.Node, before: fx.Node,
+            pure: Callable[[Any], bool], added: list[fx.Node], depth: int = 0) -> fx.Node | None:
+    """``value`` computed in ``frame`` before ``before`` from what the frame has, or None."""
+    if value in local.made:
+        return local.made[value]
+    if h.frame_of.get(value) is frame:
+        return value
+    if not symbolic(value) or depth > 8:
+        return None
+    if _key(value) in local.numbers:  # the frame computes that number already
+        return local.numbers[_key(value)]
+    val = value.meta["val"]
+    target: Any = None
+    args: tuple = ()
+    found = _size_of(local, val)
+    if found is not None:
+        target, args = found
+    if target is None and value.op == "call_function" and (value.target in _TENSOR_QUERIES or pure(value.target)):
+        if value.target in _TENSOR_QUERIES:
+            if value.args[0] not in local.tensors:
+                return None
+            target, args = value.target, value.args
+        else:
+            new_args = []
+            for arg in value.args:
+                if isinstance(arg, fx.Node):
+                    arg = _derive(h, frame, local, arg, before, pure, added, depth + 1)
+                    if arg is None:
+                        return None
+                elif isinstance(arg, (list, tuple, dict)):
+                    return None  # not met among size computations: left as it is
+                new_args.append(arg)
+            if value.kwargs:
+                return None
+            target, args = value.target, tuple(new_args)
+    if target is None:
+        return None
+    return _insert(h, frame, local, value, before, target, args, added)
+
+
+def _insert(h: Hierarchy, frame: Frame, local: _Local, value: fx.Node, before: fx.Node, target: Any, args: tuple,
+            added: list[fx.Node]) -> fx.Node:
+    """A call ``target(*args)`` computing ``value`` in ``frame``, right before ``before``."""
+    with h.ep.graph.inserting_before(before):
+        copy = h.ep.graph.call_function(target, args)
+    copy.meta["val"] = value.meta["val"]
+    if "nn_module_stack" in before.meta:
+        copy.meta["nn_module_stack"] = before.meta["nn_module_stack"]
+    h.frame_of[copy] = frame
+    position = frame.items.index(before) if before in frame.items else len(frame.items)
+    frame.items.insert(position, copy)
+    added.append(copy)
+    local.made[value] = copy
+    local.numbers.setdefault(_key(value), copy)
+    return copy
+
+
+def _key(node: fx.Node) -> tuple[type, Any]:
+    val = node.meta["val"]
+    return type(val), val.node.expr
+
+
+def _size_of(local: _Local, val: Any) -> tuple[Any, tuple] | None:
+    """A size query of a tensor of ``local`` whose result is ``val``'s expression: ``(sym_size.int, (t, dim))`` of
+    the first tensor with such a size, else ``(sym_numel, (t,))`` of the first with such a number of elements."""
+    if not isinstance(val, torch.SymInt) or not val.node.is_symbolic():
+        return None
+    expr = val.node.expr
+    for tensor in local.tensors:
+        for dim, size in enumerate(tensor.meta["val"].shape):
+            if isinstance(size, torch.SymInt) and size.node.expr == expr:
+                return _SIZE, (tensor, dim)
+    for tensor in local.tensors:
+        numel = tensor.meta["val"].numel()
+        if isinstance(numel, torch.SymInt) and numel.node.is_symbolic() and numel.node.expr == expr:
+            return _NUMEL, (tensor,)
+    return None
+
+
+__all__ = ["localize_sizes", "symbolic"]

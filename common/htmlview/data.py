@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..bodies import relocate
 from ..ir import IR, Implementation
 from ..render.graphs import hierarchy_graph
 from ..render.repeats import ir_signatures, repeat_runs
@@ -192,15 +193,12 @@ def _rows_over(home: list[dict[str, Any]], own: list[dict[str, Any]], home_key: 
     differ in more than rows (edges, node count): the page then holds the instance's own."""
     if len(home) != len(own):
         return None
-    prefix = home_key + "."
     out = []
     for v, (h, o) in enumerate(zip(home, own, strict=True)):
         if h["e"] != o["e"] or len(h["n"]) != len(o["n"]):
             return None
         for i, (hr, orow) in enumerate(zip(h["n"], o["n"], strict=True)):
-            called = hr[5]
-            moved = key + called[len(home_key):] if called.startswith(prefix) else called
-            if hr[:5] != orow[:5] or moved != orow[5]:
+            if hr[:5] != orow[:5] or relocate(hr[5], home_key, key) != orow[5]:
                 out.append([v, i, orow])
     return out
 

@@ -16,8 +16,11 @@ in another frame its own copy of that number, computed right before the first op
 - else the same computation (``operator.mul``, ``sym_size`` of a tensor the frame has...) applied to numbers
   found this way.
 
-A number found neither way (a count read from data and never a size of a tensor at hand) stays read from
-outside, as before. The exported graph gets the copies only while the hierarchy is written: the returned
+A number a module passes on to a child it calls (EdgeNeXt's blocks call their positional encoding with
+``(B, H, W)``) is the caller's to have: when it was computed outside the caller, the caller gets a copy, made
+the same way before the call from the tensors it has (the call's tensor arguments among them), and the call
+passes the copy. A number found neither way (a count read from data and never a size of a tensor at hand) stays
+read from outside, as before. The exported graph gets the copies only while the hierarchy is written: the returned
 function removes them again (lowering and the capture see export's graph as it was).
 """
 
@@ -69,15 +72,29 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
     locals_: dict[int, _Local] = {}
     added: list[fx.Node] = []
     replaced: list[tuple[fx.Node, fx.Node, fx.Node]] = []  # (consumer, original value, copy)
+    entered: set[int] = set()
+    frames = {id(f): f for calls in h.frames_by_path.values() for f in calls}
+
+    def local_of(frame: Frame) -> _Local:
+        local = locals_.get(id(frame))
+        if local is None:
+            local = locals_[id(frame)] = _Local(signatures.get(id(frame)))
+        return local
+
     for node in list(graph.nodes):
         if node.op != "call_function" or node in h.dead:
             continue
         frame = h.frame_of.get(node)
-        if frame is None or frame.leaf:
+        if frame is None:
             continue
-        local = locals_.get(id(frame))
-        if local is None:
-            local = locals_[id(frame)] = _Local(signatures.get(id(frame)))
+        new = [f for f in frame.chain() if id(f) not in entered and not f.leaf and f.parent is not None]
+        for callee in reversed(new):  # outermost first: the first node of each call just begun
+            entered.add(id(callee))
+            _pass_arguments(h, callee, signatures, frames, local_of(callee.parent), node, pure,  # type: ignore[arg-type]
+                            added, replaced)
+        if frame.leaf:
+            continue
+        local = local_of(frame)
         for value in node.all_input_nodes:
             if isinstance(value.meta.get("val"), torch.Tensor):
                 local.tensors.setdefault(value)
@@ -112,8 +129,44 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
     return undo
 
 
+def _pass_arguments(h: Hierarchy, callee: Frame, signatures: dict[int, Signature], frames: dict[int, Frame],
+                    caller: _Local, first: fx.Node, pure: Callable[[Any], bool], added: list[fx.Node],
+                    replaced: list[tuple[fx.Node, fx.Node, fx.Node]]) -> None:
+    """The symbolic numbers ``callee``'s call passes that its caller would read from outside: computed in the caller
+    (before ``first``, the call's first node) from the tensors it has, the call's tensor arguments among them; the
+    call and everything inside it then read the copy."""
+    sig = signatures.get(id(callee))
+    parent = callee.parent
+    if sig is None or parent is None:
+        return
+    for value in sig.inputs:
+        if isinstance(value, fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
+            caller.tensors.setdefault(value)
+    for value in list(sig.inputs):
+        if not (isinstance(value, fx.Node) and symbolic(value)) or value in caller.arguments:
+            continue
+        home = h.frame_of.get(value)
+        if home is not None and parent in home.chain():
+            continue  # computed in the caller or inside it: the caller has it
+        child = next(f for f in callee.chain() if f.parent is parent)
+        copy = _derive(h, parent, caller, value, first, pure, added, position=parent.items.index(child)
+                       if child in parent.items else None)
+        if copy is None:
+            continue
+        for frame_id, other in signatures.items():  # the call, and calls inside it, pass the copy
+            if other is sig or (frame_id in frames and callee in frames[frame_id].chain()):
+                other.inputs = [copy if v is value else v for v in other.inputs]
+                other.outputs = [copy if v is value else v for v in other.outputs]
+        for user in list(value.users):
+            home = h.frame_of.get(user)
+            if home is not None and callee in home.chain():
+                user.replace_input_with(value, copy)
+                replaced.append((user, value, copy))
+
+
 def _derive(h: Hierarchy, frame: Frame, local: _Local, value: fx.Node, before: fx.Node,
-            pure: Callable[[Any], bool], added: list[fx.Node], depth: int = 0) -> fx.Node | None:
+            pure: Callable[[Any], bool], added: list[fx.Node], depth: int = 0,
+            position: int | None = None) -> fx.Node | None:
     """``value`` computed in ``frame`` before ``before`` from what the frame has, or None."""
     if value in local.made:
         return local.made[value]
@@ -138,7 +191,7 @@ def _derive(h: Hierarchy, frame: Frame, local: _Local, value: fx.Node, before: f
             new_args = []
             for arg in value.args:
                 if isinstance(arg, fx.Node):
-                    arg = _derive(h, frame, local, arg, before, pure, added, depth + 1)
+                    arg = _derive(h, frame, local, arg, before, pure, added, depth + 1, position)
                     if arg is None:
                         return None
                 elif isinstance(arg, (list, tuple, dict)):
@@ -149,19 +202,19 @@ def _derive(h: Hierarchy, frame: Frame, local: _Local, value: fx.Node, before: f
             target, args = value.target, tuple(new_args)
     if target is None:
         return None
-    return _insert(h, frame, local, value, before, target, args, added)
+    return _insert(h, frame, local, value, before, target, args, added, position)
 
 
 def _insert(h: Hierarchy, frame: Frame, local: _Local, value: fx.Node, before: fx.Node, target: Any, args: tuple,
-            added: list[fx.Node]) -> fx.Node:
-    """A call ``target(*args)`` computing ``value`` in ``frame``, right before ``before``."""
+            added: list[fx.Node], position: int | None = None) -> fx.Node:
+    """A call ``target(*args)`` computing ``value`` in ``frame``, right before ``before`` (in the graph) and at
+    ``position`` among the frame's items (default: before ``before``, or last)."""
     with h.ep.graph.inserting_before(before):
         copy = h.ep.graph.call_function(target, args)
     copy.meta["val"] = value.meta["val"]
-    if "nn_module_stack" in before.meta:
-        copy.meta["nn_module_stack"] = before.meta["nn_module_stack"]
     h.frame_of[copy] = frame
-    position = frame.items.index(before) if before in frame.items else len(frame.items)
+    if position is None:
+        position = frame.items.index(before) if before in frame.items else len(frame.items)
     frame.items.insert(position, copy)
     added.append(copy)
     local.made[value] = copy

@@ -167,3 +167,45 @@ def test_jetmoe_experts_and_router_keep_their_signatures(dynamic):
         torch.testing.assert_close(rebuilt(input_ids=other).last_hidden_state,
                                    model(input_ids=other).last_hidden_state, rtol=0, atol=0)
     assert torch2ir.convert(rebuilt, (), {"input_ids": ids}, dynamic_shapes=dims) == ir
+
+
+class _Positions(nn.Module):
+    def forward(self, b: int, h: int, w: int) -> torch.Tensor:
+        return torch.arange(h * w, dtype=torch.float32).reshape(1, 1, h, w).expand(b, 1, h, w)
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos = _Positions()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = x.shape
+        return x + self.pos(b, h, w)
+
+
+class _PassesSizes(nn.Module):
+    """The block passes its child the batch size, which export computed once in the root (EdgeNeXt's positional
+    encoding is called this way)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scaled = x * torch.arange(x.shape[0], dtype=x.dtype).reshape(-1, 1, 1, 1)
+        return self.block(scaled)
+
+
+def test_a_size_a_module_passes_on_is_computed_in_it():
+    model = _PassesSizes()
+    x = torch.randn(4, 1, 3, 5)
+    dims = {"x": {0: Dim("b", min=2, max=64)}}
+    ir = torch2ir.convert(model, (x,), dynamic_shapes=dims)
+    assert ir["block"].meta["forward_arg_names"] == ["x"] and _inputs(ir["block"]) == ["x"]
+    assert ir["block.pos"].meta["forward_arg_names"] == ["b", "h", "w"]
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    for batch in (2, 9):
+        y = torch.randn(batch, 1, 3, 5)
+        torch.testing.assert_close(rebuilt(y), model(y), rtol=0, atol=0)
+    assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == ir

@@ -137,7 +137,11 @@ class GraphWriter:
             except IRSerializationError as exc:
                 self.h.problems.append((self.impl.name, exc.message, "make the argument a plain value"))
                 return
-        self.output()
+        try:
+            self.output()
+        except _Unplaced as exc:  # a result computed where this module cannot read it (inside another module's leaf)
+            self.h.problems.append((self.impl.name, f"the module returns value {exc.value.name!r}, which its graph "
+                                    "does not compute", "report it with the model"))
 
     def function(self, node: fx.Node) -> None:
         if is_stand_in(node):  # written where a signed call passes or returns it (see GraphWriter.value)

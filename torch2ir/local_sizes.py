@@ -92,9 +92,7 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
             entered.add(id(callee))
             _pass_arguments(h, callee, signatures, frames, local_of(callee.parent), node, pure,  # type: ignore[arg-type]
                             added, replaced)
-        if frame.leaf:
-            continue
-        local = local_of(frame)
+        local = local_of(frame)  # a leaf too: the ops inside it read what it computes, not another module's numbers
         for value in node.all_input_nodes:
             if isinstance(value.meta.get("val"), torch.Tensor):
                 local.tensors.setdefault(value)
@@ -213,9 +211,10 @@ def _insert(h: Hierarchy, frame: Frame, local: _Local, value: fx.Node, before: f
         copy = h.ep.graph.call_function(target, args)
     copy.meta["val"] = value.meta["val"]
     h.frame_of[copy] = frame
-    if position is None:
-        position = frame.items.index(before) if before in frame.items else len(frame.items)
-    frame.items.insert(position, copy)
+    if not frame.leaf:  # a leaf is written as one call: its ops are not items
+        if position is None:
+            position = frame.items.index(before) if before in frame.items else len(frame.items)
+        frame.items.insert(position, copy)
     added.append(copy)
     local.made[value] = copy
     local.numbers.setdefault(_key(value), copy)

@@ -209,3 +209,22 @@ def test_a_size_a_module_passes_on_is_computed_in_it():
         y = torch.randn(batch, 1, 3, 5)
         torch.testing.assert_close(rebuilt(y), model(y), rtol=0, atol=0)
     assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == ir
+
+
+def test_a_size_computed_inside_a_leaf_is_computed_again_where_another_leaf_reads_it():
+    """``nn.Transformer`` under a dynamic batch: export computes ``batch * heads`` inside the encoder's first
+    ``MultiheadAttention`` (a leaf) and reads that node in every other attention; each leaf now computes its own
+    (conversion raised an internal exception before)."""
+    torch.manual_seed(0)
+    model = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=16,
+                           dropout=0.0, batch_first=True).eval()
+    src, tgt = torch.randn(2, 5, 8), torch.randn(2, 4, 8)
+    batch = Dim("batch", min=2, max=8)
+    dims = {"src": {0: batch}, "tgt": {0: batch}}
+    ir = torch2ir.convert(model, (src, tgt), dynamic_shapes=dims)
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    with torch.no_grad():
+        for b in (3, 8):
+            src, tgt = torch.randn(b, 5, 8), torch.randn(b, 4, 8)
+            torch.testing.assert_close(rebuilt(src, tgt), model(src, tgt), rtol=0, atol=0)
+    assert torch2ir.convert(rebuilt, (torch.randn(2, 5, 8), torch.randn(2, 4, 8)), dynamic_shapes=dims) == ir

@@ -75,10 +75,20 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
     entered: set[int] = set()
     frames = {id(f): f for calls in h.frames_by_path.values() for f in calls}
 
+    by_name: dict[str, fx.Node] = {}
+
     def local_of(frame: Frame) -> _Local:
         local = locals_.get(id(frame))
         if local is None:
             local = locals_[id(frame)] = _Local(signatures.get(id(frame)))
+            if frame.leaf:  # its arguments, as export preserved its call (the first op may read none of them)
+                if not by_name:
+                    by_name.update((n.name, n) for n in graph.nodes)
+                preserved = h.signatures.get(h.signature_key(frame))
+                for arg in preserved.inputs if preserved is not None else ():
+                    value = by_name.get(getattr(arg, "name", None))  # type: ignore[arg-type]
+                    if value is not None and isinstance(value.meta.get("val"), torch.Tensor):
+                        local.tensors.setdefault(value)
         return local
 
     for node in list(graph.nodes):
@@ -96,6 +106,7 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
         for value in node.all_input_nodes:
             if isinstance(value.meta.get("val"), torch.Tensor):
                 local.tensors.setdefault(value)
+                _passed_down(h, frame, value, local_of)
         crossing = [v for v in node.all_input_nodes
                     if symbolic(v) and h.frame_of.get(v) is not frame and v not in local.arguments]
         if crossing and symbolic(node) and pure(node.target):  # a number computed from numbers read from outside:
@@ -125,6 +136,18 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
             graph.erase_node(copy)
 
     return undo
+
+
+def _passed_down(h: Hierarchy, frame: Frame, value: fx.Node, local_of: Callable[[Frame], _Local]) -> None:
+    """``value``, a tensor the ops of ``frame`` read, computed outside it: every caller between passes it down, so
+    each has it (a leaf's argument is its caller's tensor, though no op of the caller reads it)."""
+    home = h.frame_of.get(value, h.root)
+    caller = frame.parent
+    while caller is not None and caller not in home.chain():
+        local_of(caller).tensors.setdefault(value)
+        caller = caller.parent
+    if caller is not None:
+        local_of(caller).tensors.setdefault(value)
 
 
 def _pass_arguments(h: Hierarchy, callee: Frame, signatures: dict[int, Signature], frames: dict[int, Frame],

@@ -142,6 +142,8 @@ def _passed_down(h: Hierarchy, frame: Frame, value: fx.Node, local_of: Callable[
     """``value``, a tensor the ops of ``frame`` read, computed outside it: every caller between passes it down, so
     each has it (a leaf's argument is its caller's tensor, though no op of the caller reads it)."""
     home = h.frame_of.get(value, h.root)
+    if frame in home.chain():
+        return  # computed in the frame or inside it
     caller = frame.parent
     while caller is not None and caller not in home.chain():
         local_of(caller).tensors.setdefault(value)

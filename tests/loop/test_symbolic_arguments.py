@@ -228,3 +228,39 @@ def test_a_size_computed_inside_a_leaf_is_computed_again_where_another_leaf_read
             src, tgt = torch.randn(b, 5, 8), torch.randn(b, 4, 8)
             torch.testing.assert_close(rebuilt(src, tgt), model(src, tgt), rtol=0, atol=0)
     assert torch2ir.convert(rebuilt, (torch.randn(2, 5, 8), torch.randn(2, 4, 8)), dynamic_shapes=dims) == ir
+
+
+class _Recurrent(nn.Module):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(size, size // 2, batch_first=True, bidirectional=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lstm(x)[0]
+
+
+class _TwoLSTMs(nn.Module):
+    """Each LSTM sizes its zero state from the batch; export computes that size inside the first one only, and the
+    second reads it there (timm's Sequencer): the first block's graph cannot return it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = _Recurrent(4)
+        self.second = _Recurrent(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x.reshape(-1, 5, 4)))
+
+
+def test_a_leaf_reads_sizes_from_its_own_arguments():
+    torch.manual_seed(0)
+    model = _TwoLSTMs().eval()
+    x = torch.randn(2, 3, 5, 4)
+    dims = {"x": {0: Dim("b", min=2, max=16)}}
+    ir = torch2ir.convert(model, (x,), dynamic_shapes=dims)
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    with torch.no_grad():
+        for b in (3, 7):
+            y = torch.randn(b, 3, 5, 4)
+            torch.testing.assert_close(rebuilt(y), model(y), rtol=0, atol=0)
+    assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == ir

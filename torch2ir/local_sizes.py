@@ -10,11 +10,19 @@ attention under ``dynamic_shapes``, JetMoE's routers).
 Before frames are written, :func:`localize_sizes` gives each module call that reads a symbolic number computed
 in another frame its own copy of that number, computed right before the first op that reads it:
 
-- ``aten.sym_size.int(t, d)`` of a tensor ``t`` the frame reads or computes before that op, whose size ``d`` is
-  the same symbolic expression (two sizes with one expression are equal on every input the trace's guards
-  admit: that is what the expression means);
+- the frame's own node computing the same expression, if it has one;
+- ``aten.sym_size.int(t, d)`` of a tensor ``t`` the frame has before that op (its call's tensor arguments first,
+  then what its ops read or compute, and what it passes down to the calls it makes), whose size ``d`` is the
+  same symbolic expression (two sizes with one expression are equal on every input the trace's guards admit:
+  that is what the expression means), else ``aten.sym_numel.default(t)`` of one with that many elements;
 - else the same computation (``operator.mul``, ``sym_size`` of a tensor the frame has...) applied to numbers
   found this way.
+
+A number computed from numbers read from outside is itself looked up first (JetMoE's router computes
+``batch * seq`` from the two sizes of the input; its argument has that size). The ops inside a leaf (a
+``MultiheadAttention``, an ``LSTM``: written as one call) get copies the same way from the leaf's arguments, so
+no graph is left reading a number computed inside another module's leaf (``nn.Transformer``'s ``batch * heads``,
+timm's Sequencer: an internal error before).
 
 A number a module passes on to a child it calls (EdgeNeXt's blocks call their positional encoding with
 ``(B, H, W)``) is the caller's to have: when it was computed outside the caller, the caller gets a copy, made

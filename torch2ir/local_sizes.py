@@ -14,7 +14,9 @@ in another frame its own copy of that number, computed right before the first op
 - ``aten.sym_size.int(t, d)`` of a tensor ``t`` the frame has before that op (its call's tensor arguments first,
   then what its ops read or compute, and what it passes down to the calls it makes), whose size ``d`` is the
   same symbolic expression (two sizes with one expression are equal on every input the trace's guards admit:
-  that is what the expression means), else ``aten.sym_numel.default(t)`` of one with that many elements;
+  that is what the expression means), else ``aten.sym_numel.default(t)`` of one with that many elements, else
+  the floor division by ``c`` of a size that is ``c`` times the number (Swin-V2-CR's attention gets the batch
+  back from its windows);
 - else the same computation (``operator.mul``, ``sym_size`` of a tensor the frame has...) applied to numbers
   found this way.
 
@@ -34,6 +36,7 @@ function removes them again (lowering and the capture see export's graph as it w
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -213,6 +216,13 @@ def _derive(h: Hierarchy, frame: Frame, local: _Local, value: fx.Node, before: f
     found = _size_of(local, val)
     if found is not None:
         target, args = found
+    else:
+        multiple = _multiple_of(local, val)
+        if multiple is not None:
+            tensor, dim, factor = multiple
+            size = _call(h, frame, before, _SIZE, (tensor, dim), tensor.meta["val"].shape[dim], added, position)
+            target, args = operator.floordiv, (size, factor)
+            position = None if position is None else position + 1
     if target is None and value.op == "call_function" and (value.target in _TENSOR_QUERIES or pure(value.target)):
         if value.target in _TENSOR_QUERIES:
             if value.args[0] not in local.tensors:
@@ -240,18 +250,40 @@ def _insert(h: Hierarchy, frame: Frame, local: _Local, value: fx.Node, before: f
             added: list[fx.Node], position: int | None = None) -> fx.Node:
     """A call ``target(*args)`` computing ``value`` in ``frame``, right before ``before`` (in the graph) and at
     ``position`` among the frame's items (default: before ``before``, or last)."""
-    with h.ep.graph.inserting_before(before):
-        copy = h.ep.graph.call_function(target, args)
-    copy.meta["val"] = value.meta["val"]
-    h.frame_of[copy] = frame
-    if not frame.leaf:  # a leaf is written as one call: its ops are not items
-        if position is None:
-            position = frame.items.index(before) if before in frame.items else len(frame.items)
-        frame.items.insert(position, copy)
-    added.append(copy)
+    copy = _call(h, frame, before, target, args, value.meta["val"], added, position)
     local.made[value] = copy
     local.numbers.setdefault(_key(value), copy)
     return copy
+
+
+def _call(h: Hierarchy, frame: Frame, before: fx.Node, target: Any, args: tuple, val: Any, added: list[fx.Node],
+          position: int | None) -> fx.Node:
+    """The node of :func:`_insert`, without the frame's bookkeeping of what it computes."""
+    with h.ep.graph.inserting_before(before):
+        node = h.ep.graph.call_function(target, args)
+    node.meta["val"] = val
+    h.frame_of[node] = frame
+    if not frame.leaf:  # a leaf is written as one call: its ops are not items
+        if position is None:
+            position = frame.items.index(before) if before in frame.items else len(frame.items)
+        frame.items.insert(position, node)
+    added.append(node)
+    return node
+
+
+def _multiple_of(local: _Local, val: Any) -> tuple[fx.Node, int, int] | None:
+    """``(t, dim, c)``: the first tensor of ``local`` with a size ``c * val`` (``c`` a whole number above 1), whose
+    floor division by ``c`` is ``val`` (Swin's windows: the batch is the window batch divided by the windows)."""
+    if not isinstance(val, torch.SymInt) or not val.node.is_symbolic():
+        return None
+    expr = val.node.expr
+    for tensor in local.tensors:
+        for dim, size in enumerate(tensor.meta["val"].shape):
+            if isinstance(size, torch.SymInt) and size.node.is_symbolic():
+                ratio = size.node.expr / expr
+                if ratio.is_Integer and ratio > 1:
+                    return tensor, dim, int(ratio)
+    return None
 
 
 def _key(node: fx.Node) -> tuple[type, Any]:

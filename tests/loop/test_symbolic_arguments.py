@@ -264,3 +264,33 @@ def test_a_leaf_reads_sizes_from_its_own_arguments():
             y = torch.randn(b, 3, 5, 4)
             torch.testing.assert_close(rebuilt(y), model(y), rtol=0, atol=0)
     assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == ir
+
+
+class _Windows(nn.Module):
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        batch = w.shape[0] // 4  # export simplifies (4 * b) // 4 to b and reads the root's node for it
+        return w.reshape(batch, 4, 3).sum(1)
+
+
+class _Windowed(nn.Module):
+    """Swin-style: the root cuts the batch into windows, the attention gets the batch back by a division."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.windows = _Windows()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.windows(x.reshape(x.shape[0] * 4, 3) * 2) + x.shape[0]
+
+
+def test_a_size_that_divides_a_tensors_size_is_computed_by_the_division():
+    model = _Windowed()
+    x = torch.randn(2, 4, 3)
+    dims = {"x": {0: Dim("b", min=2, max=16)}}
+    ir = torch2ir.convert(model, (x,), dynamic_shapes=dims)
+    assert ir["windows"].meta["forward_arg_names"] == ["w"] and _inputs(ir["windows"]) == ["w"]
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    for batch in (3, 16):
+        y = torch.randn(batch, 4, 3)
+        torch.testing.assert_close(rebuilt(y), model(y), rtol=0, atol=0)
+    assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == ir

@@ -139,6 +139,8 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
             local.tensors.setdefault(node)
         elif symbolic(node) and h.frame_of.get(node) is frame:
             local.numbers.setdefault(_key(node), node)
+    for copy in reversed(added):
+        _just_before_use(h, copy)
 
     def undo() -> None:
         for consumer, value, copy in reversed(replaced):
@@ -147,6 +149,26 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
             graph.erase_node(copy)
 
     return undo
+
+
+def _just_before_use(h: Hierarchy, copy: fx.Node) -> None:
+    """Move ``copy`` among its frame's items to right before the first item that reads it (an op, or a call whose
+    frame holds a reader): where it stands then depends on what reads it, not on where export had computed the
+    number, so converting the rebuilt model places it the same way (the loop stays a fixpoint)."""
+    frame = h.frame_of[copy]
+    if frame.leaf or copy not in frame.items:
+        return
+    readers = [f for f in map(h.frame_of.get, copy.users) if f is not None]
+    frame.items.remove(copy)
+    for index, item in enumerate(frame.items):
+        if isinstance(item, fx.Node):
+            reads = item in copy.users
+        else:  # a call: one of its frame's ops reads the copy
+            reads = any(item in reader.chain() for reader in readers)
+        if reads:
+            frame.items.insert(index, copy)
+            return
+    frame.items.append(copy)
 
 
 def _passed_down(h: Hierarchy, frame: Frame, value: fx.Node, local_of: Callable[[Frame], _Local]) -> None:

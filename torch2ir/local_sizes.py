@@ -43,11 +43,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import fx
 
+from .signature_match import SYMBOLIC
+
 if TYPE_CHECKING:
     from .hierarchy import Frame, Hierarchy
     from .signature_match import Signature
 
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _SIZE = torch.ops.aten.sym_size.int
 _NUMEL = torch.ops.aten.sym_numel.default
 _TENSOR_QUERIES = frozenset([_SIZE, _NUMEL, torch.ops.aten.sym_stride.int,
@@ -57,7 +58,7 @@ _TENSOR_QUERIES = frozenset([_SIZE, _NUMEL, torch.ops.aten.sym_stride.int,
 def symbolic(node: Any) -> bool:
     """Whether ``node`` computes a symbolic number (not a constant one)."""
     val = node.meta.get("val") if isinstance(node, fx.Node) else None
-    return isinstance(val, _SYMBOLIC) and val.node.is_symbolic()
+    return isinstance(val, SYMBOLIC) and val.node.is_symbolic()
 
 
 class _Local:
@@ -178,11 +179,11 @@ def _passed_down(h: Hierarchy, frame: Frame, value: fx.Node, local_of: Callable[
     if frame in home.chain():
         return  # computed in the frame or inside it
     caller = frame.parent
-    while caller is not None and caller not in home.chain():
+    while caller is not None:  # up to the caller that has it (computes it, or gets it from a call it makes)
         local_of(caller).tensors.setdefault(value)
+        if caller in home.chain():
+            break
         caller = caller.parent
-    if caller is not None:
-        local_of(caller).tensors.setdefault(value)
 
 
 def _pass_arguments(h: Hierarchy, callee: Frame, signatures: dict[int, Signature], frames: dict[int, Frame],

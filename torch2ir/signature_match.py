@@ -38,7 +38,7 @@ class Signature:
 
 
 #: Symbolic scalar values a call may pass or return (a size under ``dynamic_shapes``, a data-dependent count).
-_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 class _Nodes:
@@ -70,7 +70,7 @@ class _Nodes:
             self._expressions = {}
             for node in self.graph.nodes:
                 val = node.meta.get("val")
-                if isinstance(val, _SYMBOLIC) and val.node.is_symbolic():
+                if isinstance(val, SYMBOLIC) and val.node.is_symbolic():
                     self._expressions.setdefault((type(val), val.node.expr), node)
         return self._expressions.get((type(value), value.node.expr)) if value.node.is_symbolic() else None
 
@@ -90,7 +90,7 @@ class _Nodes:
             if kind == "unknown":
                 return None
             node = self.find(value)
-            if node is None and isinstance(value.meta.get("val"), _SYMBOLIC):
+            if node is None and isinstance(value.meta.get("val"), SYMBOLIC):
                 node = self.by_expression(value.meta["val"])  # export makes its size nodes anew
                 if node is None:
                     return None
@@ -101,7 +101,7 @@ class _Nodes:
                     return None
                 out.append(Dead(value, list(val.shape), val.dtype))
                 continue
-            if not isinstance(node.meta.get("val"), (torch.Tensor, *_SYMBOLIC)):
+            if not isinstance(node.meta.get("val"), (torch.Tensor, *SYMBOLIC)):
                 return None
             out.append(node)
         return out

@@ -27,6 +27,7 @@ from torch import fx, nn
 from torch.fx.immutable_collections import immutable_dict
 
 from common.errors import ArgumentMismatchError, IRValidationError
+from common.functional_modules import METHODS as FUNCTIONAL_METHODS
 from common.ir import CARRIED_NOTES, NOTES_KEY, ORIGINAL_CLASS_KEY, Implementation, slot_path
 from common.names import CODEGEN_NAMES, sanitize, without_counter
 from common.order import execution_order
@@ -262,7 +263,15 @@ class _GraphBuilder:
                 target = _call_target(self.impl, node, attrs)
                 if attrs.get("variant"):  # this call runs one of the callee's per-call graphs
                     self.graph.call_function(select_variant, (self.graph.get_attr(target), attrs["variant"]))
-                fx_node = self.graph.create_node("call_module", target, args, kwargs, name=name)
+                if "method" in attrs:  # FloatFunctional.add(...): the function the name selects (validated)
+                    method = FUNCTIONAL_METHODS.get(attrs["method"]) if isinstance(attrs["method"], str) else None
+                    if method is None:
+                        raise IRValidationError(f"node names method {attrs['method']!r}", implementation=self.impl.name,
+                                                node=node, hint=f"one of {', '.join(FUNCTIONAL_METHODS)}")
+                    fx_node = self.graph.create_node("call_function", method, (self.graph.get_attr(target), *args),
+                                                     kwargs, name=name)
+                else:
+                    fx_node = self.graph.create_node("call_module", target, args, kwargs, name=name)
             fx_node.meta["ir_node"] = node
             fx_node.meta["op_type"] = attrs.get("implementation") if kind in ("function", "get_attr") else kind
             self.env[node] = fx_node

@@ -28,6 +28,7 @@ from .frontend import (
     needs_signature,
     traced_mode,
 )
+from .functional_calls import method_calls, name_methods
 from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import STAND_IN_TYPES, check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
 from .int8 import refuse_int8
@@ -79,6 +80,15 @@ def build_ir(
             capture.seal(ir)
         return ir
     refuse_int8(model)  # before tracing: export's own error names neither the module nor what to do
+    with method_calls(model, table) as methods:  # FloatFunctional.add(...) is traced as a call of the module
+        return _traced(model, args, kwargs, table, hooked, methods, strict=strict,
+                       dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured, train_checks=train_checks)
+
+
+def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, table: ModuleTable,
+            hooked: list[str], methods: dict[int, set[str]], *, strict: bool, dynamic_shapes: Any,
+            allowlist: Allowlist, captured: list[Capture] | None, train_checks: bool) -> IR:
+    """:func:`build_ir` from the export on (``methods``: :func:`torch2ir.functional_calls.method_calls`'s)."""
     custom: list[str] = []  # custom autograd.Functions the forward calls (common.notes)
     try:
         with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls:
@@ -103,6 +113,7 @@ def build_ir(
         problems += hierarchy.problems
         _real_sequentials(ir, table)
         _sync_call_types(ir)
+        problems += name_methods(ir, table, methods)
         _record_constants(ir, table, ep)
         _mutations(ep, hierarchy, problems)
         _raise(problems)

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.ao.quantization import DeQuantStub
+from torch.ao.quantization import DeQuantStub, QuantStub
 from torch.nn.modules import module as _module
 
 from common.quant import CLASSES, hook_to_data
@@ -168,11 +168,13 @@ def hook_scopes(model: nn.Module, paths: list[str], table: ModuleTable | None = 
             vars(stub).pop("forward", None)
 
 
-#: Handled leaves traced as :func:`_marked_identity`: a ``DeQuantStub`` is an identity until ``convert`` makes it a
-#: real dequantize, so its call must leave an op to be recorded by; observers and fake-quantize modules branch on
-#: their buffers' values (``observer_enabled``, an unset ``min_val``), which torch.export cannot trace. Their
+#: Handled leaves traced as :func:`_marked_identity`: a ``QuantStub`` or ``DeQuantStub`` is an identity until
+#: ``convert`` makes it a real (de)quantize, so its call must leave an op to be recorded by (a ``QuantStub`` of a
+#: float model would otherwise vanish from the graph, and a rebuilt model prepared later would never quantize);
+#: observers and fake-quantize modules branch on their buffers' values (``observer_enabled``, an unset
+#: ``min_val``), which torch.export cannot trace. Their
 #: calls are recorded either way and the rebuild runs the real classes, so what their stand-in computes is unused.
-STAND_IN_TYPES: frozenset[type] = frozenset({DeQuantStub, *CLASSES.values()})
+STAND_IN_TYPES: frozenset[type] = frozenset({QuantStub, DeQuantStub, *CLASSES.values()})
 
 
 def _marked_identity(x: Any) -> Any:

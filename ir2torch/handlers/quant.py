@@ -7,6 +7,8 @@
   builds is replaced by the IR's own child when the tree is assembled.
 - QAT layers and stubs: the class called with the recorded arguments and the ``QConfig`` of
   ``meta["qconfig"]`` (required by the QAT classes; their ``weight_fake_quant`` is replaced likewise).
+- ``FloatFunctional`` / ``FXFloatFunctional``: the class; its calls run the method each call node names
+  (:mod:`common.functional_modules`).
 - Fused float modules: built around placeholder children of the classes the constructor checks, which the
   IR's own children replace.
 
@@ -25,8 +27,10 @@ import torch.ao.nn.intrinsic.qat as nniqat
 import torch.ao.nn.qat as nnqat
 from torch import nn
 from torch.ao import quantization as tq
+from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional
 
 from common.errors import IRFormatError
+from common.functional_modules import TYPES as FUNCTIONAL_TYPES
 from common.ir import IR, Implementation
 from common.quant import CLASSES, attribute_from_data, qconfig_from_data, register_hook
 
@@ -156,6 +160,19 @@ def fused(cls: type[nn.Module], children: Callable[[], tuple[nn.Module, ...]]) -
     return build
 
 
+def functional(cls: type[nn.Module]) -> Builder:
+    """A builder of ``FloatFunctional`` / ``FXFloatFunctional``: no arguments (each call node names its method)."""
+
+    def build(impl: Implementation) -> nn.Module:
+        if impl.data:
+            raise IRFormatError(f"{impl.type!r} takes no arguments", implementation=impl.name,
+                                key=next(iter(impl.data)), hint="each call node names the method it runs")
+        return cls()
+
+    build.__qualname__ = f"build_{cls.__name__}"
+    return build
+
+
 def restore_quantization(ir: IR, modules: Mapping[str, nn.Module]) -> None:
     """Set ``qconfig`` (``meta["qconfig"]``) and register the observer hook (``meta["observer_hook"]``) on every
     rebuilt module that had them, after the tree is assembled (a hook calls the ``activation_post_process``
@@ -182,3 +199,5 @@ def register(converter: Ir2Torch) -> None:
         converter.register(type_str, fused(cls, children))
     for type_str, cls in QAT.items():
         converter.register(type_str, qat(cls))
+    for cls in (FloatFunctional, FXFloatFunctional):
+        converter.register(FUNCTIONAL_TYPES[cls.__name__], functional(cls))

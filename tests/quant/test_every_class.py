@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 from torch.ao import quantization as tq
+from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional
 
 import ir2torch
 import torch2ir
@@ -73,12 +74,14 @@ class _Wrap(nn.Module):
         self.inner = inner
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.inner, (FloatFunctional, FXFloatFunctional)):  # computes in its methods
+            return self.inner.add(x, x)
         out = self.inner(x)
         return out if isinstance(out, torch.Tensor) else x
 
 
 CASES = [*((c, _fused) for c in FUSED), *((c, _qat) for c in QAT), *((c, _observer) for c in CLASSES.values()),
-         *((c, lambda c: (c(), torch.randn(4, 3))) for c in STUBS)]
+         *((c, lambda c: (c(), torch.randn(4, 3))) for c in (*STUBS, FloatFunctional, FXFloatFunctional))]
 
 
 def test_every_registered_quant_class_has_a_case() -> None:

@@ -4,6 +4,8 @@
   ``quant_min``, ``averaging_constant``, ``ch_axis``, ...), each checked against
   :data:`common.quant.ATTRIBUTES`; their statistics, scales, zero points and enable flags are buffers (state).
   A fake-quantize's observer is its child ``activation_post_process``, an implementation of its own.
+- ``FloatFunctional`` / ``FXFloatFunctional``: no arguments; each call node names the method it runs
+  (:mod:`common.functional_modules`), a ``FloatFunctional``'s observer is its child ``activation_post_process``.
 - Fused float modules (``torch.ao.nn.intrinsic``: ``ConvBnReLU2d``, ``LinearReLU``, ...) are containers of
   their children: no arguments.
 - QAT layers (``torch.ao.nn.qat``, ``torch.ao.nn.intrinsic.qat``) record their constructor arguments
@@ -22,7 +24,9 @@ import torch.ao.nn.intrinsic.qat as nniqat
 import torch.ao.nn.qat as nnqat
 from torch import nn
 from torch.ao import quantization as tq
+from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional
 
+from common.functional_modules import TYPES as FUNCTIONAL_TYPES
 from common.quant import CLASSES, attribute_to_data
 
 from ._base import RULES, attribute_handler
@@ -87,6 +91,8 @@ def register(converter: Torch2Ir) -> None:
         converter.register(cls, lambda module: {}, type=itype)
     for cls in FUSED:
         converter.register(cls, lambda module: {}, type="fused_" + cls.__name__.lower())
+    for cls in (FloatFunctional, FXFloatFunctional):  # each call names its method (torch2ir.functional_calls)
+        converter.register(cls, lambda module: {}, type=FUNCTIONAL_TYPES[cls.__name__])
     rules = {**RULES, **_BN_RULES}
     for cls, (itype, names) in QAT.items():
         converter.register(cls, attribute_handler(names, rules), type=itype)

@@ -46,3 +46,35 @@ def test_round_trip_is_exact(tv, name):
         assert_fixpoint(ir, rebuilt, (x,))
         # train mode on a batch of 2: batch norm on 1x1 maps needs 2 values
         assert_every_check(model, ir, rebuilt, (x,), train_args=(torch.randn(2, 3, side, side),))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+@pytest.mark.parametrize("name", ["mobilenet_v2", "resnet18", "shufflenet_v2_x0_5"])
+def test_int8_conversion_of_the_rebuilt_qat_model_equals_the_originals(tv, name):
+    """The hardware team's eager loop: fuse, QAT-prepare, train a step, convert to the IR and rebuild, then
+    ``torch.ao.quantization.convert`` both: the rebuilt int8 model (its ``FloatFunctional``s swapped for
+    ``QFunctional``s, its stubs for real (de)quantizers) gives the original int8 model's outputs bit for bit."""
+    import copy
+
+    from torch.ao import quantization as tq
+
+    import ir2torch
+    import torch2ir
+
+    torch.manual_seed(0)
+    model = tv.models.get_model("quantized_" + name, weights=None, quantize=False, num_classes=10).train()
+    model.fuse_model(is_qat=True)
+    model.qconfig = tq.get_default_qat_qconfig("x86")
+    tq.prepare_qat(model, inplace=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model(torch.randn(2, 3, 64, 64)).sum().backward()
+    optimizer.step()
+    model.eval()
+    x = torch.randn(1, 3, 64, 64)  # 64: ShuffleNet's int8 mean needs more than a 1x1 map
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x,)), model.state_dict())
+    assert torch.equal(rebuilt(x), model(x))
+    int8, rebuilt_int8 = tq.convert(copy.deepcopy(model)), tq.convert(rebuilt)
+    functional = [p for p, m in int8.named_modules() if type(m).__name__ == "QFunctional"]
+    assert functional and all(type(rebuilt_int8.get_submodule(p)).__name__ == "QFunctional" for p in functional)
+    out = rebuilt_int8(x)
+    assert out.abs().sum() > 0 and torch.equal(out, int8(x))

@@ -88,6 +88,7 @@ ZOO = (
     "tests/rewrite/test_batchnorm.py::test_fold_batchnorm_on_corpus_cnns",
     "tests/ir2torch/test_constant_fold_real.py",
     "tests/loop/test_structural_names.py::test_decoders_with_dynamic_batch_and_sequence_reach_a_fixpoint",
+    "tests/loop/test_structural_names.py::test_m2m100_position_bodies_reach_a_fixpoint_under_a_dynamic_batch",
     "tests/loop/test_symbolic_arguments.py::test_jetmoe_experts_and_router_keep_their_signatures",
     # quantization stacks
     "tests/quant/test_pt2e.py",

@@ -10,6 +10,7 @@ import torch
 from torch import fx
 
 from common.ir import Implementation
+from common.names import without_counter
 from common.safety import function_name
 from common.values import Ref, Subgraph, iter_refs
 
@@ -26,9 +27,22 @@ def add_node_with_edges(impl: Implementation, name: str, ntype: str, implementat
 
 
 def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
-    """A flat graph (a higher-order op's body) as a graph-only implementation."""
+    """A flat graph (a higher-order op's body) as a graph-only implementation.
+
+    Its nodes are named from the body's own structure, as a module's graph is (see
+    :func:`torch2ir.graph_writer.structural_name`): export's model-wide counter dropped (``ne_3`` -> ``ne``) and
+    the names numbered again in the body's order, so a rebuilt model converts back to the same body."""
     impl = Implementation(name, "graph")
     env: dict[fx.Node, Ref] = {}
+    used: set[str] = {"output"}
+
+    def fresh(exported: str) -> str:
+        base = without_counter(exported) or "node"
+        name, i = base, 1
+        while name in used:
+            name, i = f"{base}_{i}", i + 1
+        used.add(name)
+        return name
 
     def tmpl(arg: Any) -> Any:
         if isinstance(arg, fx.Node):
@@ -52,12 +66,12 @@ def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
         elif node.target is operator.getitem and node.args[0] in tracepoints:
             env[node] = tmpl(tracepoints[node.args[0]][node.args[1]])
         elif node.op == "placeholder":
-            impl.add_node(node.name, "input", "input", meta=value_meta(node.meta.get("val")))
-            env[node] = Ref(node.name)
+            env[node] = Ref(impl.add_node(fresh(node.name), "input", "input", meta=value_meta(node.meta.get("val"))))
         elif node.op == "call_function":
-            add(node.name, "function", function_name(node.target), tmpl(node.args), tmpl(node.kwargs),
+            named = fresh(node.name)
+            add(named, "function", function_name(node.target), tmpl(node.args), tmpl(node.kwargs),
                 meta=value_meta(node.meta.get("val")))
-            env[node] = Ref(node.name)
+            env[node] = Ref(named)
         elif node.op == "output":
             add("output", "output", "output", [tmpl(node.args[0])], {})
     return impl

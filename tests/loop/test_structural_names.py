@@ -10,6 +10,7 @@ symbolic dimensions as it does with static ones.
 
 from __future__ import annotations
 
+import inspect
 import operator
 
 import pytest
@@ -126,3 +127,56 @@ def test_runtime_assertions_name_the_ir_node_they_check():
         checked, message = check["args"]
         assert message.endswith(f"on node '{checked.node}'"), message
         assert checked.node in root.nodes
+
+
+class _NoGradChild(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():  # a wrap_with_set_grad_enabled body
+            mask = x.ne(0).to(torch.int32)
+            positions = mask.cumsum(1) * mask
+        return x + positions
+
+
+class _NoGradRoot(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.child = _NoGradChild()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.child(x * x.ne(1) * x.ne(2))  # two `ne`s before the body's: export names its own `ne_2`
+
+
+def _bodies(ir) -> list:
+    return [a for impl in ir.values() for _, attrs in impl.graph.nodes(data=True)
+            for a in attrs.get("args", []) if type(a).__name__ == "Subgraph"]
+
+
+def test_a_no_grad_body_is_named_from_its_own_structure():
+    model, x = _NoGradRoot(), torch.randn(2, 5)
+    ir = torch2ir.convert(model, (x,), dynamic_shapes=({0: Dim("batch", max=16)},))
+    (body,) = _bodies(ir)
+    computed = [n for n in body.impl.nodes if body.impl.node(n)["type"] == "function"]
+    assert "ne" in computed and not any(n.startswith("ne_") for n in computed), computed
+    rebuilt = ir2torch.convert(ir)
+    assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=({0: Dim("batch", max=16)},)) == ir
+    bigger = torch.randn(7, 5)
+    assert torch.equal(rebuilt(bigger), model(bigger))
+
+
+def test_m2m100_position_bodies_reach_a_fixpoint_under_a_dynamic_batch():
+    """M2M100 computes its sinusoidal positions under ``no_grad``: the body's names were export's (``ne_3``)
+    and differed on the rebuilt model's conversion."""
+    from tests.real.corpus import CORPUS
+
+    (arch,) = [a for a in CORPUS if a.name == "m2m100"]
+    torch.manual_seed(0)
+    model = arch.build().eval()
+    args, kwargs = arch.inputs()
+    batch = Dim("batch", min=2, max=8)
+    bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    dims = {name: {0: batch} if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == 2 else None
+            for name, value in bound.items()}
+    ir = torch2ir.convert(model, args, kwargs, dynamic_shapes=dims)
+    assert _bodies(ir)
+    again = torch2ir.convert(ir2torch.convert(ir, model.state_dict()), args, kwargs, dynamic_shapes=dims)
+    assert again == ir, _differences(ir, again)

@@ -103,7 +103,8 @@ def test_int8_conversion_of_a_rebuilt_qat_model_equals_the_originals() -> None:
     assert torch.equal(rebuilt(x), model(x))
     for name in ("skip_add", "skip_add_relu", "cat", "scale"):  # the observers are the children, with their stats
         assert type(getattr(rebuilt, name)) is FloatFunctional
-        assert type(getattr(rebuilt, name).activation_post_process) is type(getattr(model, name).activation_post_process)
+        observer = getattr(model, name).activation_post_process
+        assert type(getattr(rebuilt, name).activation_post_process) is type(observer)
     int8, rebuilt_int8 = tq.convert(copy.deepcopy(model)), tq.convert(copy.deepcopy(rebuilt))
     assert type(rebuilt_int8.skip_add) is QFunctional and type(int8.skip_add) is QFunctional
     assert rebuilt_int8.cat.scale == int8.cat.scale and rebuilt_int8.cat.zero_point == int8.cat.zero_point

@@ -4612,6 +4612,7 @@ PYTHON: dict[str, str] = {
     'operator.sub': 'pure',
     'operator.truediv': 'pure',
     'operator.xor': 'pure',
+    'torch.Size': 'pure',
     'torch.abs': 'pure',
     'torch.add': 'pure',
     'torch.addmm': 'pure',

@@ -58,7 +58,7 @@ _TORCH = (
     "permute", "pow", "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt",
     "squeeze", "stack", "sub", "sum", "tanh", "tensor_split", "tile", "transpose", "tril",
     "triu", "unsqueeze", "where", "zeros", "zeros_like", "sym_float", "sym_int", "sym_max",
-    "sym_ite", "sym_min", "sym_not", "sym_sum",
+    "sym_ite", "sym_min", "sym_not", "sym_sum", "Size",
 )  # fmt: skip
 _FUNCTIONAL = (
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool1d",

@@ -283,11 +283,11 @@ def _nested_args(in_spec: pytree.TreeSpec | None, names: list[str]) -> tuple[tup
 
 
 def _fits(given: Any, spec: Any, *, ordered: bool = True) -> bool:
-    """Whether a value of structure ``given`` flattens to the leaves ``spec`` names, and to no more: a list for a
-    tuple is accepted (the flattening reads them alike); a leaf of ``spec`` takes anything (the graph's guard checks
-    it). A dict's keys must come in the converted order: a forward that iterates the dict (``torch.cat(list(
-    d.values()))``) computed in that order, and the graph cannot tell whether it did; ``ordered=False`` accepts any
-    order (only to tell that case apart in the error message)."""
+    """Whether a value of structure ``given`` flattens to the leaves ``spec`` names, and to no more: a list, a tuple
+    or a ``torch.Size`` for another is accepted (the flattening reads them alike); a leaf of ``spec`` takes anything
+    (the graph's guard checks it). A dict's keys must come in the converted order: a forward that iterates the dict
+    (``torch.cat(list(d.values()))``) computed in that order, and the graph cannot tell whether it did;
+    ``ordered=False`` accepts any order (only to tell that case apart in the error message)."""
     if spec.is_leaf():
         return True
     if given.is_leaf() or given.num_children != spec.num_children:
@@ -301,9 +301,13 @@ def _fits(given: Any, spec: Any, *, ordered: bool = True) -> bool:
         return all(_fits(given.child(position[key]), spec.child(i), ordered=ordered)
                    for i, key in enumerate(spec.context))
     if not (given.type is spec.type and given.context == spec.context) and not (
-            given.type in (list, tuple) and spec.type in (list, tuple)):
+            given.type in _SEQUENCES and spec.type in _SEQUENCES):
         return False
     return all(_fits(given.child(i), spec.child(i), ordered=ordered) for i in range(spec.num_children))
+
+
+#: Sequences one argument may be given as for another (a ``torch.Size`` is a tuple; pytree's maps make it one).
+_SEQUENCES = (list, tuple, torch.Size)
 
 
 def check_structure(name: str, value: Any, spec: Any) -> None:

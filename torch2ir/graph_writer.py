@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -180,7 +181,7 @@ class GraphWriter:
             self.leaf_call(child, callee, ctype, name, extra)
         elif sig is not None:
             leaves = [self.value(v) for v in sig.inputs]
-            call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
+            call_args, call_kwargs = self.unflatten(iter(leaves), sig.in_spec)
             add_node_with_edges(self.impl, name, ctype, callee, call_args, call_kwargs, **extra)
             self.h.call_nodes[id(child)] = (self.impl, name)
             self._bind_outputs(name, sig.out_spec, [v.node if isinstance(v, Dead) else v if isinstance(v, fx.Node)
@@ -192,6 +193,19 @@ class GraphWriter:
             outputs = list(child.outputs)
             for i, value in enumerate(outputs):
                 self.env[value] = Ref(name, None if len(outputs) == 1 else i)
+
+    def unflatten(self, leaves: Iterator[Any], spec: pytree.TreeSpec) -> Any:
+        """``tree_unflatten`` of a signed call's arguments, a ``torch.Size`` of values the graph computes built by a
+        ``torch.Size`` node (a ``torch.Size`` cannot hold a :class:`Ref`)."""
+        if spec.is_leaf():
+            return next(leaves)
+        children = [self.unflatten(leaves, c) for c in spec.children()]
+        if spec.type is torch.Size:
+            if all(type(c) is int for c in children):
+                return torch.Size(children)
+            name = add_node_with_edges(self.impl, self.name("size"), "function", "torch.Size", [children], {})
+            return Ref(name)
+        return pytree.SUPPORTED_NODES[spec.type].unflatten_fn(children, spec.context)
 
     def leaf_call(self, child: Frame, callee: str, ctype: str, name: str, extra: dict[str, Any]) -> None:
         sig = self.h.signatures.get(self.h.signature_key(child))

@@ -17,7 +17,7 @@ the chain of module calls it ran in (``"L__self__blk@1"`` marks a second call). 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,9 +72,9 @@ def _strip_root(stack: dict[str, tuple[str, Any]]) -> list[tuple[str, str]]:
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool, int, float, bool)
 
 
-def dead_symbolic(graph: fx.Graph) -> set[fx.Node]:
+def dead_symbolic(graph: fx.Graph, read: Collection[fx.Node] = ()) -> set[fx.Node]:
     """The calls of ``graph`` computing a Python number (a symbolic size, a comparison of sizes) that nothing
-    reads, directly or through other such calls.
+    reads, directly or through other such calls (``read``: numbers read from outside the graph's data flow).
 
     Export leaves some behind (sums of unbacked sizes a later assertion had needed); where, depends on how the
     model spelled its computation, so a rebuilt model can leave others than the original. They have no effect:
@@ -84,7 +84,7 @@ def dead_symbolic(graph: fx.Graph) -> set[fx.Node]:
     for node in reversed(graph.nodes):
         if (node.op == "call_function" and isinstance(node.meta.get("val"), _SYMBOLIC)
                 and not isinstance(node.target, torch._ops.HigherOrderOperator)
-                and _pure_symbolic(node.target) and all(user in dead for user in node.users)):
+                and _pure_symbolic(node.target) and node not in read and all(user in dead for user in node.users)):
             dead.add(node)
     return dead
 
@@ -134,7 +134,7 @@ class Hierarchy:
         self.restore_graph: Callable[[], None] = lambda: None
         if calls is not None:
             self.restore_graph = localize_sizes(self, found, _pure_symbolic)
-            self._forget_dead()
+            self._forget_dead({v for sig in found.values() for v in sig.inputs if isinstance(v, fx.Node)})
         self._compute_flows()
         self._sign(found)
         self._align_repeated_calls()
@@ -178,9 +178,10 @@ class Hierarchy:
             if not frame.leaf and node.op == "call_function":
                 frame.items.append(node)
 
-    def _forget_dead(self) -> None:
-        """Leave out the number-valued calls that copies made unread (:func:`dead_symbolic`)."""
-        for node in dead_symbolic(self.ep.graph) - self.dead:
+    def _forget_dead(self, passed: set[fx.Node]) -> None:
+        """Leave out the number-valued calls that copies made unread (:func:`dead_symbolic`); a number a signed call
+        passes (``passed``, an item of a ``torch.Size`` argument that the callee never reads) is read by the call."""
+        for node in dead_symbolic(self.ep.graph, passed) - self.dead:
             frame = self.frame_of.get(node)
             if frame is not None and node in frame.items:
                 frame.items.remove(node)

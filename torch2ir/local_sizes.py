@@ -141,7 +141,7 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
         elif symbolic(node) and h.frame_of.get(node) is frame:
             local.numbers.setdefault(_key(node), node)
     for copy in reversed(added):
-        _just_before_use(h, copy)
+        _just_before_use(h, copy, signatures)
 
     def undo() -> None:
         for consumer, value, copy in reversed(replaced):
@@ -152,10 +152,10 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
     return undo
 
 
-def _just_before_use(h: Hierarchy, copy: fx.Node) -> None:
-    """Move ``copy`` among its frame's items to right before the first item that reads it (an op, or a call whose
-    frame holds a reader): where it stands then depends on what reads it, not on where export had computed the
-    number, so converting the rebuilt model places it the same way (the loop stays a fixpoint)."""
+def _just_before_use(h: Hierarchy, copy: fx.Node, signatures: dict[int, Signature]) -> None:
+    """Move ``copy`` among its frame's items to right before the first item that reads it (an op, or a call that
+    passes it or whose frame holds a reader): where it stands then depends on what reads it, not on where export
+    had computed the number, so converting the rebuilt model places it the same way (the loop stays a fixpoint)."""
     frame = h.frame_of[copy]
     if frame.leaf or copy not in frame.items:
         return
@@ -164,8 +164,10 @@ def _just_before_use(h: Hierarchy, copy: fx.Node) -> None:
     for index, item in enumerate(frame.items):
         if isinstance(item, fx.Node):
             reads = item in copy.users
-        else:  # a call: one of its frame's ops reads the copy
-            reads = any(item in reader.chain() for reader in readers)
+        else:  # a call: it passes the copy (an item of a torch.Size argument), or one of its frame's ops reads it
+            sig = signatures.get(id(item))
+            reads = (sig is not None and any(v is copy for v in sig.inputs)) or \
+                any(item in reader.chain() for reader in readers)
         if reads:
             frame.items.insert(index, copy)
             return
@@ -203,8 +205,10 @@ def _pass_arguments(h: Hierarchy, callee: Frame, signatures: dict[int, Signature
         if not (isinstance(value, fx.Node) and symbolic(value)) or value in caller.arguments:
             continue
         home = h.frame_of.get(value)
-        if home is not None and parent in home.chain():
-            continue  # computed in the caller or inside it: the caller has it
+        if home is not None and parent in home.chain() and callee not in home.chain():
+            continue  # computed in the caller or in a call before this one: the caller has it
+        # computed outside the caller, or inside this very call (export computes a size where it is first read, so
+        # a torch.Size argument's items may be traced inside the callee)
         child = next(f for f in callee.chain() if f.parent is parent)
         copy = _derive(h, parent, caller, value, first, pure, added, position=parent.items.index(child)
                        if child in parent.items else None)

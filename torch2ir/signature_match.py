@@ -152,12 +152,15 @@ def _body_stamps(graph: Any) -> Iterator[int]:
 
 
 def _plain(spec: pytree.TreeSpec, keyed: bool = False) -> bool:
-    """Structures a call node can carry as they are: tuples, lists, str-keyed dicts, None and leaves; for results
-    (``keyed``) any registered container whose items are unpacked by position, dicts by key."""
+    """Structures a call node can carry as they are: tuples, lists, str-keyed dicts, None and leaves, and among
+    arguments a ``torch.Size`` of symbolic sizes (built by a ``torch.Size`` node); for results (``keyed``) any
+    registered container whose items are unpacked by position, dicts by key."""
     if spec.is_leaf():
         return True
     if spec.type in (dict, collections.OrderedDict):
         ok = all(isinstance(k, str) for k in spec.context)
+    elif spec.type is torch.Size and not keyed:  # sizes with symbolic items: the caller builds a torch.Size
+        ok = all(c.is_leaf() for c in spec.children())
     else:
         ok = keyed or spec.type in (tuple, list, type(None))
     return ok and all(_plain(c, keyed) for c in spec.children())

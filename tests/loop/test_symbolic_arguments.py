@@ -294,3 +294,51 @@ def test_a_size_that_divides_a_tensors_size_is_computed_by_the_division():
         y = torch.randn(batch, 4, 3)
         torch.testing.assert_close(rebuilt(y), model(y), rtol=0, atol=0)
     assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == ir
+
+
+class _SinusoidalPositions(nn.Module):
+    """Marian's, Pegasus' and RoFormer's sinusoidal positions: called with ``input.shape[:-1]``, a ``torch.Size``,
+    reading only its last item."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Embedding(64, 8)
+
+    def forward(self, shape: torch.Size, offset: int = 0) -> torch.Tensor:
+        length = shape[-1]
+        return self.table(torch.arange(offset, offset + length))
+
+
+class _WithPositions(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.positions = _SinusoidalPositions()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + self.positions(x.shape[:-1], 2)).reshape(x.shape[0], -1)
+
+
+def test_a_size_of_symbolic_items_is_passed_as_a_size_built_by_the_caller() -> None:
+    model, x = _WithPositions().eval(), torch.randn(2, 5, 8)
+    dims = ({0: Dim("batch", max=16), 1: Dim("seq", min=2, max=32)},)
+    ir = torch2ir.convert(model, (x,), dynamic_shapes=dims)
+    assert ir["positions"].meta["forward_arg_names"] == ["shape", "offset"]  # signed, not data-flow inputs
+    (call,) = [a for _, a in ir.root.graph.nodes(data=True) if a.get("implementation") == "positions"]
+    (size,) = [a for _, a in ir.root.graph.nodes(data=True) if a.get("implementation") == "torch.Size"]
+    assert call["args"][0].node in ir.root.graph and size["type"] == "function"
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    assert list(inspect.signature(rebuilt.positions.forward).parameters) == ["shape", "offset"]
+    for shape in [(2, 5, 8), (3, 11, 8), (1, 2, 8)]:  # exact at other sizes
+        y = torch.randn(shape)
+        assert torch.equal(rebuilt(y), model(y))
+    assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == ir  # the loop is a fixpoint
+    # the rebuilt submodule is called like the original, with a torch.Size, and can be swapped for it
+    assert torch.equal(rebuilt.positions(torch.Size([3, 7]), 2), model.positions(torch.Size([3, 7]), 2))
+
+
+def test_a_size_of_static_items_stays_one_constant() -> None:
+    model, x = _WithPositions().eval(), torch.randn(2, 5, 8)
+    ir = torch2ir.convert(model, (x,))
+    (call,) = [a for _, a in ir.root.graph.nodes(data=True) if a.get("implementation") == "positions"]
+    assert call["args"][0] == torch.Size([2, 5])
+    assert not [a for _, a in ir.root.graph.nodes(data=True) if a.get("implementation") == "torch.Size"]

@@ -10,7 +10,8 @@ so that ``ir2torch.convert(new_ir, new_state)`` loads with ``strict=True``:
   :func:`insert_after_type`;
 - :func:`replace_pattern` splices a replacement graph for every match of a pattern function (fx's
   ``subgraph_rewriter.replace_pattern`` on the IR);
-- :func:`rename_implementation` moves a module to another path.
+- :func:`rename_implementation` moves a module to another path;
+- :func:`inline` puts the graph a module call runs in the call's place (its caller's graph).
 
 Rewritten implementations record what they were made from in ``meta["provenance"]``
 (:mod:`common.provenance`), which :func:`common.verify.verify` (``rewritten=``) and
@@ -20,6 +21,7 @@ Rewritten implementations record what they were made from in ``meta["provenance"
 from .batchnorm import fold_batchnorm
 from .core import Match, NodeRef, PatternNotFoundError, RewriteError
 from .find import find
+from .inline import inline
 from .passes import Rewritten, insert_after_type, remove_types, replace_type
 from .pattern import MatchFilter, replace_pattern
 from .primitives import insert_after, remove, replace
@@ -29,6 +31,6 @@ from .state import StateView
 
 __all__ = [
     "Match", "MatchFilter", "NodeRef", "PatternNotFoundError", "RewriteError", "Rewritten", "StateView", "find",
-    "fold_batchnorm", "fuse_qkv", "insert_after", "insert_after_type", "remove", "remove_types",
+    "fold_batchnorm", "fuse_qkv", "inline", "insert_after", "insert_after_type", "remove", "remove_types",
     "rename_implementation", "replace", "replace_pattern", "replace_type",
 ]  # fmt: skip

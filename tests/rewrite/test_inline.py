@@ -1,0 +1,134 @@
+"""``inline``: a module call replaced by the graph it runs, in its caller's graph. The rebuilt model computes what
+the original did, loads the original state with ``strict=True``, and converts back to the same IR."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import ir2torch
+import torch2ir
+from common.compare import equal
+from common.rewrite import NodeRef, RewriteError, inline, replace_pattern
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = nn.Parameter(torch.randn(4))
+
+    def forward(self, x: torch.Tensor, bias: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.lin(x) * self.scale + bias
+        return h.relu(), h.sum(-1)
+
+
+class Twice(nn.Module):
+    """One block called twice (two call nodes of one implementation), its results unpacked, a keyword argument."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.block(x)
+        c, d = self.block(a, bias=0.5)
+        return self.out(c) + b[:, None] * d[:, None]
+
+
+def _nodes(ir, key="root"):
+    return {n: ir[key].node(n) for n in ir[key].nodes}
+
+
+def test_a_call_becomes_the_callees_nodes_exact_strict_and_a_fixpoint():
+    torch.manual_seed(0)
+    model, x = Twice().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,))
+    first, _ = [n for n, a in _nodes(ir).items() if a.get("implementation") == "block"]
+    new, state = inline(ir, model.state_dict(), NodeRef("root", first))
+    nodes = _nodes(new)
+    assert [n for n, a in nodes.items() if a.get("implementation") == "block"] == ["block"]  # its first call now
+    assert nodes["block_lin"]["implementation"] == "block.lin"  # the callee's child, called through it
+    assert nodes["block_scale"] == {**nodes["block_scale"], "type": "get_attr", "implementation": "block.scale"}
+    assert {"mul", "relu", "sum"} <= set(nodes)  # ops named as a conversion names them
+    rebuilt = ir2torch.convert(new, state)  # strict: the state is the original's
+    assert torch.equal(rebuilt(x), model(x))
+    assert new["block"].node_count  # still called once: it keeps its graph
+    assert equal(torch2ir.convert(rebuilt, (x,)), new)
+    assert ir == torch2ir.convert(model, (x,))  # the input IR is left as it was
+    # inlining the second call too: nothing calls the block any more, it keeps its state and no graph
+    second, = [n for n, a in _nodes(new).items() if a.get("implementation") == "block"]
+    last, state = inline(new, state, NodeRef("root", second))
+    assert last["block"].node_count == 0 and "in_spec" not in last["block"].meta
+    rebuilt = ir2torch.convert(last, state)
+    assert torch.equal(rebuilt(x), model(x))
+    assert sorted(rebuilt.state_dict()) == sorted(model.state_dict())
+    assert equal(torch2ir.convert(rebuilt, (x,)), last)
+
+
+def test_a_transformers_attention_is_inlined_into_its_layer():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=64, vocab_size=50)
+    model = transformers.BertModel(config).eval()
+    ids = torch.randint(0, 50, (2, 6))
+    ir = torch2ir.convert(model, (ids,))
+    layer = "encoder.layer.0"
+    call, = [n for n, a in _nodes(ir, layer).items() if a.get("implementation") == f"{layer}.attention"]
+    new, state = inline(ir, model.state_dict(), NodeRef(layer, call))
+    assert not [a for a in _nodes(new, layer).values() if a.get("implementation") == f"{layer}.attention"]
+    assert f"{layer}.attention.self" in {a.get("implementation") for a in _nodes(new, layer).values()}
+    rebuilt = ir2torch.convert(new, state)
+    with torch.no_grad():
+        assert torch.equal(rebuilt(ids).last_hidden_state, model(ids).last_hidden_state)
+    assert equal(torch2ir.convert(rebuilt, (ids,)), new)
+
+
+def test_a_leaf_or_an_op_is_refused_naming_it():
+    model, x = Twice().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,))
+    with pytest.raises(RewriteError, match=r"'out' \(linear\) has no graph to inline"):
+        inline(ir, None, NodeRef("root", "out"))
+    op = next(n for n, a in _nodes(ir).items() if a["type"] == "function")
+    with pytest.raises(RewriteError, match="not a module call"):
+        inline(ir, None, NodeRef("root", op))
+
+
+class Gate(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x)
+
+
+class Gated(nn.Module):
+    """``x * sigmoid(x)`` spread over a module call: the sigmoid in a child, the product in the parent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.gate = Gate()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return y * self.gate(y)
+
+
+def test_a_pattern_spread_over_a_call_matches_once_the_call_is_inlined():
+    model, x = Gated().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,))
+
+    def swish(v):
+        return v * torch.sigmoid(v)
+
+    def silu(v):
+        return torch.nn.functional.silu(v)
+
+    assert replace_pattern(ir, model.state_dict(), swish, silu).count == 0  # the call stands between
+    flat, state = inline(ir, model.state_dict(), NodeRef("root", "gate"))
+    result = replace_pattern(flat, state, swish, silu)
+    assert result.count == 1
+    rebuilt = ir2torch.convert(result.ir, result.state)
+    assert torch.equal(rebuilt(x), torch.nn.functional.silu(model.lin(x)))
+    assert equal(torch2ir.convert(rebuilt, (x,)), result.ir)

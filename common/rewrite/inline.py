@@ -63,8 +63,8 @@ def _fail(ref: NodeRef, message: str, hint: str) -> RewriteError:
     return RewriteError(message, implementation=ref.implementation, node=ref.node, hint=hint)
 
 
-def inline_call(s: Session, ref: NodeRef) -> None:
-    """:func:`inline` on a session."""
+def inline_call(s: Session, ref: NodeRef) -> set[str]:
+    """:func:`inline` on a session; returns the names the callee's nodes have in the caller's graph."""
     parent = graph_of(s.ir, ref)
     attrs = parent.node(ref.node)
     key = callee(attrs)
@@ -132,10 +132,11 @@ def inline_call(s: Session, ref: NodeRef) -> None:
                                                                               if r.index is not None else {}))
                       for p, r in (*iter_refs(list(node.get("args", []))), *iter_refs(dict(node.get("kwargs", {}))))]
     rebuild_graph(parent, nodes, _in_order(edges, nodes))
-    _one_read_per_tensor(parent)
-    _name_by_structure(parent, ref.implementation, {renamed[n]: n for n in renamed})
+    same = _one_read_per_tensor(parent)
+    names = _name_by_structure(parent, ref.implementation, {renamed[n]: n for n in renamed})
     _drop_unused_graphs(s.ir, key)
     s.changes.append(f"{ref}: inlined {key!r} ({len(copied)} nodes)")
+    return {names.get(same.get(n, n), same.get(n, n)) for n in renamed.values()}
 
 
 def _drop_unused_graphs(ir: IR, key: str) -> None:
@@ -166,9 +167,10 @@ def _drop_unused_graphs(ir: IR, key: str) -> None:
             attrs["variant"] = new
 
 
-def _one_read_per_tensor(graph: Implementation) -> None:
+def _one_read_per_tensor(graph: Implementation) -> dict[str, str]:
     """One ``get_attr`` node per state path, as a conversion writes a graph: a later read of the same tensor (the
-    caller's and the callee's read of one parameter) is dropped and its readers read the first."""
+    caller's and the callee's read of one parameter) is dropped and its readers read the first. Returns
+    ``{dropped node: the node read instead}``."""
     first: dict[str, str] = {}
     same: dict[str, str] = {}
     for name in graph.nodes:
@@ -178,18 +180,19 @@ def _one_read_per_tensor(graph: Implementation) -> None:
             if kept != name:
                 same[name] = kept
     if not same:
-        return
+        return same
     nodes, edges = ordered(graph)
     moved = [(n, {**a, **{f: map_refs(a[f], lambda r: Ref(same.get(r.node, r.node), r.index))
                           for f in ("args", "kwargs") if f in a}}) for n, a in nodes if n not in same]
     rebuild_graph(graph, moved, [(same.get(u, u), v, d) for u, v, d in edges if v not in same])
+    return same
 
 
-def _name_by_structure(graph: Implementation, owner: str, copied: Mapping[str, str]) -> None:
+def _name_by_structure(graph: Implementation, owner: str, copied: Mapping[str, str]) -> dict[str, str]:
     """Name the nodes of ``graph`` as torch2ir names those of a graph it writes: an op by what it computes,
     numbered in graph order (``mul``, ``mul_1``), a call or a state read by its attribute path (``block_lin``),
     a further call of one module with ``@n``; inputs and the output keep theirs (``copied``: the callee's name of
-    each copied node). Converting the rebuilt model then names them alike."""
+    each copied node). Converting the rebuilt model then names them alike. Returns ``{old name: new name}``."""
     taken = {n for n in graph.nodes if graph.node(n)["type"] in ("input", "output")} | {"output"}
     rename: dict[str, str] = {}
     calls: dict[str, int] = {}
@@ -210,11 +213,12 @@ def _name_by_structure(graph: Implementation, owner: str, copied: Mapping[str, s
             base = path if not seen else f"{path}@{seen}"
         rename[name] = _fresh(taken, base.replace(".", "_") or "node")
     if all(old == new for old, new in rename.items()):
-        return
+        return rename
     nodes, edges = ordered(graph)
     moved = [(rename.get(n, n), {**a, **{f: map_refs(a[f], lambda r: Ref(rename.get(r.node, r.node), r.index))
                                          for f in ("args", "kwargs") if f in a}}) for n, a in nodes]
     rebuild_graph(graph, moved, [(rename.get(u, u), rename.get(v, v), d) for u, v, d in edges])
+    return rename
 
 
 def _fresh(taken: set[str], base: str) -> str:

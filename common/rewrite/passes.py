@@ -29,11 +29,14 @@ class Rewritten(tuple):
 
     changes: list[str]
     skipped: list[str]
+    #: module calls inlined for a match to be found (:func:`~common.rewrite.replace_pattern`), one line each
+    inlined: list[str]
 
     def __new__(cls, ir: IR, state: dict[str, torch.Tensor] | None, changes: Iterable[str]) -> Rewritten:
         obj = super().__new__(cls, (ir, state))
         obj.changes = list(changes)
         obj.skipped = []  # places the pass looked at and left alone, with why
+        obj.inlined = []
         return obj
 
     @property

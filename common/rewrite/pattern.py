@@ -10,13 +10,16 @@ used). Matched nodes other than the output must not be read outside the match. N
 replaced, in one edit per graph, by the replacement's calls, fed by the values the pattern's inputs matched;
 everything that read the matched output reads the replacement's output.
 
-What is not matched, by design: a match through a module call (the pattern's nodes must all lie in one
-graph; a module call is a node like any other, and a pattern input may match it), tensor constants inside
-the pattern or the replacement (pass them as inputs), and patterns of several outputs.
+A match spread over a module call (part of it in the callee's graph, part in the caller's) is found by inlining
+that call first (:func:`~common.rewrite.inline`): each call whose graph holds one of the pattern's ops is
+inlined on a trial copy, and kept inlined only where a match then spans its nodes and the caller's. What is
+not matched, by design: a match through a handled leaf's call (an ``nn.SiLU`` has no graph), tensor constants
+inside the pattern or the replacement (pass them as inputs), and patterns of several outputs.
 """
 
 from __future__ import annotations
 
+import copy
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -34,12 +37,14 @@ from .core import (
     RewriteError,
     Where,
     all_graphs,
+    callee,
     fresh_name,
     map_refs,
     matches_where,
     ordered,
     rebuild_graph,
 )
+from .inline import inline_call
 from .ops import _in_order
 from .passes import Rewritten
 from .pattern_trace import Traced, replacement_metas, trace, value_meta
@@ -111,7 +116,7 @@ class _Matcher:
 def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: Callable[..., Any],
                     replacement: Callable[..., Any], *, example_inputs: Sequence[Any] | None = None,
                     where: Where = None, match_filters: Iterable[MatchFilter] = (),
-                    allow: Iterable[str] | None = None) -> Rewritten:
+                    allow: Iterable[str] | None = None, across_calls: bool = True) -> Rewritten:
     """Replace every match of ``pattern`` by ``replacement`` in every graph of ``ir`` (see the module docstring).
 
     Args:
@@ -125,11 +130,15 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
         match_filters: predicates ``(match, ir) -> bool``; a match is replaced only if each returns true
             (``match.nodes`` are the matched nodes in graph order, the output last).
         allow: extra op names the result may call (the default allow-list otherwise).
+        across_calls: a match spread over a module call (part of it in the callee's graph, part in the caller's)
+            is found by inlining just that call first (:func:`~common.rewrite.inline`), one call at a time, and
+            only where such a match exists; ``False`` matches inside each graph only.
 
     Returns:
-        :class:`~common.rewrite.Rewritten`: ``(new_ir, new_state)``, with ``changes`` (one line per replaced match)
-        and ``count``. Replaced nodes go; the replacement's nodes get names as a conversion would give them
-        (numbered within the graph in computation order), so converting the rebuilt model gives the same IR.
+        :class:`~common.rewrite.Rewritten`: ``(new_ir, new_state)``, with ``changes`` (one line per replaced match),
+        ``count`` and ``inlined`` (one line per module call inlined for a match). Replaced nodes go; the
+        replacement's nodes get names as a conversion would give them (numbered within the graph in computation
+        order), so converting the rebuilt model gives the same IR.
 
     Raises:
         RewriteError: a function cannot be traced or does not return one tensor, the two take different numbers
@@ -149,6 +158,7 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
                            hint="the pattern must compute something")
     filters = list(match_filters)
     s = Session(ir, state, allow=allow, pass_name="replace_pattern")
+    inlined = _inline_spanning(s, pat, where) if across_calls else []
     for key, variant, graph in list(all_graphs(s.ir)):
         if not matches_where(where, key):
             continue
@@ -177,7 +187,57 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
             where_text = key + (f"[variant {variant}]" if variant else "")
             made = ", ".join(rep.names[n] for n in rep.calls if n in rep.names) or "an argument"
             s.changes += [f"{where_text}: {text} -> {made}" for text in texts]
-    return Rewritten(*s.finish(), s.changes)
+    result = Rewritten(*s.finish(), s.changes)
+    result.inlined = inlined
+    return result
+
+
+def _matches(pat: Traced, graph: Implementation) -> Iterable[set[str]]:
+    """The node sets of the matches of ``pat`` in ``graph`` (overlapping ones too; before any match filter)."""
+    matcher = _Matcher(pat, graph)
+    for name in list(graph.graph.nodes):
+        hit = matcher.at(name)
+        if hit is not None:
+            yield set(hit[0].values())
+
+
+def _inline_spanning(s: Session, pat: Traced, where: Where) -> list[str]:
+    """Inline each module call a match would span (part of it among the callee's nodes, part outside them), one at a
+    time, until no call is spanned; calls whose graphs hold none of the pattern's ops are not tried. Returns one
+    line per inlined call."""
+    done: list[str] = []
+    ops = set(pat.names.values())
+    tried: set[tuple[str, int, str, str]] = set()
+    while True:
+        for key, variant, graph in list(all_graphs(s.ir)):
+            if not matches_where(where, key):
+                continue
+            spanned = None
+            for name, attrs in list(graph.graph.nodes(data=True)):
+                target = callee(attrs)
+                if target is None or target not in s.ir or not s.ir[target].node_count or \
+                        (key, variant, name, target) in tried:
+                    continue
+                tried.add((key, variant, name, target))
+                runs = s.ir[target].graphs()[attrs.get("variant", 0)]
+                if not any(runs.node(n).get("implementation") in ops for n in runs.nodes):
+                    continue
+                trial = copy.copy(s)
+                trial.ir, trial.changes = copy.deepcopy(s.ir), []
+                try:
+                    inlined = inline_call(trial, NodeRef(key, name, variant))
+                except RewriteError:
+                    continue  # a call inline refuses (a callee returning a ModelOutput) is not spanned
+                after = trial.ir[key].graphs()[variant]
+                if any(inside & inlined and inside - inlined for inside in _matches(pat, after)):
+                    spanned = trial
+                    break
+            if spanned is not None:
+                s.ir = spanned.ir
+                done += spanned.changes
+                break
+        else:
+            return done
 
 
 def _arg_count(fn: Any, role: str) -> int:

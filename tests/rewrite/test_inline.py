@@ -125,10 +125,42 @@ def test_a_pattern_spread_over_a_call_matches_once_the_call_is_inlined():
     def silu(v):
         return torch.nn.functional.silu(v)
 
-    assert replace_pattern(ir, model.state_dict(), swish, silu).count == 0  # the call stands between
-    flat, state = inline(ir, model.state_dict(), NodeRef("root", "gate"))
-    result = replace_pattern(flat, state, swish, silu)
-    assert result.count == 1
+    assert replace_pattern(ir, model.state_dict(), swish, silu, across_calls=False).count == 0
+    by_hand, state = inline(ir, model.state_dict(), NodeRef("root", "gate"))
+    for result in (replace_pattern(by_hand, state, swish, silu), replace_pattern(ir, model.state_dict(), swish, silu)):
+        assert result.count == 1
+        assert not [a for a in _nodes(result.ir).values() if a.get("implementation") == "gate"]
+        rebuilt = ir2torch.convert(result.ir, result.state)
+        assert torch.equal(rebuilt(x), torch.nn.functional.silu(model.lin(x)))
+        assert equal(torch2ir.convert(rebuilt, (x,)), result.ir)
+    assert [line.split(": ", 1)[1] for line in result.inlined] == ["inlined 'gate' (1 nodes)"]
+
+
+class TwoGates(nn.Module):
+    """One gate whose call a swish spans, one whose whole swish is inside it: only the first call is inlined."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = Gate()
+        self.inner = Swish()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x * self.gate(x))
+
+
+class Swish(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(x)
+
+
+def test_only_calls_a_match_spans_are_inlined():
+    model, x = TwoGates().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,))
+    result = replace_pattern(ir, None, lambda v: v * torch.sigmoid(v), torch.nn.functional.silu)
+    assert result.count == 2
+    calls = {a.get("implementation") for a in _nodes(result.ir).values()}
+    assert "inner" in calls and "gate" not in calls  # the inner swish is replaced in its own graph
+    assert "aten.silu.default" in {a.get("implementation") for a in _nodes(result.ir, "inner").values()}
     rebuilt = ir2torch.convert(result.ir, result.state)
-    assert torch.equal(rebuilt(x), torch.nn.functional.silu(model.lin(x)))
+    assert torch.allclose(rebuilt(x), model(x), atol=1e-6)
     assert equal(torch2ir.convert(rebuilt, (x,)), result.ir)

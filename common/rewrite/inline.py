@@ -66,6 +66,10 @@ def _fail(ref: NodeRef, message: str, hint: str) -> RewriteError:
 def inline_call(s: Session, ref: NodeRef) -> set[str]:
     """:func:`inline` on a session; returns the names the callee's nodes have in the caller's graph."""
     parent = graph_of(s.ir, ref)
+    if s.ir[ref.implementation].type != "module":  # a real nn.Sequential runs its children, not a graph
+        raise _fail(ref, f"the caller {ref.implementation!r} is rebuilt as its class "
+                    f"({s.ir[ref.implementation].type}), not from its graph", "inline calls inside modules rebuilt "
+                    "from their graphs (type 'module'); inline the container's own call into its caller instead")
     attrs = parent.node(ref.node)
     key = callee(attrs)
     if key is None or key not in s.ir:
@@ -74,9 +78,10 @@ def inline_call(s: Session, ref: NodeRef) -> set[str]:
     child = s.ir[key]
     variant = attrs.get("variant", 0)
     graphs = child.graphs()
-    if not child.node_count or not 0 <= variant < len(graphs):
-        raise _fail(ref, f"{key!r} ({child.type}) has no graph to inline: a handled leaf is one call",
-                    "inline calls of modules rebuilt from their graphs (type 'module')")
+    if child.type not in ("module", "sequential") or not child.node_count or not 0 <= variant < len(graphs):
+        raise _fail(ref, f"{key!r} ({child.type}) has no graph to inline" + (": a handled leaf is one call" if
+                    child.type not in ("module", "sequential") else ""),
+                    "inline calls of modules rebuilt from their graphs (type 'module') or of an nn.Sequential")
     body = graphs[variant]
     path = attrs.get("target") or (key if ref.implementation == "root" else key[len(ref.implementation) + 1:])
     values = _arguments(ref, attrs, child, body)

@@ -164,3 +164,29 @@ def test_only_calls_a_match_spans_are_inlined():
     rebuilt = ir2torch.convert(result.ir, result.state)
     assert torch.allclose(rebuilt(x), model(x), atol=1e-6)
     assert equal(torch2ir.convert(rebuilt, (x,)), result.ir)
+
+
+class Stages(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage = nn.Sequential(Swish(), nn.Linear(4, 4), Swish())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stage(x) + 1
+
+
+def test_an_nn_sequential_call_is_inlined_and_calls_inside_it_are_refused():
+    torch.manual_seed(0)
+    model, x = Stages().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,))
+    assert ir["stage"].type == "sequential"
+    with pytest.raises(RewriteError, match="rebuilt as its class"):  # a real Sequential runs its children
+        inline(ir, None, NodeRef("stage", next(iter(_nodes(ir, "stage")))))
+    new, state = inline(ir, model.state_dict(), NodeRef("root", "stage"))
+    assert [a["implementation"] for a in _nodes(new).values() if a["type"] not in ("input", "output", "function")] \
+        == ["stage.0", "stage.1", "stage.2"]
+    assert new["stage"].node_count == 0  # the container stays, with its children, and is no longer called
+    rebuilt = ir2torch.convert(new, state)
+    assert isinstance(rebuilt.stage, nn.Sequential)
+    assert torch.equal(rebuilt(x), model(x))
+    assert equal(torch2ir.convert(rebuilt, (x,)), new)

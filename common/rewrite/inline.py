@@ -20,6 +20,7 @@ again gives the same IR. Handled leaves (typed implementations, ``nn.Linear``) h
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -89,7 +90,7 @@ def inline_call(s: Session, ref: NodeRef) -> set[str]:
     renamed: dict[str, str] = {}
     copied: list[tuple[str, dict[str, Any]]] = []
     for name in body.nodes:
-        node = dict(body.node(name))
+        node = copy.deepcopy(body.node(name))  # the callee may keep its graph: no value is shared with it
         if node["type"] in ("input", "output"):
             continue
         renamed[name] = new = _fresh(taken, f"{ref.node}_{name}")
@@ -112,22 +113,22 @@ def inline_call(s: Session, ref: NodeRef) -> set[str]:
         if name != ref.node:
             nodes.append((name, _read_result(dict(node), ref, result)))
             continue
-        for new, copy in copied:
+        for new, item in copied:
             for field in ("args", "kwargs"):
-                if field in copy:
-                    copy[field] = map_refs(copy[field], inner)
-            if copy["type"] == "get_attr":
-                copy["implementation"] = f"{path}.{copy['implementation']}"
-            elif callee(copy) is not None:
-                inner_path = copy.get("target") or copy["implementation"][len(key) + 1:]
+                if field in item:
+                    item[field] = map_refs(item[field], inner)
+            if item["type"] == "get_attr":
+                item["implementation"] = f"{path}.{item['implementation']}"
+            elif callee(item) is not None:
+                inner_path = item.get("target") or item["implementation"][len(key) + 1:]
                 through = f"{path}.{inner_path}"
                 owner = ref.implementation
-                plain = copy["implementation"] if owner == "root" else copy["implementation"][len(owner) + 1:]
-                if through == plain and (owner == "root" or copy["implementation"].startswith(f"{owner}.")):
-                    copy.pop("target", None)  # the key's own path from the caller: as torch2ir writes it
+                plain = item["implementation"] if owner == "root" else item["implementation"][len(owner) + 1:]
+                if through == plain and (owner == "root" or item["implementation"].startswith(f"{owner}.")):
+                    item.pop("target", None)  # the key's own path from the caller: as torch2ir writes it
                 else:
-                    copy["target"] = through
-            nodes.append((new, copy))
+                    item["target"] = through
+            nodes.append((new, item))
     parent_edges = [(u, v, d) for u, v, _, d in parent._ordered_edges() if u != ref.node and v != ref.node]
     changed = {n for n, a in nodes if n in renamed.values() or _reads(parent, n, ref.node)}
     edges = [e for e in parent_edges if e[1] not in changed]

@@ -190,3 +190,22 @@ def test_an_nn_sequential_call_is_inlined_and_calls_inside_it_are_refused():
     assert isinstance(rebuilt.stage, nn.Sequential)
     assert torch.equal(rebuilt(x), model(x))
     assert equal(torch2ir.convert(rebuilt, (x,)), new)
+
+
+class SameTwice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(self.block(x)[0])[0]  # two calls of one graph
+
+
+def test_the_inlined_nodes_share_nothing_with_the_callee():
+    model, x = SameTwice().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,))
+    assert ir["block"].variant_count == 0
+    new, _ = inline(ir, None, NodeRef("root", "block"))
+    assert new["block"].node_count  # the second call still runs it
+    new.root.node("mul")["meta"]["shape"][0] = 99  # a later edit of the caller's copy
+    assert new["block"].node("mul")["meta"]["shape"][0] == 3

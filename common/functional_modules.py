@@ -14,8 +14,10 @@ one of :data:`METHODS`. The rebuilt parent calls that method on whatever module 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from .errors import IRValidationError
 
 #: IR type of each class (``torch.ao.nn.quantized``'s), by class name; nothing is imported here.
 TYPES: dict[str, str] = {"FloatFunctional": "float_functional", "FXFloatFunctional": "fx_float_functional"}
@@ -37,4 +39,26 @@ def _method(name: str) -> Callable[..., Any]:
 METHODS: dict[str, Callable[..., Any]] = {name: _method(name) for name in (
     "add", "add_scalar", "mul", "mul_scalar", "cat", "add_relu", "matmul")}
 
-__all__ = ["METHODS", "TYPES"]
+def method_of(attrs: Mapping[str, Any], ntype: str, implementation: str, node: str) -> Callable[..., Any] | None:
+    """The function a call node of type ``ntype`` runs its callee through (its ``method``, looked up in
+    :data:`METHODS`), or ``None`` for a call of any other module, which names no method.
+
+    Raises:
+        IRValidationError: a call of a :data:`TYPES` module without one of :data:`METHODS`, or another call with a
+            ``method``.
+    """
+    method = attrs.get("method")
+    if ntype in TYPES.values():
+        found = METHODS.get(method) if type(method) is str else None
+        if found is None:
+            raise IRValidationError(
+                f"node calls a {ntype!r} module with method {method!r}", implementation=implementation, node=node,
+                hint=f"'method' names what the call runs, one of {', '.join(METHODS)}")
+        return found
+    if "method" in attrs:
+        raise IRValidationError(f"node calls a {ntype!r} module and names a method", implementation=implementation,
+                                node=node, hint=f"only calls of {', '.join(TYPES.values())} modules name a 'method'")
+    return None
+
+
+__all__ = ["METHODS", "TYPES", "method_of"]

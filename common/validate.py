@@ -38,8 +38,7 @@ from .errors import (
     NodeTypeMismatchError,
     UnknownNodeKindError,
 )
-from .functional_modules import METHODS as FUNCTIONAL_METHODS
-from .functional_modules import TYPES as _FUNCTIONAL
+from .functional_modules import method_of
 from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem
@@ -311,25 +310,8 @@ def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any
             f"node has type {ntype!r} but implementation {target!r} has type {callee.type!r}",
             implementation=name, node=node, hint="a call node's type must equal the called implementation's type",
         )
-    _check_method(attrs, ntype, name, node)
+    method_of(attrs, ntype, name, node)  # a FloatFunctional call names its method, no other call does
     return target
-
-
-_FUNCTIONAL_TYPES = tuple(_FUNCTIONAL.values())
-
-
-def _check_method(attrs: dict[str, Any], ntype: str, name: str, node: str) -> None:
-    """A call of a ``FloatFunctional``-like module names the method it runs (:mod:`common.functional_modules`);
-    no other call names one."""
-    method = attrs.get("method")
-    if ntype in _FUNCTIONAL_TYPES:
-        if type(method) is not str or method not in FUNCTIONAL_METHODS:
-            raise IRValidationError(
-                f"node calls a {ntype!r} module with method {method!r}", implementation=name, node=node,
-                hint=f"'method' names what the call runs, one of {', '.join(FUNCTIONAL_METHODS)}")
-    elif "method" in attrs:
-        raise IRValidationError(f"node calls a {ntype!r} module and names a method", implementation=name, node=node,
-                                hint=f"only calls of {', '.join(_FUNCTIONAL_TYPES)} modules name a 'method'")
 
 
 def _check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> list[Subgraph]:

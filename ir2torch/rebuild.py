@@ -27,7 +27,7 @@ from torch import fx, nn
 from torch.fx.immutable_collections import immutable_dict
 
 from common.errors import ArgumentMismatchError, IRValidationError
-from common.functional_modules import METHODS as FUNCTIONAL_METHODS
+from common.functional_modules import method_of
 from common.ir import CARRIED_NOTES, NOTES_KEY, ORIGINAL_CLASS_KEY, Implementation, slot_path
 from common.names import CODEGEN_NAMES, sanitize, without_counter
 from common.order import execution_order
@@ -263,11 +263,8 @@ class _GraphBuilder:
                 target = _call_target(self.impl, node, attrs)
                 if attrs.get("variant"):  # this call runs one of the callee's per-call graphs
                     self.graph.call_function(select_variant, (self.graph.get_attr(target), attrs["variant"]))
-                if "method" in attrs:  # FloatFunctional.add(...): the function the name selects (validated)
-                    method = FUNCTIONAL_METHODS.get(attrs["method"]) if isinstance(attrs["method"], str) else None
-                    if method is None:
-                        raise IRValidationError(f"node names method {attrs['method']!r}", implementation=self.impl.name,
-                                                node=node, hint=f"one of {', '.join(FUNCTIONAL_METHODS)}")
+                method = method_of(attrs, kind, self.impl.name, node)  # FloatFunctional.add(...): a function
+                if method is not None:
                     fx_node = self.graph.create_node("call_function", method, (self.graph.get_attr(target), *args),
                                                      kwargs, name=name)
                 else:

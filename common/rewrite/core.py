@@ -17,7 +17,7 @@ import networkx as nx
 from common.errors import IRValidationError
 from common.ir import IR, NODE_KINDS, Implementation
 from common.schema import _fix_slotless_order
-from common.values import Ref, Subgraph
+from common.values import Ref, Subgraph, iter_refs
 
 Where = str | Callable[[str], bool] | None
 
@@ -201,6 +201,17 @@ def topo_order(nodes: list[tuple[str, dict[str, Any]]], edges: list[tuple[str, s
                            hint="a matched subgraph must not feed its own inputs through nodes outside it") from None
     attrs = dict(nodes)
     return [(n, attrs[n]) for n in names]
+
+
+def edges_of(name: str, attrs: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """One edge per reference in a node's arguments (the slot is the reference's path)."""
+    out = []
+    for path, ref in [*iter_refs(list(attrs.get("args", []))), *iter_refs(dict(attrs.get("kwargs", {})))]:
+        edge: dict[str, Any] = {"slot": path if len(path) > 1 else path[0]}
+        if ref.index is not None:
+            edge["src_index"] = ref.index
+        out.append((ref.node, name, edge))
+    return out
 
 
 def fresh_name(taken: Iterable[str], base: str) -> str:

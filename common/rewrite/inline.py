@@ -30,9 +30,21 @@ from torch.utils import _pytree as pytree
 from common.ir import IR, Implementation
 from common.names import without_counter
 from common.treespec import load_spec
-from common.values import Ref, iter_refs
+from common.values import Ref
 
-from .core import Match, NodeRef, RewriteError, call_sites, callee, graph_of, map_refs, ordered, rebuild_graph
+from .core import (
+    Match,
+    NodeRef,
+    RewriteError,
+    call_sites,
+    callee,
+    edges_of,
+    fresh_name,
+    graph_of,
+    map_refs,
+    ordered,
+    rebuild_graph,
+)
 from .ops import _in_order
 from .session import Session
 
@@ -93,7 +105,7 @@ def inline_call(s: Session, ref: NodeRef) -> set[str]:
         node = copy.deepcopy(body.node(name))  # the callee may keep its graph: no value is shared with it
         if node["type"] in ("input", "output"):
             continue
-        renamed[name] = new = _fresh(taken, f"{ref.node}_{name}")
+        renamed[name] = new = _taken_name(taken, f"{ref.node}_{name}")
         copied.append((new, node))
 
     def inner(r: Ref) -> Any:
@@ -134,9 +146,7 @@ def inline_call(s: Session, ref: NodeRef) -> set[str]:
     edges = [e for e in parent_edges if e[1] not in changed]
     for name, node in nodes:
         if name in changed:
-            edges += [(r.node, name, {"slot": p if len(p) > 1 else p[0]} | ({"src_index": r.index}
-                                                                              if r.index is not None else {}))
-                      for p, r in (*iter_refs(list(node.get("args", []))), *iter_refs(dict(node.get("kwargs", {}))))]
+            edges += edges_of(name, node)
     rebuild_graph(parent, nodes, _in_order(edges, nodes))
     same = _one_read_per_tensor(parent)
     names = _name_by_structure(parent, ref.implementation, {renamed[n]: n for n in renamed})
@@ -217,7 +227,7 @@ def _name_by_structure(graph: Implementation, owner: str, copied: Mapping[str, s
             seen = calls.get(path, 0)
             calls[path] = seen + 1
             base = path if not seen else f"{path}@{seen}"
-        rename[name] = _fresh(taken, base.replace(".", "_") or "node")
+        rename[name] = _taken_name(taken, base.replace(".", "_") or "node")
     if all(old == new for old, new in rename.items()):
         return rename
     nodes, edges = ordered(graph)
@@ -227,10 +237,9 @@ def _name_by_structure(graph: Implementation, owner: str, copied: Mapping[str, s
     return rename
 
 
-def _fresh(taken: set[str], base: str) -> str:
-    name, i = base, 1
-    while name in taken:
-        name, i = f"{base}_{i}", i + 1
+def _taken_name(taken: set[str], base: str) -> str:
+    """:func:`~common.rewrite.core.fresh_name`, recorded in ``taken``."""
+    name = fresh_name(taken, base)
     taken.add(name)
     return name
 

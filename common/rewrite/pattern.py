@@ -29,7 +29,7 @@ from torch import fx
 
 from common.ir import IR, Implementation
 from common.names import without_counter
-from common.values import Ref, iter_refs, values_equal
+from common.values import Ref, values_equal
 
 from .core import (
     Match,
@@ -38,6 +38,7 @@ from .core import (
     Where,
     all_graphs,
     callee,
+    edges_of,
     fresh_name,
     map_refs,
     matches_where,
@@ -304,7 +305,7 @@ def _splice(ir: IR, graph: Implementation, key: str, found: Found, rep: Traced) 
         new_edges.append((u, v, d))
     for group in emitted.values():
         for name, attrs in group:
-            new_edges += _edges_of(name, attrs)
+            new_edges += edges_of(name, attrs)
     bases = {without_counter(n) for n in removed} | {without_counter(n) for g in emitted.values() for n, _ in g}
     new_nodes, new_edges = _renumber(new_nodes, new_edges, bases)
     rebuild_graph(graph, new_nodes, _in_order(new_edges, new_nodes))
@@ -319,17 +320,6 @@ def _template(value: Any, env: Mapping[fx.Node, Ref]) -> Any:
     if isinstance(value, dict):
         return {k: _template(v, env) for k, v in value.items()}
     return value
-
-
-def _edges_of(name: str, attrs: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """One edge per reference in a node's arguments (the slot is the reference's path)."""
-    out = []
-    for path, ref in [*iter_refs(list(attrs["args"])), *iter_refs(dict(attrs["kwargs"]))]:
-        edge: dict[str, Any] = {"slot": path if len(path) > 1 else path[0]}
-        if ref.index is not None:
-            edge["src_index"] = ref.index
-        out.append((ref.node, name, edge))
-    return out
 
 
 def _renumber(nodes: list[tuple[str, dict[str, Any]]], edges: list[tuple[str, str, dict[str, Any]]],

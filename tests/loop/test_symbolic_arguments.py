@@ -342,3 +342,26 @@ def test_a_size_of_static_items_stays_one_constant() -> None:
     (call,) = [a for _, a in ir.root.graph.nodes(data=True) if a.get("implementation") == "positions"]
     assert call["args"][0] == torch.Size([2, 5])
     assert not [a for _, a in ir.root.graph.nodes(data=True) if a.get("implementation") == "torch.Size"]
+
+
+@pytest.mark.parametrize("bad", [["abc"], [[-1, 10**30]], [[1.5, None]]], ids=["string", "huge", "mixed"])
+def test_a_hostile_torch_size_node_gives_only_an_ir_error(tmp_path, bad) -> None:
+    """``torch.Size`` is an allowed function (class ``pure``): a file may give it anything; what it builds or what
+    the ops after it make of that fails as an ``IRError`` naming the node."""
+    import json
+
+    from common import IR
+    from common.errors import IRError
+
+    model, x = _WithPositions().eval(), torch.randn(2, 5, 8)
+    dims = ({0: Dim("batch", max=16), 1: Dim("seq", min=2, max=32)},)
+    path = tmp_path / "m.ir.json"
+    torch2ir.convert(model, (x,), dynamic_shapes=dims).save(path)
+    doc = json.loads(path.read_text())
+    root = doc["implementations"]["root"]
+    nodes = root["nodes"].values() if isinstance(root["nodes"], dict) else root["nodes"]
+    next(n for n in nodes if n.get("implementation") == "torch.Size")["args"] = bad
+    root["edges"] = [e for e in root["edges"] if e["dst"] != "size"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(IRError):
+        ir2torch.convert(IR.load(path), model.state_dict())(x)

@@ -10,12 +10,15 @@ writes its view with ``ir.view``, and opens it in ``/usr/bin/chromium --headless
 measures its own load (``performance.now()`` at the end of its script: reading the 1.8 MB file, parsing the
 JSON, drawing the tree) and writes it into ``document.title``, read here from ``--dump-dom``; the browser's
 start-up is reported apart, as the wall time of the whole process. The same page is measured again with an
-overlay on every module and graph node (``ir.view(..., overlay=...)``). Nothing is asserted.
+overlay on every module and graph node (``ir.view(..., overlay=...)``), and side by side with the same model
+with its attention projections fused (``ir.view(..., compare=fused)``); and the size of the one graph Model
+Explorer's adapter gives for it (:mod:`common.explorer`). Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import re
@@ -73,9 +76,21 @@ def main() -> None:
         overlay[key] = float(sum(math.prod(int(d) for d in rec["shape"]) for rec in impl.state.values()))
         for g in impl.graphs():
             overlay.update({f"{key}:{n}": float(i) for i, n in enumerate(g.nodes)})
+    from common.explorer import explorer_graph
+
+    start = time.perf_counter()
+    graph = explorer_graph(ir)  # what Model Explorer's adapter gives (common.explorer)
+    built = time.perf_counter() - start
+    print(f"Model Explorer graph (common.explorer): {len(graph['nodes'])} nodes in "
+          f"{len({n['namespace'] for n in graph['nodes']})} layers, {len(json.dumps(graph)) / 1e6:.1f} MB as JSON, "
+          f"built in {built:.2f} s")
     with tempfile.TemporaryDirectory() as tmp:
         pages = {}
-        for label, extra in (("", {}), (" + overlay", {"overlay": overlay, "overlay_name": "parameters"})):
+        from common.rewrite import fuse_qkv
+
+        fused, _ = fuse_qkv(ir, model.state_dict())  # the same model with its attention projections fused (meta)
+        for label, extra in (("", {}), (" + overlay", {"overlay": overlay, "overlay_name": "parameters"}),
+                             (" + compare (QKV fused)", {"compare": fused})):
             start = time.perf_counter()
             pages[label] = page = ir.view(Path(tmp) / f"llama70b{len(pages)}.html", **extra)
             write = time.perf_counter() - start

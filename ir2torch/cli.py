@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "as colours (e.g. verify --report's max abs diffs)")
     view.add_argument("--overlay-name", dest="overlay_name", default=None, metavar="NAME",
                       help="what the overlay's numbers are (default: the file's name)")
+    view.add_argument("--compare", type=Path, metavar="OTHER.ir.json", help="show OTHER beside FILE, synced by "
+                      "module path (a rewritten module by its provenance) and node name, with what was added, removed "
+                      "or changed marked")
     add_allow_op(view)
     add_common_options(view)
     view.set_defaults(func=_view)
@@ -202,6 +205,13 @@ def _view(options: argparse.Namespace) -> int:
         if isinstance(source, FlatIR):
             raise CommandError(f"{options.file} is a FlatIR; the view shows module-level IRs",
                                hint="view the IR written by torch2ir convert, or draw the FlatIR with ir2torch render")
+        other = None
+        if options.compare is not None:
+            with _reading(f"read {options.compare}"):
+                other = load_any(options.compare, allow=options.allow_op)
+            if isinstance(other, FlatIR):
+                raise CommandError(f"{options.compare} is a FlatIR; the view compares module-level IRs",
+                                   hint="compare the IRs written by torch2ir convert")
         overlay = None
         if options.overlay is not None:
             from common.htmlview.overlay import read_overlay
@@ -211,7 +221,8 @@ def _view(options: argparse.Namespace) -> int:
         with bar.stage("write"), _reading(f"write the view of {options.file}"):
             options.output.parent.mkdir(parents=True, exist_ok=True)
             write_view(source, options.output, overlay, options.overlay_name or
-                       (options.overlay.stem if options.overlay is not None else "overlay"))
+                       (options.overlay.stem if options.overlay is not None else "overlay"), compare=other,
+                       names=(options.file.name, options.compare.name if options.compare is not None else ""))
     print(f"wrote {options.output} ({human(options.output.stat().st_size)})")
     if overlay is not None:
         from common.htmlview.data import overlay_keys

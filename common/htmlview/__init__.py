@@ -15,7 +15,8 @@ from it; the embedded JSON has ``<``, ``>`` and ``&`` escaped, so no IR string c
 The page reads its URL fragment on load: ``view.html#expand=model.layers.1&select=model.layers.1.self_attn``
 expands blocks (comma-separated), ``select`` shows one in the side panel, ``graph`` draws one's graph and
 ``search`` fills the search box, ``node=PATH:NAME`` draws a graph with that node selected. A path may be given by
-its unique suffix (``layers.1``).
+its unique suffix (``layers.1``). With a second IR to compare, the fragment applies to the left side and the right
+one follows.
 """
 
 from __future__ import annotations
@@ -44,19 +45,23 @@ def _overlay(overlay: Overlay | None) -> Mapping[str, float | None] | None:
     return check_overlay(overlay)
 
 
-def view_html(ir: IR, overlay: Overlay | None = None, overlay_name: str = "overlay") -> str:
-    """The interactive view of ``ir`` as one HTML document (see the module docstring).
+def view_html(ir: IR, overlay: Overlay | None = None, overlay_name: str = "overlay", *, compare: IR | None = None,
+              names: tuple[str, str] = ("A", "B")) -> str:
+    """The interactive view of ``ir`` as one HTML document (see the module docstring); with ``compare``, both IRs side
+    by side, synced and marked (:mod:`common.htmlview.compare`), named ``names`` in the page.
 
     Raises:
         IRFormatError: ``overlay`` is not a valid overlay (:mod:`common.htmlview.overlay`).
     """
     from .page import page
 
-    return page(ir, _overlay(overlay), overlay_name)
+    return page(ir, _overlay(overlay), overlay_name, compare, names)
 
 
-def write_view(ir: IR, path: str | os.PathLike, overlay: Overlay | None = None, overlay_name: str = "overlay") -> Path:
-    """Write the interactive view of ``ir`` to ``path`` (atomically) and return the path.
+def write_view(ir: IR, path: str | os.PathLike, overlay: Overlay | None = None, overlay_name: str = "overlay", *,
+               compare: IR | None = None, names: tuple[str, str] = ("A", "B")) -> Path:
+    """Write the interactive view of ``ir`` (with ``compare``: of both, side by side) to ``path`` (atomically) and
+    return the path.
 
     Raises:
         IRFormatError: ``overlay`` is not a valid overlay (nothing is written).
@@ -64,20 +69,25 @@ def write_view(ir: IR, path: str | os.PathLike, overlay: Overlay | None = None, 
     """
     from ..atomic_files import write_text_atomic
 
-    return write_text_atomic(path, view_html(ir, overlay, overlay_name))
+    return write_text_atomic(path, view_html(ir, overlay, overlay_name, compare=compare, names=names))
 
 
 class IRHtmlView:
     """``view(path)`` of :class:`~common.ir.IR` (mixed in, so ``ir.py`` stays small)."""
 
-    def view(self, path: str | os.PathLike, *, overlay: Overlay | None = None, overlay_name: str = "overlay") -> Path:
+    def view(self, path: str | os.PathLike, *, overlay: Overlay | None = None, overlay_name: str = "overlay",
+             compare: IR | None = None, names: tuple[str, str] = ("this IR", "the other")) -> Path:
         """Write this IR's interactive view (one self-contained HTML file, see :mod:`common.htmlview`) to ``path``.
 
         ``overlay``: ``{module path or "path:node": number}`` (or a JSON file of one, e.g. ``ir2torch verify
         --report``'s) drawn on the tree and the graphs as a colour scale and the value, named ``overlay_name``.
+        ``compare``: another IR (the same model rewritten, converted at other input shapes, converted again) shown
+        on the right, this one on the left: selecting a module, drawing a graph or picking a node on one side does
+        it on the other at its counterpart (a rewritten module's counterpart is the module its provenance names), and
+        what was added, removed or changed is marked (:mod:`common.htmlview.compare`); ``names`` label the two.
 
         Raises:
             IRFormatError: ``overlay`` is not a valid overlay.
             OSError: the file cannot be written.
         """
-        return write_view(self, path, overlay, overlay_name)  # type: ignore[arg-type]
+        return write_view(self, path, overlay, overlay_name, compare=compare, names=names)  # type: ignore[arg-type]

@@ -1,8 +1,19 @@
 // The interactive IR view (common/htmlview). Every string of the IR is shown with textContent and never
 // becomes markup or code; only what is expanded is in the document.
+// With a second IR (ir2torch view A --compare B) the page holds two viewers side by side, synced through the
+// comparison's counterparts (common/htmlview/compare.py), each marking what was added, removed or changed.
 (function () {
   "use strict";
-  var D = JSON.parse(document.getElementById("ir-data").textContent);
+  function json(id) { var e = document.getElementById(id); return e ? JSON.parse(e.textContent) : null; }
+  var CMP = json("ir-cmp"), syncing = false;
+  function sync(fn) {  // run fn on the other side, once (its own sync calls do nothing)
+    if (syncing) return;
+    syncing = true;
+    try { fn(); } finally { syncing = false; }
+  }
+
+  function viewer(D, pre, side) {
+  var peer = null, drawn = null;  // drawn: the graph on show, as path + NUL + variant
   var N = D.nodes, IMPLS = D.impls, SVG = "http://www.w3.org/2000/svg";
   // an instance of a shared body carries no graphs ("sb": [home, instances]): it shows its body's, the modules
   // its calls name moved from the home's path to its own (common/bodies.py)
@@ -27,7 +38,7 @@
     });
   });
   var open = new Set(), rows = new Map(), runItems = new Map(), selected = -1, selRow = null, graphSel = null;
-  var $ = function (id) { return document.getElementById(id); };
+  var $ = function (id) { return document.getElementById(pre + id); };
 
   function el(tag, cls, text) {
     var e = document.createElement(tag);
@@ -63,6 +74,8 @@
     row.dataset.i = String(i);
     row.appendChild(el("span", "tog", hasKids(i) ? (open.has(i) ? "▾" : "▸") : ""));
     row.appendChild(el("span", "name", n.n));
+    var st = CMP && CMP.m[side][n.p];
+    if (st) { row.classList.add("d-" + st); row.appendChild(el("span", "dm", st)); }
     if (n.c) row.appendChild(el("span", "cls", n.c));
     if (n.x) row.appendChild(el("span", "x", n.x));
     if (OV && OV.m[n.p]) row.appendChild(ovBadge(OV.m[n.p]));
@@ -152,8 +165,12 @@
     selRow = rows.get(i) || null;
     if (selRow) selRow.classList.add("sel");
     var n = N[i], d = IMPLS[n.p], panel = $("panel");
+    if (peer) sync(function () { peer.selectPath(counterpart(n.p), n.p); });
     panel.replaceChildren();
     panel.appendChild(el("h2", null, n.p));
+    var st = CMP && CMP.m[side][n.p], other = CMP && counterpart(n.p);
+    if (CMP) panel.appendChild(el("div", "sub dm-" + (st || "same"), (st || "the same") + (other ? other === n.p ?
+      " on both sides" : " · stands for " + other + " on the other side" : " · nothing stands for it on the other side")));
     panel.appendChild(el("div", "sub", (n.t ? n.t + " · " : "") + (d && d.cls ? d.cls : n.c)));
     if (n.k === "alias") { panel.appendChild(el("div", "sub", "another path of " + n.c.replace(/^= /, ""))); return; }
     if (!d) return;
@@ -168,7 +185,7 @@
     panel.appendChild(table("State", d.s, "no parameters or buffers of its own"));
     if (d.al.length) panel.appendChild(table("Aliases", d.al.map(function (a) { return [a]; }), ""));
     panel.appendChild(table("Meta", d.m, "none"));
-    var node = el("div"); node.id = "nodeinfo"; panel.appendChild(node);
+    var node = el("div"); node.id = pre + "nodeinfo"; panel.appendChild(node);
   }
   function showRun(run) {
     var panel = $("panel"), m = run[1], first = N[m[0]];
@@ -185,17 +202,60 @@
   function showNode(path, g, k) {
     var box = $("nodeinfo");
     if (!box) { select(byPath.get(path)); box = $("nodeinfo"); }
-    var r = g.n[k], ins = [];
+    var r = g.n[k], ins = [], v = IMPLS[path] ? IMPLS[path].g.indexOf(g) : 0;
+    if (peer) sync(function () { peer.nodeAt(counterpart(path), v, r[0]); });
     g.e.forEach(function (e) { if (e[1] === k) ins.push([g.n[e[0]][0], e[2] || "?"]); });
     box.replaceChildren();
-    box.appendChild(table("Node " + r[0], [["kind", r[1]], ["op", r[2]], ["output", r[3] || "-"], ["arguments", r[4] || "-"]], ""));
+    var ns = CMP && CMP.n[side][path], nst = ns && ns[v + ":" + r[0]];
+    box.appendChild(table("Node " + r[0], [["kind", r[1]], ["op", r[2]], ["output", r[3] || "-"], ["arguments", r[4] || "-"]]
+      .concat(CMP ? [["compared", nst || "the same"]] : []), ""));
     if (ins.length) box.appendChild(table("Inputs", ins, ""));
     if (r[5]) box.appendChild(button("open " + r[5], function () { var j = byPath.get(r[5]); reveal(j); select(j); drawGraph(r[5], 0); }));
     box.scrollIntoView({ block: "nearest" });
   }
 
   // -- one graph, layered top to bottom -------------------------------------------------------------------------
+  // dagre (vendored, common/htmlview/dagre.min.js) ranks the nodes, orders them against crossings and routes each
+  // edge through spaces of its own in the rows it crosses; every edge label is a box dagre places, so labels never
+  // overlap. Edges leave a node at its bottom centre and enter at the top centre and cross every row vertically
+  // (at the space dagre kept for them), so their slanted parts lie between rows, where no node is. A graph of more
+  // than BIG nodes (dagre's time grows faster than linearly) keeps the simple layering below.
+  var H = 38, LABEL_H = 14, BIG = 3000;
+  function nodeWidths(g) {
+    return g.n.map(function (r) { return Math.max(60, 7.2 * Math.max(r[0].length, Math.min(r[2].length, 48)) + 16); });
+  }
+  function labelWidth(text) { return 6.2 * text.length + 8; }
   function layout(g) {
+    var n = g.n.length, W = nodeWidths(g), i;
+    if (typeof dagre === "undefined" || n > BIG) return layered(g);
+    var G = new dagre.graphlib.Graph({ multigraph: true });
+    G.setGraph({ rankdir: "TB", nodesep: 24, edgesep: 14, ranksep: 28, marginx: 16, marginy: 16 });
+    for (i = 0; i < n; i++) G.setNode("n" + i, { width: W[i], height: H });
+    var labelled = new Set(), edges = [];
+    g.e.forEach(function (e, k) {
+      if (e[0] === e[1]) return;
+      var once = e[0] + "\u0000" + e[2], text = e[2] && !labelled.has(once) ? e[2] : "";  // a value: labelled once
+      if (text) labelled.add(once);
+      G.setEdge("n" + e[0], "n" + e[1], text ? { width: labelWidth(text), height: LABEL_H, labelpos: "c" } : {}, "e" + k);
+      edges.push({ k: k, a: e[0], b: e[1], text: text });
+    });
+    dagre.layout(G);
+    var x = new Float64Array(n), y = new Float64Array(n), rows = new Set();
+    for (i = 0; i < n; i++) { var d = G.node("n" + i); x[i] = d.x - W[i] / 2; y[i] = d.y - H / 2; rows.add(Math.round(d.y)); }
+    edges.forEach(function (e) {
+      var d = G.edge("n" + e.a, "n" + e.b, "e" + e.k), pts = [[x[e.a] + W[e.a] / 2, y[e.a] + H]];
+      d.points.slice(1, -1).forEach(function (p) {  // a row crossed: vertically, through the edge's own space
+        var half = rows.has(Math.round(p.y)) ? H / 2 : LABEL_H / 2;
+        pts.push([p.x, p.y - half], [p.x, p.y + half]);
+      });
+      pts.push([x[e.b] + W[e.b] / 2, y[e.b]]);
+      e.points = pts;
+      if (e.text) { e.lx = d.x; e.ly = d.y; e.lw = labelWidth(e.text); }
+    });
+    var size = G.graph();
+    return { x: x, y: y, w: W, h: H, width: size.width, height: size.height, edges: edges };
+  }
+  function layered(g) {  // the simple layering: longest path, barycentre sweeps; curved edges, labels under producers
     var n = g.n.length, preds = [], succs = [], layer = new Int32Array(n), i;
     for (i = 0; i < n; i++) { preds.push([]); succs.push([]); }
     g.e.forEach(function (e) { if (e[0] !== e[1]) { preds[e[1]].push(e[0]); succs[e[0]].push(e[1]); } });
@@ -229,47 +289,104 @@
         l.forEach(function (v, j) { pos[v] = j; });
       });
     }
-    var W = [], H = 38, GAP = 18, VGAP = 58, x = new Float64Array(n), y = new Float64Array(n), width = 0;
-    for (i = 0; i < n; i++) W.push(Math.max(60, 7.2 * Math.max(g.n[i][0].length, Math.min(g.n[i][2].length, 48)) + 16));
+    var W = nodeWidths(g), GAP = 18, VGAP = 58, x = new Float64Array(n), y = new Float64Array(n), width = 0;
     layers.forEach(function (l) { width = Math.max(width, l.reduce(function (s, v) { return s + W[v] + GAP; }, 0)); });
     layers.forEach(function (l, li) {
       var total = l.reduce(function (s, v) { return s + W[v] + GAP; }, 0) - GAP, cx = (width - total) / 2 + 20;
       l.forEach(function (v) { x[v] = cx; y[v] = 20 + li * (H + VGAP); cx += W[v] + GAP; });
     });
-    return { x: x, y: y, w: W, h: H, width: width + 40, height: layers.length * (H + VGAP) + 20 };
+    var edges = [], labelled = new Set(), outs = new Int32Array(n);
+    g.e.forEach(function (e, k) {
+      if (e[0] === e[1]) return;
+      var a = e[0], b = e[1], x1 = x[a] + W[a] / 2, y1 = y[a] + H, once = a + "\u0000" + e[2];
+      var edge = { k: k, a: a, b: b, text: "", points: [[x1, y1], [x[b] + W[b] / 2, y[b]]], curved: true };
+      if (e[2] && !labelled.has(once)) {
+        labelled.add(once);
+        edge.text = e[2]; edge.lw = labelWidth(e[2]); edge.lx = x1 + 4 + 12 * (outs[a]++) + edge.lw / 2; edge.ly = y1 + 9;
+      }
+      edges.push(edge);
+    });
+    return { x: x, y: y, w: W, h: H, width: width + 40, height: layers.length * (H + VGAP) + 20, edges: edges };
   }
-  var zoom = 1;
+  // zoom: the wheel zooms around the pointer, a drag on the background pans, a new graph is fitted to the pane
+  var zoom = 1, shown = null, drag = null;
+  function fitZoom() {
+    var pane = $("middle"), L = shown.L;
+    var fit = Math.min(1, (pane.clientWidth - 24) / L.width, (pane.clientHeight - $("graphbar").offsetHeight - 24) / L.height);
+    return isFinite(fit) && fit > 0 ? Math.max(0.25, fit) : 1;
+  }
+  function zoomAt(z, px, py) {  // keep the graph point under (px, py) of the pane where it is
+    if (!shown) return;
+    var box = $("middle");  // the scrolling pane
+    if (px === undefined) { px = box.clientWidth / 2; py = box.clientHeight / 2; }
+    var gx = (box.scrollLeft + px) / zoom, gy = (box.scrollTop + py) / zoom;
+    zoom = Math.min(3, Math.max(0.1, z));
+    shown.svg.setAttribute("width", shown.L.width * zoom); shown.svg.setAttribute("height", shown.L.height * zoom);
+    box.scrollLeft = gx * zoom - px; box.scrollTop = gy * zoom - py;
+  }
+  $("graph").addEventListener("wheel", function (ev) {
+    if (!shown) return;
+    ev.preventDefault();
+    var r = $("middle").getBoundingClientRect();
+    zoomAt(zoom * (ev.deltaY < 0 ? 1.15 : 1 / 1.15), ev.clientX - r.left, ev.clientY - r.top);
+  }, { passive: false });
+  $("graph").addEventListener("mousedown", function (ev) {
+    if (ev.button !== 0 || (ev.target.closest && ev.target.closest(".node"))) return;
+    var box = $("middle");
+    drag = { x: ev.clientX, y: ev.clientY, l: box.scrollLeft, t: box.scrollTop };
+    $("graph").classList.add("dragging");
+    ev.preventDefault();
+  });
+  window.addEventListener("mousemove", function (ev) {
+    if (!drag) return;
+    var box = $("middle");
+    box.scrollLeft = drag.l - (ev.clientX - drag.x); box.scrollTop = drag.t - (ev.clientY - drag.y);
+  });
+  window.addEventListener("mouseup", function () { if (drag) { drag = null; $("graph").classList.remove("dragging"); } });
   function drawGraph(path, v, focus) {
     var d = IMPLS[path], g = d && d.g[v];
     var bar = $("graphbar"), box = $("graph");
+    drawn = g ? path + "\u0000" + v : null;
+    if (peer) sync(function () { peer.graphAt(counterpart(path), v, g && focus !== undefined && g.n[focus] ? g.n[focus][0] : null); });
     bar.replaceChildren(); box.replaceChildren();
+    shown = null;
     if (!g) { box.appendChild(el("div", "hint", "no graph: " + path + " is rebuilt by the handler of its type")); return; }
     bar.appendChild(el("span", "t", path + (v ? " (variant " + v + ")" : "")));
     bar.appendChild(el("span", null, g.n.length + " nodes, " + g.e.length + " edges"));
-    var L = layout(g), svg = sel("svg", { width: L.width * zoom, height: L.height * zoom, viewBox: "0 0 " + L.width + " " + L.height });
-    bar.appendChild(button("−", function () { zoom = Math.max(0.2, zoom / 1.25); svg.setAttribute("width", L.width * zoom); svg.setAttribute("height", L.height * zoom); }));
-    bar.appendChild(button("+", function () { zoom = Math.min(3, zoom * 1.25); svg.setAttribute("width", L.width * zoom); svg.setAttribute("height", L.height * zoom); }));
-    var edges = sel("g", {}), nodes = sel("g", {}), labels = sel("g", {}), labelled = new Set();
-    var outs = new Int32Array(g.n.length);
-    g.e.forEach(function (e) {
-      var a = e[0], b = e[1];
-      if (a === b) return;
-      var x1 = L.x[a] + L.w[a] / 2, y1 = L.y[a] + L.h, x2 = L.x[b] + L.w[b] / 2, y2 = L.y[b], my = (y1 + y2) / 2;
-      edges.appendChild(sel("path", { "class": "edge", d: "M" + x1 + "," + y1 + " C" + x1 + "," + my + " " + x2 + "," + my + " " + x2 + "," + y2 }));
-      var once = a + "\u0000" + e[2];  // a value read by several nodes is labelled once, under its producer
-      if (e[2] && !labelled.has(once)) {
-        labelled.add(once);
-        labels.appendChild(sel("text", { "class": "el", x: x1 + 4 + 12 * (outs[a]++), y: y1 + 13 }, e[2]));
+    var L = layout(g), svg = sel("svg", { viewBox: "0 0 " + L.width + " " + L.height });
+    shown = { svg: svg, L: L };
+    zoom = fitZoom();
+    svg.setAttribute("width", L.width * zoom); svg.setAttribute("height", L.height * zoom);
+    bar.appendChild(button("−", function () { zoomAt(zoom / 1.25); }));
+    bar.appendChild(button("+", function () { zoomAt(zoom * 1.25); }));
+    bar.appendChild(button("fit", function () { zoomAt(fitZoom()); }));
+    var edges = sel("g", {}), nodes = sel("g", {}), labels = sel("g", {});
+    L.edges.forEach(function (e) {
+      var p = e.points, dpath = "M" + p[0][0] + "," + p[0][1];
+      if (e.curved) {
+        var my = (p[0][1] + p[1][1]) / 2;
+        dpath += " C" + p[0][0] + "," + my + " " + p[1][0] + "," + my + " " + p[1][0] + "," + p[1][1];
+      } else {
+        for (var j = 1; j < p.length; j++) dpath += " L" + p[j][0] + "," + p[j][1];
+      }
+      var path_ = sel("path", { "class": "edge", d: dpath });
+      path_.dataset.a = String(e.a); path_.dataset.b = String(e.b);
+      edges.appendChild(path_);
+      if (e.text) {
+        var t = sel("text", { "class": "el", x: e.lx, y: e.ly + 4, "text-anchor": "middle" }, e.text);
+        t.dataset.w = String(e.lw); t.dataset.h = String(LABEL_H);
+        labels.appendChild(t);
       }
     });
     g.n.forEach(function (r, k) {
-      var gr = sel("g", { "class": "node k-" + r[1], transform: "translate(" + L.x[k] + "," + L.y[k] + ")" });
+      var nst = CMP && CMP.n[side][path] && CMP.n[side][path][v + ":" + r[0]];
+      var gr = sel("g", { "class": "node k-" + r[1] + (nst ? " d-" + nst : ""), transform: "translate(" + L.x[k] + "," + L.y[k] + ")" });
       var rect = sel("rect", { width: L.w[k], height: L.h }), ov = OV && (OV.n[path + ":" + r[0]] || (r[5] && OV.m[r[5]]));
       if (ov) { rect.style.fill = ovColour(ov[0]); gr.dataset.ov = ov[1]; }
       gr.appendChild(rect);
       gr.appendChild(sel("text", { x: 8, y: 15 }, r[0]));
       if (r[2]) gr.appendChild(sel("text", { "class": "op", x: 8, y: 30 }, r[2].length > 48 ? r[2].slice(0, 47) + "…" : r[2]));
-      gr.appendChild(sel("title", {}, r[0] + (r[3] ? ": " + r[3] : "") + (ov ? "\n" + OV.name + ": " + ov[1] : "")));
+      gr.appendChild(sel("title", {}, r[0] + (r[3] ? ": " + r[3] : "") + (ov ? "\n" + OV.name + ": " + ov[1] : "") + (nst ? "\n" + nst : "")));
       gr.addEventListener("click", function () {
         if (graphSel) graphSel.classList.remove("sel");
         graphSel = gr; gr.classList.add("sel"); showNode(path, g, k);
@@ -281,8 +398,9 @@
     box.appendChild(svg);
     if (focus !== undefined && focus >= 0 && focus < g.n.length) {
       showNode(path, g, focus);
-      box.scrollLeft = Math.max(0, L.x[focus] * zoom - box.clientWidth / 2);
-      box.scrollTop = Math.max(0, L.y[focus] * zoom - box.clientHeight / 2);
+      var pane = $("middle");
+      pane.scrollLeft = Math.max(0, L.x[focus] * zoom - pane.clientWidth / 2);
+      pane.scrollTop = Math.max(0, L.y[focus] * zoom - pane.clientHeight / 2);
     }
   }
 
@@ -375,19 +493,83 @@
       });
     }
   }
-  $("title").textContent = D.title + " · " + N.length + " modules";
-  $("summary").textContent = D.summary.join("\n") + (OV ? "\noverlay " + OV.name + ": " + Object.keys(OV.m).length +
-    " modules, " + Object.keys(OV.n).length + " nodes, " + OV.lo.toPrecision(3) + " (pale) to " + OV.hi.toPrecision(3) +
-    " (red)" + (OV.unmatched ? "; " + OV.unmatched + " keys name nothing in this IR" : "") : "");
-  N.forEach(function (n, i) {  // open the top two levels, and a module holding only a run of identical blocks
-    if (hasKids(i) && (depth[i] < 2 || (n.ch.length === 1 && typeof n.ch[0] !== "number"))) open.add(i);
-  });
-  render();
-  $("graph").appendChild(el("div", "hint", "select a module and press 'show graph' to draw its graph"));
-  select(0);
-  fromFragment();
-  window.addEventListener("hashchange", fromFragment);
-  var ms = Math.round(performance.now());
+  function counterpart(path) {  // the other side's module standing for path (undefined: none)
+    if (!CMP) return path;
+    var other = CMP.pair[side][path];
+    return other !== undefined ? other : CMP.m[side][path] ? undefined : path;  // an alias: the same path
+  }
+  function absent(path, other) {  // nothing on this side stands for the other side's module
+    var panel = $("panel");
+    if (selRow) selRow.classList.remove("sel");
+    selRow = null; selected = -1;
+    panel.replaceChildren(el("h2", null, "—"), el("div", "sub dm-" + (side ? "removed" : "added"), "nothing here stands for " + other +
+      " of the other side (" + (side ? "removed" : "added") + ")"));
+    $("graphbar").replaceChildren();
+    $("graph").replaceChildren(el("div", "hint", "no counterpart of " + other));
+  }
+  function start() {
+    $("title").textContent = D.title + " · " + N.length + " modules";
+    $("summary").textContent = D.summary.join("\n") + (OV ? "\noverlay " + OV.name + ": " + Object.keys(OV.m).length +
+      " modules, " + Object.keys(OV.n).length + " nodes, " + OV.lo.toPrecision(3) + " (pale) to " + OV.hi.toPrecision(3) +
+      " (red)" + (OV.unmatched ? "; " + OV.unmatched + " keys name nothing in this IR" : "") : "");
+    N.forEach(function (n, i) {  // open the top two levels, and a module holding only a run of identical blocks
+      if (hasKids(i) && (depth[i] < 2 || (n.ch.length === 1 && typeof n.ch[0] !== "number"))) open.add(i);
+    });
+    render();
+    select(0);
+    if (IMPLS[N[0].p] && IMPLS[N[0].p].g && IMPLS[N[0].p].g.length) drawGraph(N[0].p, 0);  // the root's graph on open
+    else $("graph").appendChild(el("div", "hint", "select a module and press 'show graph' to draw its graph"));
+  }
+  return {
+    start: start, fromFragment: fromFragment, title: D.title,
+    setPeer: function (p) { peer = p; },
+    selectPath: function (path, other) {
+      var i = path === undefined ? undefined : byPath.get(path);
+      if (i === undefined) { absent(path, other); return; }
+      reveal(i); select(i);
+    },
+    graphAt: function (path, v, name) {
+      var d = path === undefined ? undefined : IMPLS[path];
+      if (!d || !d.g[v]) { if (!d) $("graph").replaceChildren(el("div", "hint", "no counterpart")); else drawGraph(path, v); return; }
+      var k = name === null ? -1 : d.g[v].n.findIndex(function (r) { return r[0] === name; });
+      drawGraph(path, v, k >= 0 ? k : undefined);
+    },
+    nodeAt: function (path, v, name) {
+      var d = path === undefined ? undefined : IMPLS[path], g = d && d.g[v];
+      var k = g ? g.n.findIndex(function (r) { return r[0] === name; }) : -1;
+      var box = $("nodeinfo");
+      if (k >= 0) {
+        if (drawn !== path + "\u0000" + v) drawGraph(path, v, k); else showNode(path, g, k);
+        $("graph").querySelectorAll(".node").forEach(function (e, j) { e.classList.toggle("sel", j === k); });
+      } else if (box) {
+        box.replaceChildren(el("h3", null, "Node " + name), el("div", "empty", "not in this graph (" + (side ? "removed" : "added") + ")"));
+        box.scrollIntoView({ block: "nearest" });
+      }
+    }
+  };
+  }
+
+  var main = viewer(json("ir-data"), "", 0), B = json("ir-data-b");
+  var ms;
+  if (B) {  // side by side: A on the left, B on the right
+    var right = viewer(B, "b-", 1);
+    main.setPeer(right); right.setPeer(main);
+    var c = CMP.count;
+    $0("cmpsum").textContent = CMP.names[0] + " → " + CMP.names[1] + ": " + c.changed + " modules changed, " + c.added +
+      " added, " + c.removed + " removed";
+    syncing = true;
+    try { main.start(); right.start(); } finally { syncing = false; }
+    main.fromFragment();
+    window.addEventListener("hashchange", main.fromFragment);
+    ms = Math.round(performance.now());
+    document.title = main.title + " vs " + right.title + " · IR compare · loaded in " + ms + " ms";
+  } else {
+    main.start();
+    main.fromFragment();
+    window.addEventListener("hashchange", main.fromFragment);
+    ms = Math.round(performance.now());
+    document.title = main.title + " · IR view · loaded in " + ms + " ms";
+  }
   document.body.dataset.loadMs = String(ms);
-  document.title = D.title + " · IR view · loaded in " + ms + " ms";
+  function $0(id) { return document.getElementById(id); }
 })();

@@ -78,3 +78,9 @@ def diffusers() -> ModuleType:
     """``import diffusers`` (its models import torchvision lazily when it is installed)."""
     torchvision()
     return importlib.import_module("diffusers")
+
+
+def model_explorer() -> ModuleType:
+    """``import model_explorer`` (Google's Model Explorer, without its optional C++ graph adapter)."""
+    zoo_site("model_explorer")
+    return importlib.import_module("model_explorer")

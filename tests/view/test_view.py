@@ -30,7 +30,7 @@ def test_view_is_one_self_contained_file(tmp_path):
     ir = small_llama()
     path = ir.view(tmp_path / "llama.html")
     html = path.read_text(encoding="utf-8")
-    assert html.startswith("<!DOCTYPE html>") and html.count("<script") == 2 and html.count("</script>") == 2
+    assert html.startswith("<!DOCTYPE html>") and html.count("<script") == 3 and html.count("</script>") == 3
     # nothing is fetched: no external reference, and the policy forbids any request and any other script
     assert not re.search(r"\b(src|href)\s*=", html) and "http://" not in html.replace("http://www.w3.org/2000/svg", "")
     policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
@@ -104,7 +104,7 @@ def test_runs_inside_runs_are_folded_in_every_block(tmp_path):
 
 def test_hostile_strings_cannot_leave_the_data_element():
     html = view_html(hostile())
-    assert html.count("</script>") == 2 and html.count("<script") == 2  # the payloads' tags are escaped
+    assert html.count("</script>") == 3 and html.count("<script") == 3  # the payloads' tags are escaped
     assert IMG not in html and END not in html and "<img" not in html and "<svg onload" not in html
     data = _data(html)
     assert data["title"] == END and IMG in data["impls"] and data["impls"][IMG]["a"] == [["size", END]]

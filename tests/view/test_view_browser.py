@@ -73,7 +73,7 @@ def test_hostile_strings_are_shown_as_text(tmp_path):
     parsed = Elements(dom)
     title = html.unescape(_title(dom))
     assert LOADED.search(title) and title.startswith(f"{END} · IR view"), title  # the script ran to its end, alone
-    assert not parsed.named("img") and len(parsed.named("script")) == 2
+    assert not parsed.named("img") and len(parsed.named("script")) == 3
     assert [t for t, _ in parsed.tags].count("svg") == 1  # the graph's, not one from a string
     assert not [(t, a) for t, a in parsed.tags for a in a if a.lower().startswith("on")]  # no handler anywhere
     shown = parsed.shown()

@@ -1,0 +1,90 @@
+"""The drawn graph's geometry, read back from the page's DOM after its script ran: node boxes, edge polylines and
+edge-label boxes, and the checks a readable drawing must pass (no edge through a node that is not its end, no label
+over another label or a node, nothing outside the canvas)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+
+from tests.view.browser import Elements
+
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1
+
+
+@dataclass
+class Drawing:
+    width: float
+    height: float
+    nodes: list[Box]
+    edges: list[tuple[int, int, list[tuple[float, float]]]]
+    labels: list[Box]
+
+
+def drawing(dom: str) -> Drawing:
+    """The first graph of the page (the left side's, in a comparison)."""
+    tags = Elements(dom).tags
+    start = next(i for i, (t, _) in enumerate(tags) if t == "svg")
+    view = [float(v) for v in tags[start][1]["viewbox" if "viewbox" in tags[start][1] else "viewBox"].split()]
+    nodes, edges, labels = [], [], []
+    for tag, attrs in tags[start + 1:]:
+        if tag == "svg":
+            break
+        cls = attrs.get("class") or ""
+        if tag == "g" and cls.startswith("node"):
+            x, y = (float(v) for v in re.match(r"translate\(([-\d.e]+),([-\d.e]+)\)", attrs["transform"]).groups())
+            nodes.append([x, y])
+        elif tag == "rect" and nodes and len(nodes[-1]) == 2:
+            x, y = nodes[-1]
+            nodes[-1] = (x, y, x + float(attrs["width"]), y + float(attrs["height"]))
+        elif tag == "path" and cls == "edge":
+            d = attrs["d"]
+            assert "C" not in d, f"a curved edge: the fallback layout was used ({d[:80]})"
+            points = [(float(a), float(b)) for a, b in re.findall(r"([-\d.e]+),([-\d.e]+)", d)]
+            edges.append((int(attrs["data-a"]), int(attrs["data-b"]), points))
+        elif tag == "text" and cls == "el":
+            cx, y, w, h = float(attrs["x"]), float(attrs["y"]) - 4, float(attrs["data-w"]), float(attrs["data-h"])
+            labels.append((cx - w / 2, y - h / 2, cx + w / 2, y + h / 2))
+    return Drawing(view[2], view[3], [tuple(n) for n in nodes], edges, labels)
+
+
+def _crosses(p: tuple[float, float], q: tuple[float, float], box: Box, inset: float = 0.5) -> bool:
+    """Whether segment ``p``-``q`` runs through the interior of ``box`` (shrunk by ``inset``): Liang-Barsky."""
+    x0, y0, x1, y1 = box[0] + inset, box[1] + inset, box[2] - inset, box[3] - inset
+    dx, dy = q[0] - p[0], q[1] - p[1]
+    lo, hi = 0.0, 1.0
+    for step, dist in ((-dx, p[0] - x0), (dx, x1 - p[0]), (-dy, p[1] - y0), (dy, y1 - p[1])):
+        if step == 0:
+            if dist < 0:
+                return False
+            continue
+        t = dist / step
+        if step < 0:
+            lo = max(lo, t)
+        else:
+            hi = min(hi, t)
+        if lo > hi:
+            return False
+    return hi - lo > 1e-9
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] - 0.5 and b[0] < a[2] - 0.5 and a[1] < b[3] - 0.5 and b[1] < a[3] - 0.5
+
+
+def problems(d: Drawing) -> list[str]:
+    """Everything that makes the drawing hard to read (an empty list for a clean one)."""
+    out = []
+    for a, b, points in d.edges:
+        for p, q in itertools.pairwise(points):
+            out += [f"edge {a}->{b} crosses node {k}" for k, box in enumerate(d.nodes)
+                    if k not in (a, b) and _crosses(p, q, box)]
+    for i, label in enumerate(d.labels):
+        out += [f"label {i} overlaps label {j}" for j in range(i) if _overlap(label, d.labels[j])]
+        out += [f"label {i} overlaps node {k}" for k, box in enumerate(d.nodes) if _overlap(label, box)]
+        if label[0] < 0 or label[1] < 0 or label[2] > d.width or label[3] > d.height:
+            out.append(f"label {i} leaves the canvas")
+    out += [f"node {k} leaves the canvas" for k, box in enumerate(d.nodes)
+            if box[0] < 0 or box[1] < 0 or box[2] > d.width or box[3] > d.height]
+    return out

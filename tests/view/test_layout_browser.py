@@ -1,0 +1,79 @@
+"""The view's graph layout, measured in a real browser: drawn by the vendored dagre, every edge routed around the
+nodes that are not its ends, no edge label over another label or a node, nothing outside the canvas; the graph
+fitted to its pane and the root's graph drawn on open. Checked on graphs of BERT and of a Llama layer at
+Llama-2-70B's dimensions (ResNet-50's are checked with torchvision in tests/ecosystems/test_view_layout.py)."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+import torch
+
+import torch2ir
+from tests.view.browser import Elements, dump_dom
+from tests.view.geometry import drawing, problems
+
+
+@functools.cache
+def _bert():
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    model = BertModel(BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=2, intermediate_size=128,
+                                 max_position_embeddings=64, vocab_size=100, attn_implementation="eager")).eval()
+    ids = torch.zeros((2, 8), dtype=torch.long)
+    return torch2ir.convert(model, (ids,), {"attention_mask": torch.ones((2, 8), dtype=torch.long)})
+
+
+@functools.cache
+def _llama_70b_layer():
+    from benchmarks.models import llama_70b
+
+    return torch2ir.convert(llama_70b(layers=1), (torch.zeros((1, 16), dtype=torch.long, device="meta"),))
+
+
+def _checked(ir, key, tmp_path):
+    page = ir.view(tmp_path / "v.html")
+    dom = dump_dom(f"{page.as_uri()}#graph={key}", tmp_path)
+    d = drawing(dom)
+    assert len(d.nodes) == ir[key].node_count and d.edges, key
+    assert problems(d) == [], key
+    return d
+
+
+@pytest.mark.parametrize("key", ["root", "encoder.layer.0", "encoder.layer.0.attention.self", "embeddings"])
+def test_bert_graphs_are_drawn_without_crossings_or_overlaps(key, tmp_path):
+    d = _checked(_bert(), key, tmp_path)
+    assert d.labels  # the tensors on the edges are labelled
+
+
+@pytest.mark.parametrize("key", ["model.layers.0", "model.layers.0.self_attn", "model"])
+def test_a_llama_70b_layer_is_drawn_without_crossings_or_overlaps(key, tmp_path):
+    d = _checked(_llama_70b_layer(), key, tmp_path)
+    assert any(abs((b[2] - b[0]) - (6.2 * len("f32[1, 16, 8192]") + 8)) < 1e-6 for b in d.labels)
+
+
+def test_the_root_graph_is_drawn_on_open_and_fitted_to_its_pane(tmp_path):
+    ir = _bert()
+    page = ir.view(tmp_path / "v.html")
+    dom = dump_dom(page.as_uri(), tmp_path)
+    svg = Elements(dom).named("svg")[0]
+    d = drawing(dom)
+    assert len(d.nodes) == ir["root"].node_count  # no click needed
+    width = float(svg["width"])
+    assert width <= d.width + 1e-6 and width >= 0.25 * d.width - 1e-6  # fitted: scaled down at most to a quarter
+    assert re.search(r">fit<", dom)  # and a button brings the fit back after zooming
+
+
+def test_the_checks_see_a_crossing_an_overlap_and_a_label_outside():
+    from tests.view.geometry import Drawing
+
+    nodes = [(0, 0, 50, 30), (0, 100, 50, 130), (100, 50, 150, 80)]
+    crossing = Drawing(200, 200, nodes, [(0, 1, [(25, 30), (125, 65), (25, 100)])], [])
+    assert problems(crossing) == ["edge 0->1 crosses node 2", "edge 0->1 crosses node 2"]
+    around = Drawing(200, 200, nodes, [(0, 1, [(25, 30), (75, 65), (25, 100)])], [(60, 40, 90, 54)])
+    assert problems(around) == []
+    labels = Drawing(200, 200, nodes, [], [(60, 40, 90, 54), (80, 45, 110, 59), (190, 0, 210, 14)])
+    assert problems(labels) == ["label 1 overlaps label 0", "label 1 overlaps node 2", "label 2 leaves the canvas"]

@@ -96,7 +96,7 @@ def main() -> None:
             write = time.perf_counter() - start
             print(f"Llama, 70B dims, {options.layers} layers on meta{label}: {len(ir)} implementations, convert "
                   f"{convert:.1f} s, view written in {write:.1f} s, {page.stat().st_size / 1e6:.2f} MB"
-                  + (f", {len(overlay)} overlay entries" if extra else ""))
+                  + (f", {len(overlay)} overlay entries" if "overlay" in extra else ""))
         print("\n| page | load (page's own, median ms) | min..max ms | chromium process (median s) |")
         print("|---|---|---|---|")
         for label, page in pages.items():

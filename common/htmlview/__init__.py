@@ -3,7 +3,9 @@
 The file holds its script, its style and the IR's data (JSON in a ``<script type="application/json">``); it
 opens from ``file://`` and makes no network request (its Content-Security-Policy forbids any). It shows the
 module tree as collapsible groups, a run of identical blocks as one entry (``layers.0-79 x80``) whose blocks
-open one by one, an implementation's graph on demand (drawn in SVG, tensor shapes and dtypes on the edges),
+open one by one, the root's graph on open and any implementation's on demand (drawn in SVG, tensor shapes and dtypes
+on the edges, laid out by the vendored dagre library with edges routed around nodes; fitted to the pane, wheel zoom,
+drag pan),
 attributes, state records and meta in a side panel, a search over modules and graph nodes (path, class,
 type; node name, op, output shape), and optionally an overlay: a number per module or node drawn as a colour
 and a value (:mod:`common.htmlview.overlay`). Only what is expanded is in the page, so a model of thousands of

@@ -184,7 +184,9 @@
     panel.appendChild(table("Attributes", d.a, "none"));
     panel.appendChild(table("State", d.s, "no parameters or buffers of its own"));
     if (d.al.length) panel.appendChild(table("Aliases", d.al.map(function (a) { return [a]; }), ""));
-    panel.appendChild(table("Meta", d.m, "none"));
+    var raw = { in_spec: 1, out_spec: 1, parameters: 1 };  // calling-convention records: long, read last
+    panel.appendChild(table("Meta", d.m.filter(function (r) { return !raw[r[0]]; })
+      .concat(d.m.filter(function (r) { return raw[r[0]]; })), "none"));
     var node = el("div"); node.id = pre + "nodeinfo"; panel.appendChild(node);
   }
   function showRun(run) {
@@ -225,35 +227,68 @@
     return g.n.map(function (r) { return Math.max(60, 7.2 * Math.max(r[0].length, Math.min(r[2].length, 48)) + 16); });
   }
   function labelWidth(text) { return 6.2 * text.length + 8; }
+  // A value read by more than FANOUT nodes (a mask, rotary tables read by every decoder layer) keeps its edge to its
+  // first reader; each other reader gets a small reference box above it ("↑ name", a click selects the value's
+  // node) instead of an edge across the whole graph: long fan-outs are what make a layered layout slow and tangled.
+  var FANOUT = 5, PH = 20;
   function layout(g) {
     var n = g.n.length, W = nodeWidths(g), i;
     if (typeof dagre === "undefined" || n > BIG) return layered(g);
     var G = new dagre.graphlib.Graph({ multigraph: true });
     G.setGraph({ rankdir: "TB", nodesep: 24, edgesep: 14, ranksep: 28, marginx: 16, marginy: 16 });
     for (i = 0; i < n; i++) G.setNode("n" + i, { width: W[i], height: H });
+    var readers = new Map();
+    g.e.forEach(function (e) {
+      if (e[0] === e[1]) return;
+      var r = readers.get(e[0]) || [];
+      if (r.indexOf(e[1]) < 0) r.push(e[1]);
+      readers.set(e[0], r);
+    });
+    var proxyOf = new Map(), proxies = [];
+    readers.forEach(function (r, a) {
+      if (r.length <= FANOUT) return;
+      r.slice().sort(function (u, v) { return u - v; }).slice(1).forEach(function (b) {
+        var text = "\u2191 " + g.n[a][0], id = n + proxies.length;
+        proxyOf.set(a + "\u0000" + b, id);
+        proxies.push({ id: id, a: a, b: b, text: text, w: labelWidth(text) + 4 });
+        G.setNode("n" + id, { width: labelWidth(text) + 4, height: PH });
+      });
+    });
     var labelled = new Set(), edges = [];
     g.e.forEach(function (e, k) {
       if (e[0] === e[1]) return;
-      var once = e[0] + "\u0000" + e[2], text = e[2] && !labelled.has(once) ? e[2] : "";  // a value: labelled once
+      var via = proxyOf.get(e[0] + "\u0000" + e[1]), a = via === undefined ? e[0] : via;
+      var once = e[0] + "\u0000" + e[2], text = via === undefined && e[2] && !labelled.has(once) ? e[2] : "";  // once
       if (text) labelled.add(once);
-      G.setEdge("n" + e[0], "n" + e[1], text ? { width: labelWidth(text), height: LABEL_H, labelpos: "c" } : {}, "e" + k);
-      edges.push({ k: k, a: e[0], b: e[1], text: text });
+      G.setEdge("n" + a, "n" + e[1], text ? { width: labelWidth(text), height: LABEL_H, labelpos: "c" } : {}, "e" + k);
+      edges.push({ k: k, a: a, b: e[1], text: text });
     });
     dagre.layout(G);
-    var x = new Float64Array(n), y = new Float64Array(n), rows = new Set();
-    for (i = 0; i < n; i++) { var d = G.node("n" + i); x[i] = d.x - W[i] / 2; y[i] = d.y - H / 2; rows.add(Math.round(d.y)); }
+    var total = n + proxies.length, x = new Float64Array(total), y = new Float64Array(total), h = new Float64Array(total);
+    var cy = new Float64Array(total), rows = new Map();  // row centre -> half the row's height
+    for (i = 0; i < total; i++) {
+      var d = G.node("n" + i), w = i < n ? W[i] : proxies[i - n].w;
+      h[i] = i < n ? H : PH; x[i] = d.x - w / 2; y[i] = d.y - h[i] / 2; cy[i] = d.y;
+      rows.set(Math.round(d.y), Math.max(rows.get(Math.round(d.y)) || 0, h[i] / 2));
+    }
+    var width = function (v) { return v < n ? W[v] : proxies[v - n].w; };
     edges.forEach(function (e) {
-      var d = G.edge("n" + e.a, "n" + e.b, "e" + e.k), pts = [[x[e.a] + W[e.a] / 2, y[e.a] + H]];
+      var d = G.edge("n" + e.a, "n" + e.b, "e" + e.k), ax = x[e.a] + width(e.a) / 2, bx = x[e.b] + width(e.b) / 2;
+      var pts = [[ax, y[e.a] + h[e.a]]], below = cy[e.a] + rows.get(Math.round(cy[e.a]));
+      if (below > y[e.a] + h[e.a] + 0.01) pts.push([ax, below]);  // a low box: down to its row's bottom first
       d.points.slice(1, -1).forEach(function (p) {  // a row crossed: vertically, through the edge's own space
-        var half = rows.has(Math.round(p.y)) ? H / 2 : LABEL_H / 2;
+        var half = rows.has(Math.round(p.y)) ? rows.get(Math.round(p.y)) : LABEL_H / 2;
         pts.push([p.x, p.y - half], [p.x, p.y + half]);
       });
-      pts.push([x[e.b] + W[e.b] / 2, y[e.b]]);
+      var above = cy[e.b] - rows.get(Math.round(cy[e.b]));
+      if (above < y[e.b] - 0.01) pts.push([bx, above]);
+      pts.push([bx, y[e.b]]);
       e.points = pts;
       if (e.text) { e.lx = d.x; e.ly = d.y; e.lw = labelWidth(e.text); }
     });
+    proxies.forEach(function (p) { p.x = x[p.id]; p.y = y[p.id]; });
     var size = G.graph();
-    return { x: x, y: y, w: W, h: H, width: size.width, height: size.height, edges: edges };
+    return { x: x, y: y, w: W, h: H, width: size.width, height: size.height, edges: edges, proxies: proxies };
   }
   function layered(g) {  // the simple layering: longest path, barycentre sweeps; curved edges, labels under producers
     var n = g.n.length, preds = [], succs = [], layer = new Int32Array(n), i;
@@ -393,6 +428,14 @@
       });
       nodes.appendChild(gr);
       if (k === focus) { graphSel = gr; gr.classList.add("sel"); gr.dataset.focus = "1"; }
+    });
+    (L.proxies || []).forEach(function (p) {
+      var gr = sel("g", { "class": "proxy", transform: "translate(" + p.x + "," + p.y + ")" });
+      gr.appendChild(sel("rect", { width: p.w, height: PH }));
+      gr.appendChild(sel("text", { x: 6, y: 14 }, p.text));
+      gr.appendChild(sel("title", {}, "read from " + g.n[p.a][0] + (g.n[p.a][3] ? ": " + g.n[p.a][3] : "") + " (click to select it)"));
+      gr.addEventListener("click", function () { showNode(path, g, p.a); });
+      nodes.appendChild(gr);
     });
     svg.appendChild(edges); svg.appendChild(nodes); svg.appendChild(labels);
     box.appendChild(svg);

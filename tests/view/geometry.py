@@ -20,6 +20,7 @@ class Drawing:
     nodes: list[Box]
     edges: list[tuple[int, int, list[tuple[float, float]]]]
     labels: list[Box]
+    count: int = 0  #: graph nodes (the boxes after them are reference boxes of values read far away)
 
 
 def drawing(dom: str) -> Drawing:
@@ -27,12 +28,13 @@ def drawing(dom: str) -> Drawing:
     tags = Elements(dom).tags
     start = next(i for i, (t, _) in enumerate(tags) if t == "svg")
     view = [float(v) for v in tags[start][1]["viewbox" if "viewbox" in tags[start][1] else "viewBox"].split()]
-    nodes, edges, labels = [], [], []
+    nodes, edges, labels, count = [], [], [], 0
     for tag, attrs in tags[start + 1:]:
         if tag == "svg":
             break
         cls = attrs.get("class") or ""
-        if tag == "g" and cls.startswith("node"):
+        if tag == "g" and (cls.startswith("node") or cls == "proxy"):  # a reference box is an obstacle too
+            count += cls.startswith("node")
             x, y = (float(v) for v in re.match(r"translate\(([-\d.e]+),([-\d.e]+)\)", attrs["transform"]).groups())
             nodes.append([x, y])
         elif tag == "rect" and nodes and len(nodes[-1]) == 2:
@@ -46,7 +48,7 @@ def drawing(dom: str) -> Drawing:
         elif tag == "text" and cls == "el":
             cx, y, w, h = float(attrs["x"]), float(attrs["y"]) - 4, float(attrs["data-w"]), float(attrs["data-h"])
             labels.append((cx - w / 2, y - h / 2, cx + w / 2, y + h / 2))
-    return Drawing(view[2], view[3], [tuple(n) for n in nodes], edges, labels)
+    return Drawing(view[2], view[3], [tuple(n) for n in nodes], edges, labels, count)
 
 
 def _crosses(p: tuple[float, float], q: tuple[float, float], box: Box, inset: float = 0.5) -> bool:

@@ -38,7 +38,7 @@ def _checked(ir, key, tmp_path):
     page = ir.view(tmp_path / "v.html")
     dom = dump_dom(f"{page.as_uri()}#graph={key}", tmp_path)
     d = drawing(dom)
-    assert len(d.nodes) == ir[key].node_count and d.edges, key
+    assert d.count == ir[key].node_count and d.edges, key
     assert problems(d) == [], key
     return d
 
@@ -61,7 +61,7 @@ def test_the_root_graph_is_drawn_on_open_and_fitted_to_its_pane(tmp_path):
     dom = dump_dom(page.as_uri(), tmp_path)
     svg = Elements(dom).named("svg")[0]
     d = drawing(dom)
-    assert len(d.nodes) == ir["root"].node_count  # no click needed
+    assert d.count == ir["root"].node_count  # no click needed
     width = float(svg["width"])
     assert width <= d.width + 1e-6 and width >= 0.25 * d.width - 1e-6  # fitted: scaled down at most to a quarter
     assert re.search(r">fit<", dom)  # and a button brings the fit back after zooming
@@ -77,3 +77,21 @@ def test_the_checks_see_a_crossing_an_overlap_and_a_label_outside():
     assert problems(around) == []
     labels = Drawing(200, 200, nodes, [], [(60, 40, 90, 54), (80, 45, 110, 59), (190, 0, 210, 14)])
     assert problems(labels) == ["label 1 overlaps label 0", "label 1 overlaps node 2", "label 2 leaves the canvas"]
+
+
+def test_a_value_read_by_every_layer_gets_reference_boxes_not_edges_across_the_graph(tmp_path):
+    from benchmarks.models import llama_sweep
+
+    ir = torch2ir.convert(llama_sweep(8), (torch.zeros((1, 16), dtype=torch.long, device="meta"),))
+    page = ir.view(tmp_path / "v.html")
+    dom = dump_dom(f"{page.as_uri()}#graph=model", tmp_path)
+    d = drawing(dom)
+    assert d.count == ir["model"].node_count and problems(d) == []
+    proxies = [a for a in Elements(dom).named("g") if a.get("class") == "proxy"]
+    # values read by more than 5 nodes (the rotary tables, the mask, ... read by the 8 layers): one edge to the first
+    # reader, a reference box above each other one
+    graph = ir["model"].graph
+    fanned = {n: len(set(graph.successors(n)) - {n}) for n in graph.nodes}
+    assert len(proxies) == sum(k - 1 for k in fanned.values() if k > 5) > 0
+    assert sum(1 for k in fanned.values() if k >= 8) >= 2  # cos and sin at least
+    assert "\u2191 " in Elements(dom).shown()

@@ -16,9 +16,10 @@ from it; the embedded JSON has ``<``, ``>`` and ``&`` escaped, so no IR string c
 
 The page reads its URL fragment on load: ``view.html#expand=model.layers.1&select=model.layers.1.self_attn``
 expands blocks (comma-separated), ``select`` shows one in the side panel, ``graph`` draws one's graph and
-``search`` fills the search box, ``node=PATH:NAME`` draws a graph with that node selected. A path may be given by
-its unique suffix (``layers.1``). With a second IR to compare, the fragment applies to the left side and the right
-one follows.
+``search`` fills the search box, ``node=PATH:NAME`` draws a graph with that node selected,
+``inplace=attention,attention/self`` draws those calls of the ``graph`` in place (callee graphs in boxes, nested
+with ``/``). A path may be given by its unique suffix (``layers.1``). With a second IR to compare, the fragment
+applies to the left side and the right one follows.
 """
 
 from __future__ import annotations

@@ -11,8 +11,10 @@ shown as text (``textContent``), never as markup. The document, one JSON object:
   with an en dash and a multiplication sign);
 - ``impls``: path -> ``{"cls", "a": attributes, "s": state records, "m": meta, "al": aliases, "g": graphs}``,
   ``a``/``m`` as ``[[name, text]]``, ``s`` as ``[[name, kind, "f32[4, 8]", extra]]``, each graph as
-  ``{"n": [[name, kind, op, output text, arguments text, implementation called]], "e": [[src, dst, label]]}``
-  (node indices; the label is the tensor the edge carries, from the source node's ``meta``);
+  ``{"n": [[name, kind, op, output text, arguments text, implementation called(, binding)]], "e": [[src, dst,
+  label]]}`` (node indices; the label is the tensor the edge carries, from the source node's ``meta``; a call of a
+  module with a graph has a binding, ``[variant, [caller node index or -1 per callee input]]``, to draw the callee's
+  graph in place of the call);
 - ``ov`` (only with an overlay, :mod:`common.htmlview.overlay`): ``{"name", "m": {module path: [value, text]},
   "n": {"path:node": [value, text]}, "lo", "hi", "unmatched"}``.
 """
@@ -145,13 +147,43 @@ def _graph(impl: Implementation, key: str, ir: IR) -> dict[str, Any]:
             kind, op = "call", shown if local == name else f"{local}: {shown}"
         meta = produced(ir, impl, name)
         out = _meta_text(meta) if meta is not None else None
-        nodes.append([str(name), kind, _clip(op), _clip(out or ""), _clip(_call_args(impl, name, attrs)), called])
+        row = [str(name), kind, _clip(op), _clip(out or ""), _clip(_call_args(impl, name, attrs)), called]
+        if called:
+            binding = _binding(ir[called], attrs, index)
+            if binding is not None:
+                row.append(binding)
+        nodes.append(row)
     edges = []
     for src, dst, attrs in impl.graph.edges(data=True):
         if src != dst:
             label = _edge_label(ir, impl, src, attrs.get("src_index"))
             edges.append([index[src], index[dst], label])
     return {"n": nodes, "e": edges}
+
+
+def _binding(callee: Implementation, attrs: Mapping[str, Any], index: Mapping[str, int]) -> list[Any] | None:
+    """How a call feeds the graph it runs, for drawing that graph in place of the call: ``[variant, [source]]``, one
+    source per input node of the callee's graph (the caller's node index, or ``-1`` for a constant), found as the
+    rebuild binds them (the call's arguments flattened by the callee's ``in_spec``, else in order); ``None`` when
+    the call runs no graph or its arguments do not line up with the graph's inputs (it is then not expandable)."""
+    variant = attrs.get("variant") or 0
+    source = callee.shared_body or callee
+    if not callee.node_count or type(variant) is not int or not 0 <= variant <= callee.variant_count:
+        return None
+    graph = source.graphs()[variant].graph
+    inputs = [n for n, a in graph.nodes(data=True) if a.get("type") == "input"]
+    args, kwargs = attrs.get("args"), attrs.get("kwargs", {})
+    if not isinstance(args, list | tuple) or not isinstance(kwargs, Mapping):
+        return None
+    if isinstance(callee.meta.get("in_spec"), str):
+        from torch.utils import _pytree as pytree
+
+        leaves = pytree.tree_leaves((tuple(args), dict(kwargs)))  # as common.rewrite.inline binds them
+    else:
+        leaves = [*args, *kwargs.values()]
+    if len(leaves) != len(inputs):
+        return None
+    return [variant, [index.get(v.node, -1) if isinstance(v, Ref) else -1 for v in leaves]]
 
 
 def _details(ir: IR, key: str, shared: tuple[str, int] | None = None,

@@ -24,7 +24,7 @@
       return {e: g.e, n: g.n.map(function (r) {
         var c = r[5];
         if (c && c.slice(0, home.length + 1) === home + ".") c = key + c.slice(home.length);
-        return [r[0], r[1], r[2], r[3], r[4], c];
+        return [r[0], r[1], r[2], r[3], r[4], c].concat(r.length > 6 ? [r[6]] : []);  // and its binding
       })};
     });
     (d.ro || []).forEach(function (o) { d.g[o[0]].n[o[1]] = o[2]; });  // rows that read otherwise here
@@ -201,7 +201,7 @@
     panel.appendChild(btns);
     panel.appendChild(table("Blocks", m.slice(0, 200).map(function (j) { return [N[j].p]; }), ""));
   }
-  function showNode(path, g, k) {
+  function showNode(path, g, k, inPlace) {
     var box = $("nodeinfo");
     if (!box) { select(byPath.get(path)); box = $("nodeinfo"); }
     var r = g.n[k], ins = [], v = IMPLS[path] ? IMPLS[path].g.indexOf(g) : 0;
@@ -213,6 +213,7 @@
       .concat(CMP ? [["compared", nst || "the same"]] : []), ""));
     if (ins.length) box.appendChild(table("Inputs", ins, ""));
     if (r[5]) box.appendChild(button("open " + r[5], function () { var j = byPath.get(r[5]); reveal(j); select(j); drawGraph(r[5], 0); }));
+    if (inPlace && expandable(r)) box.appendChild(button("draw " + r[5] + " in place", inPlace));
     box.scrollIntoView({ block: "nearest" });
   }
 
@@ -234,9 +235,14 @@
   function layout(g) {
     var n = g.n.length, W = nodeWidths(g), i;
     if (typeof dagre === "undefined" || n > BIG) return layered(g);
-    var G = new dagre.graphlib.Graph({ multigraph: true });
+    var clusters = g.clusters || [], G = new dagre.graphlib.Graph({ multigraph: true, compound: clusters.length > 0 });
     G.setGraph({ rankdir: "TB", nodesep: 24, edgesep: 14, ranksep: 28, marginx: 16, marginy: 16 });
     for (i = 0; i < n; i++) G.setNode("n" + i, { width: W[i], height: H });
+    clusters.forEach(function (c, j) {  // a call drawn in place: its nodes inside a box
+      G.setNode("c" + j, {});
+      if (c.parent >= 0) G.setParent("c" + j, "c" + c.parent);
+    });
+    for (i = 0; i < n && clusters.length; i++) if (g.cl[i] >= 0) G.setParent("n" + i, "c" + g.cl[i]);
     var readers = new Map();
     g.e.forEach(function (e) {
       if (e[0] === e[1]) return;
@@ -252,6 +258,7 @@
         proxyOf.set(a + "\u0000" + b, id);
         proxies.push({ id: id, a: a, b: b, text: text, w: labelWidth(text) + 4 });
         G.setNode("n" + id, { width: labelWidth(text) + 4, height: PH });
+        if (clusters.length && g.cl[b] >= 0) G.setParent("n" + id, "c" + g.cl[b]);  // beside its reader
       });
     });
     var labelled = new Set(), edges = [];
@@ -287,8 +294,12 @@
       if (e.text) { e.lx = d.x; e.ly = d.y; e.lw = labelWidth(e.text); }
     });
     proxies.forEach(function (p) { p.x = x[p.id]; p.y = y[p.id]; });
+    var boxes = clusters.map(function (c, j) {
+      var d = G.node("c" + j);
+      return { x: d.x - d.width / 2, y: d.y - d.height / 2, w: d.width, h: d.height };
+    });
     var size = G.graph();
-    return { x: x, y: y, w: W, h: H, width: size.width, height: size.height, edges: edges, proxies: proxies };
+    return { x: x, y: y, w: W, h: H, width: size.width, height: size.height, edges: edges, proxies: proxies, clusters: boxes };
   }
   function layered(g) {  // the simple layering: longest path, barycentre sweeps; curved edges, labels under producers
     var n = g.n.length, preds = [], succs = [], layer = new Int32Array(n), i;
@@ -378,24 +389,82 @@
     box.scrollLeft = drag.l - (ev.clientX - drag.x); box.scrollTop = drag.t - (ev.clientY - drag.y);
   });
   window.addEventListener("mouseup", function () { if (drag) { drag = null; $("graph").classList.remove("dragging"); } });
+  // A call of a module with a graph can be drawn in place (double-click it, or "expand here" in its panel): the
+  // callee's graph inside a box named after the module, its inputs fed by what the call passes (the binding the
+  // page data gives, as the rebuild binds arguments), its output node read by the call's readers. Nested calls
+  // expand the same way; a click on the box's name folds it again.
+  var inplace = new Set();  // the expanded calls of the graph on show, as "<call>/<call>/..." paths of node names
+  function expandable(r) { return r[6] && IMPLS[r[5]] && IMPLS[r[5]].g && IMPLS[r[5]].g[r[6][0]] ? true : false; }
+  function assemble(path, v) {
+    var M = { n: [], e: [], cl: [], src: [], clusters: [], top: [] };
+    function walk(p, vv, cluster, prefix, feeds) {
+      var g = IMPLS[p].g[vv], ids = [], opened = new Set(), inputs = 0, out = -1;
+      g.n.forEach(function (r, k) {
+        var key = prefix + r[0];
+        if (expandable(r) && inplace.has(key)) {
+          var c = M.clusters.length;
+          M.clusters.push({ path: r[5], parent: cluster, key: key });
+          opened.add(k);
+          ids[k] = walk(r[5], r[6][0], c, key + "/", r[6][1].map(function (j) { return j >= 0 ? ids[j] : -1; }));
+        } else {
+          ids[k] = M.n.length;
+          M.n.push(r); M.cl.push(cluster); M.src.push([p, vv, k, key]);
+          if (r[1] === "input" && feeds) {
+            var f = feeds[inputs++];
+            if (f !== undefined && f >= 0) M.e.push([f, ids[k], r[3] || ""]);
+          }
+          if (r[1] === "output") out = ids[k];
+        }
+        if (!prefix) M.top[k] = ids[k];
+      });
+      g.e.forEach(function (e) {
+        if (opened.has(e[1]) || ids[e[0]] < 0 || ids[e[0]] === undefined) return;  // fed through the callee's inputs
+        M.e.push([ids[e[0]], ids[e[1]], e[2]]);
+      });
+      return out;
+    }
+    walk(path, v, -1, "", null);
+    return M;
+  }
+  function toggleInPlace(path, v, key) {  // the same graph drawn again, at the same zoom and scroll
+    if (inplace.has(key)) {
+      inplace.forEach(function (k) { if (k === key || k.indexOf(key + "/") === 0) inplace.delete(k); });
+    } else inplace.add(key);
+    var pane = $("middle"), left = pane.scrollLeft, top = pane.scrollTop;
+    drawGraph(path, v);
+    pane.scrollLeft = left; pane.scrollTop = top;
+  }
   function drawGraph(path, v, focus) {
     var d = IMPLS[path], g = d && d.g[v];
     var bar = $("graphbar"), box = $("graph");
+    var same = drawn === path + "\u0000" + v;
     drawn = g ? path + "\u0000" + v : null;
+    if (!same) inplace.clear();
     if (peer) sync(function () { peer.graphAt(counterpart(path), v, g && focus !== undefined && g.n[focus] ? g.n[focus][0] : null); });
     bar.replaceChildren(); box.replaceChildren();
     shown = null;
     if (!g) { box.appendChild(el("div", "hint", "no graph: " + path + " is rebuilt by the handler of its type")); return; }
+    var M = assemble(path, v);
     bar.appendChild(el("span", "t", path + (v ? " (variant " + v + ")" : "")));
-    bar.appendChild(el("span", null, g.n.length + " nodes, " + g.e.length + " edges"));
-    var L = layout(g), svg = sel("svg", { viewBox: "0 0 " + L.width + " " + L.height });
+    bar.appendChild(el("span", null, g.n.length + " nodes, " + g.e.length + " edges" +
+      (M.clusters.length ? ", " + M.clusters.length + " call" + (M.clusters.length > 1 ? "s" : "") + " drawn in place" : "")));
+    var L = layout(M), svg = sel("svg", { viewBox: "0 0 " + L.width + " " + L.height });
     shown = { svg: svg, L: L };
-    zoom = fitZoom();
+    if (!same) zoom = fitZoom();
     svg.setAttribute("width", L.width * zoom); svg.setAttribute("height", L.height * zoom);
     bar.appendChild(button("−", function () { zoomAt(zoom / 1.25); }));
     bar.appendChild(button("+", function () { zoomAt(zoom * 1.25); }));
     bar.appendChild(button("fit", function () { zoomAt(fitZoom()); }));
-    var edges = sel("g", {}), nodes = sel("g", {}), labels = sel("g", {});
+    var boxes = sel("g", {}), edges = sel("g", {}), nodes = sel("g", {}), labels = sel("g", {});
+    (L.clusters || []).forEach(function (c, j) {
+      var info = M.clusters[j], gr = sel("g", { "class": "cluster", transform: "translate(" + c.x + "," + c.y + ")" });
+      gr.appendChild(sel("rect", { width: c.w, height: c.h }));
+      var name = sel("text", { x: 6, y: 12 }, info.path + "  \u2212");
+      name.addEventListener("click", function () { toggleInPlace(path, v, info.key); });
+      gr.appendChild(name);
+      gr.appendChild(sel("title", {}, info.path + " drawn in place of its call (click its name to fold it)"));
+      boxes.appendChild(gr);
+    });
     L.edges.forEach(function (e) {
       var p = e.points, dpath = "M" + p[0][0] + "," + p[0][1];
       if (e.curved) {
@@ -413,37 +482,43 @@
         labels.appendChild(t);
       }
     });
-    g.n.forEach(function (r, k) {
-      var nst = CMP && CMP.n[side][path] && CMP.n[side][path][v + ":" + r[0]];
-      var gr = sel("g", { "class": "node k-" + r[1] + (nst ? " d-" + nst : ""), transform: "translate(" + L.x[k] + "," + L.y[k] + ")" });
-      var rect = sel("rect", { width: L.w[k], height: L.h }), ov = OV && (OV.n[path + ":" + r[0]] || (r[5] && OV.m[r[5]]));
+    var focusAt = focus !== undefined && focus >= 0 && focus < g.n.length ? M.top[focus] : -1;
+    M.n.forEach(function (r, k) {
+      var at = M.src[k], sp = at[0], sg = IMPLS[sp].g[at[1]];
+      var nst = CMP && CMP.n[side][sp] && CMP.n[side][sp][at[1] + ":" + r[0]];
+      var gr = sel("g", { "class": "node k-" + r[1] + (nst ? " d-" + nst : "") + (expandable(r) ? " expandable" : ""),
+                          transform: "translate(" + L.x[k] + "," + L.y[k] + ")" });
+      var rect = sel("rect", { width: L.w[k], height: L.h }), ov = OV && (OV.n[sp + ":" + r[0]] || (r[5] && OV.m[r[5]]));
       if (ov) { rect.style.fill = ovColour(ov[0]); gr.dataset.ov = ov[1]; }
       gr.appendChild(rect);
       gr.appendChild(sel("text", { x: 8, y: 15 }, r[0]));
       if (r[2]) gr.appendChild(sel("text", { "class": "op", x: 8, y: 30 }, r[2].length > 48 ? r[2].slice(0, 47) + "…" : r[2]));
-      gr.appendChild(sel("title", {}, r[0] + (r[3] ? ": " + r[3] : "") + (ov ? "\n" + OV.name + ": " + ov[1] : "") + (nst ? "\n" + nst : "")));
+      gr.appendChild(sel("title", {}, r[0] + (r[3] ? ": " + r[3] : "") + (ov ? "\n" + OV.name + ": " + ov[1] : "") +
+        (nst ? "\n" + nst : "") + (expandable(r) ? "\ndouble-click: draw " + r[5] + " in place" : "")));
       gr.addEventListener("click", function () {
         if (graphSel) graphSel.classList.remove("sel");
-        graphSel = gr; gr.classList.add("sel"); showNode(path, g, k);
+        graphSel = gr; gr.classList.add("sel"); showNode(sp, sg, at[2], function () { toggleInPlace(path, v, at[3]); });
       });
+      if (expandable(r)) gr.addEventListener("dblclick", function () { toggleInPlace(path, v, at[3]); });
       nodes.appendChild(gr);
-      if (k === focus) { graphSel = gr; gr.classList.add("sel"); gr.dataset.focus = "1"; }
+      if (k === focusAt) { graphSel = gr; gr.classList.add("sel"); gr.dataset.focus = "1"; }
     });
     (L.proxies || []).forEach(function (p) {
+      var at = M.src[p.a], sg = IMPLS[at[0]].g[at[1]], r = M.n[p.a];
       var gr = sel("g", { "class": "proxy", transform: "translate(" + p.x + "," + p.y + ")" });
       gr.appendChild(sel("rect", { width: p.w, height: PH }));
       gr.appendChild(sel("text", { x: 6, y: 14 }, p.text));
-      gr.appendChild(sel("title", {}, "read from " + g.n[p.a][0] + (g.n[p.a][3] ? ": " + g.n[p.a][3] : "") + " (click to select it)"));
-      gr.addEventListener("click", function () { showNode(path, g, p.a); });
+      gr.appendChild(sel("title", {}, "read from " + r[0] + (r[3] ? ": " + r[3] : "") + " (click to select it)"));
+      gr.addEventListener("click", function () { showNode(at[0], sg, at[2]); });
       nodes.appendChild(gr);
     });
-    svg.appendChild(edges); svg.appendChild(nodes); svg.appendChild(labels);
+    svg.appendChild(boxes); svg.appendChild(edges); svg.appendChild(nodes); svg.appendChild(labels);
     box.appendChild(svg);
-    if (focus !== undefined && focus >= 0 && focus < g.n.length) {
+    if (focusAt >= 0) {
       showNode(path, g, focus);
       var pane = $("middle");
-      pane.scrollLeft = Math.max(0, L.x[focus] * zoom - pane.clientWidth / 2);
-      pane.scrollTop = Math.max(0, L.y[focus] * zoom - pane.clientHeight / 2);
+      pane.scrollLeft = Math.max(0, L.x[focusAt] * zoom - pane.clientWidth / 2);
+      pane.scrollTop = Math.max(0, L.y[focusAt] * zoom - pane.clientHeight / 2);
     }
   }
 
@@ -524,6 +599,8 @@
     if (g && resolve(g) >= 0) {
       if (!s) { reveal(resolve(g)); select(resolve(g)); }
       drawGraph(N[resolve(g)].p, 0);
+      var ip = (args.get("inplace") || "").split(",").filter(Boolean);  // calls drawn in place: node names, "/"-nested
+      if (ip.length) { ip.forEach(function (k) { inplace.add(k); }); drawGraph(N[resolve(g)].p, 0); }
     }
     if (q) { $("search").value = q; search(q); }
     var nd = args.get("node"), colon = nd ? nd.lastIndexOf(":") : -1;  // node=<module path>:<node name>

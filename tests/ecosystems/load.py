@@ -81,6 +81,8 @@ def diffusers() -> ModuleType:
 
 
 def model_explorer() -> ModuleType:
-    """``import model_explorer`` (Google's Model Explorer, without its optional C++ graph adapter)."""
+    """``import model_explorer`` (Google's Model Explorer, without its optional C++ graph adapter); torchvision first:
+    the folder it comes from holds torchvision, which transformers then imports."""
+    torchvision()
     zoo_site("model_explorer")
     return importlib.import_module("model_explorer")

@@ -4,16 +4,16 @@ over another label or a node, nothing outside the canvas)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
-from dataclasses import dataclass
 
 from tests.view.browser import Elements
 
 Box = tuple[float, float, float, float]  # x0, y0, x1, y1
 
 
-@dataclass
+@dataclasses.dataclass
 class Drawing:
     width: float
     height: float
@@ -21,6 +21,8 @@ class Drawing:
     edges: list[tuple[int, int, list[tuple[float, float]]]]
     labels: list[Box]
     count: int = 0  #: graph nodes (the boxes after them are reference boxes of values read far away)
+    names: list[str] = dataclasses.field(default_factory=list)  #: the text of each box
+    clusters: int = 0  #: calls drawn in place
 
 
 def drawing(dom: str) -> Drawing:
@@ -48,7 +50,9 @@ def drawing(dom: str) -> Drawing:
         elif tag == "text" and cls == "el":
             cx, y, w, h = float(attrs["x"]), float(attrs["y"]) - 4, float(attrs["data-w"]), float(attrs["data-h"])
             labels.append((cx - w / 2, y - h / 2, cx + w / 2, y + h / 2))
-    return Drawing(view[2], view[3], [tuple(n) for n in nodes], edges, labels, count)
+    names = re.findall(r'<g class="(?:node|proxy)[^"]*"[^>]*><rect[^>]*>(?:</rect>)?<text[^>]*>([^<]*)</text>', dom)
+    return Drawing(view[2], view[3], [tuple(n) for n in nodes], edges, labels, count, names[:len(nodes)],
+                   sum(1 for t, a in tags[start + 1:] if t == "g" and a.get("class") == "cluster"))
 
 
 def _crosses(p: tuple[float, float], q: tuple[float, float], box: Box, inset: float = 0.5) -> bool:

@@ -95,3 +95,34 @@ def test_a_value_read_by_every_layer_gets_reference_boxes_not_edges_across_the_g
     assert len(proxies) == sum(k - 1 for k in fanned.values() if k > 5) > 0
     assert sum(1 for k in fanned.values() if k >= 8) >= 2  # cos and sin at least
     assert "\u2191 " in Elements(dom).shown()
+
+
+def test_calls_drawn_in_place_nest_and_are_fed_as_the_rebuild_binds_them(tmp_path):
+    from common.htmlview.data import view_data
+
+    ir = _bert()
+    data = view_data(ir)["impls"]
+    layer, attention, self_ = "encoder.layer.0", "encoder.layer.0.attention", "encoder.layer.0.attention.self"
+    (outer,) = [r for r in data[layer]["g"][0]["n"] if r[5] == attention]
+    (inner,) = [r for r in data[attention]["g"][0]["n"] if r[5] == self_]
+    page = ir.view(tmp_path / "v.html")
+    dom = dump_dom(f"{page.as_uri()}#graph={layer}&inplace={outer[0]},{outer[0]}/{inner[0]}", tmp_path)
+    d = drawing(dom)
+    assert d.clusters == 2
+    assert d.count == ir[layer].node_count - 1 + ir[attention].node_count - 1 + ir[self_].node_count
+    assert problems(d) == []
+    # boxes are drawn in walking order: the layer's nodes before its attention call, then the attention's nodes
+    # before its self-attention call, then the self-attention's: each of its inputs has one edge, from the attention
+    # node its binding names (as the rebuild binds the call's arguments)
+    at_outer = data[layer]["g"][0]["n"].index(outer)
+    at_inner = data[attention]["g"][0]["n"].index(inner)
+    first = at_outer + at_inner
+    inputs = [k for k, r in enumerate(data[self_]["g"][0]["n"]) if r[1] == "input"]
+    edges = {(a, b) for a, b, _ in d.edges}
+    for position, k in enumerate(inputs):
+        j = inner[6][1][position]
+        into = [a for a, b, _ in d.edges if b == first + k]
+        assert into == ([at_outer + j] if j >= 0 else []), (position, into)
+        assert j < 0 or (at_outer + j, first + k) in edges
+    # the calls themselves are not drawn: their graphs are
+    assert outer[0] not in d.names and inner[0] not in d.names

@@ -8,7 +8,8 @@ An IR (or FlatIR) JSON and its tensors file are one unit (see ``docs/ir-spec.md`
 - a save writes the tensors file, then the JSON (each through a temporary file, ``fsync`` and an
   atomic rename), then removes the tensors files of that stem the new JSON does not name and any
   temporary files an interrupted save left behind; all of it holds an ``fcntl.flock`` on the lock
-  file ``.<name>.lock`` beside the JSON, so concurrent saves to one path run one after the other;
+  file ``.<name>.lock`` beside the JSON, so concurrent saves to one path run one after the other (the
+  file is removed when the save ends);
 - reads ``stat`` a path before opening it and open only regular files (a FIFO or a device is
   refused at once, never waited on); a tensors file must not be a symbolic link.
 
@@ -145,12 +146,39 @@ def sync_folder(path: PathLike) -> None:
             os.close(fd)
 
 
+def _lock_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+def _is_current(fd: int, lock: Path) -> bool:
+    """Whether ``fd`` (locked) is still the lock file on disk: a save that finished removed it (and another may have
+    made a new one), so a lock taken on a removed file locks nothing and must be taken again."""
+    try:
+        on_disk = os.stat(lock, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _release(fd: int, lock: Path) -> None:
+    """Remove the lock file while still holding it, then release it (a save waiting on it finds it removed and
+    locks a new one; one arriving now creates a new one)."""
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def save_lock(path: PathLike) -> Iterator[None]:
-    """Hold an exclusive ``fcntl.flock`` on ``.<name>.lock`` beside ``path`` (created if needed, kept after).
+    """Hold an exclusive ``fcntl.flock`` on ``.<name>.lock`` beside ``path`` (created for the save, removed after).
 
-    The lock file is never removed: removing it would let two saves lock two different files.
-    Without ``fcntl`` (not POSIX) this does nothing.
+    A save waiting for the lock gets it once the holder removed the file, sees that the file it locked is no longer
+    the one on disk and locks the current one (creating it when none is there): so two saves never hold the lock of
+    one path at once, and a save that completed leaves no lock file behind (one killed midway does; the next save
+    or load of the path removes it). Without ``fcntl`` (not POSIX) this does nothing.
 
     Raises:
         OSError: the lock file cannot be created or opened (e.g. a read-only folder).
@@ -158,39 +186,53 @@ def save_lock(path: PathLike) -> Iterator[None]:
     if fcntl is None:  # pragma: no cover
         yield
         return
-    path = Path(path)
+    lock = _lock_path(Path(path))
     flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path.with_name(f".{path.name}.lock"), flags | getattr(os, "O_NONBLOCK", 0), 0o666)
+    while True:
+        fd = os.open(lock, flags | getattr(os, "O_NONBLOCK", 0), 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            current = _is_current(fd, lock)
+        except BaseException:
+            os.close(fd)
+            raise
+        if current:
+            break
+        os.close(fd)  # locked a file the previous holder removed: lock the one on disk now
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # releases the lock
+        _release(fd, lock)
 
 
 @contextlib.contextmanager
 def try_save_lock(path: PathLike) -> Iterator[bool]:
     """Take :func:`save_lock`'s lock without waiting and without creating the lock file; yields whether it
-    was taken (False: no save ever ran here, a save holds it, or the file cannot be opened)."""
+    was taken (False: no lock file, which a completed save removes, a save holds it, or it cannot be opened).
+    A lock file found is one a save killed midway left: taken, it is removed when the block ends."""
     if fcntl is None:  # pragma: no cover
         yield False
         return
-    path = Path(path)
+    lock = _lock_path(Path(path))
     flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path.with_name(f".{path.name}.lock"), flags)
+        fd = os.open(lock, flags)
     except OSError:
         yield False
         return
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            yield False
-            return
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        taken = _is_current(fd, lock)
+    except OSError:
+        taken = False
+    if not taken:
+        os.close(fd)
+        yield False
+        return
+    try:
         yield True
     finally:
-        os.close(fd)
+        _release(fd, lock)
 
 
 def sidecar_stem(path: PathLike) -> str:

@@ -400,10 +400,11 @@ def _load_with_tensors(path: PathLike, build: Callable[[Any, str], T],
 def clean_after_load(path: PathLike, *, read: tuple[Any, Any] | None = None) -> list[str]:
     """Remove temp files and stale tensors files of ``path`` if no save of it is under way; return their names.
 
-    Only when the save lock file exists (a save ran here) and can be taken at once: a save in progress
-    holds it, so nothing it is writing is touched. The JSON is read again under the lock to learn which
-    tensors file it names now, unless ``read`` is ``(identity, document)`` of a read of it whose identity
-    (:func:`_identity`: device, inode, times, size, taken before that read) is still the file's: a save
+    Only when the save lock file exists (a save was interrupted here: one that completed removed it) and can be
+    taken at once: a save in progress holds it, so nothing it is writing is touched; the lock file goes too. The
+    JSON is read again under the lock to learn which tensors file it names now, unless ``read`` is ``(identity,
+    document)`` of a read of it whose identity (:func:`_identity`: device, inode, times, size, taken before that
+    read) is still the file's: a save
     replaces the file (a new inode), so the document read then is the one on disk. A read-only folder, or
     any other obstacle, just skips the cleanup.
     """

@@ -16,6 +16,9 @@ def test_demo_command_writes_files_and_a_png(tmp_path):
     for name in ("demo.ir.json", "demo.flat.json", "demo.safetensors", "demo.hierarchy.png",
                  "demo.hierarchy.dot", "demo.hierarchy.mmd", "demo.html"):
         assert (out / name).stat().st_size > 0, name
+    assert sorted(p.name for p in out.iterdir()) == sorted(  # nothing else: no lock or temporary file left behind
+        ["demo.ir.json", "demo.flat.json", "demo.safetensors", "demo.hierarchy.png", "demo.hierarchy.dot",
+         "demo.hierarchy.mmd", "demo.html"])
     assert json.loads((out / "demo.ir.json").read_text(encoding="utf-8"))["format"] == "torch2ir.ir"
     flat = json.loads((out / "demo.flat.json").read_text(encoding="utf-8"))
     assert flat["format"] == "torch2ir.flat" and flat["meta"]["device"] == "meta"

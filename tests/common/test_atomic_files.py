@@ -63,8 +63,9 @@ def _listing(folder: Path) -> list[str]:
 
 
 def _clean(path: Path) -> list[str]:
-    """What a folder holding only the save at ``path`` lists: the JSON, its tensors file, its lock file."""
-    return sorted([path.name, _sidecar(path).name, f".{path.name}.lock"])
+    """What a folder holding only the save at ``path`` lists: the JSON and its tensors file (a completed save
+    removes its lock file)."""
+    return sorted([path.name, _sidecar(path).name])
 
 
 @contextlib.contextmanager
@@ -91,7 +92,7 @@ def test_json_records_the_sha256_of_its_content_addressed_tensors_file(tmp_path,
     sidecar = _sidecar(path)
     digest = hashlib.sha256(sidecar.read_bytes()).hexdigest()
     assert _entry(path) == {"file": f"m.tensors.{digest[:16]}.safetensors", "sha256": digest, "keys": sorted(a.tensors)}
-    assert _listing(tmp_path) == [".m.json.lock", "m.json", sidecar.name]
+    assert _listing(tmp_path) == ["m.json", sidecar.name]
     loaded = _load(kind, path)
     assert loaded == a and all(torch.equal(loaded.tensors[k], v) for k, v in a.tensors.items())
     (tmp_path / "again").mkdir()
@@ -249,9 +250,13 @@ def test_a_load_removes_what_interrupted_saves_left_unless_a_save_is_under_way(t
     from common.atomic_files import save_lock
 
     with save_lock(path):  # a save holds the lock: the load must not touch files that save may be writing
+        assert (tmp_path / ".m.json.lock").exists()
         assert _load(kind, path) == a
+    assert _listing(tmp_path) == sorted([*_clean(path), *debris])  # the save's lock file went with it
+    assert _load(kind, path) == a  # no lock file: every save completed, nothing to clean
     assert _listing(tmp_path) == sorted([*_clean(path), *debris])
-    assert _load(kind, path) == a  # no save under way: the leftovers go, the pair stays
+    (tmp_path / ".m.json.lock").write_bytes(b"")  # what a save killed midway leaves beside its debris
+    assert _load(kind, path) == a  # no save under way: the leftovers and the lock file go, the pair stays
     assert _listing(tmp_path) == _clean(path)
     assert _load(kind, path) == a
 
@@ -276,7 +281,7 @@ def test_saving_without_tensors_removes_the_old_tensors_file(tmp_path):
     assert not bare.tensors
     bare.save(path)
     assert "tensors" not in json.loads(path.read_text(encoding="utf-8"))
-    assert _listing(tmp_path) == [".m.ir.json.lock", "m.ir.json"]
+    assert _listing(tmp_path) == ["m.ir.json"]
 
 
 # -- killed and concurrent saves -----------------------------------------------------------------
@@ -384,3 +389,40 @@ def test_concurrent_saves_to_one_path_never_give_a_mixed_pair(tmp_path, savers):
     assert loads["error"] <= (loads["0"] + loads["1"]) // 10, loads  # loads retry: errors are rare at worst
     irs[1].save(path)
     assert _listing(tmp_path) == _clean(path) and IR.load(path) == irs[1]
+
+
+def test_a_save_waiting_for_the_lock_locks_the_file_on_disk_once_the_holder_removed_its_own(tmp_path):
+    import threading
+    import time
+
+    from common.atomic_files import save_lock, try_save_lock
+
+    path, lock = tmp_path / "m.json", tmp_path / ".m.json.lock"
+    seen: list = []
+    first_in, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with save_lock(path):
+            first_in.set()
+            release.wait(10)
+            seen.append("first out")
+
+    def second() -> None:
+        first_in.wait(10)
+        with save_lock(path):  # blocks on the first's file, which is removed when it ends: must lock the new one
+            seen.append(("second in", lock.exists()))
+            with try_save_lock(path) as taken:  # a third party finds the lock held
+                seen.append(("third took it", taken))
+            seen.append("second out")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    first_in.wait(10)
+    time.sleep(0.2)  # the second is waiting in flock by now
+    assert seen == [] and lock.exists()
+    release.set()
+    for t in threads:
+        t.join(10)
+    assert seen == ["first out", ("second in", True), ("third took it", False), "second out"]
+    assert not lock.exists()  # a completed save leaves no lock file

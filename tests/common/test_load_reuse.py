@@ -32,8 +32,10 @@ def _ir_with_tensor() -> IR:
 
 
 def _stale(path: Path) -> Path:
+    """A tensors file and the lock file a save killed midway leaves (a completed save leaves no lock file)."""
     stale = path.with_name(path.name.removesuffix(".json") + ".tensors.0123456789abcdef.safetensors")
     stale.write_bytes(b"left by an interrupted save")
+    path.with_name(f".{path.name}.lock").write_bytes(b"")
     return stale
 
 

@@ -466,15 +466,16 @@
       boxes.appendChild(gr);
     });
     L.edges.forEach(function (e) {
+      // a straight line down through a row; between rows, a curve with vertical ends, whose height stays within the
+      // gap (a cubic whose control points share the middle height never leaves the band between its ends)
       var p = e.points, dpath = "M" + p[0][0] + "," + p[0][1];
-      if (e.curved) {
-        var my = (p[0][1] + p[1][1]) / 2;
-        dpath += " C" + p[0][0] + "," + my + " " + p[1][0] + "," + my + " " + p[1][0] + "," + p[1][1];
-      } else {
-        for (var j = 1; j < p.length; j++) dpath += " L" + p[j][0] + "," + p[j][1];
+      for (var j = 1; j < p.length; j++) {
+        var a = p[j - 1], b = p[j], my = (a[1] + b[1]) / 2;
+        dpath += Math.abs(a[0] - b[0]) < 0.01 ? " L" + b[0] + "," + b[1] : " C" + a[0] + "," + my + " " + b[0] + "," + my + " " + b[0] + "," + b[1];
       }
       var path_ = sel("path", { "class": "edge", d: dpath });
       path_.dataset.a = String(e.a); path_.dataset.b = String(e.b);
+      if (!e.curved) path_.dataset.routed = "1";  // laid out by dagre (the fallback layering routes nothing)
       edges.appendChild(path_);
       if (e.text) {
         var t = sel("text", { "class": "el", x: e.lx, y: e.ly + 4, "text-anchor": "middle" }, e.text);

@@ -43,16 +43,32 @@ def drawing(dom: str) -> Drawing:
             x, y = nodes[-1]
             nodes[-1] = (x, y, x + float(attrs["width"]), y + float(attrs["height"]))
         elif tag == "path" and cls == "edge":
-            d = attrs["d"]
-            assert "C" not in d, f"a curved edge: the fallback layout was used ({d[:80]})"
-            points = [(float(a), float(b)) for a, b in re.findall(r"([-\d.e]+),([-\d.e]+)", d)]
-            edges.append((int(attrs["data-a"]), int(attrs["data-b"]), points))
+            assert attrs.get("data-routed") == "1", "an edge of the fallback layering (not routed)"
+            edges.append((int(attrs["data-a"]), int(attrs["data-b"]), _polyline(attrs["d"])))
         elif tag == "text" and cls == "el":
             cx, y, w, h = float(attrs["x"]), float(attrs["y"]) - 4, float(attrs["data-w"]), float(attrs["data-h"])
             labels.append((cx - w / 2, y - h / 2, cx + w / 2, y + h / 2))
     names = re.findall(r'<g class="(?:node|proxy)[^"]*"[^>]*><rect[^>]*>(?:</rect>)?<text[^>]*>([^<]*)</text>', dom)
     return Drawing(view[2], view[3], [tuple(n) for n in nodes], edges, labels, count, names[:len(nodes)],
                    sum(1 for t, a in tags[start + 1:] if t == "g" and a.get("class") == "cluster"))
+
+
+def _polyline(d: str) -> list[tuple[float, float]]:
+    """The points of an SVG path of ``M``, ``L`` and ``C`` commands, each cubic sampled at 24 points."""
+    out: list[tuple[float, float]] = []
+    for command, numbers in re.findall(r"([MLC])\s*([-\d.e,\s]+)", d):
+        xy = [float(v) for v in re.findall(r"[-\d.e]+", numbers)]
+        pts = list(zip(xy[::2], xy[1::2], strict=True))
+        if command != "C":
+            out.extend(pts)
+            continue
+        (x0, y0), (c1, c2, c3) = out[-1], pts
+        for i in range(1, 25):
+            t = i / 24
+            u = 1 - t
+            out.append((u**3 * x0 + 3 * u * u * t * c1[0] + 3 * u * t * t * c2[0] + t**3 * c3[0],
+                        u**3 * y0 + 3 * u * u * t * c1[1] + 3 * u * t * t * c2[1] + t**3 * c3[1]))
+    return out
 
 
 def _crosses(p: tuple[float, float], q: tuple[float, float], box: Box, inset: float = 0.5) -> bool:

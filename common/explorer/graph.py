@@ -7,9 +7,10 @@ The graph is plain JSON in Model Explorer's graph format (what ``dataclasses.asd
 "groupNodeConfigs", "nodeLabelsToHide", "tasksData", "layoutConfigs"}``.
 
 Expansion: the root's graph is walked node by node; a call of a module rebuilt from its graph walks that graph in
-the module's layer (its path with ``/`` for ``.``), the callee's inputs fed by the call's arguments (in argument
-order) and the call's readers reading the callee's output node; a module called several times is expanded once per
-call (node ids carry the call's number). A module rebuilt by its handler is one node. An instance of a shared body
+the module's layer (its path with ``/`` for ``.``; the per-call graph the call names, if any), the callee's inputs
+fed by the call's arguments (bound as the rebuild binds them, :func:`common.htmlview.data.call_leaves`) and the
+call's readers reading the callee's output node; a module called several times is expanded once per call (node ids
+carry the call's number). A module rebuilt by its handler is one node. An instance of a shared body
 is walked in its body's graph, the calls relocated (nothing of the IR is expanded or changed). Every string comes
 from the IR and stays data: Model Explorer shows labels and attributes as text.
 """
@@ -21,9 +22,11 @@ from typing import Any
 
 from ..bodies import relocate
 from ..errors import IRFormatError
+from ..htmlview.data import call_leaves
 from ..ir import IR, Implementation
 from ..schema import NODE_KINDS, slot_path
 from ..textview import _call_args, _meta_text
+from ..values import Ref
 
 __all__ = ["ADAPTER_ID", "MAX_NODES", "explorer_graph", "layer", "node_data"]
 
@@ -42,12 +45,16 @@ def layer(path: str) -> str:
     return "/".join(part.replace("/", "\u2215") for part in path.split("."))
 
 
-def _graph_of(impl: Implementation) -> tuple[Any, str | None]:
-    """The graph to walk for ``impl`` and, for an instance of a shared body, the body's home (calls relocate)."""
+def _graph_of(impl: Implementation, variant: int) -> tuple[Any, str | None]:
+    """The graph a call of ``impl`` runs (``variant``: its per-call graph, 0 the main one) and, for an instance of a
+    shared body, the body's home (its calls relocate); nothing of the IR is expanded."""
     body = impl.shared_body
-    if body is not None:
-        return body._graph, impl.body
-    return impl.graph, None
+    source = body if body is not None else impl
+    if not 0 <= variant < len(source._variants) + 1:
+        raise IRFormatError(f"a call runs per-call graph {variant} of {impl.name!r}, which has "
+                            f"{len(source._variants) + 1}", implementation=impl.name)
+    graph = source._graph if variant == 0 else source._variants[variant - 1]._graph
+    return graph, (impl.body if body is not None else None)
 
 
 def _kv(key: str, value: Any) -> dict[str, str]:
@@ -82,12 +89,13 @@ class _Builder:
             "inputsMetadata": [], "style": None, "config": None,
         })
 
-    def walk(self, key: str, feeds: list[tuple[str, int]] | None, depth: int = 0) -> str:
-        """Expand ``key``'s graph; ``feeds``: what feeds its inputs. Returns the id of its output node."""
+    def walk(self, key: str, feeds: list[tuple[str, int] | None] | None, depth: int = 0, variant: int = 0) -> str:
+        """Expand ``key``'s graph (``variant``: the per-call graph); ``feeds``: ``(node id, output index)`` or ``None``
+        (a constant) per input node. Returns the id of its output node."""
         if depth > 256:
             raise IRFormatError("module calls nest more than 256 deep", implementation=key)
         impl = self.ir[key]
-        graph, home = _graph_of(impl)
+        graph, home = _graph_of(impl, variant)
         count = self.calls[key] = self.calls.get(key, 0) + 1
         prefix = f"{key}#{count}/" if count > 1 else f"{key}/"
         namespace = layer(key)
@@ -110,7 +118,8 @@ class _Builder:
             common = [_kv("ir node", name), _kv("module", key)]
             if ntype == "input":
                 position = inputs.index(name)
-                feed = [feeds[position]] if feeds is not None and position < len(feeds) else []
+                given = feeds[position] if feeds is not None and position < len(feeds) else None
+                feed = [given] if given is not None else []  # a constant argument: no edge
                 self.add(node_id, str(name), namespace, common, feed, output)
             elif ntype in NODE_KINDS:
                 target = str(attrs.get("implementation", ""))
@@ -124,8 +133,11 @@ class _Builder:
                 target = str(attrs.get("implementation", ""))
                 callee_key = relocate(target, home, key) if home is not None else target
                 callee = self.ir.get(callee_key)
-                if callee is not None and callee.node_count:
-                    values[name] = (self.walk(callee_key, ins, depth + 1), None)
+                bound = call_leaves(callee, attrs) if callee is not None else None
+                if bound is not None:  # its graph, each input fed by what the call passes (as the rebuild binds it)
+                    feed = [(values[v.node][0], v.index if isinstance(v.index, int) else (values[v.node][1] or 0))
+                            if isinstance(v, Ref) and v.node in values else None for v in bound[1]]
+                    values[name] = (self.walk(callee_key, feed, depth + 1, bound[0]), None)
                     self.named.setdefault(f"{key}:{name}", []).append(values[name][0])
                     continue
                 cls = str(callee.meta.get("class", "")) if callee is not None else ""

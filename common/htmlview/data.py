@@ -32,7 +32,7 @@ from ..render.repeats import ir_signatures, repeat_runs
 from ..textview import _call_args, _meta_text, _value_text, ir_summary_lines, shared_groups, tensor_text
 from ..values import Ref
 
-__all__ = ["MAX_TEXT", "overlay_keys", "produced", "view_data"]
+__all__ = ["MAX_TEXT", "call_leaves", "overlay_keys", "produced", "view_data"]
 
 #: longest value text embedded; a longer one is cut and says how many characters it drops
 MAX_TEXT = 4000
@@ -161,11 +161,11 @@ def _graph(impl: Implementation, key: str, ir: IR) -> dict[str, Any]:
     return {"n": nodes, "e": edges}
 
 
-def _binding(callee: Implementation, attrs: Mapping[str, Any], index: Mapping[str, int]) -> list[Any] | None:
-    """How a call feeds the graph it runs, for drawing that graph in place of the call: ``[variant, [source]]``, one
-    source per input node of the callee's graph (the caller's node index, or ``-1`` for a constant), found as the
-    rebuild binds them (the call's arguments flattened by the callee's ``in_spec``, else in order); ``None`` when
-    the call runs no graph or its arguments do not line up with the graph's inputs (it is then not expandable)."""
+def call_leaves(callee: Implementation, attrs: Mapping[str, Any]) -> tuple[int, list[Any]] | None:
+    """What a call node (its attributes) passes to each input node of the graph it runs: ``(variant, [value per
+    input])``, each value a :class:`~common.values.Ref` or a constant, bound as the rebuild binds them (the call's
+    arguments flattened by the callee's ``in_spec``, else in order, as :mod:`common.rewrite.inline` does); ``None``
+    when the callee runs no graph or the arguments do not line up with its inputs."""
     variant = attrs.get("variant") or 0
     source = callee.shared_body or callee
     if not callee.node_count or type(variant) is not int or not 0 <= variant <= callee.variant_count:
@@ -178,12 +178,20 @@ def _binding(callee: Implementation, attrs: Mapping[str, Any], index: Mapping[st
     if isinstance(callee.meta.get("in_spec"), str):
         from torch.utils import _pytree as pytree
 
-        leaves = pytree.tree_leaves((tuple(args), dict(kwargs)))  # as common.rewrite.inline binds them
+        leaves = pytree.tree_leaves((tuple(args), dict(kwargs)))
     else:
         leaves = [*args, *kwargs.values()]
-    if len(leaves) != len(inputs):
+    return (variant, leaves) if len(leaves) == len(inputs) else None
+
+
+def _binding(callee: Implementation, attrs: Mapping[str, Any], index: Mapping[str, int]) -> list[Any] | None:
+    """How a call feeds the graph it runs, for drawing that graph in place of the call: ``[variant, [source]]``, one
+    source per input node of the callee's graph (the caller's node index, or ``-1`` for a constant; see
+    :func:`call_leaves`); ``None`` when the call is not expandable."""
+    bound = call_leaves(callee, attrs)
+    if bound is None:
         return None
-    return [variant, [index.get(v.node, -1) if isinstance(v, Ref) else -1 for v in leaves]]
+    return [bound[0], [index.get(v.node, -1) if isinstance(v, Ref) else -1 for v in bound[1]]]
 
 
 def _details(ir: IR, key: str, shared: tuple[str, int] | None = None,

@@ -108,3 +108,15 @@ def test_hostile_strings_stay_data():
     assert any(IMG in t for t in text) and any(END in t for t in text)
     with pytest.raises(IRFormatError, match="no 'root'"):
         explorer_graph(IR())
+
+
+def test_a_callee_is_fed_what_the_call_passes_it():
+    _, ir = _llama()
+    nodes = {n["id"]: n for n in explorer_graph(ir)["nodes"]}
+    attention_input = nodes["model.layers.0.self_attn/hidden_states"]
+    # LlamaRMSNorm has a graph of its own: the attention reads what its output node returns
+    assert [e["sourceNodeId"] for e in attention_input["incomingEdges"]] == ["model.layers.0.input_layernorm/output"]
+    # each input node of an expanded module has at most one edge in: what the call passes for it, or none (a constant)
+    inputs = [n for n in nodes.values() if n["label"] in ("hidden_states", "attention_mask", "position_ids")
+              and n["namespace"]]
+    assert inputs and all(len(n["incomingEdges"]) <= 1 for n in inputs)

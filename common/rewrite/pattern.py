@@ -12,9 +12,14 @@ everything that read the matched output reads the replacement's output.
 
 A match spread over a module call (part of it in the callee's graph, part in the caller's) is found by inlining
 that call first (:func:`~common.rewrite.inline`): each call whose graph holds one of the pattern's ops is
-inlined on a trial copy, and kept inlined only where a match then spans its nodes and the caller's. What is
-not matched, by design: a match through a handled leaf's call (an ``nn.SiLU`` has no graph), tensor constants
-inside the pattern or the replacement (pass them as inputs), and patterns of several outputs.
+inlined on a trial copy, and kept inlined only where a match then spans its nodes and the caller's.
+
+A call of a stateless activation module rebuilt by its handler (``nn.SiLU``, ``nn.ReLU``, ``nn.GELU``, ...: no graph)
+matches as the ATen op its forward runs (:data:`LEAF_OPS`: ``aten.silu.default`` of its argument; ``nn.GELU(
+approximate="tanh")`` with that keyword): a replacement takes the call's place, and the module stays, called by
+nothing, as torch2ir records an unused module. An in-place one (``inplace=True``) never matches: it also changes
+its input, which the replacement would not. What is not matched, by design: tensor constants inside the pattern
+or the replacement (pass them as inputs), and patterns of several outputs.
 """
 
 from __future__ import annotations
@@ -55,12 +60,54 @@ from .session import Session
 MatchFilter = Callable[[Match, IR], bool]
 
 
+#: IR types of handled activation modules that match as one ATen op: ``{type: (op, {module attribute: keyword})}``
+#: (a keyword mapped to ``None`` must have its default value: ``inplace`` must be false).
+LEAF_OPS: dict[str, tuple[str, dict[str, str | None]]] = {
+    "relu": ("aten.relu.default", {"inplace": None}),
+    "silu": ("aten.silu.default", {"inplace": None}),
+    "mish": ("aten.mish.default", {"inplace": None}),
+    "hardswish": ("aten.hardswish.default", {"inplace": None}),
+    "hardsigmoid": ("aten.hardsigmoid.default", {"inplace": None}),
+    "sigmoid": ("aten.sigmoid.default", {}),
+    "tanh": ("aten.tanh.default", {}),
+    "gelu": ("aten.gelu.default", {"approximate": "approximate"}),
+}
+_LEAF_DEFAULTS = {"inplace": False, "approximate": "none"}
+
+
+def node_op(ir: IR | None, attrs: Mapping[str, Any]) -> tuple[str, list[Any], dict[str, Any]] | None:
+    """``(op, args, kwargs)`` a node computes, for matching: a function node's own; a call of a handled activation
+    of :data:`LEAF_OPS` (with one argument), that op with the module's non-default attributes as keywords; else
+    ``None``."""
+    args, kwargs = list(attrs.get("args", [])), dict(attrs.get("kwargs", {}))
+    if attrs.get("type") == "function":
+        return str(attrs.get("implementation")), args, kwargs
+    leaf = LEAF_OPS.get(str(attrs.get("type")))
+    target = attrs.get("implementation")
+    if leaf is None or ir is None or not isinstance(target, str) or target not in ir or len(args) != 1 or kwargs:
+        return None
+    module = ir[target]
+    if module.node_count or module.type != attrs.get("type"):
+        return None
+    op, keywords = leaf
+    for attribute, value in module.data.items():
+        if attribute not in keywords:
+            return None  # an attribute this table does not know: not this op
+        if value != _LEAF_DEFAULTS.get(attribute):
+            keyword = keywords[attribute]
+            if keyword is None:
+                return None  # in place: changes its input too
+            kwargs[keyword] = value
+    return op, args, kwargs
+
+
 class _Matcher:
     """Matches one pattern in one graph (see the module docstring)."""
 
-    def __init__(self, pattern: Traced, graph: Implementation) -> None:
+    def __init__(self, pattern: Traced, graph: Implementation, ir: IR | None = None) -> None:
         self.pattern = pattern
         self.graph = graph
+        self.ir = ir
 
     def at(self, anchor: str) -> tuple[dict[fx.Node, str], dict[fx.Node, Ref]] | None:
         """``(pattern call -> IR node, pattern input -> IR value)`` of a match whose output is ``anchor``."""
@@ -92,10 +139,10 @@ class _Matcher:
             return self.calls[pnode] == value.node
         if value.node in self.taken:
             return False
-        attrs = self.graph.node(value.node)
-        if attrs.get("type") != "function" or attrs.get("implementation") != self.pattern.names[pnode]:
+        computed = node_op(self.ir, self.graph.node(value.node))
+        if computed is None or computed[0] != self.pattern.names[pnode]:
             return False
-        args, kwargs = attrs.get("args", []), attrs.get("kwargs", {})
+        _, args, kwargs = computed
         if len(args) != len(pnode.args) or set(kwargs) != set(pnode.kwargs):
             return False
         self.calls[pnode] = value.node
@@ -163,7 +210,7 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
     for key, variant, graph in list(all_graphs(s.ir)):
         if not matches_where(where, key):
             continue
-        matcher = _Matcher(pat, graph)
+        matcher = _Matcher(pat, graph, s.ir)
         found: list[tuple[str, set[str], list[Ref]]] = []
         texts: list[str] = []
         used: set[str] = set()
@@ -193,9 +240,9 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
     return result
 
 
-def _matches(pat: Traced, graph: Implementation) -> Iterable[set[str]]:
+def _matches(pat: Traced, graph: Implementation, ir: IR | None = None) -> Iterable[set[str]]:
     """The node sets of the matches of ``pat`` in ``graph`` (overlapping ones too; before any match filter)."""
-    matcher = _Matcher(pat, graph)
+    matcher = _Matcher(pat, graph, ir)
     for name in list(graph.graph.nodes):
         hit = matcher.at(name)
         if hit is not None:
@@ -221,7 +268,7 @@ def _inline_spanning(s: Session, pat: Traced, where: Where) -> list[str]:
                     continue
                 tried.add((key, variant, name, target))
                 runs = s.ir[target].graphs()[attrs.get("variant", 0)]
-                if not any(runs.node(n).get("implementation") in ops for n in runs.nodes):
+                if not any((node_op(s.ir, runs.node(n)) or ("",))[0] in ops for n in runs.nodes):
                     continue
                 trial = copy.copy(s)
                 trial.ir, trial.changes = copy.deepcopy(s.ir), []
@@ -230,7 +277,7 @@ def _inline_spanning(s: Session, pat: Traced, where: Where) -> list[str]:
                 except RewriteError:
                     continue  # a call inline refuses (a callee returning a ModelOutput) is not spanned
                 after = trial.ir[key].graphs()[variant]
-                if any(inside & inlined and inside - inlined for inside in _matches(pat, after)):
+                if any(inside & inlined and inside - inlined for inside in _matches(pat, after, trial.ir)):
                     spanned = trial
                     break
             if spanned is not None:

@@ -226,3 +226,45 @@ def test_a_replacement_outside_the_allow_list_is_refused():
     with pytest.raises(RewriteError, match="allow"):
         replace_pattern(ir, None, swish, lambda x: torch.ops.aten._reshape_alias.default(x, [3, 8], [8, 1]),
                         example_inputs=(torch.randn(3, 8),))
+
+
+class Leaves(nn.Module):
+    """Activation modules (handled leaves, no graph): one matches a functional pattern, the in-place one must not."""
+
+    def __init__(self, inplace: bool = False, approximate: str = "none") -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.act = nn.SiLU(inplace=inplace)
+        self.gelu = nn.GELU(approximate=approximate)
+
+    def forward(self, x):
+        return self.gelu(self.act(self.lin(x)) + 1) * 2
+
+
+def test_a_handled_activation_matches_as_its_op_and_the_loop_stays_a_fixpoint():
+    torch.manual_seed(0)
+    model, x = Leaves().eval(), torch.randn(3, 8)
+    ir = torch2ir.convert(model, (x,))
+    result = replace_pattern(ir, model.state_dict(), silu, swish)
+    assert result.count == 1 and result.changes == ["root: act -> aten.sigmoid.default, aten.mul.Tensor"]
+    rebuilt = ir2torch.convert(result.ir, result.state)
+    lin = model.lin
+    expected = F.gelu(swish(lin(x)) + 1) * 2  # the model written with the replacement, same weights
+    assert torch.equal(rebuilt(x), expected)
+    assert "act" in result.ir and not any(result.ir["root"].node(n).get("implementation") == "act"
+                                          for n in result.ir["root"].nodes)  # kept, called by nothing
+    assert equal(torch2ir.convert(rebuilt, (x,)), result.ir)
+
+
+def test_an_in_place_activation_or_other_attributes_do_not_match():
+    torch.manual_seed(0)
+    x = torch.randn(3, 8)
+    inplace = Leaves(inplace=True).eval()
+    assert replace_pattern(torch2ir.convert(inplace, (x,)), None, silu, swish).count == 0  # it changes its input too
+    tanh = Leaves(approximate="tanh").eval()
+    ir = torch2ir.convert(tanh, (x,))
+    assert replace_pattern(ir, None, lambda v: F.gelu(v), lambda v: v * 0.5).count == 0  # the exact gelu is not it
+    result = replace_pattern(ir, tanh.state_dict(), lambda v: F.gelu(v, approximate="tanh"), lambda v: F.gelu(v))
+    assert result.count == 1
+    rebuilt = ir2torch.convert(result.ir, result.state)
+    assert torch.equal(rebuilt(x), F.gelu(F.silu(tanh.lin(x)) + 1) * 2)

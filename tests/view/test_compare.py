@@ -146,3 +146,17 @@ def test_cli_compares_two_files_and_refuses_a_flat_ir(tmp_path, capsys):
     assert "is a FlatIR" in capsys.readouterr().err and not (tmp_path / "x.html").exists()
     assert main(["view", str(a), "--compare", str(tmp_path / "nope.ir.json"), "-o", str(tmp_path / "y.html")]) == 2
     assert "nope.ir.json" in capsys.readouterr().err and not (tmp_path / "y.html").exists()
+
+
+def test_two_input_shapes_mark_the_nodes_whose_tensors_differ():
+    torch.manual_seed(0)
+    model = ConvNet().eval()
+    small = torch2ir.convert(model, (torch.randn(1, 3, 8, 8),))
+    batch = torch2ir.convert(model, (torch.randn(4, 3, 8, 8),))
+    cmp = _compare(small, batch)
+    assert cmp["count"]["added"] == cmp["count"]["removed"] == 0  # the same modules and nodes
+    assert cmp["pair"][0] == {key: key for key in small}
+    marked = cmp["n"][1]["root"]
+    # every node of the root carrying a tensor of the batch size is marked; the output node carries none
+    tensors = {f"0:{n}" for n in small["root"].nodes if small["root"].node(n).get("meta") is not None}
+    assert tensors and set(marked) >= tensors and set(marked.values()) == {"changed"}

@@ -26,6 +26,10 @@ A number computed from numbers read from outside is itself looked up first (JetM
 no graph is left reading a number computed inside another module's leaf (``nn.Transformer``'s ``batch * heads``,
 timm's Sequencer: an internal error before).
 
+A number a module returns without computing it (``return y, x.shape[0] * 2``: export computes the product where
+the caller first uses it) is computed at the end of the call the same way, the call returns that copy, and the
+caller's later reads of the number read the call's result: the module keeps its call signature.
+
 A number a module passes on to a child it calls (EdgeNeXt's blocks call their positional encoding with
 ``(B, H, W)``) is the caller's to have: when it was computed outside the caller, the caller gets a copy, made
 the same way before the call from the tensors it has (the call's tensor arguments among them), and the call
@@ -119,8 +123,8 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
             if isinstance(value.meta.get("val"), torch.Tensor):
                 local.tensors.setdefault(value)
                 _passed_down(h, frame, value, local_of)
-        crossing = [v for v in node.all_input_nodes
-                    if symbolic(v) and h.frame_of.get(v) is not frame and v not in local.arguments]
+        crossing = [v for v in node.all_input_nodes if symbolic(v) and h.frame_of.get(v) is not frame
+                    and v not in local.arguments and not _returned(h, frame, v, signatures)]
         if crossing and symbolic(node) and pure(node.target):  # a number computed from numbers read from outside:
             found = _size_of(local, node.meta["val"])  # the number itself may be a size the frame has
             copy = local.numbers.get(_key(node))
@@ -140,6 +144,7 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
             local.tensors.setdefault(node)
         elif symbolic(node) and h.frame_of.get(node) is frame:
             local.numbers.setdefault(_key(node), node)
+    _return_own_numbers(h, signatures, frames, local_of, pure, added, replaced)
     for copy in reversed(added):
         _just_before_use(h, copy, signatures)
 
@@ -150,6 +155,51 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
             graph.erase_node(copy)
 
     return undo
+
+
+def _returned(h: Hierarchy, frame: Frame, value: fx.Node, signatures: dict[int, Signature]) -> bool:
+    """Whether ``value``, computed inside a call ``frame`` makes, is among that call's recorded results: the frame
+    reads it as the call's result (``y, n = self.count(x)``), not as a number to compute again."""
+    home = h.frame_of.get(value)
+    for inner in home.chain() if home is not None else ():
+        if inner.parent is frame:
+            sig = signatures.get(id(inner))
+            return sig is not None and any(v is value for v in sig.outputs)
+    return False
+
+
+def _return_own_numbers(h: Hierarchy, signatures: dict[int, Signature], frames: dict[int, Frame],
+                        local_of: Callable[[Frame], _Local], pure: Callable[[Any], bool], added: list[fx.Node],
+                        replaced: list[tuple[fx.Node, fx.Node, fx.Node]]) -> None:
+    """A symbolic number a module call returns but does not compute (``return y, x.shape[0] * 2``: export computes
+    the product where the caller first uses it) is computed at the end of the call from the tensors the module has,
+    the call returns that copy, and what the caller reads of the number after the call reads the call's result."""
+    order = {node: i for i, node in enumerate(h.ep.graph.nodes)}
+    for frame_id, sig in signatures.items():
+        frame = frames.get(frame_id)
+        if frame is None or frame.leaf or frame.parent is None:
+            continue
+        for value in list(sig.outputs):
+            if not (isinstance(value, fx.Node) and symbolic(value)) or any(v is value for v in sig.inputs):
+                continue
+            home = h.frame_of.get(value)
+            if home is not None and frame in home.chain():
+                continue  # computed in the call
+            inside = [n for n in h.ep.graph.nodes if n in h.frame_of and frame in h.frame_of[n].chain()]
+            end = inside[-1].next if inside else None
+            if end is None or end.op == "root":
+                continue
+            copy = _derive(h, frame, local_of(frame), value, end, pure, added)
+            if copy is None or copy is value:
+                continue
+            for other in signatures.values():  # this call (and an enclosing one returning it too) returns the copy
+                if other is sig:
+                    other.outputs = [copy if v is value else v for v in other.outputs]
+            for user in list(value.users):
+                where = h.frame_of.get(user)
+                if order.get(user, -1) > order[inside[-1]] and where is not None and frame not in where.chain():
+                    user.replace_input_with(value, copy)
+                    replaced.append((user, value, copy))
 
 
 def _just_before_use(h: Hierarchy, copy: fx.Node, signatures: dict[int, Signature]) -> None:

@@ -627,6 +627,7 @@
       " of the other side (" + (side ? "removed" : "added") + ")"));
     $("graphbar").replaceChildren();
     $("graph").replaceChildren(el("div", "hint", "no counterpart of " + other));
+    drawn = null; shown = null; inplace.clear();
   }
   function start() {
     $("title").textContent = D.title + " · " + N.length + " modules";

@@ -3,8 +3,9 @@
 Under ``dynamic_shapes`` a size passed to a submodule (``self.inner(x, x.shape[0])``) is a ``SymInt``, and a
 count computed from data (JetMoE's ``expert_size``, from ``.tolist()``) is one even with static shapes. Such a
 module is rebuilt with its own parameter names (``forward(x, n)``), so it can be swapped for a module with the
-same ``forward``; the rebuild stays exact at other sizes and the loop a fixpoint. A module that *returns* a
-number it does not compute in its own graph keeps its data-flow inputs and outputs, as before.
+same ``forward``; the rebuild stays exact at other sizes and the loop a fixpoint. A module that *returns* a number
+computes it in its own graph (export may trace it where the caller reads it, or before the call) and the caller reads
+the call's result, so it keeps its signature too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch.export import Dim
 
 import ir2torch
 import torch2ir
+from common.compare import equal
 
 
 class _Rows(nn.Module):
@@ -121,27 +123,44 @@ def test_a_module_with_a_symbolic_argument_can_be_swapped():
     torch.testing.assert_close(rebuilt(x), x * 0.5 * 5 ** 0.5, rtol=0, atol=0)
 
 
-def test_a_module_returning_a_number_computed_outside_its_graph_keeps_data_flow_arguments():
-    class Count(nn.Module):
-        def forward(self, x: torch.Tensor):
-            return x + 1, x.shape[0] * 2
+class _Doubled(nn.Module):  # the number is computed in its forward; export traces it where the caller reads it
+    def forward(self, x: torch.Tensor):
+        return x + 1, x.shape[0] * 2
 
-    class Outer(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.count = Count()
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y, n = self.count(x)
-            return y.reshape(n, -1)
+class _Size(nn.Module):  # returns a size its caller already has (export computed it before the call)
+    def forward(self, x: torch.Tensor):
+        return x + 1, x.shape[0]
 
-    model = Outer()
+
+class _Passed(nn.Module):  # returns a number computed from one it was passed
+    def forward(self, x: torch.Tensor, n: int):
+        return x + 1, n * 2
+
+
+class _Reader(nn.Module):
+    def __init__(self, count: nn.Module) -> None:
+        super().__init__()
+        self.count = count
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y, n = self.count(x, x.shape[0]) if isinstance(self.count, _Passed) else self.count(x)
+        return y.reshape(n, -1) + n
+
+
+@pytest.mark.parametrize("count", [_Doubled, _Size, _Passed])
+def test_a_module_returning_a_number_keeps_its_signature_and_the_caller_reads_its_result(count):
+    model = _Reader(count())
     ir = torch2ir.convert(model, (torch.randn(6, 4),), dynamic_shapes=_DIMS)
-    assert "forward_arg_names" not in ir["count"].meta  # the number is computed by the caller's graph
+    names = ["x", "n"] if count is _Passed else ["x"]
+    assert ir["count"].meta["forward_arg_names"] == names  # signed: it computes and returns the number itself
+    root = ir["root"]
+    assert not [n for n in root.nodes if root.node(n).get("implementation") == "operator.mul"]  # read, not redone
     rebuilt = ir2torch.convert(ir, model.state_dict())
     for batch in (3, 8):
         x = torch.randn(batch, 4)
         torch.testing.assert_close(rebuilt(x), model(x), rtol=0, atol=0)
+    assert equal(torch2ir.convert(rebuilt, (torch.randn(6, 4),), dynamic_shapes=_DIMS), ir)  # the loop: a fixpoint
 
 
 @pytest.mark.parametrize("dynamic", [False, True])

@@ -222,8 +222,8 @@
   // edge through spaces of its own in the rows it crosses; every edge label is a box dagre places, so labels never
   // overlap. Edges leave a node at its bottom centre and enter at the top centre and cross every row vertically
   // (at the space dagre kept for them), so their slanted parts lie between rows, where no node is. A graph of more
-  // than BIG nodes (dagre's time grows faster than linearly) keeps the simple layering below.
-  var H = 38, LABEL_H = 14, BIG = 3000;
+  // than BIG nodes (dagre's time grows faster than linearly), or one dagre fails on, keeps the simple layering.
+  var H = 38, LABEL_H = 14, BIG = 2000;
   function nodeWidths(g) {
     return g.n.map(function (r) { return Math.max(60, 7.2 * Math.max(r[0].length, Math.min(r[2].length, 48)) + 16); });
   }
@@ -232,9 +232,16 @@
   // first reader; each other reader gets a small reference box above it ("↑ name", a click selects the value's
   // node) instead of an edge across the whole graph: long fan-outs are what make a layered layout slow and tangled.
   var FANOUT = 5, PH = 20;
-  function layout(g) {
+  function layout(g) {  // dagre's, or the simple layering for a graph it cannot take (too large, too deep a chain)
+    if (typeof dagre === "undefined" || g.n.length > BIG) return layered(g);
+    try {
+      return routed(g);
+    } catch (err) {  // its recursion overflows the stack on chains of a few thousand rows
+      return layered(g);
+    }
+  }
+  function routed(g) {
     var n = g.n.length, W = nodeWidths(g), i;
-    if (typeof dagre === "undefined" || n > BIG) return layered(g);
     var clusters = g.clusters || [], G = new dagre.graphlib.Graph({ multigraph: true, compound: clusters.length > 0 });
     G.setGraph({ rankdir: "TB", nodesep: 24, edgesep: 14, ranksep: 28, marginx: 16, marginy: 16 });
     for (i = 0; i < n; i++) G.setNode("n" + i, { width: W[i], height: H });

@@ -126,3 +126,34 @@ def test_calls_drawn_in_place_nest_and_are_fed_as_the_rebuild_binds_them(tmp_pat
         assert j < 0 or (at_outer + j, first + k) in edges
     # the calls themselves are not drawn: their graphs are
     assert outer[0] not in d.names and inner[0] not in d.names
+
+
+def _chain_ir(n: int):
+    """A root graph of ``n`` ops in one chain, a residual add every 10th: deep enough to overflow dagre's
+    recursion (thousands of rows)."""
+    from common.ir import IR, Implementation
+    from common.values import Ref
+
+    meta = {"shape": [1, 64], "dtype": torch.float32}
+    ir = IR()
+    root = ir.add(Implementation("root", "module", meta={"class": "Chain"}))
+    prev = skip = root.add_node("x", "input", "input", meta=meta)
+    for i in range(n):
+        reads = [prev, skip] if i % 10 == 9 else [prev]
+        node = root.add_node(f"op_{i}", "function", "aten.add.Tensor" if len(reads) == 2 else "aten.relu.default",
+                             args=[Ref(r) for r in reads], kwargs={}, meta=meta)
+        for slot, r in enumerate(reads):
+            root.add_edge(r, node, slot=slot)
+        skip = node if len(reads) == 2 else skip
+        prev = node
+    out = root.add_node("output", "output", "output", args=[[Ref(prev)]], kwargs={})
+    root.add_edge(prev, out, slot=(0, 0))
+    return ir
+
+
+@pytest.mark.parametrize("n", [1900, 2900])
+def test_a_graph_too_deep_or_large_for_dagre_is_still_drawn(n, tmp_path):
+    page = _chain_ir(n).view(tmp_path / "chain.html")
+    dom = dump_dom(page.as_uri(), tmp_path, budget_ms=None)
+    assert re.search(r"loaded in \d+ ms</title>", dom)  # the script ran to its end
+    assert len(Elements(dom).named("rect")) == n + 2  # every node drawn (the simple layering when dagre cannot)

@@ -433,13 +433,17 @@
     walk(path, v, -1, "", null);
     return M;
   }
-  function toggleInPlace(path, v, key) {  // the same graph drawn again, at the same zoom and scroll
-    if (inplace.has(key)) {
-      inplace.forEach(function (k) { if (k === key || k.indexOf(key + "/") === 0) inplace.delete(k); });
-    } else inplace.add(key);
+  function setInPlace(path, v, key, on) {  // the same graph drawn again, at the same zoom and scroll
+    if (on) inplace.add(key);
+    else inplace.forEach(function (k) { if (k === key || k.indexOf(key + "/") === 0) inplace.delete(k); });
     var pane = $("middle"), left = pane.scrollLeft, top = pane.scrollTop;
     drawGraph(path, v);
     pane.scrollLeft = left; pane.scrollTop = top;
+  }
+  function toggleInPlace(path, v, key) {  // and the same call on the other side, where it has one (same node names)
+    var on = !inplace.has(key);
+    setInPlace(path, v, key, on);
+    if (peer) sync(function () { peer.inPlace(counterpart(path), v, key, on); });
   }
   function drawGraph(path, v, focus) {
     var d = IMPLS[path], g = d && d.g[v];
@@ -608,7 +612,7 @@
       if (!s) { reveal(resolve(g)); select(resolve(g)); }
       drawGraph(N[resolve(g)].p, 0);
       var ip = (args.get("inplace") || "").split(",").filter(Boolean);  // calls drawn in place: node names, "/"-nested
-      if (ip.length) { ip.forEach(function (k) { inplace.add(k); }); drawGraph(N[resolve(g)].p, 0); }
+      ip.forEach(function (k) { if (!inplace.has(k)) toggleInPlace(N[resolve(g)].p, 0, k); });
     }
     if (q) { $("search").value = q; search(q); }
     var nd = args.get("node"), colon = nd ? nd.lastIndexOf(":") : -1;  // node=<module path>:<node name>
@@ -656,6 +660,9 @@
       var i = path === undefined ? undefined : byPath.get(path);
       if (i === undefined) { absent(path, other); return; }
       reveal(i); select(i);
+    },
+    inPlace: function (path, v, key, on) {  // the other side drew (or folded) a call in place: here too
+      if (path !== undefined && drawn === path + "\u0000" + v) setInPlace(path, v, key, on);
     },
     graphAt: function (path, v, name) {
       var d = path === undefined ? undefined : IMPLS[path];

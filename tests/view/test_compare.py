@@ -160,3 +160,11 @@ def test_two_input_shapes_mark_the_nodes_whose_tensors_differ():
     # every node of the root carrying a tensor of the batch size is marked; the output node carries none
     tensors = {f"0:{n}" for n in small["root"].nodes if small["root"].node(n).get("meta") is not None}
     assert tensors and set(marked) >= tensors and set(marked.values()) == {"changed"}
+
+
+def test_a_call_drawn_in_place_on_one_side_is_drawn_in_place_on_the_other(tmp_path):
+    ir, folded = _folded()
+    page = ir.view(tmp_path / "cmp.html", compare=folded)
+    dom = dump_dom(f"{page.as_uri()}#graph=root&inplace=head", tmp_path)
+    clusters = [a for a in Elements(dom).named("g") if a.get("class") == "cluster"]
+    assert len(clusters) == 2  # the Sequential head drawn inside the root's graph, left and right

@@ -192,9 +192,7 @@ def _return_own_numbers(h: Hierarchy, signatures: dict[int, Signature], frames: 
             copy = _derive(h, frame, local_of(frame), value, end, pure, added)
             if copy is None or copy is value:
                 continue
-            for other in signatures.values():  # this call (and an enclosing one returning it too) returns the copy
-                if other is sig:
-                    other.outputs = [copy if v is value else v for v in other.outputs]
+            sig.outputs = [copy if v is value else v for v in sig.outputs]  # the call returns the copy
             for user in list(value.users):
                 where = h.frame_of.get(user)
                 if order.get(user, -1) > order[inside[-1]] and where is not None and frame not in where.chain():

@@ -48,13 +48,12 @@ def layer(path: str) -> str:
 def _graph_of(impl: Implementation, variant: int) -> tuple[Any, str | None]:
     """The graph a call of ``impl`` runs (``variant``: its per-call graph, 0 the main one) and, for an instance of a
     shared body, the body's home (its calls relocate); nothing of the IR is expanded."""
-    body = impl.shared_body
-    source = body if body is not None else impl
-    if not 0 <= variant < len(source._variants) + 1:
-        raise IRFormatError(f"a call runs per-call graph {variant} of {impl.name!r}, which has "
-                            f"{len(source._variants) + 1}", implementation=impl.name)
-    graph = source._graph if variant == 0 else source._variants[variant - 1]._graph
-    return graph, (impl.body if body is not None else None)
+    source = impl.shared_body or impl
+    graphs = source.graphs()
+    if not 0 <= variant < len(graphs):
+        raise IRFormatError(f"a call runs per-call graph {variant} of {impl.name!r}, which has {len(graphs)}",
+                            implementation=impl.name)
+    return graphs[variant].graph, impl.body
 
 
 def _kv(key: str, value: Any) -> dict[str, str]:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..bodies import relocate
+from ..calls import argument_leaves
 from ..ir import IR, Implementation
 from ..render.graphs import hierarchy_graph
 from ..render.repeats import ir_signatures, repeat_runs
@@ -163,8 +164,7 @@ def _graph(impl: Implementation, key: str, ir: IR) -> dict[str, Any]:
 
 def call_leaves(callee: Implementation, attrs: Mapping[str, Any]) -> tuple[int, list[Any]] | None:
     """What a call node (its attributes) passes to each input node of the graph it runs: ``(variant, [value per
-    input])``, each value a :class:`~common.values.Ref` or a constant, bound as the rebuild binds them (the call's
-    arguments flattened by the callee's ``in_spec``, else in order, as :mod:`common.rewrite.inline` does); ``None``
+    input])``, each value a :class:`~common.values.Ref` or a constant (:func:`common.calls.argument_leaves`); ``None``
     when the callee runs no graph or the arguments do not line up with its inputs."""
     variant = attrs.get("variant") or 0
     source = callee.shared_body or callee
@@ -175,12 +175,7 @@ def call_leaves(callee: Implementation, attrs: Mapping[str, Any]) -> tuple[int, 
     args, kwargs = attrs.get("args"), attrs.get("kwargs", {})
     if not isinstance(args, list | tuple) or not isinstance(kwargs, Mapping):
         return None
-    if isinstance(callee.meta.get("in_spec"), str):
-        from torch.utils import _pytree as pytree
-
-        leaves = pytree.tree_leaves((tuple(args), dict(kwargs)))
-    else:
-        leaves = [*args, *kwargs.values()]
+    leaves = argument_leaves(args, kwargs, isinstance(callee.meta.get("in_spec"), str))
     return (variant, leaves) if len(leaves) == len(inputs) else None
 
 

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
+from common.calls import argument_leaves
 from common.ir import IR, Implementation
 from common.names import without_counter
 from common.treespec import load_spec
@@ -252,14 +252,12 @@ def _arguments(ref: NodeRef, attrs: dict[str, Any], child: Implementation, body:
         raise _fail(ref, "the call has no 'args' template (its arguments are edges only)",
                     "inline calls written by torch2ir")
     spec = child.meta.get("in_spec")
+    leaves = argument_leaves(args, kwargs, isinstance(spec, str))
     if isinstance(spec, str):
-        leaves = pytree.tree_leaves((tuple(args), kwargs))
         expected = load_spec(spec, implementation=child.name)
         if expected.num_leaves != len(leaves):
             raise _fail(ref, f"the call passes {len(leaves)} values where {child.name!r}'s signature takes "
                         f"{expected.num_leaves}", "inline a call whose arguments follow the callee's signature")
-    else:
-        leaves = [*args, *kwargs.values()]
     if len(leaves) != len(inputs):
         raise _fail(ref, f"the call passes {len(leaves)} values to a graph of {len(inputs)} inputs",
                     "inline a call whose arguments are the callee graph's inputs")

@@ -37,6 +37,7 @@ from common.treespec import describe_spec, kwarg_names, load_spec
 
 from .guard_specs import is_call_spec
 from .guards import _fits, check_structure
+from .lazy_code import defer
 from .module_call import call_module
 from .module_call import child as module_child
 from .shared_code import CodeCache, placeholder_module
@@ -507,7 +508,7 @@ def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str,
         if codes is None:
             compile_one()
         else:
-            codes.install(gm, graph, compile_one)
+            codes.install(gm, graph, compile_one, lambda: defer(gm, graph, implementation))
     except IRError:
         raise
     except (SyntaxError, RecursionError, ValueError, TypeError, RuntimeError) as exc:

@@ -142,6 +142,8 @@ class CodeCache:
 
     def __init__(self) -> None:
         self._entries: dict[Hashable, _Entry] = {}
+        #: modules whose code is deferred (:mod:`ir2torch.lazy_code`), by key: made when a second graph has the key
+        self._deferred: dict[Hashable, fx.GraphModule] = {}
         self._specs: dict[tuple[str, str], Any] = {}
         self._spec_keys: dict[int, tuple[Any, Hashable]] = {}
         #: what ``function`` nodes call, by allow-list, target, keyword names and positional count
@@ -168,12 +170,28 @@ class CodeCache:
             spec = self._specs[(field, text)] = load_spec(text, field, implementation=implementation)
         return spec
 
-    def install(self, gm: fx.GraphModule, graph: fx.Graph, compile_one: Callable[[], Any]) -> None:
+    def install(self, gm: fx.GraphModule, graph: fx.Graph, compile_one: Callable[[], Any],
+                defer_one: Callable[[], Any] | None = None) -> None:
         """Make ``graph`` ``gm``'s graph: with the code of an earlier graph of the same key, else through
-        ``compile_one()`` (fx's own code generation, which sets ``gm.graph``), remembering the result."""
+        ``compile_one()`` (fx's own code generation, which sets ``gm.graph``), remembering the result. A graph
+        large enough for :func:`ir2torch.lazy_code.wants_deferral` goes through ``defer_one()`` instead (its code is
+        made at first use), unless a later graph of the same key needs its code now."""
+        from .lazy_code import materialize, wants_deferral
+
         key = graph_key(graph, self._spec_keys)
         entry = self._entries.get(key) if key is not None else None
+        if entry is None and key is not None and key in self._deferred:  # a second graph of a deferred one's key
+            first = self._deferred.pop(key)
+            materialize(first)
+            entry = self._entries[key] = _Entry(key, first._code, first._lineno_map, first._prologue_start,
+                                                type(first).forward)
         if entry is None:
+            if defer_one is not None and wants_deferral(graph):
+                defer_one()
+                self.misses += 1
+                if key is not None:
+                    self._deferred[key] = gm
+                return
             compile_one()
             self.misses += 1
             if key is not None:

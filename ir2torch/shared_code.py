@@ -144,6 +144,8 @@ class CodeCache:
         self._entries: dict[Hashable, _Entry] = {}
         #: modules whose code is deferred (:mod:`ir2torch.lazy_code`), by key: made when a second graph has the key
         self._deferred: dict[Hashable, fx.GraphModule] = {}
+        #: instances of shared bodies built so far, by :func:`ir2torch.instances.template_key`
+        self.templates: dict[Hashable, Any] = {}
         self._specs: dict[tuple[str, str], Any] = {}
         self._spec_keys: dict[int, tuple[Any, Hashable]] = {}
         #: what ``function`` nodes call, by allow-list, target, keyword names and positional count
@@ -200,6 +202,11 @@ class CodeCache:
         self.hits += 1
         adopt(gm, graph, entry)
 
+    def entry_of(self, graph: fx.Graph) -> _Entry | None:
+        """The code entry installed for ``graph``'s key (``None``: no key, or its code is deferred)."""
+        key = graph_key(graph, self._spec_keys)
+        return self._entries.get(key) if key is not None else None
+
     def function(self, graph: fx.Graph, compile_one: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
         """The generated ``forward`` of ``graph`` as a plain function (a per-call graph's), compiled at most once
         per key."""
@@ -215,17 +222,20 @@ class CodeCache:
         return fn
 
 
-def adopt(gm: fx.GraphModule, graph: fx.Graph, entry: _Entry) -> None:
-    """What ``gm.graph = graph`` (fx's ``recompile``) does, with ``entry``'s source and compiled code."""
+def adopt(gm: fx.GraphModule, graph: fx.Graph | None, entry: _Entry, codegen: CodeGen | None = None) -> None:
+    """What ``gm.graph = graph`` (fx's ``recompile``) does, with ``entry``'s source and compiled code. ``graph``
+    ``None``: the caller makes ``gm``'s graph, with calling convention ``codegen`` (:mod:`ir2torch.instances`)."""
     # plain values: ``nn.Module.__setattr__`` would put them in the instance's dictionary after checks that cost more
     # than the rest here (no parameter, buffer or child can have these names: common.names.module_attributes;
     # ``_in_spec`` and ``_out_spec`` are not among them, and go through the checks)
     attrs = gm.__dict__
-    attrs["_graph"] = graph
-    graph.owning_module = gm
-    if isinstance(graph._codegen, _PyTreeCodeGen):
-        gm._in_spec = graph._codegen.pytree_info.in_spec
-        gm._out_spec = graph._codegen.pytree_info.out_spec
+    if graph is not None:
+        attrs["_graph"] = graph
+        graph.owning_module = gm
+        codegen = graph._codegen
+    if isinstance(codegen, _PyTreeCodeGen):
+        gm._in_spec = codegen.pytree_info.in_spec
+        gm._out_spec = codegen.pytree_info.out_spec
     attrs["_code"] = entry.src
     attrs["_lineno_map"] = entry.lineno_map
     attrs["_prologue_start"] = entry.prologue_start

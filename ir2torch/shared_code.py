@@ -19,6 +19,7 @@ object is the same object (anything this module does not know how to compare cou
 
 from __future__ import annotations
 
+import collections
 import os
 import types
 from collections.abc import Callable, Hashable
@@ -142,8 +143,6 @@ class CodeCache:
 
     def __init__(self) -> None:
         self._entries: dict[Hashable, _Entry] = {}
-        #: modules whose code is deferred (:mod:`ir2torch.lazy_code`), by key: made when a second graph has the key
-        self._deferred: dict[Hashable, fx.GraphModule] = {}
         #: instances of shared bodies built so far, by :func:`ir2torch.instances.template_key`
         self.templates: dict[Hashable, Any] = {}
         self._specs: dict[tuple[str, str], Any] = {}
@@ -176,24 +175,18 @@ class CodeCache:
                 defer_one: Callable[[], Any] | None = None) -> None:
         """Make ``graph`` ``gm``'s graph: with the code of an earlier graph of the same key, else through
         ``compile_one()`` (fx's own code generation, which sets ``gm.graph``), remembering the result. A graph
-        large enough for :func:`ir2torch.lazy_code.wants_deferral` goes through ``defer_one()`` instead (its code is
-        made at first use), unless a later graph of the same key needs its code now."""
-        from .lazy_code import materialize, wants_deferral
+        large enough for :func:`ir2torch.lazy_code.wants_deferral` goes through ``defer_one()`` instead: its code
+        is made at first use, and shared with no other graph (computing its key costs about a tenth of writing its
+        code, and such graphs are seldom repeated)."""
+        from .lazy_code import wants_deferral
 
+        if defer_one is not None and wants_deferral(graph):
+            defer_one()
+            self.misses += 1
+            return
         key = graph_key(graph, self._spec_keys)
         entry = self._entries.get(key) if key is not None else None
-        if entry is None and key is not None and key in self._deferred:  # a second graph of a deferred one's key
-            first = self._deferred.pop(key)
-            materialize(first)
-            entry = self._entries[key] = _Entry(key, first._code, first._lineno_map, first._prologue_start,
-                                                type(first).forward)
         if entry is None:
-            if defer_one is not None and wants_deferral(graph):
-                defer_one()
-                self.misses += 1
-                if key is not None:
-                    self._deferred[key] = gm
-                return
             compile_one()
             self.misses += 1
             if key is not None:
@@ -279,12 +272,46 @@ def placeholder_module(class_name: str) -> fx.GraphModule:
     """
     gm = fx.GraphModule.__new__(fx.GraphModule)  # an instance of a new class, not initialised yet
     cls = type(gm)
+    fresh = _fresh_state()
+    if fresh is not None:  # what the constructor below sets, without running it (see :func:`_fresh_state`)
+        cls.__name__ = class_name
+        attrs = gm.__dict__
+        for name, value in fresh:
+            attrs[name] = value if type(value) in _IMMUTABLE else type(value)()
+        graph = attrs["_graph"] = fx.Graph()
+        graph.owning_module = gm
+        return gm
     cls.graph = _STORE_GRAPH
     try:
         fx.GraphModule.__init__(gm, _NO_ROOT, fx.Graph(), class_name=class_name)
     finally:
         del cls.graph
     return gm
+
+
+_IMMUTABLE = (bool, int, float, str, type(None))
+_EMPTY_CONTAINERS = (dict, collections.OrderedDict, list, set)
+_FRESH: list[tuple[tuple[str, Any], ...] | None] = []
+
+
+def _fresh_state() -> tuple[tuple[str, Any], ...] | None:
+    """The instance attributes fx's constructor gives a ``GraphModule`` of an empty graph and an empty root, in
+    order, when each is an immutable value or an empty ``dict``/``OrderedDict``/``list``/``set`` (a new one of the
+    same type is then exactly what the constructor would make); ``None`` if any is not (a torch version whose
+    modules hold something else), and :func:`placeholder_module` runs the constructor each time. Read once, from
+    one module made by the constructor. The graph is set apart (each module gets a new empty one)."""
+    if not _FRESH:
+        probe = fx.GraphModule.__new__(fx.GraphModule)
+        type(probe).graph = _STORE_GRAPH
+        try:
+            fx.GraphModule.__init__(probe, _NO_ROOT, fx.Graph(), class_name="Probe")
+        finally:
+            del type(probe).graph
+        items = [(k, v) for k, v in probe.__dict__.items()]
+        known = all(k == "_graph" or type(v) in _IMMUTABLE or (type(v) in _EMPTY_CONTAINERS and not v)
+                    for k, v in items)
+        _FRESH.append(tuple((k, None if k == "_graph" else v) for k, v in items) if known else None)
+    return _FRESH[0]
 
 
 def copy_function(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,12 +7,13 @@ Usage::
     python benchmarks/large_files.py --case variants --variants 64 --nodes 15000
     python benchmarks/large_files.py --profile many         # cProfile of one load + rebuild, top functions
     python benchmarks/large_files.py --case many --shared   # also as saved, alike implementations stored once
+    python benchmarks/large_files.py --case many --kinds relu   # 10**5 leaves of one kind
 
 Builds two valid IR documents programmatically (nothing is traced):
 
 - ``many``: a root whose graph calls ``--impls`` (default 10**5) tiny implementations in a chain, a third
   each of ``linear`` (a leaf built from its attributes), ``relu`` (a leaf) and ``module`` (a graph
-  ``x -> aten.relu -> aten.add -> output``, rebuilt as generated code);
+  ``x -> aten.relu -> aten.add -> output``, rebuilt as generated code); ``--kinds`` picks other kinds;
 - ``variants``: a root calling one implementation ``--variants + 1`` times (default 64 + 1), once per graph:
   its main graph and its variants, each a chain of ``--nodes`` (default 15 000) ``aten.relu`` nodes.
 
@@ -107,14 +108,18 @@ def _small_module(key: str) -> dict[str, Any]:
             "meta": _graph_meta("benchmarks.Small")}
 
 
-def many_implementations(count: int) -> dict[str, Any]:
-    """The document of a root calling ``count`` tiny implementations in a chain (see the module docstring)."""
+_MAKERS = {"linear": _leaf_linear, "relu": _leaf_relu, "module": _small_module}
+
+
+def many_implementations(count: int, kinds: tuple[str, ...] = ("linear", "relu", "module")) -> dict[str, Any]:
+    """The document of a root calling ``count`` tiny implementations in a chain (see the module docstring), of
+    ``kinds`` in turn."""
     impls: dict[str, Any] = {}
     calls = []
-    makers = (("linear", _leaf_linear), ("relu", _leaf_relu), ("module", _small_module))
+    makers = [(kind, _MAKERS[kind]) for kind in kinds]
     for i in range(count):
         key = f"m{i}"
-        itype, make = makers[i % 3]
+        itype, make = makers[i % len(makers)]
         impls[key] = make(key)
         calls.append((key, itype, key))
     root = {"name": "root", "type": "module", **_chain(calls), "meta": _graph_meta("benchmarks.Large")}
@@ -254,6 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--shared", action="store_true",
                         help="also time each document as IR.save writes it, alike implementations stored once")
     parser.add_argument("--impls", type=int, default=10**5, help="implementations of the 'many' document")
+    parser.add_argument("--kinds", default="linear,relu,module",
+                        help="kinds of implementation of the 'many' document, in turn (of linear, relu, module)")
     parser.add_argument("--variants", type=int, default=64, help="variants of the 'variants' document")
     parser.add_argument("--nodes", type=int, default=15_000, help="nodes per graph of the 'variants' document")
     parser.add_argument("--runs", type=int, default=3, help="children per document and mode (medians reported)")
@@ -272,7 +279,12 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         for case in cases:
             if case == "many":
-                label, doc = f"{args.impls} implementations", many_implementations(args.impls)
+                kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+                unknown = sorted(set(kinds) - set(_MAKERS))
+                if unknown or not kinds:
+                    parser.error(f"--kinds: unknown kinds {unknown}; choose among {sorted(_MAKERS)}")
+                what = "" if kinds == ("linear", "relu", "module") else f" ({', '.join(kinds)})"
+                label, doc = f"{args.impls} implementations{what}", many_implementations(args.impls, kinds)
             else:
                 label = f"{args.variants} variants x {args.nodes} nodes"
                 doc = many_variants(args.variants, args.nodes)

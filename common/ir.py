@@ -59,6 +59,8 @@ ORIGINAL_CLASS_KEY = "torch2ir.class"
 NOTES_KEY = "torch2ir.notes"
 CARRIED_NOTES = ("train_trace", "train_buffers", "custom_backward")
 _RESERVED = frozenset(RESERVED_KEYS)
+#: The graph an unexpanded instance holds until it expands (frozen: nothing may add to it).
+_NO_GRAPH = nx.freeze(nx.MultiDiGraph())
 
 
 class Implementation(ImplementationTextViews):
@@ -158,7 +160,9 @@ class Implementation(ImplementationTextViews):
         own = dict(meta or {})
         merged = {k: own.pop(k) if k in own else copy_value(v) for k, v in body.meta.items()}
         merged.update(own)
-        impl = cls(key, body.type, copy_value(body.data), state=copy_value(body.state), aliases=aliases, meta=merged)
+        # no graph of its own until expanded (every read of ``_graph`` expands first, or reads the body's)
+        impl = cls(key, body.type, copy_value(body.data), _NO_GRAPH, state=copy_value(body.state), aliases=aliases,
+                   meta=merged)
         impl._shared = (body, body.name)
         return impl
 

@@ -29,7 +29,11 @@ from torch import fx
 
 from common.ir import Implementation
 
-from .shared_code import adopt
+from .codegen import SafeCodeGen, calling_convention
+from .fold_cache import FOLD_ATTR
+from .fold_cache import install as install_fold
+from .module_call import report_errors
+from .shared_code import CodeCache, adopt
 
 #: The ``meta`` entries graph building reads (class name, calling convention, signature check).
 _META_READ = ("class", "in_spec", "out_spec", "forward_arg_names", "parameters")
@@ -56,6 +60,30 @@ def template_key(impl: Implementation, fold: bool) -> Hashable | None:
         return None
     meta = impl.meta
     return (id(body), fold, impl.variant_count, tuple(repr(meta.get(k)) for k in _META_READ))
+
+
+def record(codes: CodeCache, key: Hashable, impl: Implementation, gm: fx.GraphModule, graph: fx.Graph, check: Any,
+           variants: list[Callable[..., Any]], fold: bool) -> None:
+    """Remember ``gm`` (instance ``impl`` of a shared body, built in full from ``graph``) as the template of
+    ``key``, unless its code is not in ``codes`` (deferred, or a graph fx writes metadata into)."""
+    entry = codes.entry_of(graph)
+    if entry is None or impl.shared_body is None:
+        return
+    fold_state = gm.__dict__.get(FOLD_ATTR)
+    codes.templates[key] = Template(impl.shared_body, graph, entry, check, tuple(variants),
+                                    None if fold_state is None else fold_state.plan, fold)
+
+
+def instantiate(gm: fx.GraphModule, impl: Implementation, template: Template, codes: CodeCache) -> fx.GraphModule:
+    """``gm`` (instance ``impl``, its state made) running ``template``'s code, with its own copy of the template's
+    graph, its own calling convention, and error reports naming ``impl``."""
+    codegen = calling_convention(impl.meta, impl.name, codes) if "in_spec" in impl.meta else SafeCodeGen()
+    adopt_template(gm, template, codegen)
+    codes.hits += 1
+    report_errors(gm, impl.name, template.check, list(template.variants))
+    if template.fold_plan is not None:
+        install_fold(gm, template.fold_plan)
+    return gm
 
 
 def adopt_template(gm: fx.GraphModule, template: Template, codegen: Any) -> None:
@@ -116,4 +144,4 @@ def copy_graph(graph: fx.Graph) -> fx.Graph:
     return copy
 
 
-__all__ = ["Template", "adopt_template", "copy_graph", "template_key"]
+__all__ = ["Template", "adopt_template", "copy_graph", "instantiate", "record", "template_key"]

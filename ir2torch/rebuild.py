@@ -34,12 +34,10 @@ from common.order import execution_order
 from common.safety import Allowlist
 from common.values import TRAINING, Ref, Subgraph
 
-from .codegen import SafeCodeGen, calling_convention, compile_variant, install_graph
+from .codegen import calling_convention, compile_variant, install_graph
 from .constant_fold import attach_fold
 from .direct_op import direct_op
-from .fold_cache import FOLD_ATTR
-from .fold_cache import install as install_fold
-from .instances import Template, adopt_template, template_key
+from .instances import instantiate, record, template_key
 from .module_call import report_errors, select_variant
 from .same_inputs import insert_same_inputs
 from .shared_code import CodeCache, placeholder_module
@@ -331,7 +329,8 @@ def graph_module(
     recorded shape and dtype, on ``device``); children are attached later by the caller. A
     ``guard`` (:class:`~ir2torch.guards.InputGuard`) is called with the placeholders first.
     ``codes`` (one per conversion) shares generated code between identical graphs
-    (:mod:`ir2torch.shared_code`). With ``fold``, input-independent values are computed once per module
+    (:mod:`ir2torch.shared_code`), and builds later instances of a shared body from the first
+    (:mod:`ir2torch.instances`). With ``fold``, input-independent values are computed once per module
     (:mod:`ir2torch.constant_fold`).
     """
     gm = placeholder_module(_class_name(impl))  # its graph is installed below
@@ -349,11 +348,11 @@ def graph_module(
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
     key = template_key(impl, fold) if codes is not None and guard is None else None
-    template = codes.templates.get(key) if key is not None else None  # type: ignore[union-attr]
-    if template is not None and template.body is impl.shared_body:
-        return _from_template(gm, impl, template, codes)  # type: ignore[arg-type]
-    # an unexpanded instance of a shared body is built from the body: its calls name children by paths relative to
-    # the module, the same from the body's home as from the instance (no copy of the graph is made)
+    if key is not None and (template := codes.templates.get(key)) is not None and \
+            template.body is impl.shared_body:  # type: ignore[union-attr]
+        return instantiate(gm, impl, template, codes)  # type: ignore[arg-type]
+    # an unexpanded instance of a shared body is built from its body, whose calls name children by paths relative
+    # to the module (the same from the body's home as from the instance)
     source = impl.shared_body or impl
     graph = _GraphBuilder(source, allowlist, codes).build()
     insert_same_inputs(graph, source)
@@ -383,21 +382,8 @@ def graph_module(
         attach_fold(gm, graph, impl.name, codes,
                     (lambda: calling_convention(impl.meta, impl.name, codes)) if "in_spec" in impl.meta else None,
                     frozenset(n for n, rec in impl.state.items() if rec["kind"] == "constant"))
-    if key is not None and (entry := codes.entry_of(graph)) is not None:  # type: ignore[union-attr]
-        fold_state = gm.__dict__.get(FOLD_ATTR)
-        codes.templates[key] = Template(impl.shared_body, graph, entry, check, tuple(variants),  # type: ignore
-                                        None if fold_state is None else fold_state.plan, fold)
-    return gm
-
-
-def _from_template(gm: fx.GraphModule, impl: Implementation, template: Template, codes: CodeCache) -> fx.GraphModule:
-    """``gm`` (its state made) running a copy of ``template``'s graph with its code (:mod:`ir2torch.instances`)."""
-    adopt_template(gm, template, calling_convention(impl.meta, impl.name, codes) if "in_spec" in impl.meta
-                   else SafeCodeGen())
-    codes.hits += 1
-    report_errors(gm, impl.name, template.check, list(template.variants))
-    if template.fold_plan is not None:
-        install_fold(gm, template.fold_plan)
+    if key is not None:
+        record(codes, key, impl, gm, graph, check, variants, fold)  # type: ignore[arg-type]
     return gm
 
 

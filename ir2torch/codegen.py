@@ -30,14 +30,14 @@ from torch.fx import _pytree as fx_pytree
 from torch.fx.graph import CodeGen, _format_target, _PyTreeCodeGen, _PyTreeInfo
 from torch.utils import _pytree as pytree
 
-from common.errors import InputMismatchError, IRError, IRFormatError, UnsafeNameError
+from common.errors import InputMismatchError, UnsafeNameError
 from common.names import RESPELLED_NAMES, check_forward_arg_names, generated_global
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import describe_spec, kwarg_names, load_spec
 
 from .guard_specs import is_call_spec
 from .guards import _fits, check_structure
-from .lazy_code import defer
+from .lazy_code import defer, generating
 from .module_call import call_module
 from .module_call import child as module_child
 from .shared_code import CodeCache, placeholder_module
@@ -504,17 +504,11 @@ def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str,
     def compile_one() -> None:
         gm.graph = graph  # the setter generates the source and executes the ``def``
 
-    try:
+    with generating(implementation):
         if codes is None:
             compile_one()
         else:
             codes.install(gm, graph, compile_one, lambda: defer(gm, graph, implementation))
-    except IRError:
-        raise
-    except (SyntaxError, RecursionError, ValueError, TypeError, RuntimeError) as exc:
-        raise IRFormatError(f"cannot generate code for this graph: {type(exc).__name__}: {exc}",
-                            implementation=implementation,
-                            hint="the IR's graph is malformed (nesting, names or arguments)") from None
     return gm
 
 

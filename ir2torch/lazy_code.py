@@ -20,8 +20,9 @@ or read its ``code``, before those.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch import fx
@@ -92,15 +93,9 @@ def materialize(gm: fx.GraphModule) -> None:
     if implementation is None:
         return
     graph = gm._graph
-    try:
+    with generating(implementation):
         python_code = graph.python_code(root_module="self")
         fn = _forward_from_src(python_code.src, python_code.globals, getattr(graph, "_co_fields", {}))
-    except IRError:
-        raise
-    except (SyntaxError, RecursionError, ValueError, TypeError, RuntimeError, MemoryError) as exc:
-        raise IRFormatError(f"cannot generate code for this graph: {type(exc).__name__}: {exc}",
-                            implementation=implementation,
-                            hint="the IR's graph is malformed (nesting, names or arguments)") from None
     attrs = gm.__dict__
     attrs["_code"] = python_code.src
     attrs["_lineno_map"] = python_code._lineno_map
@@ -127,16 +122,29 @@ def _signature(graph: fx.Graph, implementation: str) -> inspect.Signature:
             copies[node] = skeleton.node_copy(node)
         elif node.op == "output":
             skeleton.output(fx.map_arg(node.args[0], lambda n: copies.get(n)))
-    try:
+    with generating(implementation):
         python_code = skeleton.python_code(root_module="self")
         fn: Callable[..., Any] = _forward_from_src(python_code.src, python_code.globals)
-    except IRError:
-        raise
-    except (SyntaxError, RecursionError, ValueError, TypeError, RuntimeError) as exc:
-        raise IRFormatError(f"cannot generate code for this graph: {type(exc).__name__}: {exc}",
-                            implementation=implementation,
-                            hint="the IR's graph is malformed (nesting, names or arguments)") from None
     return inspect.signature(fn)
 
 
-__all__ = ["LAZY_NODES", "defer", "materialize", "pending", "wants_deferral"]
+@contextlib.contextmanager
+def generating(implementation: str) -> Iterator[None]:
+    """Turn a failure of fx's code generation or of compiling its source into an :class:`IRFormatError` naming
+    ``implementation`` (an :class:`IRError` passes as it is).
+
+    Raises:
+        IRFormatError: fx raised ``SyntaxError``, ``RecursionError``, ``ValueError``, ``TypeError``,
+            ``RuntimeError`` or ``MemoryError``.
+    """
+    try:
+        yield
+    except IRError:
+        raise
+    except (SyntaxError, RecursionError, ValueError, TypeError, RuntimeError, MemoryError) as exc:
+        raise IRFormatError(f"cannot generate code for this graph: {type(exc).__name__}: {exc}",
+                            implementation=implementation,
+                            hint="the IR's graph is malformed (nesting, names or arguments)") from None
+
+
+__all__ = ["LAZY_NODES", "defer", "generating", "materialize", "pending", "wants_deferral"]

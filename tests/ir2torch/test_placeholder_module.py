@@ -94,3 +94,52 @@ def test_rebuilt_model_matches_and_copies_run():
         if isinstance(module, fx.GraphModule):
             assert type(module).__mro__[1] is fx.GraphModule
             assert module.code  # installed: every rebuilt module has generated source
+
+
+def _state(gm: fx.GraphModule) -> dict:
+    return {k: (type(v), v if isinstance(v, (bool, int, float, str, type(None))) else len(v))
+            for k, v in vars(gm).items() if k != "_graph"}
+
+
+def test_attributes_are_fx_constructors_with_new_containers_per_module():
+    first, second = placeholder_module("Foo"), placeholder_module("Bar")
+    theirs = fx.GraphModule(nn.Module(), fx.Graph(), class_name="Foo")
+    # each attribute fx's constructor sets, in its order, of the same type and (empty) value
+    assert list(vars(first)) == [k for k in vars(theirs) if k not in ("_code", "_lineno_map", "_prologue_start",
+                                                                      "_in_spec", "_out_spec")]
+    assert _state(first) == {k: v for k, v in _state(theirs).items() if k in vars(first)}
+    for name, value in vars(first).items():
+        if isinstance(value, (dict, list, set)):
+            assert value is not vars(second)[name], name  # nothing shared between two modules
+    assert first.graph is not second.graph and first.graph.owning_module is first
+    first.register_buffer("b", torch.zeros(1))
+    first.register_forward_hook(lambda *a: None)
+    assert "b" not in second._buffers and not second._forward_hooks
+
+
+def test_an_attribute_of_an_unknown_kind_makes_it_run_fx_constructor(monkeypatch):
+    from ir2torch import shared_code
+
+    monkeypatch.setattr(shared_code, "_FRESH", [None])  # what a torch whose modules hold something else gives
+    with mock.patch.object(fx.GraphModule, "__init__", autospec=True,
+                           side_effect=fx.GraphModule.__init__) as init:
+        gm = placeholder_module("Foo")
+    assert init.call_count == 1
+    gm.graph = _relu_graph()
+    assert torch.equal(gm(torch.tensor([-1.0, 1.0])), torch.tensor([0.0, 1.0]))
+
+
+def test_a_constructor_that_fills_a_container_is_not_cloned(monkeypatch):
+    from ir2torch import shared_code
+
+    original = fx.GraphModule.__init__
+
+    def filling(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.__dict__["_registry"] = {"seen": 1}  # a torch version whose modules start with something in a dict
+
+    monkeypatch.setattr(fx.GraphModule, "__init__", filling)
+    monkeypatch.setattr(shared_code, "_FRESH", [])
+    assert shared_code._fresh_state() is None
+    gm = placeholder_module("Foo")
+    assert gm._registry == {"seen": 1}  # made by the constructor itself

@@ -29,6 +29,15 @@ def max_abs_diff(a: Any, b: Any) -> float:
     return max(diffs)
 
 
+def same_outputs(a: Any, b: Any) -> bool:
+    """Whether two outputs have the same structure and equal leaves (tensors by ``torch.equal``: same shape and
+    values, bit for bit)."""
+    la, sa = pytree.tree_flatten(a)
+    lb, sb = pytree.tree_flatten(b)
+    return sa == sb and all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+                            for x, y in zip(la, lb, strict=True))
+
+
 @cache
 def converted(name: str) -> tuple[Case, torch.nn.Module, tuple, dict, IR]:
     """(case, model, args, kwargs, ir) for a zoo case, converted once per test session."""

@@ -11,17 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import fx
-from torch.utils import _pytree as pytree
 
 import ir2torch
 import torch2ir
 from common import IR
-
-
-def _exact(a, b) -> bool:
-    la, sa = pytree.tree_flatten(a)
-    lb, sb = pytree.tree_flatten(b)
-    return sa == sb and all(torch.equal(x, y) for x, y in zip(la, lb, strict=True))
+from tests.helpers import same_outputs
 
 
 def _from_template(module: torch.nn.Module) -> bool:
@@ -42,8 +36,8 @@ def _check(model: torch.nn.Module, args: tuple, kwargs: dict, tmp_path, minimum:
     assert not any(_from_template(m) for m in alone.modules())
     with torch.no_grad():
         expected = model(*args, **kwargs)
-        assert _exact(rebuilt(*args, **kwargs), expected)
-        assert _exact(alone(*args, **kwargs), expected)
+        assert same_outputs(rebuilt(*args, **kwargs), expected)
+        assert same_outputs(alone(*args, **kwargs), expected)
     for key in templated:
         mine, theirs = rebuilt.get_submodule(key), alone.get_submodule(key)
         assert isinstance(theirs, fx.GraphModule)

@@ -13,21 +13,14 @@ import copy
 import pytest
 import torch
 from torch import fx
-from torch.utils import _pytree as pytree
 
 import ir2torch
 import torch2ir
 from common import IR
 from common.errors import ExecutionError
 from ir2torch.instances import template_key
+from tests.helpers import same_outputs
 from tests.real.corpus import CORPUS
-
-
-def _exact(a, b) -> bool:
-    la, sa = pytree.tree_flatten(a)
-    lb, sb = pytree.tree_flatten(b)
-    return sa == sb and all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
-                            for x, y in zip(la, lb, strict=True))
 
 
 def _saved(name: str, tmp_path):
@@ -53,8 +46,8 @@ def test_instances_rebuild_exactly_as_each_built_on_its_own(name, tmp_path) -> N
     alone = ir2torch.convert(expanded, model.state_dict())
     with torch.no_grad():
         expected = model(*args, **kwargs)
-        assert _exact(rebuilt(*args, **kwargs), expected)
-        assert _exact(alone(*args, **kwargs), expected)
+        assert same_outputs(rebuilt(*args, **kwargs), expected)
+        assert same_outputs(alone(*args, **kwargs), expected)
     for key in instances:
         mine, theirs = rebuilt.get_submodule(key), alone.get_submodule(key)
         assert type(mine).__name__ == type(theirs).__name__
@@ -85,7 +78,7 @@ def test_each_instance_has_its_own_graph_made_when_first_read(tmp_path) -> None:
     assert "torch.mul" in second.code and "torch.mul" not in first.code
     with torch.no_grad():
         changed = rebuilt(*args, **kwargs)
-    assert not _exact(changed, model(*args, **kwargs))
+    assert not same_outputs(changed, model(*args, **kwargs))
 
 
 def test_copies_of_instances_whose_graph_was_never_read(tmp_path) -> None:
@@ -97,7 +90,7 @@ def test_copies_of_instances_whose_graph_was_never_read(tmp_path) -> None:
     assert copied.encoder.layer[1].graph is not layer.graph
     assert str(copied.encoder.layer[1].graph) == str(layer.graph)
     with torch.no_grad():
-        assert _exact(copied(*args, **kwargs), model(*args, **kwargs))
+        assert same_outputs(copied(*args, **kwargs), model(*args, **kwargs))
 
 
 def test_an_instance_names_itself_in_errors(tmp_path) -> None:
@@ -118,5 +111,5 @@ def test_fold_plans_are_shared_and_each_instance_folds_its_own_values(tmp_path) 
     assert {k for k, _ in folded} == folded_alone
     assert isinstance(rebuilt, fx.GraphModule)
     with torch.no_grad():
-        assert _exact(rebuilt(*args, **kwargs), model(*args, **kwargs))
-        assert _exact(rebuilt(*args, **kwargs), model(*args, **kwargs))
+        assert same_outputs(rebuilt(*args, **kwargs), model(*args, **kwargs))
+        assert same_outputs(rebuilt(*args, **kwargs), model(*args, **kwargs))

@@ -13,20 +13,13 @@ import inspect
 import pytest
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
 
 import ir2torch
 import ir2torch.lazy_code as lazy_code
 import torch2ir
 from common.errors import IRFormatError
+from tests.helpers import same_outputs
 from tests.real.corpus import CORPUS
-
-
-def _exact(a, b) -> bool:
-    la, sa = pytree.tree_flatten(a)
-    lb, sb = pytree.tree_flatten(b)
-    return sa == sb and all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
-                            for x, y in zip(la, lb, strict=True))
 
 
 def _graph_modules(model: nn.Module) -> list[torch.fx.GraphModule]:
@@ -72,8 +65,8 @@ def test_deferred_graphs_run_exactly_and_get_their_code_at_first_call(bert, monk
         assert inspect.signature(mod.forward) == inspect.signature(other.forward)
     with torch.no_grad():
         out = lazy(*args, **kwargs)
-        assert _exact(out, eager(*args, **kwargs))
-        assert _exact(out, model(*args, **kwargs))
+        assert same_outputs(out, eager(*args, **kwargs))
+        assert same_outputs(out, model(*args, **kwargs))
     # every module that ran has its code now, the same source as compiled at once
     assert not any(lazy_code.pending(m) for m in _graph_modules(lazy))
     for mod, other in zip(_graph_modules(lazy), _graph_modules(eager), strict=True):
@@ -121,8 +114,8 @@ def test_keyword_only_and_positional_only_parameters_and_output_structure(monkey
                                                               inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                                               inspect.Parameter.KEYWORD_ONLY]
     with torch.no_grad():
-        assert _exact(lazy.scaled(x, bias, scale=3.0), model.scaled(x, bias, scale=3.0))
-        assert _exact(lazy(x, bias), model(x, bias))
+        assert same_outputs(lazy.scaled(x, bias, scale=3.0), model.scaled(x, bias, scale=3.0))
+        assert same_outputs(lazy(x, bias), model(x, bias))
 
 
 def test_the_loop_export_and_copies_of_a_deferred_model(bert, monkeypatch) -> None:
@@ -134,13 +127,13 @@ def test_the_loop_export_and_copies_of_a_deferred_model(bert, monkeypatch) -> No
     lazy, _ = _both(ir, model.state_dict(), monkeypatch)
     exported = torch.export.export(lazy, args, kwargs)
     with torch.no_grad():
-        assert _exact(exported.module()(*args, **kwargs), model(*args, **kwargs))
+        assert same_outputs(exported.module()(*args, **kwargs), model(*args, **kwargs))
     lazy, _ = _both(ir, model.state_dict(), monkeypatch)
     copied = copy.deepcopy(lazy)
     with torch.no_grad():
         expected = model(*args, **kwargs)
-        assert _exact(copied(*args, **kwargs), expected)
-        assert _exact(lazy(*args, **kwargs), expected)
+        assert same_outputs(copied(*args, **kwargs), expected)
+        assert same_outputs(lazy(*args, **kwargs), expected)
 
 
 def test_a_failure_to_generate_the_code_is_an_ir_error_at_first_use(bert, monkeypatch) -> None:
@@ -158,7 +151,7 @@ def test_a_failure_to_generate_the_code_is_an_ir_error_at_first_use(bert, monkey
     assert lazy_code.pending(lazy)  # nothing half-installed: it tries again
     monkeypatch.undo()
     with torch.no_grad():
-        assert _exact(lazy(*args, **kwargs), model(*args, **kwargs))
+        assert same_outputs(lazy(*args, **kwargs), model(*args, **kwargs))
 
 
 def test_small_graphs_are_compiled_while_rebuilding(bert) -> None:

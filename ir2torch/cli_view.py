@@ -43,19 +43,19 @@ def _view(options: argparse.Namespace) -> int:
     if options.output.suffix.lower() not in (".html", ".htm"):
         raise CommandError(f"the view is an HTML file, not {options.output.name!r}",
                            hint="name the output OUT.html (for pictures use ir2torch render)")
+    def module_level(path: Path, what: str, hint: str) -> Any:
+        with _reading(f"read {path}"):
+            loaded = load_any(path, allow=options.allow_op)
+        if isinstance(loaded, FlatIR):
+            raise CommandError(f"{path} is a FlatIR; the view {what} module-level IRs", hint=hint)
+        return loaded
+
     with Progress(2, "view", enabled=not options.quiet) as bar:
-        with bar.stage("load"), _reading(f"read {options.file}"):
-            source = load_any(options.file, allow=options.allow_op)
-        if isinstance(source, FlatIR):
-            raise CommandError(f"{options.file} is a FlatIR; the view shows module-level IRs",
-                               hint="view the IR written by torch2ir convert, or draw the FlatIR with ir2torch render")
-        other = None
-        if options.compare is not None:
-            with _reading(f"read {options.compare}"):
-                other = load_any(options.compare, allow=options.allow_op)
-            if isinstance(other, FlatIR):
-                raise CommandError(f"{options.compare} is a FlatIR; the view compares module-level IRs",
-                                   hint="compare the IRs written by torch2ir convert")
+        with bar.stage("load"):
+            source = module_level(options.file, "shows", "view the IR written by torch2ir convert, or draw the "
+                                  "FlatIR with ir2torch render")
+        other = None if options.compare is None else \
+            module_level(options.compare, "compares", "compare the IRs written by torch2ir convert")
         overlay = None
         if options.overlay is not None:
             from common.htmlview.overlay import read_overlay

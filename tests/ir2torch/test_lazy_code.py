@@ -159,3 +159,26 @@ def test_small_graphs_are_compiled_while_rebuilding(bert) -> None:
     assert lazy_code.LAZY_NODES >= 1000
     rebuilt = ir2torch.convert(ir, model.state_dict())
     assert not any(lazy_code.pending(m) for m in _graph_modules(rebuilt))
+
+
+def test_torch_compile_of_a_deferred_model(monkeypatch) -> None:
+    """The default ``torch.compile`` runs the first compilation eagerly (a graph break) and matches; with
+    ``fullgraph=True`` dynamo cannot trace it (the documented limitation), and after one call it compiles as one
+    graph."""
+    torch.manual_seed(0)
+    model = Outer().eval()
+    x, bias = torch.randn(2, 6), torch.randn(6)
+    ir = torch2ir.convert(model, (x, bias))
+    lazy, _ = _both(ir, model.state_dict(), monkeypatch, nodes=3)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        assert same_outputs(torch.compile(lazy, backend="aot_eager")(x, bias), model(x, bias))
+    lazy, _ = _both(ir, model.state_dict(), monkeypatch, nodes=3)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="python_code"):
+        torch.compile(lazy, backend="aot_eager", fullgraph=True)(x, bias)
+    with torch.no_grad():
+        lazy(x, bias)  # the first call makes the code
+    torch._dynamo.reset()
+    with torch.no_grad():
+        assert same_outputs(torch.compile(lazy, backend="aot_eager", fullgraph=True)(x, bias), model(x, bias))

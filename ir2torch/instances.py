@@ -41,7 +41,8 @@ _META_READ = ("class", "in_spec", "out_spec", "forward_arg_names", "parameters")
 
 @dataclass(frozen=True)
 class Template:
-    """What instances of one key share: the first instance's graph, code entry, checks, per-call graphs and fold."""
+    """What instances of one key share: a copy of the first instance's graph (no module's: the source of later
+    instances' copies), its code entry, checks, per-call graphs and fold plan."""
 
     body: Implementation
     graph: fx.Graph
@@ -70,7 +71,8 @@ def record(codes: CodeCache, key: Hashable, impl: Implementation, gm: fx.GraphMo
     if entry is None or impl.shared_body is None:
         return
     fold_state = gm.__dict__.get(FOLD_ATTR)
-    codes.templates[key] = Template(impl.shared_body, graph, entry, check, tuple(variants),
+    # a copy: ``gm``'s own graph is the user's to change, and later instances copy theirs from this one when read
+    codes.templates[key] = Template(impl.shared_body, copy_graph(graph), entry, check, tuple(variants),
                                     None if fold_state is None else fold_state.plan, fold)
 
 

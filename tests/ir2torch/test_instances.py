@@ -81,6 +81,24 @@ def test_each_instance_has_its_own_graph_made_when_first_read(tmp_path) -> None:
     assert not same_outputs(changed, model(*args, **kwargs))
 
 
+def test_changing_the_first_instance_before_another_is_read_changes_only_the_first(tmp_path) -> None:
+    model, _, _, loaded, expanded = _saved("llama", tmp_path)
+    rebuilt = ir2torch.convert(loaded, model.state_dict())
+    alone = ir2torch.convert(expanded, model.state_dict())
+    first, second = rebuilt.model.layers[0], rebuilt.model.layers[1]
+    assert "_graph" not in second.__dict__
+    out = next(n for n in first.graph.nodes if n.op == "output")
+    value = out.args[0][0] if isinstance(out.args[0], (tuple, list)) else out.args[0]
+    with first.graph.inserting_before(out):
+        doubled = first.graph.call_function(torch.mul, (value, 2.0))
+    out.replace_input_with(value, doubled)
+    first.recompile()
+    # the second layer's graph, copied only now, is the one its code was generated from
+    assert str(second.graph) == str(alone.model.layers[1].graph)
+    second.recompile()
+    assert second.code == alone.model.layers[1].code and "torch.mul" not in second.code
+
+
 def test_copies_of_instances_whose_graph_was_never_read(tmp_path) -> None:
     model, args, kwargs, loaded, _ = _saved("bert", tmp_path)
     rebuilt = ir2torch.convert(loaded, model.state_dict())

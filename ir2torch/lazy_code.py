@@ -32,6 +32,8 @@ from torch.fx.graph_module import _forward_from_src, _WrappedCall
 
 from common.errors import IRError, IRFormatError
 
+from .fold_cache import FOLD_ATTR
+
 #: Graphs of at least this many nodes get their code at first use (see the module docstring).
 LAZY_NODES = 10_000
 #: Attribute of the stand-in ``forward`` holding the implementation's name (and marking it as the stand-in).
@@ -102,6 +104,9 @@ def materialize(gm: fx.GraphModule) -> None:
     attrs["_prologue_start"] = python_code._prologue_start
     if cls.__dict__.get("forward") is stub:  # unless another thread or a recompile() was first
         cls.forward = fn
+        fold = gm.__dict__.get(FOLD_ATTR)
+        if fold is not None and fold.plain is stub:  # the fold stands for the plain forward, which this is
+            fold.plain = fn
     if "code" in cls.__dict__:
         del cls.code
 

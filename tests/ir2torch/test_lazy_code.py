@@ -69,6 +69,8 @@ def test_deferred_graphs_run_exactly_and_get_their_code_at_first_call(bert, monk
         assert same_outputs(out, model(*args, **kwargs))
     # every module that ran has its code now, the same source as compiled at once
     assert not any(lazy_code.pending(m) for m in _graph_modules(lazy))
+    folds = [m for m in _graph_modules(lazy) if "_ir_fold" in m.__dict__]
+    assert folds and all(m.__dict__["_ir_fold"].plain is type(m).forward for m in folds)  # folds still run
     for mod, other in zip(_graph_modules(lazy), _graph_modules(eager), strict=True):
         assert mod.code == other.code
         assert "def forward" in mod.code

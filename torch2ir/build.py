@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import networkx as nx
@@ -37,6 +38,7 @@ from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
 from .tensormeta import range_bound, state_record
 from .torch_logs import torch_logs_to_debug
+from .trace_once import StandIns, TraceOnceFallback, alike_groups, instantiate
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
 from .training import (
@@ -55,13 +57,15 @@ from .training import (
 def build_ir(
     converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
     dynamic_shapes: Any, allowlist: Allowlist | None = None, captured: list[Capture] | None = None,
-    train_checks: bool = True,
+    train_checks: bool = True, trace_once: bool | Collection[str] = False,
 ) -> IR:
     """The IR of ``model(*args, **kwargs)``, with the :class:`~torch2ir.capture.Capture` of its export attached.
 
     ``captured``: a list the capture is appended to as soon as the export succeeded (so that a caller can lower
     a model whose module-level IR fails); the IR is then returned without its capture attached.
     ``train_checks=False`` skips the train-mode analysis (for an IR that is only lowered).
+    ``trace_once``: trace each group of alike blocks once (:mod:`torch2ir.trace_once`; a collection of attribute
+    names: those may differ between alike blocks, e.g. ``("layer_idx",)``).
 
     Raises:
         ConversionError: every construct the IR cannot hold, listed together.
@@ -80,6 +84,17 @@ def build_ir(
             capture.seal(ir)
         return ir
     refuse_int8(model)  # before tracing: export's own error names neither the module nor what to do
+    if trace_once and captured is None:
+        ignored = () if trace_once is True else tuple(trace_once)
+        groups = [g for g in alike_groups(model, ignored) if not table.is_leaf(g.modules[0])]
+        if groups:
+            try:
+                with method_calls(model, table) as methods:
+                    return _traced(model, args, kwargs, table, hooked, methods, strict=strict,
+                                   dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured,
+                                   train_checks=train_checks, standins=StandIns(groups))
+            except TraceOnceFallback:
+                table = ModuleTable(model, converter)  # a fresh table: the failed attempt recorded errors in it
     with method_calls(model, table) as methods:  # FloatFunctional.add(...) is traced as a call of the module
         return _traced(model, args, kwargs, table, hooked, methods, strict=strict,
                        dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured, train_checks=train_checks)
@@ -87,20 +102,38 @@ def build_ir(
 
 def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, table: ModuleTable,
             hooked: list[str], methods: dict[int, set[str]], *, strict: bool, dynamic_shapes: Any,
-            allowlist: Allowlist, captured: list[Capture] | None, train_checks: bool) -> IR:
+            allowlist: Allowlist, captured: list[Capture] | None, train_checks: bool,
+            standins: StandIns | None = None) -> IR:
     """:func:`build_ir` from the export on (``methods``: :func:`torch2ir.functional_calls.method_calls`'s)."""
     custom: list[str] = []  # custom autograd.Functions the forward calls (common.notes)
-    try:
-        with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls:
-            ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                        preserve=_preserved(model, table), on_attempt=calls.clear, custom_functions=custom)
-    except ExportFailedError as exc:
-        raise naming_observer(exc, model, args, kwargs) from exc.__cause__
+    while True:
+        try:
+            with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls, \
+                    (standins.installed() if standins is not None else contextlib.nullcontext()):
+                ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                            preserve=_preserved(model, table), on_attempt=_forgetting(calls, standins),
+                            custom_functions=custom)
+        except ExportFailedError as exc:
+            if standins is not None:
+                raise TraceOnceFallback("the export with stand-ins failed") from exc
+            raise naming_observer(exc, model, args, kwargs) from exc.__cause__
+        failed = [*standins.failed(), *standins.with_constants(ep.graph_signature.inputs_to_lifted_tensor_constants
+                                                               .values()), *standins.with_subgraphs(ep.graph)
+                  ] if standins is not None else []
+        if not failed:
+            break
+        for group in failed:  # a group whose traced call a stand-in cannot repeat: export again without it
+            group.enabled = False
+        custom.clear()
+    if standins is not None and not standins.used():
+        standins = None
     relocate_hook_ops(ep)
     stand_ins = [p for p, m in model.named_modules() if type(m) in STAND_IN_TYPES and table.is_leaf(m)]
-    capture = Capture(ep, model, args, kwargs, allowlist, refused=f"quantization observers / stubs "
-                      f"({', '.join(stand_ins[:3])}{', ...' if len(stand_ins) > 3 else ''}) are traced as stand-ins"
-                      if stand_ins else None)
+    refused = (f"quantization observers / stubs ({', '.join(stand_ins[:3])}{', ...' if len(stand_ins) > 3 else ''})"
+               " are traced as stand-ins" if stand_ins else None)
+    if standins is not None:
+        refused = "alike blocks were traced once (trace_once=True): the export holds stand-ins for the others"
+    capture = Capture(ep, model, args, kwargs, allowlist, refused=refused)
     if captured is not None:
         captured.append(capture)
     hierarchy = Hierarchy(ep, table, calls, capture.same_input)
@@ -129,10 +162,13 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         differs = _train_computations(ir, table, model, args, kwargs, recorded) if reads and recorded else []
         if train_checks:
             check_train_updates(ir, model, args, kwargs, table, ep, recorded, differs)
+        # after the train-mode analysis, which marks the traced member's dropout ops (a stood-in frame has none)
+        instances = instantiate(ir, table, standins, called) if standins is not None else {}
         if custom:
             ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
         _carried_notes(ir, model)
         _keep_tensors(ir, table, ep.constants)
+        _instance_tensors(ir, instances)
         missing = allowlist.required(function_names(ir))
         if missing:
             error = required_ops_error(missing, "the model calls")
@@ -148,6 +184,23 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         return ir
     finally:
         hierarchy.restore_graph()
+
+
+def _forgetting(calls: list[Any], standins: StandIns | None) -> Any:
+    """What to forget when export starts another attempt: the call records, and the stand-ins' records."""
+    def forget() -> None:
+        calls.clear()
+        if standins is not None:
+            standins.reset()
+    return forget
+
+
+def _instance_tensors(ir: IR, instances: Mapping[str, str]) -> None:
+    """Constants of stood-in members (export lifted them only from the traced member): the traced member's."""
+    for key, home in instances.items():
+        for name, rec in ir[key].state.items():
+            if rec["kind"] == "constant" and f"{home}.{name}" in ir.tensors and f"{key}.{name}" not in ir.tensors:
+                ir.tensors[f"{key}.{name}"] = ir.tensors[f"{home}.{name}"].clone()
 
 
 def _carried_notes(ir: IR, model: nn.Module) -> None:

@@ -8,7 +8,7 @@ registered with ``type=``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from torch import nn
@@ -118,11 +118,14 @@ class Torch2Ir:
         strict: bool = False,
         dynamic_shapes: Any = None,
         allow: Iterable[str] | None = None,
+        trace_once: bool | Collection[str] = False,
     ) -> IR:
         """Convert ``model`` called as ``model(*args, **kwargs)`` into the module-level IR.
 
         Works on models and inputs on the ``meta`` device (no weight is allocated). ``allow``: operators
-        of other namespaces to accept besides this converter's allow-list (``"transformers::*"``).
+        of other namespaces to accept besides this converter's allow-list (``"transformers::*"``). ``trace_once``
+        (prototype): trace each group of alike blocks once and make the others instances of it
+        (:mod:`torch2ir.trace_once`); a collection of attribute names allows those to differ between alike blocks.
 
         Raises:
             ConversionError: torch.export failed, or the model has constructs the IR cannot
@@ -134,7 +137,7 @@ class Torch2Ir:
         args = args if isinstance(args, tuple) else (args,)
         with collector_paused():  # building the IR allocates much and frees nothing (see common.collector)
             return build_ir(self, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                            allowlist=self.allowlist.extended(allow))
+                            allowlist=self.allowlist.extended(allow), trace_once=trace_once)
 
     def lower(
         self,
@@ -190,7 +193,8 @@ def convert(
     strict: bool = False,
     dynamic_shapes: Any = None,
     allow: Iterable[str] | None = None,
+    trace_once: bool | Collection[str] = False,
 ) -> IR:
     """Convert ``model`` with a default converter (see :meth:`Torch2Ir.convert`)."""
     return get_default_converter().convert(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                                           allow=allow)
+                                           allow=allow, trace_once=trace_once)

@@ -1,0 +1,89 @@
+"""``convert(..., trace_once=...)`` (prototype): alike blocks traced once give the IR of a full trace, exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+import ir2torch
+import torch2ir
+from torch2ir import build
+from torch2ir.trace_once import alike_groups
+
+pytest.importorskip("transformers")
+
+from tests.real.corpus import CORPUS
+
+ARCHES = {a.name: a for a in CORPUS}
+
+
+def _instances(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, str]]:
+    made: list[dict[str, str]] = []
+    original = build.instantiate
+
+    def spy(*args: object, **kwargs: object) -> dict[str, str]:
+        made.append(original(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(build, "instantiate", spy)
+    return made
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_trace_once_equals_full_trace(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    arch = ARCHES[name]
+    model = arch.build().eval()
+    args, kwargs = arch.inputs()
+    made = _instances(monkeypatch)
+    full = torch2ir.convert(model, args, kwargs, allow=arch.allow)
+    once = torch2ir.convert(model, args, kwargs, allow=arch.allow, trace_once=("layer_idx",))
+    assert made and made[-1], "the second layer was stood in for and became an instance"
+    for impl in once.values():
+        _ = impl.graph  # expands every instance
+    assert once == full
+    rebuilt = ir2torch.convert(once, model.state_dict()).eval()
+    with torch.no_grad():
+        expected = pytree.tree_leaves(model(*args, **(kwargs or {})))
+        got = pytree.tree_leaves(rebuilt(*args, **(kwargs or {})))
+    assert len(expected) == len(got)
+    assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(expected, got))
+
+
+def test_layer_idx_keeps_decoder_layers_apart_unless_ignored() -> None:
+    model = ARCHES["llama"].build()
+    strict = [g.paths for g in alike_groups(model)]
+    assert ["model.layers.0", "model.layers.1"] not in strict
+    assert ["model.layers.0", "model.layers.1"] in [g.paths for g in alike_groups(model, ("layer_idx",))]
+
+
+class _Counter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls = self.calls + 1  # an attribute change: no stand-in can repeat it
+        return self.lin(x)
+
+
+class _Ident(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.lin(x)
+        return x  # returns its input: a stand-in would return a new tensor
+
+
+@pytest.mark.parametrize("block", [_Counter, _Ident])
+def test_a_block_a_stand_in_cannot_repeat_is_traced_in_full(block: type[nn.Module]) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(block(), block(), block()).eval()
+    x = torch.randn(2, 4)
+    full = torch2ir.convert(model, (x,))
+    once = torch2ir.convert(model, (x,), trace_once=True)
+    assert once == full

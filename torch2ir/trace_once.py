@@ -1,0 +1,344 @@
+"""Trace each distinct block once (opt-in prototype: ``convert(..., trace_once=True)``).
+
+An 80-layer decoder has 80 alike layers; export traces each of them. Here the alike module instances are
+grouped before the export (:func:`alike_groups`); during the export the first member of a group that is called
+runs for real and every later member called with the same input metadata returns fresh tensors of the recorded
+output metadata instead of running (a *stand-in*, :class:`StandIns`). Once the IR is built, each stood-in member
+and everything below it becomes an unexpanded instance (:meth:`common.ir.Implementation.instance_of`) of a frozen
+copy of the traced member's implementation (:func:`instantiate`).
+
+A group whose real call does something a stand-in cannot repeat (returns an input, mutates an input, its state or
+an attribute, returns a data-dependent size) is disabled and the export is run again without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import sys
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from common.errors import IRError
+from common.ir import IR, Implementation
+
+__all__ = ["Group", "StandIns", "TraceOnceFallback", "alike_groups", "instantiate"]
+
+#: ``nn.Module.__dict__`` entries that are bookkeeping, not a module's own attributes.
+_BOOKKEEPING = frozenset({
+    "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set", "_forward_hooks",
+    "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+    "_state_dict_pre_hooks", "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks",
+    "_is_full_backward_hook", "_compiled_call_impl",
+})
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device)
+_SCALARS = (bool, int, float, str, type(None))
+_MODULE_FILE = nn.modules.module.__file__  # ``Module.__call__`` calls ``forward`` from there
+
+
+class TraceOnceFallback(IRError):
+    """The stand-ins could not be turned into instances; the model is converted with a full export instead."""
+
+
+@dataclass
+class Group:
+    """Alike module instances (paths in ``named_modules()`` order); ``traced`` is the member that ran for real."""
+
+    paths: list[str]
+    modules: list[nn.Module]
+    enabled: bool = True
+    traced: int | None = None  # index of the member that ran
+    key: Any = None  # input key of the traced call
+    outputs: Any = None  # (spec, leaves) recorded from the traced call
+    stood_in: set[int] = field(default_factory=set)  # indices of the members that returned stand-ins
+    failure: str | None = None
+
+
+def _plain(value: Any, depth: int = 0) -> Any:
+    """A comparable form of an attribute value: by value for plain values (and containers of them), else by
+    identity."""
+    if isinstance(value, _PLAIN):
+        return (type(value).__name__, value)
+    if depth < 4 and isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_plain(v, depth + 1) for v in value))
+    if depth < 4 and isinstance(value, dict):
+        return ("dict", tuple((_plain(k, depth + 1), _plain(v, depth + 1)) for k, v in value.items()))
+    return ("id", id(value))
+
+
+def _fingerprint(module: nn.Module, ignored: Collection[str]) -> Any:
+    """What two alike modules share (``None``: never grouped, e.g. a module with hooks)."""
+    if any(getattr(module, h, None) for h in _HOOKS):
+        return None
+    attrs = tuple(sorted((k, _plain(v)) for k, v in module.__dict__.items()
+                         if k not in _BOOKKEEPING and k not in ignored))
+    state = tuple((n, tuple(t.shape), t.dtype, t.requires_grad, isinstance(t, nn.Parameter))
+                  for n, t in (*module._parameters.items(), *module._buffers.items()) if t is not None)
+    children = []
+    for name, child in module._modules.items():
+        if child is None:
+            children.append((name, None))
+            continue
+        sub = _fingerprint(child, ignored)
+        if sub is None:
+            return None
+        children.append((name, sub))
+    return (type(module), attrs, state, tuple(children))
+
+
+def alike_groups(model: nn.Module, ignored: Collection[str] = ()) -> list[Group]:
+    """Outermost groups of two or more alike module instances (see the module docstring), ``ignored``: attribute
+    names whose values may differ between members (``layer_idx``: the caller vouches that the traced computation
+    does not read it). The root, aliased modules, modules whose tensors are shared with other modules, and global
+    hooks exclude a module."""
+    if (nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
+            or nn.modules.module._global_backward_hooks):
+        return []
+    paths: dict[int, list[str]] = {}
+    for path, module in model.named_modules(remove_duplicate=False):
+        paths.setdefault(id(module), []).append(path)
+    tensor_uses: dict[int, int] = {}
+    for _, t in (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)):
+        tensor_uses[id(t)] = tensor_uses.get(id(t), 0) + 1
+    by_print: dict[Any, Group] = {}
+    for path, module in model.named_modules():
+        if not path:
+            continue
+        subtree = list(module.modules())
+        if any(len(paths[id(m)]) > 1 for m in subtree):
+            continue
+        if any(tensor_uses[id(t)] > 1 for _, t in (*module.named_parameters(remove_duplicate=False),
+                                                    *module.named_buffers(remove_duplicate=False))):
+            continue
+        fp = _fingerprint(module, ignored)
+        if fp is None:
+            continue
+        try:
+            hash(fp)
+        except TypeError:
+            continue
+        group = by_print.setdefault(fp, Group([], []))
+        group.paths.append(path)
+        group.modules.append(module)
+    candidates = [g for g in by_print.values() if len(g.paths) > 1]
+    grouped = {p for g in candidates for p in g.paths}
+    out = []
+    for group in candidates:  # outermost only: a member below a member of any group is left out
+        keep = [i for i, p in enumerate(group.paths)
+                if not any(".".join(p.split(".")[:cut]) in grouped for cut in range(1, p.count(".") + 1))]
+        if len(keep) > 1:
+            out.append(Group([group.paths[i] for i in keep], [group.modules[i] for i in keep]))
+    return out
+
+
+def _input_key(args: tuple, kwargs: dict[str, Any]) -> Any:
+    """The input metadata of a call (``None``: a leaf a stand-in cannot be keyed by)."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    key = []
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            key.append(("t", tuple(str(s) for s in leaf.shape), tuple(str(s) for s in leaf.stride()),
+                        leaf.dtype, leaf.device, leaf.requires_grad))
+        elif isinstance(leaf, _SCALARS):
+            key.append((type(leaf).__name__, leaf))
+        else:
+            return None
+    return (spec, tuple(key))
+
+
+def _unbacked(size: Any) -> bool:
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    return any(isinstance(s, torch.SymInt) and free_unbacked_symbols(s) for s in size)
+
+
+def _identity(value: Any) -> Any:
+    """A value's identity, and for a dict, list or set the identities of its items (LeViT's attention-bias
+    cache is a dict its eval-mode forward fills)."""
+    if isinstance(value, dict):
+        return (id(value), tuple((k, id(v)) for k, v in value.items()))
+    if isinstance(value, (list, set)):
+        return (id(value), tuple(id(v) for v in value))
+    return id(value)
+
+
+def _snapshot(module: nn.Module) -> tuple[Any, Any]:
+    """Attribute identities (one level into containers) and tensor versions of a subtree."""
+    attrs = []
+    versions = []
+    for m in module.modules():
+        attrs.append(tuple((k, _identity(v)) for k, v in m.__dict__.items()
+                           if k not in ("_parameters", "_buffers", "_modules")))
+        attrs.append(tuple((k, id(v)) for k, v in (*m._parameters.items(), *m._buffers.items(), *m._modules.items())))
+        versions.extend(t._version for t in (*m._parameters.values(), *m._buffers.values()) if t is not None)
+    return attrs, versions
+
+
+class StandIns:
+    """Installs the stand-in forwards of ``groups`` for the duration of an export."""
+
+    def __init__(self, groups: list[Group]) -> None:
+        self.groups = groups
+
+    def reset(self) -> None:
+        """Forget what a (failed) export attempt recorded."""
+        for group in self.groups:
+            group.traced, group.key, group.outputs, group.failure = None, None, None, None
+            group.stood_in = set()
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        self.reset()
+        wrapped: list[nn.Module] = []
+        try:
+            for group in self.groups:
+                if not group.enabled:
+                    continue
+                for index, module in enumerate(group.modules):
+                    if "forward" in module.__dict__:
+                        raise AssertionError("alike_groups never groups a module with an instance forward")
+                    module.forward = self._forward(group, index, module.forward)  # type: ignore[method-assign]
+                    wrapped.append(module)
+            yield
+        finally:
+            for module in wrapped:
+                module.__dict__.pop("forward", None)
+
+    def failed(self) -> list[Group]:
+        """The enabled groups whose traced call cannot be stood in for (disable them and export again)."""
+        return [g for g in self.groups if g.enabled and g.failure is not None]
+
+    def with_constants(self, constants: Any) -> list[Group]:
+        """The enabled groups whose traced member owns tensor constants export lifted (``constants``: their
+        qualified names): export numbers them in trace order (``lifted_tensor_2`` in the second layer), so the
+        instances of the traced member would name them otherwise than a full trace."""
+        homes = [(g, g.paths[g.traced] + ".") for g in self.groups if g.enabled and g.traced is not None and g.stood_in]
+        return [g for g, home in homes if any(str(c).startswith(home) for c in constants)]
+
+    def with_subgraphs(self, graph: Any) -> list[Group]:
+        """The enabled groups whose traced member calls a higher-order op (``wrap_with_set_grad_enabled``): export
+        numbers their subgraphs in trace order too (``submod_7`` in the second layer)."""
+        homes = [(g, g.paths[g.traced]) for g in self.groups if g.enabled and g.traced is not None and g.stood_in]
+        if not homes:
+            return []
+        paths: set[str] = set()
+        for node in graph.nodes:
+            if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+                paths.update(str(path) for path, _ in (node.meta.get("nn_module_stack") or {}).values())
+        return [g for g, home in homes if any(p == home or p.startswith(home + ".") for p in paths)]
+
+    def used(self) -> list[Group]:
+        return [g for g in self.groups if g.enabled and g.stood_in]
+
+    def _forward(self, group: Group, index: int, original: Any) -> Any:
+        @functools.wraps(original)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            if sys._getframe(1).f_code.co_filename != _MODULE_FILE:
+                # ``layer.forward(x)`` called directly (SqueezeBERT's encoder): no module call, no frame of its own
+                return original(*args, **kwargs)
+            key = _input_key(args, kwargs)
+            if group.traced is None and key is not None and group.failure is None:
+                return self._record(group, index, original, key, args, kwargs)
+            if key is not None and group.traced not in (None, index) and key == group.key and group.failure is None:
+                group.stood_in.add(index)
+                return _stand_in(group.outputs)
+            return original(*args, **kwargs)
+
+        return forward
+
+    def _record(self, group: Group, index: int, original: Any, key: Any, args: tuple, kwargs: dict) -> Any:
+        module = group.modules[index]
+        inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        before = [t._version for t in inputs]
+        attrs, versions = _snapshot(module)
+        out = original(*args, **kwargs)
+        group.traced, group.key = index, key
+        leaves, spec = pytree.tree_flatten(out)
+        state = [t for t in (*module.parameters(), *module.buffers())]
+        recorded = []
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                if any(leaf is t or torch._C._is_alias_of(leaf, t) for t in (*inputs, *state)):
+                    group.failure = "an output aliases an input or a parameter/buffer"
+                elif _unbacked(leaf.shape):
+                    group.failure = "an output size has unbacked symbols"
+                recorded.append(("t", tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device,
+                                 leaf.requires_grad))
+            elif isinstance(leaf, _SCALARS):
+                recorded.append(("c", leaf))
+            else:
+                group.failure = f"an output leaf is a {type(leaf).__name__}"
+        if [t._version for t in inputs] != before:
+            group.failure = "the call mutated an input"
+        new_attrs, new_versions = _snapshot(module)
+        if new_versions != versions:
+            group.failure = "the call mutated a parameter or buffer"
+        if new_attrs != attrs:
+            group.failure = "the call changed a module attribute"
+        group.outputs = (spec, recorded)
+        return out
+
+
+def _stand_in(outputs: tuple[Any, list[Any]]) -> Any:
+    spec, recorded = outputs
+    leaves = []
+    for leaf in recorded:
+        if leaf[0] == "t":
+            _, size, stride, dtype, device, grad = leaf
+            leaves.append(torch.empty_strided(size, stride, dtype=dtype, device=device, requires_grad=grad))
+        else:
+            leaves.append(leaf[1])
+    return pytree.tree_unflatten(leaves, spec)
+
+
+def _subtree(ir: IR, key: str) -> list[str]:
+    return [k for k in ir if k == key or k.startswith(key + ".")]
+
+
+#: ``meta`` entries every implementation has of its own (the module path it came from).
+OWN_META = ("source",)
+
+
+def instantiate(ir: IR, table: Any, standins: StandIns, called: Collection[str]) -> dict[str, str]:
+    """Make every stood-in member (and every implementation below it) an unexpanded instance of a frozen copy of
+    the traced member's; returns ``{key replaced: key of the traced implementation it is an instance of}``.
+
+    Raises:
+        TraceOnceFallback: a stood-in member's keys do not mirror the traced member's, or a member had no call
+            of its own in the trace.
+    """
+    replaced: dict[str, str] = {}
+    for group in standins.used():
+        home = table.key(group.paths[group.traced])
+        home_keys = _subtree(ir, home)
+        bodies: dict[str, Implementation] = {}
+        for k in home_keys:
+            _ = ir[k].graph  # an instance already (it should not be) is expanded before it is copied
+            body = copy.deepcopy(ir[k])  # later edits of the traced member's implementation leave the body alone
+            bodies[k] = body
+        for index in sorted(group.stood_in):
+            key = table.key(group.paths[index])
+            if key not in called or home not in called:
+                raise TraceOnceFallback(f"stood-in {key!r} or traced {home!r} has no module call of its own",
+                                        implementation=key)
+            keys = _subtree(ir, key)
+            mirrored = [key + k[len(home):] for k in home_keys]
+            if sorted(keys) != sorted(mirrored):
+                raise TraceOnceFallback(f"stood-in {key!r} has other implementations than traced {home!r}",
+                                        implementation=key)
+            for k, target in zip(home_keys, mirrored, strict=True):
+                old = ir[target]
+                if old.aliases or bodies[k].aliases:
+                    raise TraceOnceFallback("an aliased module in a stood-in member", implementation=target)
+                own = {m: old.meta[m] for m in OWN_META if m in old.meta}
+                ir[target] = Implementation.instance_of(target, bodies[k], aliases=[], meta=own)
+                replaced[target] = k
+    return replaced

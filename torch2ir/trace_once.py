@@ -50,15 +50,15 @@ class TraceOnceFallback(IRError):
 
 @dataclass
 class Group:
-    """Alike module instances (paths in ``named_modules()`` order); ``traced`` is the member that ran for real."""
+    """Alike module instances (paths in ``named_modules()`` order). Each distinct input key runs for real once
+    (the first block of a stack is often called with an input that does not require grad, the others with one
+    that does); a later call with a recorded key gets a stand-in."""
 
     paths: list[str]
     modules: list[nn.Module]
     enabled: bool = True
-    traced: int | None = None  # index of the member that ran
-    key: Any = None  # input key of the traced call
-    outputs: Any = None  # (spec, leaves) recorded from the traced call
-    stood_in: set[int] = field(default_factory=set)  # indices of the members that returned stand-ins
+    records: dict[Any, tuple[int, Any]] = field(default_factory=dict)  # input key -> (member that ran, outputs)
+    stood_in: dict[int, int] = field(default_factory=dict)  # member that returned a stand-in -> member that ran
     failure: str | None = None
 
 
@@ -191,8 +191,7 @@ class StandIns:
     def reset(self) -> None:
         """Forget what a (failed) export attempt recorded."""
         for group in self.groups:
-            group.traced, group.key, group.outputs, group.failure = None, None, None, None
-            group.stood_in = set()
+            group.records, group.stood_in, group.failure = {}, {}, None
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -220,20 +219,21 @@ class StandIns:
         """The enabled groups whose traced member owns tensor constants export lifted (``constants``: their
         qualified names): export numbers them in trace order (``lifted_tensor_2`` in the second layer), so the
         instances of the traced member would name them otherwise than a full trace."""
-        homes = [(g, g.paths[g.traced] + ".") for g in self.groups if g.enabled and g.traced is not None and g.stood_in]
-        return [g for g, home in homes if any(str(c).startswith(home) for c in constants)]
+        return [g for g in self.groups if g.enabled and any(str(c).startswith(g.paths[i] + ".")
+                                                            for i in set(g.stood_in.values()) for c in constants)]
 
     def with_subgraphs(self, graph: Any) -> list[Group]:
         """The enabled groups whose traced member calls a higher-order op (``wrap_with_set_grad_enabled``): export
         numbers their subgraphs in trace order too (``submod_7`` in the second layer)."""
-        homes = [(g, g.paths[g.traced]) for g in self.groups if g.enabled and g.traced is not None and g.stood_in]
+        homes = [(g, g.paths[i]) for g in self.groups if g.enabled for i in set(g.stood_in.values())]
         if not homes:
             return []
         paths: set[str] = set()
         for node in graph.nodes:
             if node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
                 paths.update(str(path) for path, _ in (node.meta.get("nn_module_stack") or {}).values())
-        return [g for g, home in homes if any(p == home or p.startswith(home + ".") for p in paths)]
+        return list({id(g): g for g, home in homes if any(p == home or p.startswith(home + ".") for p in paths)
+                     }.values())
 
     def used(self) -> list[Group]:
         return [g for g in self.groups if g.enabled and g.stood_in]
@@ -245,12 +245,19 @@ class StandIns:
                 # ``layer.forward(x)`` called directly (SqueezeBERT's encoder): no module call, no frame of its own
                 return original(*args, **kwargs)
             key = _input_key(args, kwargs)
-            if group.traced is None and key is not None and group.failure is None:
+            if index in group.stood_in and group.failure is None:
+                group.failure = "a stood-in member is called again"  # its module would have several calls
+            if key is None or group.failure is not None:
+                return original(*args, **kwargs)
+            if key not in group.records:
+                if any(ran == index for ran, _ in group.records.values()):
+                    return original(*args, **kwargs)  # a member that ran already, called again with another key
                 return self._record(group, index, original, key, args, kwargs)
-            if key is not None and group.traced not in (None, index) and key == group.key and group.failure is None:
-                group.stood_in.add(index)
-                return _stand_in(group.outputs)
-            return original(*args, **kwargs)
+            ran, outputs = group.records[key]
+            if ran == index or index in {r for r, _ in group.records.values()}:
+                return original(*args, **kwargs)  # a member that ran for real is never stood in for
+            group.stood_in[index] = ran
+            return _stand_in(outputs)
 
         return forward
 
@@ -260,7 +267,6 @@ class StandIns:
         before = [t._version for t in inputs]
         attrs, versions = _snapshot(module)
         out = original(*args, **kwargs)
-        group.traced, group.key = index, key
         leaves, spec = pytree.tree_flatten(out)
         state = [t for t in (*module.parameters(), *module.buffers())]
         recorded = []
@@ -283,7 +289,7 @@ class StandIns:
             group.failure = "the call mutated a parameter or buffer"
         if new_attrs != attrs:
             group.failure = "the call changed a module attribute"
-        group.outputs = (spec, recorded)
+        group.records[key] = (index, (spec, recorded))
         return out
 
 
@@ -317,14 +323,14 @@ def instantiate(ir: IR, table: Any, standins: StandIns, called: Collection[str])
     """
     replaced: dict[str, str] = {}
     for group in standins.used():
-        home = table.key(group.paths[group.traced])
-        home_keys = _subtree(ir, home)
         bodies: dict[str, Implementation] = {}
-        for k in home_keys:
-            _ = ir[k].graph  # an instance already (it should not be) is expanded before it is copied
-            body = copy.deepcopy(ir[k])  # later edits of the traced member's implementation leave the body alone
-            bodies[k] = body
-        for index in sorted(group.stood_in):
+        for index, ran in sorted(group.stood_in.items()):
+            home = table.key(group.paths[ran])
+            home_keys = _subtree(ir, home)
+            for k in home_keys:
+                if k not in bodies:
+                    _ = ir[k].graph  # an instance already (it should not be) is expanded before it is copied
+                    bodies[k] = copy.deepcopy(ir[k])  # later edits of the traced implementation leave it alone
             key = table.key(group.paths[index])
             if key not in called or home not in called:
                 raise TraceOnceFallback(f"stood-in {key!r} or traced {home!r} has no module call of its own",

@@ -79,11 +79,25 @@ class _Ident(nn.Module):
         return x  # returns its input: a stand-in would return a new tensor
 
 
-@pytest.mark.parametrize("block", [_Counter, _Ident])
-def test_a_block_a_stand_in_cannot_repeat_is_traced_in_full(block: type[nn.Module]) -> None:
+class _Plain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x))
+
+
+@pytest.mark.parametrize(("block", "stood_in"), [(_Plain, True), (_Counter, False), (_Ident, False)])
+def test_blocks_a_stand_in_cannot_repeat_are_traced_in_full(block: type[nn.Module], stood_in: bool,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(block(), block(), block()).eval()
     x = torch.randn(2, 4)
     full = torch2ir.convert(model, (x,))
+    made = _instances(monkeypatch)
     once = torch2ir.convert(model, (x,), trace_once=True)
+    assert any(made) is stood_in
+    for impl in once.values():
+        _ = impl.graph
     assert once == full

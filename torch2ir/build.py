@@ -38,7 +38,7 @@ from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
 from .tensormeta import range_bound, state_record
 from .torch_logs import torch_logs_to_debug
-from .trace_once import StandIns, TraceOnceFallback, alike_groups, instantiate
+from .trace_once import EagerStandIns, StandIns, TraceOnceFallback, alike_groups, instantiate
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
 from .training import (
@@ -155,11 +155,12 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         recorded = None  # the train-mode meta pass, when one ran: its writes serve the train-update check too
         reads = train_checks and any(reads_training(type(m)) for m in table.module_of_key.values()
                                      if not table.is_leaf(m))
+        eager = EagerStandIns(standins, model) if standins is not None else None
         if train_checks and has_graph_dropout(ir):
-            recorded = _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked)
+            recorded = _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked, eager)
         elif reads:
-            recorded = _check_train_randomness(ir, table, hierarchy, model, args, kwargs)
-        differs = _train_computations(ir, table, model, args, kwargs, recorded) if reads and recorded else []
+            recorded = _check_train_randomness(ir, table, hierarchy, model, args, kwargs, eager)
+        differs = _train_computations(ir, table, model, args, kwargs, recorded, eager) if reads and recorded else []
         if train_checks:
             check_train_updates(ir, model, args, kwargs, table, ep, recorded, differs)
         # after the train-mode analysis, which marks the traced member's dropout ops (a stood-in frame has none)
@@ -218,14 +219,14 @@ def _carried_notes(ir: IR, model: nn.Module) -> None:
 
 def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
                  kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any,
-                 hooked: list[str]) -> TrainOps | None:
+                 hooked: list[str], eager: EagerStandIns | None = None) -> TrainOps | None:
     """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`).
 
     First an eager run on meta copies (:func:`~torch2ir.train_record.record_train_ops`, a fraction of an
     export's cost); when it fails or its dropout ops do not line up with the eval trace's, a real export.
     Returns the meta pass's record (None when it failed).
     """
-    fast = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS)
+    fast = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS, stand_ins=eager)
     if fast is not None and not unaligned(hierarchy, fast, table):
         _apply_train(ir, table, hierarchy, fast)
         return fast
@@ -246,14 +247,14 @@ def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Mod
 
 
 def _check_train_randomness(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
-                            kwargs: Mapping[str, Any] | None) -> TrainOps | None:
+                            kwargs: Mapping[str, Any] | None, eager: EagerStandIns | None = None) -> TrainOps | None:
     """No dropout op to mark, but some module reads ``training``: only look for train-only randomness
     (DropPath, LayerDrop) with the cheap meta pass alone; returns its record (None when it failed).
 
     A second export would double the conversion time of every such model for a warning, so when the meta pass
     cannot run, ``meta["train_trace"]`` says the check was not made instead.
     """
-    train = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS)
+    train = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS, stand_ins=eager)
     if train is None:
         ir.root.meta["train_trace"] = "not checked: the train-mode pass on meta tensors failed"
     elif train_only_randomness(hierarchy, train, table):
@@ -262,13 +263,14 @@ def _check_train_randomness(ir: IR, table: ModuleTable, hierarchy: Hierarchy, mo
 
 
 def _train_computations(ir: IR, table: ModuleTable, model: nn.Module, args: tuple,
-                        kwargs: Mapping[str, Any] | None, train: TrainOps) -> list[str]:
+                        kwargs: Mapping[str, Any] | None, train: TrainOps,
+                        eager: EagerStandIns | None = None) -> list[str]:
     """Keys of the modules whose train-mode call computes with other functions or submodules than their eval-mode
     call (``if self.training: return x * 2``; brevitas' TensorNorm normalising with the batch's statistics): the
     IR holds the eval trace, so the rebuild's train mode runs the eval computation. Compared on the same meta pass
     run in eval mode; modules already reported for train-only randomness or unaligned dropout are left out. The
     keys are noted in ``meta["train_trace"]``; :func:`~torch2ir.train_updates.check_train_updates` warns."""
-    evaluated = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS, training=False)
+    evaluated = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS, training=False, stand_ins=eager)
     if evaluated is None:
         return []  # the train pass ran on the same inputs; the train notes already say what was checked
     noted = ir.root.meta.get("train_trace", "")

@@ -152,9 +152,9 @@ def _call_name(func: Any) -> str:
 
 def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
                      is_leaf: Callable[[nn.Module], bool], random_names: frozenset[str],
-                     training: bool = True) -> TrainOps | None:
+                     training: bool = True, stand_ins: Any = None) -> TrainOps | None:
     """Run ``model`` once in train mode (or eval mode, to compare) on meta tensors, recording :class:`TrainOps`;
-    ``None`` when it fails."""
+    ``None`` when it fails. ``stand_ins``: a :class:`torch2ir.trace_once.EagerStandIns` (alike blocks run once)."""
     try:
         from torch._export.utils import _compiling_state_context
     except ImportError:  # pragma: no cover - older torch
@@ -203,10 +203,13 @@ def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | 
     try:
         meta = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (tuple(args), dict(kwargs or {})))
         with _on_meta(model) as copies, traced_mode(model, training=training), _compiling_state_context(), \
+                (stand_ins.installed() if stand_ins is not None else contextlib.nullcontext()), \
                 _Recorder(current, random_names, ops, flows):
             before = {i: t._version for i, t in copies.items()}
             model(*meta[0], **meta[1])
             ops.written = copies.written(before)
+        if stand_ins is not None:
+            stand_ins.complete(ops)
     except Exception:  # noqa: BLE001 - any failure: the caller falls back to an exported train trace
         return None
     finally:

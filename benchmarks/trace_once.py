@@ -1,0 +1,94 @@
+"""``convert(..., trace_once=...)`` (prototype): equality on the corpus, and timing on Llama-3-70B dimensions.
+
+    python -m benchmarks.trace_once check llama,bert [layer_idx]   # IR equal to a full trace, outputs exact
+    python -m benchmarks.trace_once time 3 8,32,80                 # interleaved: export, convert, trace_once
+
+``check`` prints one JSON line per corpus entry; ``time`` prints one line per run, then a table of medians.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+#: what ``trace_once=`` is given in the timing: Llama's attention differs between layers by ``layer_idx`` only
+IGNORED = ("layer_idx",)
+
+
+def _diffs(full: Any, once: Any) -> list[tuple[str, list[str]]]:
+    a, b = full.to_dict(), once.to_dict()
+    out = [(k, sorted(f for f in set(a.get(k, {})) | set(b.get(k, {})) if a.get(k, {}).get(f) != b.get(k, {}).get(f)))
+           for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    if full.tensors.keys() != once.tensors.keys():
+        out.append(("tensors", sorted(set(full.tensors) ^ set(once.tensors))))
+    return out
+
+
+def check(names: list[str], trace_once: Any) -> None:
+    """Convert each corpus entry with and without ``trace_once``; compare the IRs (every instance expanded) and
+    the rebuilt model's outputs with the eager model's."""
+    import ir2torch
+    import torch2ir
+    from tests.real.corpus import CORPUS
+
+    arches = {a.name: a for a in CORPUS}
+    for name in names:
+        arch = arches[name]
+        args, kwargs = arch.inputs()
+        full = torch2ir.convert(arch.build().eval(), args, kwargs, allow=arch.allow)
+        model = arch.build().eval()  # a fresh model: a conversion can leave state behind (LeViT's bias cache)
+        once = torch2ir.convert(model, args, kwargs, allow=arch.allow, trace_once=trace_once)
+        for impl in once.values():
+            _ = impl.graph
+        rebuilt = ir2torch.convert(once, model.state_dict(), allow=arch.allow).eval()
+        with torch.no_grad():
+            expected = pytree.tree_leaves(model(*args, **(kwargs or {})))
+            got = pytree.tree_leaves(rebuilt(*args, **(kwargs or {})))
+        exact = len(expected) == len(got) and all(
+            torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(expected, got))
+        print(json.dumps({"name": name, "ir_equal": once == full, "exact": exact, "diffs": _diffs(full, once)}),
+              flush=True)
+
+
+def timing(rounds: int, layer_counts: list[int]) -> None:
+    """Interleaved timing on ``llama_70b(layers)`` (meta): ``torch.export.export``, ``convert``, ``convert`` with
+    ``trace_once``; prints ``| layers | export | convert | trace_once | convert/export | once/export | once/convert |``
+    (medians, seconds)."""
+    import torch2ir
+
+    from .models import SCALE_SEQ, llama_70b
+
+    times: dict[tuple[int, str], list[float]] = {}
+    for layers in layer_counts:
+        model = llama_70b(layers=layers).eval()
+        args = (torch.zeros((1, SCALE_SEQ), dtype=torch.long, device="meta"),)
+        runs: list[tuple[str, Callable[[], Any]]] = [
+            ("export", lambda m=model, a=args: torch.export.export(m, a, strict=False)),
+            ("convert", lambda m=model, a=args: torch2ir.convert(m, a)),
+            ("trace_once", lambda m=model, a=args: torch2ir.convert(m, a, trace_once=IGNORED)),
+        ]
+        for _ in range(rounds):
+            for label, run in runs:
+                gc.collect()
+                start = time.perf_counter()
+                run()
+                times.setdefault((layers, label), []).append(time.perf_counter() - start)
+                print(layers, label, round(times[(layers, label)][-1], 2), flush=True)
+    for layers in layer_counts:
+        e, c, o = (statistics.median(times[(layers, label)]) for label in ("export", "convert", "trace_once"))
+        print(f"| {layers} | {e:.2f} | {c:.2f} | {o:.2f} | {c / e:.2f} | {o / e:.2f} | {o / c:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "check":
+        check(sys.argv[2].split(","), tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else True)
+    else:
+        timing(int(sys.argv[2]), [int(n) for n in sys.argv[3].split(",")])

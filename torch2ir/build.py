@@ -65,7 +65,8 @@ def build_ir(
     a model whose module-level IR fails); the IR is then returned without its capture attached.
     ``train_checks=False`` skips the train-mode analysis (for an IR that is only lowered).
     ``trace_once``: trace each group of alike blocks once (:mod:`torch2ir.trace_once`; a collection of attribute
-    names: those may differ between alike blocks, e.g. ``("layer_idx",)``).
+    names: those may differ between alike blocks, e.g. ``("layer_idx",)``); ignored with ``strict=True`` and when
+    ``captured`` is given (the export must then be the model's whole computation, to be lowered).
 
     Raises:
         ConversionError: every construct the IR cannot hold, listed together.
@@ -84,7 +85,7 @@ def build_ir(
             capture.seal(ir)
         return ir
     refuse_int8(model)  # before tracing: export's own error names neither the module nor what to do
-    if trace_once and captured is None:
+    if trace_once and captured is None and not strict:  # strict export (dynamo) would trace the stand-in wrappers
         ignored = () if trace_once is True else tuple(trace_once)
         groups = [g for g in alike_groups(model, ignored) if not table.is_leaf(g.modules[0])]
         if groups:

@@ -113,7 +113,7 @@ def alike_groups(model: nn.Module, ignored: Collection[str] = ()) -> list[Group]
         if not path:
             continue
         subtree = list(module.modules())
-        if any(len(paths[id(m)]) > 1 for m in subtree):
+        if "forward" in module.__dict__ or any(len(paths[id(m)]) > 1 for m in subtree):
             continue
         if any(tensor_uses[id(t)] > 1 for _, t in (*module.named_parameters(remove_duplicate=False),
                                                     *module.named_buffers(remove_duplicate=False))):
@@ -202,8 +202,9 @@ class StandIns:
                 if not group.enabled:
                     continue
                 for index, module in enumerate(group.modules):
-                    if "forward" in module.__dict__:
-                        raise AssertionError("alike_groups never groups a module with an instance forward")
+                    if "forward" in module.__dict__:  # alike_groups leaves such modules out; one set since
+                        group.enabled = False  # the members wrapped already call their own forward
+                        break
                     module.forward = self._forward(group, index, module.forward)  # type: ignore[method-assign]
                     wrapped.append(module)
             yield
@@ -241,7 +242,7 @@ class StandIns:
     def _forward(self, group: Group, index: int, original: Any) -> Any:
         @functools.wraps(original)
         def forward(*args: Any, **kwargs: Any) -> Any:
-            if sys._getframe(1).f_code.co_filename != _MODULE_FILE:
+            if not group.enabled or sys._getframe(1).f_code.co_filename != _MODULE_FILE:
                 # ``layer.forward(x)`` called directly (SqueezeBERT's encoder): no module call, no frame of its own
                 return original(*args, **kwargs)
             key = _input_key(args, kwargs)

@@ -36,6 +36,16 @@ def _saved(name: str, tmp_path):
     return model, args, kwargs, loaded, expanded
 
 
+def _double_the_output(gm: fx.GraphModule) -> None:
+    """Edit ``gm``'s graph (its first output doubled) and recompile it, as a user's fx pass would."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    value = out.args[0][0] if isinstance(out.args[0], (tuple, list)) else out.args[0]
+    with gm.graph.inserting_before(out):
+        doubled = gm.graph.call_function(torch.mul, (value, 2.0))
+    out.replace_input_with(value, doubled)
+    gm.recompile()
+
+
 @pytest.mark.parametrize("name", ["llama", "bert"])
 def test_instances_rebuild_exactly_as_each_built_on_its_own(name, tmp_path) -> None:
     model, args, kwargs, loaded, expanded = _saved(name, tmp_path)
@@ -69,12 +79,7 @@ def test_each_instance_has_its_own_graph_made_when_first_read(tmp_path) -> None:
     assert {id(n) for n in first.graph.nodes}.isdisjoint(id(n) for n in second.graph.nodes)
 
     # changing one instance's graph and recompiling changes that instance only, as in any GraphModule
-    out = next(n for n in second.graph.nodes if n.op == "output")
-    value = out.args[0][0] if isinstance(out.args[0], (tuple, list)) else out.args[0]
-    with second.graph.inserting_before(out):
-        doubled = second.graph.call_function(torch.mul, (value, 2.0))
-    out.replace_input_with(value, doubled)
-    second.recompile()
+    _double_the_output(second)
     assert "torch.mul" in second.code and "torch.mul" not in first.code
     with torch.no_grad():
         changed = rebuilt(*args, **kwargs)
@@ -87,12 +92,7 @@ def test_changing_the_first_instance_before_another_is_read_changes_only_the_fir
     alone = ir2torch.convert(expanded, model.state_dict())
     first, second = rebuilt.model.layers[0], rebuilt.model.layers[1]
     assert "_graph" not in second.__dict__
-    out = next(n for n in first.graph.nodes if n.op == "output")
-    value = out.args[0][0] if isinstance(out.args[0], (tuple, list)) else out.args[0]
-    with first.graph.inserting_before(out):
-        doubled = first.graph.call_function(torch.mul, (value, 2.0))
-    out.replace_input_with(value, doubled)
-    first.recompile()
+    _double_the_output(first)
     # the second layer's graph, copied only now, is the one its code was generated from
     assert str(second.graph) == str(alone.model.layers[1].graph)
     second.recompile()

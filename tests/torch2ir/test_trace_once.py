@@ -9,6 +9,7 @@ from torch.utils import _pytree as pytree
 
 import ir2torch
 import torch2ir
+from common.errors import IRError
 from torch2ir import build
 from torch2ir.trace_once import alike_groups
 
@@ -98,6 +99,80 @@ def test_blocks_a_stand_in_cannot_repeat_are_traced_in_full(block: type[nn.Modul
     made = _instances(monkeypatch)
     once = torch2ir.convert(model, (x,), trace_once=True)
     assert any(made) is stood_in
+    for impl in once.values():
+        _ = impl.graph
+    assert once == full
+
+
+class _MutatesInput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        x.add_(1.0)  # the caller's tensor changes: a stand-in would leave it as it is
+        return y
+
+
+class _MutatesState(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("seen", torch.zeros(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.add_(x.sum(0))  # its own buffer changes
+        return self.lin(x)
+
+
+class _DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        return y[y > 0].reshape(-1, 1).expand(-1, 4)  # a size only the values decide (an unbacked symbol)
+
+
+class _NonTensorOutput(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.dtype]:
+        return self.lin(x), x.dtype  # a dtype: neither a tensor nor a plain scalar, a leaf no stand-in repeats
+
+
+class _Stack(nn.Module):
+    def __init__(self, block: type[nn.Module]) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(block() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for blk in self.blocks:
+            out = blk(x)
+            x = out[0] if isinstance(out, tuple) else out
+        return x
+
+
+@pytest.mark.parametrize("block", [_MutatesInput, _MutatesState, _DataDependent, _NonTensorOutput])
+def test_more_blocks_a_stand_in_cannot_repeat_give_the_full_trace(block: type[nn.Module],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 4)
+    full_model, once_model = _Stack(block).eval(), _Stack(block).eval()
+    once_model.load_state_dict(full_model.state_dict())
+    try:
+        full = torch2ir.convert(full_model, (x.clone(),))
+    except IRError as exc:  # a construct the IR refuses: refused the same way with trace_once
+        with pytest.raises(type(exc)):
+            torch2ir.convert(once_model, (x.clone(),), trace_once=True)
+        return
+    made = _instances(monkeypatch)
+    once = torch2ir.convert(once_model, (x.clone(),), trace_once=True)
+    assert not any(made)
     for impl in once.values():
         _ = impl.graph
     assert once == full

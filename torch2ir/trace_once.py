@@ -28,7 +28,8 @@ from torch.utils import _pytree as pytree
 from common.errors import IRError
 from common.ir import IR, Implementation
 
-__all__ = ["Group", "StandIns", "TraceOnceFallback", "alike_groups", "instantiate"]
+__all__ = ["Group", "StandIns", "TraceOnceFallback", "alike_groups", "input_key", "instantiate",
+           "output_record", "stand_in"]
 
 #: ``nn.Module.__dict__`` entries that are bookkeeping, not a module's own attributes.
 _BOOKKEEPING = frozenset({
@@ -40,8 +41,8 @@ _BOOKKEEPING = frozenset({
 })
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device)
-_SCALARS = (bool, int, float, str, type(None))
-_MODULE_FILE = nn.modules.module.__file__  # ``Module.__call__`` calls ``forward`` from there
+SCALARS = (bool, int, float, str, type(None))
+MODULE_FILE = nn.modules.module.__file__  # ``Module.__call__`` calls ``forward`` from there
 
 
 class TraceOnceFallback(IRError):
@@ -139,7 +140,7 @@ def alike_groups(model: nn.Module, ignored: Collection[str] = ()) -> list[Group]
     return out
 
 
-def _input_key(args: tuple, kwargs: dict[str, Any]) -> Any:
+def input_key(args: tuple, kwargs: dict[str, Any]) -> Any:
     """The input metadata of a call (``None``: a leaf a stand-in cannot be keyed by)."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     key = []
@@ -147,7 +148,7 @@ def _input_key(args: tuple, kwargs: dict[str, Any]) -> Any:
         if isinstance(leaf, torch.Tensor):
             key.append(("t", tuple(str(s) for s in leaf.shape), tuple(str(s) for s in leaf.stride()),
                         leaf.dtype, leaf.device, leaf.requires_grad))
-        elif isinstance(leaf, _SCALARS):
+        elif isinstance(leaf, SCALARS):
             key.append((type(leaf).__name__, leaf))
         else:
             return None
@@ -242,10 +243,10 @@ class StandIns:
     def _forward(self, group: Group, index: int, original: Any) -> Any:
         @functools.wraps(original)
         def forward(*args: Any, **kwargs: Any) -> Any:
-            if not group.enabled or sys._getframe(1).f_code.co_filename != _MODULE_FILE:
+            if not group.enabled or sys._getframe(1).f_code.co_filename != MODULE_FILE:
                 # ``layer.forward(x)`` called directly (SqueezeBERT's encoder): no module call, no frame of its own
                 return original(*args, **kwargs)
-            key = _input_key(args, kwargs)
+            key = input_key(args, kwargs)
             if index in group.stood_in and group.failure is None:
                 group.failure = "a stood-in member is called again"  # its module would have several calls
             if key is None or group.failure is not None:
@@ -258,7 +259,7 @@ class StandIns:
             if ran == index or index in {r for r, _ in group.records.values()}:
                 return original(*args, **kwargs)  # a member that ran for real is never stood in for
             group.stood_in[index] = ran
-            return _stand_in(outputs)
+            return stand_in(outputs)
 
         return forward
 
@@ -277,10 +278,9 @@ class StandIns:
                     group.failure = "an output aliases an input or a parameter/buffer"
                 elif _unbacked(leaf.shape):
                     group.failure = "an output size has unbacked symbols"
-                recorded.append(("t", tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device,
-                                 leaf.requires_grad))
-            elif isinstance(leaf, _SCALARS):
-                recorded.append(("c", leaf))
+                recorded.append(output_record(leaf))
+            elif isinstance(leaf, SCALARS):
+                recorded.append(output_record(leaf))
             else:
                 group.failure = f"an output leaf is a {type(leaf).__name__}"
         if [t._version for t in inputs] != before:
@@ -294,7 +294,16 @@ class StandIns:
         return out
 
 
-def _stand_in(outputs: tuple[Any, list[Any]]) -> Any:
+def output_record(leaf: Any) -> tuple[Any, ...]:
+    """What a stand-in needs of one output leaf: a tensor's metadata (``"t"``), or a plain scalar (``"c"``)."""
+    if isinstance(leaf, torch.Tensor):
+        return ("t", tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device, leaf.requires_grad)
+    return ("c", leaf)
+
+
+def stand_in(outputs: tuple[Any, list[Any]]) -> Any:
+    """New tensors (and the scalars) of recorded outputs ``(spec, [output_record(leaf), ...])``, in their
+    structure."""
     spec, recorded = outputs
     leaves = []
     for leaf in recorded:
@@ -349,91 +358,3 @@ def instantiate(ir: IR, table: Any, standins: StandIns, called: Collection[str])
                 ir[target] = Implementation.instance_of(target, bodies[k], aliases=[], meta=own)
                 replaced[target] = k
     return replaced
-
-
-class EagerStandIns:
-    """The stand-ins again, for the eager train-mode passes on meta tensors
-    (:func:`torch2ir.train_record.record_train_ops`): a member stood in for during the export is stood in for again
-    when its input key matches the one its traced member ran with in the same pass, and the records of the traced
-    member's subtree are copied to it (:meth:`complete`)."""
-
-    def __init__(self, standins: StandIns, model: nn.Module) -> None:
-        self.model = model
-        self.pairs: list[tuple[Group, int, int]] = [(g, i, ran) for g in standins.used()
-                                                    for i, ran in g.stood_in.items()]
-        self.done: dict[str, str] = {}  # stood-in member path -> path of the member that ran
-        self.records: dict[tuple[int, int], dict[Any, Any]] = {}
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        self.done, self.records = {}, {}
-        wrapped: list[nn.Module] = []
-        ran_of = {(id(g), i): ran for g, i, ran in self.pairs}
-        try:
-            for group, index, ran in self.pairs:
-                for member in (ran, index):
-                    module = group.modules[member]
-                    if "forward" in module.__dict__:
-                        continue
-                    module.forward = self._forward(group, member, ran_of.get((id(group), member)), module.forward)
-                    wrapped.append(module)
-            yield
-        finally:
-            for module in wrapped:
-                module.__dict__.pop("forward", None)
-
-    def _forward(self, group: Group, member: int, ran: int | None, original: Any) -> Any:
-        @functools.wraps(original)
-        def forward(*args: Any, **kwargs: Any) -> Any:
-            if sys._getframe(1).f_code.co_filename != _MODULE_FILE:
-                return original(*args, **kwargs)
-            key = _input_key(args, kwargs)
-            path = group.paths[member]
-            if ran is None:  # a member that runs for real: record its outputs by input key
-                out = original(*args, **kwargs)
-                if key is not None:
-                    leaves, spec = pytree.tree_flatten(out)
-                    if all(isinstance(t, (torch.Tensor, *_SCALARS)) for t in leaves):
-                        self.records.setdefault((id(group), member), {}).setdefault(key, (spec, [
-                            ("t", tuple(t.shape), tuple(t.stride()), t.dtype, t.device, t.requires_grad)
-                            if isinstance(t, torch.Tensor) else ("c", t) for t in leaves]))
-                return out
-            recorded = self.records.get((id(group), ran), {}).get(key) if key is not None else None
-            if recorded is None or path in self.done:
-                return original(*args, **kwargs)
-            self.done[path] = group.paths[ran]
-            return _stand_in(recorded)
-
-        return forward
-
-    def complete(self, ops: Any) -> Any:
-        """Copy the records of each traced member's subtree to the members stood in for in the pass just run (the
-        ``dropouts``, ``randoms`` and ``calls`` of :class:`~torch2ir.train_record.TrainOps`, and its ``written``
-        tensors by name); returns ``ops``."""
-        if ops is None:
-            return None
-        for path, home in self.done.items():
-            def inside(p: str, root: str) -> bool:
-                return p == root or p.startswith(root + ".")
-
-            def moved(p: str, home: str = home, path: str = path) -> str:
-                return path + p[len(home):]
-
-            for table in (ops.dropouts, ops.randoms, ops.calls):
-                for p in [p for p in table if inside(p, path)]:
-                    del table[p]
-                for p in [p for p in table if inside(p, home)]:
-                    value = table[p]
-                    if table is ops.calls:
-                        value = [f"module {moved(n[7:])}" if n.startswith("module ") and inside(n[7:], home) else n
-                                 for n in value]
-                    table[moved(p)] = copy.copy(value)
-            source, target = self.model.get_submodule(home), self.model.get_submodule(path)
-            for name, t in (*source.named_parameters(), *source.named_buffers()):
-                if id(t) in ops.written:
-                    owner, _, attr = name.rpartition(".")
-                    holder = target.get_submodule(owner) if owner else target
-                    mirrored = holder._parameters.get(attr, holder._buffers.get(attr))
-                    if mirrored is not None:
-                        ops.written.add(id(mirrored))
-        return ops

@@ -154,7 +154,8 @@ def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | 
                      is_leaf: Callable[[nn.Module], bool], random_names: frozenset[str],
                      training: bool = True, stand_ins: Any = None) -> TrainOps | None:
     """Run ``model`` once in train mode (or eval mode, to compare) on meta tensors, recording :class:`TrainOps`;
-    ``None`` when it fails. ``stand_ins``: a :class:`torch2ir.trace_once_eager.EagerStandIns` (alike blocks run once)."""
+    ``None`` when it fails. ``stand_ins``: a :class:`torch2ir.trace_once_eager.EagerStandIns` (alike blocks run
+    once)."""
     try:
         from torch._export.utils import _compiling_state_context
     except ImportError:  # pragma: no cover - older torch

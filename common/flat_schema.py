@@ -15,6 +15,7 @@ allow-list (or be accepted explicitly), and nothing named in the document is imp
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -410,9 +411,22 @@ def load_flat(cls: type, path: str | os.PathLike, allowlist: Allowlist | None, e
     return flat.validate(allowlist=allowlist, extra_ops=extra_ops)
 
 
+#: The start of a document as ``save`` writes it: its ``format`` first, a plain name.
+_HEADER = re.compile(rb'\A\s*\{\s*"format"\s*:\s*"([A-Za-z0-9_.]{1,64})"\s*[,}]')
+
+
 def document_format(path: str | os.PathLike) -> str | None:
-    """The ``format`` named by a JSON file's header (``"torch2ir.ir"``, ``"torch2ir.flat"``), or None."""
-    doc = loads_json(read_text(path), source=os.fspath(path))
+    """The ``format`` named by a JSON file's header (``"torch2ir.ir"``, ``"torch2ir.flat"``), or None.
+
+    Read from the file's first bytes when it starts as ``save`` writes it (``{"format": "<name>", ...``: a
+    100 MB document is not parsed twice); otherwise from the whole document. The loader the caller picks parses
+    and checks the whole file either way (a malformed or two-headed document is refused there).
+    """
+    text = read_text(path)
+    head = _HEADER.match(text[:4096])
+    if head is not None:
+        return head.group(1).decode("ascii")
+    doc = loads_json(text, source=os.fspath(path))
     return doc.get("format") if isinstance(doc, Mapping) else None
 
 

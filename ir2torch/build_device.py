@@ -15,15 +15,24 @@ dispatcher, below autograd: its checks (an in-place call on a leaf that requires
 and the version counter's bump happen as before. Every other op runs as under ``torch.device("meta")``: the
 initialisers' own checks (fan-in of a tensor with fewer than 2 dimensions...), shapes, dtypes, and every op a
 builder calls itself.
+
+The calls that reach nothing else (:func:`_quick`): the two tensor methods when autograd has nothing to check
+(grad mode off or a tensor that does not require grad, not an inference tensor), ``nn.init.uniform_`` /
+``normal_`` (which fill under ``no_grad``) and ``nn.init.kaiming_uniform_`` (the initialiser of ``nn.Linear``
+and the convolutions, whose fan and gain torch's own helpers compute first, with their errors) skip the
+dispatch too: only the version counter's bump is done, by ``torch.autograd.graph.increment_version``. A build
+of 10**5 ``nn.Linear`` on meta takes half the time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any
 
 import torch
 from torch import nn
+from torch.autograd.graph import increment_version
 from torch.utils._device import DeviceContext
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -68,6 +77,41 @@ _FILLING = frozenset([torch.Tensor.uniform_, torch.Tensor.normal_, nn.init.unifo
                       nn.init.kaiming_normal_, nn.init.orthogonal_, nn.init.sparse_])
 
 
+def _argument(args: tuple, kwargs: dict, index: int, name: str, default: Any) -> Any:
+    return args[index] if len(args) > index else kwargs.get(name, default)
+
+
+def _quick(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether ``func(*args, **kwargs)``, one of :data:`_FILLING`, is a call of the module docstring that only
+    bumps its tensor's version (after its initialiser's own checks, run here): then the caller does that instead.
+
+    Raises:
+        Exception: what the initialiser's checks raise (the call as a whole would raise it too).
+    """
+    method = func is _TENSOR_UNIFORM or func is _TENSOR_NORMAL
+    tensor = args[0] if method else _argument(args, kwargs, 0, "tensor", None)
+    if (type(tensor) not in _PLAIN or not tensor.is_meta or tensor.is_inference()
+            or kwargs.get("generator") is not None):  # keyword-only or passed by keyword by the initialisers
+        return False
+    if method and tensor.requires_grad and torch.is_grad_enabled():  # autograd's leaf and view checks
+        return False
+    if func is _TENSOR_UNIFORM or func is nn.init.uniform_:
+        return True
+    if func is _TENSOR_NORMAL or func is nn.init.normal_:
+        std = _argument(args, kwargs, 2, "std", 1.0)
+        return tensor.dtype.is_floating_point and std >= 0
+    if func is nn.init.kaiming_uniform_ and 0 not in tensor.shape:  # zero elements: a warning, run as it is
+        fan = nn.init._calculate_correct_fan(tensor, _argument(args, kwargs, 2, "mode", "fan_in"))
+        gain = nn.init.calculate_gain(_argument(args, kwargs, 3, "nonlinearity", "leaky_relu"),
+                                      _argument(args, kwargs, 1, "a", 0))
+        gain / math.sqrt(fan)  # its errors (a zero fan) are the initialiser's
+        return True
+    return False
+
+
+_TENSOR_UNIFORM, _TENSOR_NORMAL = torch.Tensor.uniform_, torch.Tensor.normal_
+
+
 class _MetaDevice(DeviceContext):
     """``torch.device("meta")`` whose initialisers and fills run under :class:`_MetaFills`."""
 
@@ -76,6 +120,11 @@ class _MetaDevice(DeviceContext):
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if func in _FILLING:
+            kwargs = kwargs or {}
+            if _quick(func, args, kwargs):
+                tensor = args[0] if args else kwargs["tensor"]
+                increment_version(tensor)
+                return tensor
             with _MetaFills():
                 return func(*args, **(kwargs or {}))
         return super().__torch_function__(func, types, args, kwargs)

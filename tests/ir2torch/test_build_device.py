@@ -91,12 +91,45 @@ def _raises(fn) -> tuple[type, str]:
     lambda t: nn.Parameter(t).uniform_(),  # autograd: an in-place call on a leaf that requires grad
     lambda t: nn.Parameter(t).normal_(),
     lambda t: nn.init.kaiming_uniform_(t[0]),  # the initialiser's own check (fan-in of a 1-d tensor)
+    lambda t: nn.init.kaiming_uniform_(t, mode="fan_avg"),
+    lambda t: nn.init.kaiming_uniform_(t, nonlinearity="swish"),
+    lambda t: nn.init.kaiming_uniform_(t, a="0.1"),
+    lambda t: nn.init.normal_(t.to(torch.int32)),
+    lambda t: _inference(t).uniform_(),  # an inference tensor changed outside inference mode
+    lambda t: nn.Parameter(t)[0].uniform_(),  # a view of a leaf that requires grad
 ])
 def test_every_check_still_runs(call):
     with torch.device("meta"):
         expected = _raises(lambda: call(torch.empty(3, 4)))
     with building_on("meta"):
         assert _raises(lambda: call(torch.empty(3, 4))) == expected
+
+
+def _inference(t: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return torch.empty_like(t)
+
+
+def test_fills_skipped_before_dispatch_bump_the_version_as_a_fill_does():
+    """``nn.init`` fills and the tensor methods under ``no_grad`` skip the dispatcher on meta: the tensor, its
+    views' shared version counter and a zero-element tensor's warning are as under ``torch.device("meta")``."""
+    def run() -> list:
+        t = torch.empty(3, 4)
+        view = t[1:]
+        nn.init.kaiming_uniform_(t, a=math.sqrt(5))
+        nn.init.uniform_(view, -1, 1)
+        nn.init.normal_(t, std=0.0)
+        with torch.no_grad():
+            p = nn.Parameter(torch.empty(2, 2))
+            p.normal_(0, 1)
+        with pytest.warns(UserWarning, match="zero-element"):
+            nn.init.kaiming_uniform_(torch.empty(0, 3))
+        return [t._version, view._version, p._version, t.shape, p.requires_grad]
+
+    with torch.device("meta"):
+        expected = run()
+    with building_on("meta"):
+        assert run() == expected == [3, 3, 1, (3, 4), True]
 
 
 def test_fills_in_a_builder_and_on_other_tensors():

@@ -186,10 +186,11 @@ class Ir2Torch:
                 model = build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
                                           executors=self.executors, guard_inputs=guard_inputs)
         else:
-            ir = self._as_ir(ir)
-            custom = custom_backward_names(ir.root.meta) if "root" in ir else []
-            with collector_paused():  # building allocates much and frees little (see common.collector)
+            with collector_paused():  # loading and building allocate much and free little (see common.collector)
+                ir = self._as_ir(ir)
+                custom = custom_backward_names(ir.root.meta) if "root" in ir else []
                 model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
+                del ir  # one read from a file is freed now, before the collector walks what was built
         with collector_paused():  # one small object per generated module: nothing to collect
             install_budgets(model, budget, target_device(device), guarded=static_guard(model))
         if flat is None and custom:

@@ -8,7 +8,8 @@ constant-folding plan. :func:`ir2torch.rebuild.graph_module` builds the first in
 
 - its own module, class, parameters and buffers (made as for any implementation, by the caller);
 - its own fx graph: a node-by-node copy of the template's (names, targets, arguments, types and node metadata, as
-  ``Graph.node_copy`` copies them) with its own calling convention made from its own ``meta``;
+  ``Graph.node_copy`` copies them) with its own calling convention, a new one equal to the template's (made from
+  the same ``meta`` entries, which are part of the key: :func:`_own_convention`);
 - the template's compiled code, per-call graphs, check and fold plan (compiled or immutable objects, shared as
   :mod:`ir2torch.shared_code` shares code between identical graphs), and error reports naming itself.
 
@@ -29,7 +30,7 @@ from torch import fx
 
 from common.ir import Implementation
 
-from .codegen import SafeCodeGen, calling_convention
+from .codegen import SafeCodeGen, SafePyTreeCodeGen, calling_convention
 from .fold_cache import FOLD_ATTR
 from .fold_cache import install as install_fold
 from .module_call import report_errors
@@ -50,6 +51,7 @@ class Template:
     check: Any
     variants: tuple[Callable[..., Any], ...]
     fold_plan: Any  # ir2torch.fold_cache.FoldPlan, or None
+    codegen: Any  # the first instance's calling convention
     folded: bool  # whether folding was asked for (part of what the instance is built with)
 
 
@@ -73,19 +75,29 @@ def record(codes: CodeCache, key: Hashable, impl: Implementation, gm: fx.GraphMo
     fold_state = gm.__dict__.get(FOLD_ATTR)
     # a copy: ``gm``'s own graph is the user's to change, and later instances copy theirs from this one when read
     codes.templates[key] = Template(impl.shared_body, copy_graph(graph), entry, check, tuple(variants),
-                                    None if fold_state is None else fold_state.plan, fold)
+                                    None if fold_state is None else fold_state.plan, graph._codegen, fold)
 
 
 def instantiate(gm: fx.GraphModule, impl: Implementation, template: Template, codes: CodeCache) -> fx.GraphModule:
     """``gm`` (instance ``impl``, its state made) running ``template``'s code, with its own copy of the template's
     graph, its own calling convention, and error reports naming ``impl``."""
-    codegen = calling_convention(impl.meta, impl.name, codes) if "in_spec" in impl.meta else SafeCodeGen()
-    adopt_template(gm, template, codegen)
+    adopt_template(gm, template, _own_convention(template.codegen, impl, codes))
     codes.hits += 1
     report_errors(gm, impl.name, template.check, list(template.variants))
     if template.fold_plan is not None:
         install_fold(gm, template.fold_plan)
     return gm
+
+
+def _own_convention(codegen: Any, impl: Implementation, codes: CodeCache) -> Any:
+    """A calling convention for instance ``impl`` equal to the template's ``codegen``: a new object of the same parts
+    (what :func:`~ir2torch.codegen.calling_convention` would make again from the same ``meta`` entries, without
+    reading and checking the specs again); made from ``impl.meta`` for any other kind of convention."""
+    if type(codegen) is SafePyTreeCodeGen:
+        return SafePyTreeCodeGen(codegen.pytree_info, codegen.parameters)
+    if type(codegen) is SafeCodeGen:
+        return SafeCodeGen()
+    return calling_convention(impl.meta, impl.name, codes) if "in_spec" in impl.meta else SafeCodeGen()
 
 
 def adopt_template(gm: fx.GraphModule, template: Template, codegen: Any) -> None:

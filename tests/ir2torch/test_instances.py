@@ -9,6 +9,7 @@ its own).
 from __future__ import annotations
 
 import copy
+import inspect
 
 import pytest
 import torch
@@ -66,6 +67,12 @@ def test_instances_rebuild_exactly_as_each_built_on_its_own(name, tmp_path) -> N
         assert [n.meta.get("ir_node") for n in mine.graph.nodes] == [n.meta.get("ir_node") for n in theirs.graph.nodes]
         assert mine.graph.owning_module is mine
         assert dict(mine.named_parameters()).keys() == dict(theirs.named_parameters()).keys()
+        ours, alone_convention = mine.graph._codegen, theirs.graph._codegen  # calling conventions: equal, each its own
+        assert type(ours) is type(alone_convention) and ours.pytree_info == alone_convention.pytree_info
+        assert getattr(ours, "parameters", None) == getattr(alone_convention, "parameters", None)
+        assert inspect.signature(mine.forward) == inspect.signature(theirs.forward)
+    conventions = [rebuilt.get_submodule(key).graph._codegen for key in instances]
+    assert len({id(c) for c in conventions}) == len(conventions)
 
 
 def test_each_instance_has_its_own_graph_made_when_first_read(tmp_path) -> None:

@@ -29,6 +29,7 @@ from .forward_budget import install_budgets, static_guard
 from .guard_specs import root_guard
 from .guarded_root import guard_builder_root
 from .handlers.quant import restore_quantization
+from .leaf_copies import LeafCopies
 from .rebuild import graph_module
 from .shared_code import CodeCache
 from .state import StateMap, load_into, read_state
@@ -208,7 +209,8 @@ class Ir2Torch:
         check_budget({}, budget, target_device(device), what="implementation", measure=lambda: self.declared_sizes(ir))
         maps: dict[str, StateMap] = {}
         codes = CodeCache()  # identical graphs (repeated layers) share their generated code
-        modules = {key: self._build_one(impl, device, maps, guard_inputs, codes, fold_constants)
+        leaves = LeafCopies() if target_device(device).type == "meta" else None  # alike leaves on meta: copies
+        modules = {key: self._build_one(impl, device, maps, guard_inputs, codes, fold_constants, leaves)
                    for key, impl in ir.items()}
         root = attach_children(ir, modules)
         restore_quantization(ir, modules)
@@ -260,7 +262,8 @@ class Ir2Torch:
 
     def _build_one(self, impl: Implementation, device: torch.device | str | None,
                    maps: dict[str, StateMap], guard_inputs: bool = False,
-                   codes: CodeCache | None = None, fold_constants: bool = True) -> nn.Module:
+                   codes: CodeCache | None = None, fold_constants: bool = True,
+                   leaves: LeafCopies | None = None) -> nn.Module:
         if impl.type in self.builders:
             if impl.variant_count:
                 raise BuildError(f"type {impl.type!r} is built by its builder, which has one forward, but the IR "
@@ -268,8 +271,12 @@ class Ir2Torch:
                                  hint="only modules rebuilt from their graphs can run per-call graphs")
             entry = self.builders.get(impl.type, impl.name)
             try:
-                with building_on(device):  # on meta, without the random fills (ir2torch.build_device)
-                    module = entry.build(impl)
+                module = None if leaves is None else leaves.copy(entry.build, impl)
+                if module is None:
+                    with building_on(device):  # on meta, without the random fills (ir2torch.build_device)
+                        module = entry.build(impl)
+                    if leaves is not None:
+                        leaves.keep(entry.build, impl, module)
             except IRError:
                 raise
             except Exception as exc:

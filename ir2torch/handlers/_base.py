@@ -33,6 +33,7 @@ def constructor(cls: type[nn.Module]) -> Builder:
         return cls(**fresh_copy(impl.data))
 
     build.__qualname__ = f"build_{cls.__name__}"
+    build.module_class = cls  # type: ignore[attr-defined]  # read by ir2torch.leaf_copies
     return build
 
 

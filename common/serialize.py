@@ -363,7 +363,7 @@ def load_with_tensors(path: PathLike, build: Callable[[Any, str], T],
         IRFormatError: the JSON or the tensors file is missing, not a regular file, malformed, or
             they do not belong together; plus whatever ``build`` raises.
     """
-    with collector_paused():  # decoding and building allocate much and free nothing (see common.collector)
+    with collector_paused(long_lived=True):  # decoding and building allocate much and free nothing; all is kept
         return _load_with_tensors(path, build, records)
 
 

@@ -187,7 +187,8 @@ class Ir2Torch:
                 model = build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
                                           executors=self.executors, guard_inputs=guard_inputs)
         else:
-            with collector_paused():  # loading and building allocate much and free little (see common.collector)
+            # loading and building allocate much and free little; the model is kept (see common.collector)
+            with collector_paused(long_lived=True):
                 ir = self._as_ir(ir)
                 custom = custom_backward_names(ir.root.meta) if "root" in ir else []
                 model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)

@@ -333,7 +333,12 @@ def graph_module(
     (:mod:`ir2torch.instances`). With ``fold``, input-independent values are computed once per module
     (:mod:`ir2torch.constant_fold`).
     """
-    gm = placeholder_module(_class_name(impl))  # its graph is installed below
+    key = template_key(impl, fold) if codes is not None and guard is None else None
+    template = codes.templates.get(key) if key is not None else None  # type: ignore[union-attr]
+    if template is not None and template.body is not impl.shared_body:
+        template = None
+    # its graph is installed below (an instance of a template gets its own copy of the template's, when read)
+    gm = placeholder_module(_class_name(impl), graph=template is None)
     if isinstance(impl.meta.get("class"), str):
         gm.meta[ORIGINAL_CLASS_KEY] = impl.meta["class"]
     notes = {k: impl.meta[k] for k in CARRIED_NOTES if k in impl.meta} if impl.name == "root" else {}
@@ -347,9 +352,7 @@ def graph_module(
             _set_state(gm, name, value, "parameter", True)
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
-    key = template_key(impl, fold) if codes is not None and guard is None else None
-    if key is not None and (template := codes.templates.get(key)) is not None and \
-            template.body is impl.shared_body:  # type: ignore[union-attr]
+    if template is not None:
         return instantiate(gm, impl, template, codes)  # type: ignore[arg-type]
     # an unexpanded instance of a shared body is built from its body, whose calls name children by paths relative
     # to the module (the same from the body's home as from the instance)

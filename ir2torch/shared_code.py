@@ -259,7 +259,7 @@ _STORE_GRAPH = property(fx.GraphModule.graph.fget, _store_graph)  # type: ignore
 _NO_ROOT = nn.Module()
 
 
-def placeholder_module(class_name: str) -> fx.GraphModule:
+def placeholder_module(class_name: str, *, graph: bool = True) -> fx.GraphModule:
     """``fx.GraphModule(nn.Module(), fx.Graph(), class_name=class_name)`` without fx's code generation and compilation
     of the empty graph, for a caller that makes another graph the module's graph right after (``gm.graph = g``, or
     :meth:`CodeCache.install`), before the module is used: that step sets everything the skipped one would have
@@ -269,6 +269,10 @@ def placeholder_module(class_name: str) -> fx.GraphModule:
     ``GraphModuleImpl`` of ``fx.GraphModule``, named ``class_name``), made once: fx's constructor runs on it while
     that class's ``graph`` setter only stores the graph, and the setter is removed right after, so nothing of it
     remains: ``gm.graph = g``, copies, deep copies and pickles are fx's.
+
+    ``graph=False``: the module holds no graph yet, not even an empty one (its caller gives it one at once, as
+    :func:`ir2torch.instances.adopt_template` does; an empty graph made only to be dropped is garbage of a reference
+    cycle that only the cyclic collector frees, about ten objects per module).
     """
     gm = fx.GraphModule.__new__(fx.GraphModule)  # an instance of a new class, not initialised yet
     cls = type(gm)
@@ -278,8 +282,11 @@ def placeholder_module(class_name: str) -> fx.GraphModule:
         attrs = gm.__dict__
         for name, value in fresh:
             attrs[name] = value if type(value) in _IMMUTABLE else type(value)()
-        graph = attrs["_graph"] = fx.Graph()
-        graph.owning_module = gm
+        if graph:
+            empty = attrs["_graph"] = fx.Graph()
+            empty.owning_module = gm
+        else:
+            del attrs["_graph"]
         return gm
     cls.graph = _STORE_GRAPH
     try:

@@ -5,6 +5,7 @@ deep copies and later ``gm.graph = g`` behave as fx's."""
 from __future__ import annotations
 
 import copy
+import gc
 from unittest import mock
 
 import torch
@@ -65,6 +66,38 @@ def test_same_class_layout_attributes_and_code_as_fx():
     assert ours.code == theirs.code
     x = torch.tensor([-1.0, 2.0])
     assert torch.equal(ours(x), theirs(x))
+
+
+def test_without_a_graph_it_holds_the_rest_and_leaves_no_garbage():
+    """``graph=False`` (a template's instance, given a graph at once): no empty graph made only to be dropped, whose
+    reference cycles only the cyclic collector would free."""
+    with_graph, without = placeholder_module("Foo"), placeholder_module("Foo", graph=False)
+    assert [k for k in vars(with_graph) if k != "_graph"] == list(vars(without))
+    assert isinstance(with_graph.__dict__["_graph"], fx.Graph) and "_graph" not in vars(without)
+    assert _dropped_graphs(graph=False) == 0
+    assert _dropped_graphs(graph=True) == 20  # each module's empty graph, replaced by its real one
+
+
+def _dropped_graphs(graph: bool) -> int:
+    """How many ``fx.Graph``s only the cyclic collector frees after 20 modules are made and given a graph (the
+    modules are kept: their own graphs are not garbage)."""
+    gc.collect()
+    enabled, flags = gc.isenabled(), gc.get_debug()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds stays in gc.garbage, to be counted
+    try:
+        kept = []
+        for _ in range(20):
+            gm = placeholder_module("Foo", graph=graph)
+            gm.graph = _relu_graph()
+            kept.append(gm)
+        gc.collect()
+        return sum(isinstance(o, fx.Graph) for o in gc.garbage)
+    finally:
+        gc.set_debug(flags)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()
 
 
 def test_deep_copy_and_regraph_are_fx_behaviour():

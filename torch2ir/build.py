@@ -88,7 +88,7 @@ def build_ir(
     refuse_int8(model)  # before tracing: export's own error names neither the module nor what to do
     if trace_once and captured is None and not strict:  # strict export (dynamo) would trace the stand-in wrappers
         ignored = () if trace_once is True else tuple(trace_once)
-        groups = [g for g in alike_groups(model, ignored) if not table.is_leaf(g.modules[0])]
+        groups = [g for g in alike_groups(model, ignored, table.is_leaf) if not table.is_leaf(g.modules[0])]
         if groups:
             try:
                 with method_calls(model, table) as methods:

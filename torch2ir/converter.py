@@ -125,7 +125,9 @@ class Torch2Ir:
         Works on models and inputs on the ``meta`` device (no weight is allocated). ``allow``: operators
         of other namespaces to accept besides this converter's allow-list (``"transformers::*"``). ``trace_once``
         (prototype): trace each group of alike blocks once and make the others instances of it
-        (:mod:`torch2ir.trace_once`); a collection of attribute names allows those to differ between alike blocks.
+        (:mod:`torch2ir.trace_once`; blocks differing only in an index such as ``layer_idx`` are grouped with the
+        index watched, :mod:`torch2ir.trace_once_watch`); a collection of attribute names allows those to differ
+        between alike blocks unwatched (the caller vouches that they do not change the computation).
 
         Raises:
             ConversionError: torch.export failed, or the model has constructs the IR cannot

@@ -17,7 +17,7 @@ import contextlib
 import copy
 import functools
 import sys
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,8 @@ from torch.utils import _pytree as pytree
 
 from common.errors import IRError
 from common.ir import IR, Implementation
+
+from .trace_once_watch import varying_indices, watching
 
 __all__ = ["Group", "StandIns", "TraceOnceFallback", "alike_groups", "input_key", "instantiate",
            "output_record", "stand_in"]
@@ -61,6 +63,8 @@ class Group:
     records: dict[Any, tuple[int, Any]] = field(default_factory=dict)  # input key -> (member that ran, outputs)
     stood_in: dict[int, int] = field(default_factory=dict)  # member that returned a stand-in -> member that ran
     failure: str | None = None
+    #: int attributes (path in a member, name) whose value differs in every member: watched while one runs
+    watched: list[tuple[str, str]] = field(default_factory=list)
 
 
 def _plain(value: Any, depth: int = 0) -> Any:
@@ -75,12 +79,13 @@ def _plain(value: Any, depth: int = 0) -> Any:
     return ("id", id(value))
 
 
-def _fingerprint(module: nn.Module, ignored: Collection[str]) -> Any:
-    """What two alike modules share (``None``: never grouped, e.g. a module with hooks)."""
+def _fingerprint(module: nn.Module, ignored: Collection[str], ints: bool = True) -> Any:
+    """What two alike modules share (``None``: never grouped, e.g. a module with hooks); ``ints=False``: the
+    values of plain ``int`` attributes left out (their names stay)."""
     if any(getattr(module, h, None) for h in _HOOKS):
         return None
-    attrs = tuple(sorted((k, _plain(v)) for k, v in module.__dict__.items()
-                         if k not in _BOOKKEEPING and k not in ignored))
+    attrs = tuple(sorted((k, ("int",) if not ints and type(v) is int else _plain(v))
+                         for k, v in module.__dict__.items() if k not in _BOOKKEEPING and k not in ignored))
     state = tuple((n, tuple(t.shape), t.dtype, t.requires_grad, isinstance(t, nn.Parameter))
                   for n, t in (*module._parameters.items(), *module._buffers.items()) if t is not None)
     children = []
@@ -88,18 +93,21 @@ def _fingerprint(module: nn.Module, ignored: Collection[str]) -> Any:
         if child is None:
             children.append((name, None))
             continue
-        sub = _fingerprint(child, ignored)
+        sub = _fingerprint(child, ignored, ints)
         if sub is None:
             return None
         children.append((name, sub))
     return (type(module), attrs, state, tuple(children))
 
 
-def alike_groups(model: nn.Module, ignored: Collection[str] = ()) -> list[Group]:
+def alike_groups(model: nn.Module, ignored: Collection[str] = (),
+                 is_leaf: Callable[[nn.Module], bool] = lambda m: False) -> list[Group]:
     """Outermost groups of two or more alike module instances (see the module docstring), ``ignored``: attribute
-    names whose values may differ between members (``layer_idx``: the caller vouches that the traced computation
-    does not read it). The root, aliased modules, modules whose tensors are shared with other modules, and global
-    hooks exclude a module."""
+    names whose values may differ between members (the caller vouches that the traced computation does not read
+    them). Members may also differ in int attributes that hold a different value in each (``layer_idx``) of
+    modules ``is_leaf`` does not handle: those are watched while a member runs (:mod:`torch2ir.trace_once_watch`).
+    The root, aliased modules, modules whose tensors are shared with other modules, and global hooks exclude a
+    module."""
     if (nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
             or nn.modules.module._global_backward_hooks):
         return []
@@ -119,7 +127,7 @@ def alike_groups(model: nn.Module, ignored: Collection[str] = ()) -> list[Group]
         if any(tensor_uses[id(t)] > 1 for _, t in (*module.named_parameters(remove_duplicate=False),
                                                     *module.named_buffers(remove_duplicate=False))):
             continue
-        fp = _fingerprint(module, ignored)
+        fp = _fingerprint(module, ignored, ints=False)
         if fp is None:
             continue
         try:
@@ -129,14 +137,27 @@ def alike_groups(model: nn.Module, ignored: Collection[str] = ()) -> list[Group]
         group = by_print.setdefault(fp, Group([], []))
         group.paths.append(path)
         group.modules.append(module)
-    candidates = [g for g in by_print.values() if len(g.paths) > 1]
+    candidates = []
+    for loose in by_print.values():
+        varying = varying_indices(loose.modules, ignored, is_leaf) if len(loose.paths) > 1 else []
+        if varying is not None:
+            candidates.append(Group(loose.paths, loose.modules, watched=varying))
+            continue
+        strict: dict[Any, Group] = {}  # int attributes differing between some members only: alike when equal
+        for path, module in zip(loose.paths, loose.modules, strict=True):
+            group = strict.setdefault(_fingerprint(module, ignored), Group([], []))
+            group.paths.append(path)
+            group.modules.append(module)
+        candidates.extend(strict.values())
+    candidates = [g for g in candidates if len(g.paths) > 1]
     grouped = {p for g in candidates for p in g.paths}
     out = []
     for group in candidates:  # outermost only: a member below a member of any group is left out
         keep = [i for i, p in enumerate(group.paths)
                 if not any(".".join(p.split(".")[:cut]) in grouped for cut in range(1, p.count(".") + 1))]
         if len(keep) > 1:
-            out.append(Group([group.paths[i] for i in keep], [group.modules[i] for i in keep]))
+            out.append(Group([group.paths[i] for i in keep], [group.modules[i] for i in keep],
+                             watched=group.watched))
     return out
 
 
@@ -268,7 +289,10 @@ class StandIns:
         inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         before = [t._version for t in inputs]
         attrs, versions = _snapshot(module)
-        out = original(*args, **kwargs)
+        with watching(module, group.watched) as reads:
+            out = original(*args, **kwargs)
+        if reads:
+            group.failure = f"its call reads {reads[0]}, which differs between the alike blocks"
         leaves, spec = pytree.tree_flatten(out)
         state = [t for t in (*module.parameters(), *module.buffers())]
         recorded = []

@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from .trace_once import MODULE_FILE, SCALARS, Group, StandIns, input_key, output_record, stand_in
+from .trace_once_watch import watching
 
 
 class EagerStandIns:
@@ -30,10 +31,11 @@ class EagerStandIns:
                                                     for i, ran in g.stood_in.items()]
         self.done: dict[str, str] = {}  # stood-in member path -> path of the member that ran
         self.records: dict[tuple[int, int], dict[Any, Any]] = {}
+        self.unalike: set[int] = set()  # groups whose member read a watched attribute in this pass
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        self.done, self.records = {}, {}
+        self.done, self.records, self.unalike = {}, {}, set()
         wrapped: list[nn.Module] = []
         ran_of = {(id(g), i): ran for g, i, ran in self.pairs}
         try:
@@ -57,7 +59,10 @@ class EagerStandIns:
             key = input_key(args, kwargs)
             path = group.paths[member]
             if ran is None:  # a member that runs for real: record its outputs by input key
-                out = original(*args, **kwargs)
+                with watching(group.modules[member], group.watched) as reads:
+                    out = original(*args, **kwargs)
+                if reads:  # in this mode it reads its index: every member runs for real in this pass
+                    self.unalike.add(id(group))
                 if key is not None:
                     leaves, spec = pytree.tree_flatten(out)
                     if all(isinstance(t, (torch.Tensor, *SCALARS)) for t in leaves):
@@ -65,7 +70,7 @@ class EagerStandIns:
                             key, (spec, [output_record(t) for t in leaves]))
                 return out
             recorded = self.records.get((id(group), ran), {}).get(key) if key is not None else None
-            if recorded is None or path in self.done:
+            if recorded is None or path in self.done or id(group) in self.unalike:
                 return original(*args, **kwargs)
             self.done[path] = group.paths[ran]
             return stand_in(recorded)

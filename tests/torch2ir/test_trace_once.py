@@ -52,11 +52,80 @@ def test_trace_once_equals_full_trace(name: str, monkeypatch: pytest.MonkeyPatch
     assert all(torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(expected, got))
 
 
-def test_layer_idx_keeps_decoder_layers_apart_unless_ignored() -> None:
+def test_decoder_layers_differing_in_layer_idx_are_grouped_with_it_watched() -> None:
     model = ARCHES["llama"].build()
-    strict = [g.paths for g in alike_groups(model)]
-    assert ["model.layers.0", "model.layers.1"] not in strict
-    assert ["model.layers.0", "model.layers.1"] in [g.paths for g in alike_groups(model, ("layer_idx",))]
+    groups = {tuple(g.paths): g for g in alike_groups(model)}
+    layers = groups[("model.layers.0", "model.layers.1")]
+    assert ("self_attn", "layer_idx") in layers.watched
+    vouched = {tuple(g.paths): g for g in alike_groups(model, ("layer_idx",))}
+    assert vouched[("model.layers.0", "model.layers.1")].watched == []  # the caller vouched: nothing to watch
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_trace_once_with_indices_watched_equals_full_trace(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``trace_once=True``: layers told apart by ``layer_idx`` only are traced once; their calls (no key/value
+    cache here) never read it, so the IR is the full trace's."""
+    arch = ARCHES[name]
+    model = arch.build().eval()
+    args, kwargs = arch.inputs()
+    full = torch2ir.convert(model, args, kwargs, allow=arch.allow)
+    made = _instances(monkeypatch)
+    once = torch2ir.convert(model, args, kwargs, allow=arch.allow, trace_once=True)
+    assert made and made[-1]
+    for impl in once.values():
+        _ = impl.graph
+    assert once == full
+
+
+class _Indexed(nn.Module):
+    """A block that knows its position; ``reads`` says where (if anywhere) its forward reads it."""
+
+    def __init__(self, index: int, reads: str) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.index = index
+        self.reads = reads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        if self.reads == "forward" and self.index == 1:
+            y = y * 2
+        if self.reads == "helper" and _position(self) == 2:
+            y = y - 1
+        if self.reads == "train" and self.training and self.index == 2:
+            y = y + torch.rand_like(y)  # train-only randomness in the last block (stood in for in eval) only
+        return y
+
+
+def _position(module: nn.Module) -> int:
+    return getattr(module, "index")  # noqa: B009 - read by name, as library code does
+
+
+@pytest.mark.parametrize(("reads", "stood_in"), [("nothing", True), ("forward", False), ("helper", False),
+                                                 ("train", True)])
+def test_a_block_reading_its_index_is_traced_in_full(reads: str, stood_in: bool,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(*[_Indexed(i, reads) for i in range(3)]).eval()
+    x = torch.randn(2, 4)
+    (group,) = alike_groups(model)
+    assert group.watched == [("", "index")]
+    full = torch2ir.convert(model, (x,))
+    made = _instances(monkeypatch)
+    once = torch2ir.convert(model, (x,), trace_once=True)
+    assert any(made) is stood_in
+    assert "index" not in vars(_Indexed)  # the watch is gone
+    for impl in once.values():
+        _ = impl.graph
+    assert once == full  # train notes included: the train-mode pass ran every block for real
+    rebuilt = ir2torch.convert(once, model.state_dict()).eval()
+    with torch.no_grad():
+        assert torch.equal(rebuilt(x), model(x))
+
+
+def test_an_index_differing_between_some_blocks_only_keeps_them_apart() -> None:
+    model = nn.Sequential(*[_Indexed(i % 2, "nothing") for i in range(4)])
+    assert sorted(g.paths for g in alike_groups(model)) == [["0", "2"], ["1", "3"]]
 
 
 class _Counter(nn.Module):

@@ -52,7 +52,8 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.sweep_zoos import diffusers_blocks, transformers_model, transformers_names, transformers_params
+from benchmarks.sweep_transformers import transformers_model, transformers_names, transformers_params
+from benchmarks.sweep_zoos import diffusers_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 DIFFERS = "DIFFERS WITHOUT AN ERROR"

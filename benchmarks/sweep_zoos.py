@@ -1,35 +1,12 @@
 """Model builders of the registry sweep (:mod:`benchmarks.sweep`) beyond torchvision and timm: diffusers' backbones
-at tiny sizes, and every ``transformers`` model type built from its default configuration shrunk.
-
-A transformers model type's default configuration is shrunk generically: every integer field that sizes the
-model (hidden size, layers, heads, feed-forward width, vocabulary, experts, image size...) present on the
-configuration or on its text / vision / audio sub-configurations is set to a small value. A model whose shrunk
-configuration does not build or does not run in eager mode is reported as such (``eager failed``): the sweep
-counts what converts among what runs, and says which types it could not build.
+at tiny sizes (every ``transformers`` model type, shrunk: :mod:`benchmarks.sweep_transformers`).
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
-#: Integer configuration fields set to small values (when the configuration has them).
-SMALL: dict[str, int] = {
-    "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 2,
-    "intermediate_size": 64, "vocab_size": 128, "max_position_embeddings": 64, "d_model": 32,
-    "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 2, "decoder_attention_heads": 2,
-    "encoder_ffn_dim": 64, "decoder_ffn_dim": 64, "num_layers": 2, "d_ff": 64, "num_heads": 2, "d_kv": 16,
-    "n_embd": 32, "n_layer": 2, "n_head": 2, "n_inner": 64, "embed_dim": 32, "num_experts": 4,
-    "num_local_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "head_dim": 16,
-    "image_size": 32, "patch_size": 8, "projection_dim": 32, "text_embed_dim": 32, "vision_embed_dim": 32,
-    "num_decoder_layers": 2, "encoder_hidden_size": 32, "decoder_hidden_size": 32, "ffn_dim": 64,
-    "shared_expert_intermediate_size": 32, "kv_lora_rank": 16, "q_lora_rank": 16, "qk_rope_head_dim": 8,
-    "qk_nope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 4, "first_k_dense_replace": 1,
-}
-#: Sub-configurations shrunk the same way.
-SUBCONFIGS = ("text_config", "vision_config", "audio_config", "encoder_config", "decoder_config")
-SEQUENCE = 8
 
 def diffusers_blocks() -> dict[str, Callable[[], tuple[Any, tuple, dict]]]:
     """Tiny configurations of diffusers' backbones: ``name -> () -> (model, args, kwargs)``."""
@@ -103,83 +80,4 @@ def diffusers_blocks() -> dict[str, Callable[[], tuple[Any, tuple, dict]]]:
                                       transformer2d, sd3, flux)}
 
 
-def transformers_names() -> list[str]:
-    """Every model type transformers maps to a base model class (``AutoModel``), sorted."""
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
-
-    return sorted(MODEL_MAPPING_NAMES)
-
-
-def _shrink(config: Any, depth: int = 0) -> None:
-    for field, value in SMALL.items():
-        if isinstance(getattr(config, field, None), int) and not isinstance(getattr(config, field), bool):
-            setattr(config, field, value)
-    if hasattr(config, "use_cache"):
-        config.use_cache = False
-    vocab = getattr(config, "vocab_size", None)
-    for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
-                  "cls_token_id", "mask_token_id"):
-        token = getattr(config, field, None)
-        if isinstance(vocab, int) and isinstance(token, int) and token >= vocab:
-            setattr(config, field, 0)
-    if depth < 2:
-        for field in SUBCONFIGS:
-            sub = getattr(config, field, None)
-            if sub is not None and hasattr(sub, "to_dict"):
-                _shrink(sub, depth + 1)
-
-
-def _config(model_type: str) -> Any:
-    from transformers import CONFIG_MAPPING
-
-    config = CONFIG_MAPPING[model_type]()
-    _shrink(config)
-    return config
-
-
-def transformers_params(model_type: str) -> int | None:
-    """Parameters of the shrunk model, built on ``meta`` (``None`` when it does not build)."""
-    import torch
-    from transformers import AutoModel
-
-    try:
-        with torch.device("meta"):
-            model = AutoModel.from_config(_config(model_type))
-    except Exception:  # noqa: BLE001 - the build proper reports it
-        return None
-    return sum(p.numel() for p in model.parameters())
-
-
-def transformers_model(model_type: str) -> tuple[Any, tuple, dict]:
-    """The shrunk base model of ``model_type`` (random weights) and keyword inputs for its main input."""
-    import torch
-    from transformers import AutoModel
-
-    config = _config(model_type)
-    model = AutoModel.from_config(config).eval()
-    main = getattr(model, "main_input_name", "input_ids")
-    params = inspect.signature(model.forward).parameters
-    vision = getattr(config, "vision_config", None) or config
-    kwargs: dict[str, Any] = {}
-    if main == "input_ids" or ("input_ids" in params and main not in params):
-        vocab = getattr(getattr(config, "text_config", None) or config, "vocab_size", 128) or 128
-        kwargs["input_ids"] = torch.randint(0, min(vocab, 128), (1, SEQUENCE))
-    if main == "pixel_values" or ("pixel_values" in params and ("input_ids" not in kwargs or
-                                                               getattr(config, "vision_config", None) is not None)):
-        side = getattr(vision, "image_size", 32)
-        side = side if isinstance(side, int) else 32
-        kwargs["pixel_values"] = torch.randn(1, getattr(vision, "num_channels", 3), side, side)
-    if main == "input_values":
-        kwargs["input_values"] = torch.randn(1, 4000)
-    if main == "input_features":
-        bins = getattr(config, "num_mel_bins", 80)
-        kwargs["input_features"] = torch.randn(1, bins, 2 * getattr(config, "max_source_positions", 32))
-    if ("decoder_input_ids" in params and "input_ids" in kwargs) or (main == "input_features" and \
-            "decoder_input_ids" in params):
-        kwargs["decoder_input_ids"] = torch.randint(0, 100, (1, SEQUENCE))
-    if not kwargs:
-        raise ValueError(f"no input made for main input {main!r}")
-    return model, (), kwargs
-
-
-__all__ = ["diffusers_blocks", "transformers_model", "transformers_names", "transformers_params"]
+__all__ = ["diffusers_blocks"]

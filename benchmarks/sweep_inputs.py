@@ -15,8 +15,8 @@ from typing import Any
 
 #: Length of the random text.
 SEQUENCE = 8
-#: Audio samples of a raw waveform input.
-SAMPLES = 4000
+#: Audio samples of a raw waveform input (a multiple of the usual hop lengths: 96, 160, 256, 320, 480, 1920).
+SAMPLES = 3840
 #: Frames of a video input (when the configuration does not say).
 FRAMES = 2
 
@@ -67,6 +67,10 @@ def _image(config: Any, params: dict[str, Any], stacked: bool = False) -> dict[s
 
     channels = _field(config, "num_channels", "in_channels", "in_chans", default=3)
     grid_name = next((n for n in ("image_grid_thw", "grid_thw") if n in params), None)
+    if "spatial_shapes" in params:  # NaFlex (SigLIP 2): a sequence of flattened patches, its shape and its mask
+        patch = _field(config, "patch_size", default=16)
+        return {"pixel_values": torch.randn(1, 16, channels * patch * patch),
+                "spatial_shapes": torch.tensor([[4, 4]]), "pixel_attention_mask": torch.ones(1, 16, dtype=torch.long)}
     if grid_name is None:
         side = _side(config)
         if "pixel_values" not in params and "pixel_values_videos" in params:
@@ -126,7 +130,8 @@ def _audio(model: Any, config: Any, main: str) -> list[dict[str, Any]]:
     frames = 2 * (_field(config, "max_source_positions", default=32) or 32)
     frames = min(frames, 3000) if isinstance(frames, int) else 64
     return [_masks({main: torch.randn(1, bins, frames)}, params, frames),
-            _masks({main: torch.randn(1, frames, bins)}, params, frames)]
+            _masks({main: torch.randn(1, frames, bins)}, params, frames),
+            _masks({main: torch.randn(1, bins, 200)}, params, 200)]  # windows of 100 frames
 
 
 def _masks(kwargs: dict[str, Any], params: dict[str, Any], length: int) -> dict[str, Any]:
@@ -149,12 +154,15 @@ def _series(config: Any, params: dict[str, Any]) -> dict[str, Any]:
 
     length = _field(config, "context_length", "context_len", "max_context", default=32)
     length = length if isinstance(length, int) and length < 4096 else 32
+    length += max(_field(config, "lags_sequence", default=[0]) or [0])  # lagged values reach back further
     channels = _field(config, "num_input_channels", "input_size", default=1)
     series = torch.randn(1, length, channels) if channels != 1 or "num_input_channels" in str(config) else \
         torch.randn(1, length)
     out = {"past_values": series}
-    if "past_observed_mask" in params and params["past_observed_mask"].default is inspect.Parameter.empty:
-        out["past_observed_mask"] = torch.ones_like(series)
+    for name, param in params.items():  # the other required past inputs: observed masks, time features
+        if name.startswith("past_") and name not in out and param.default is inspect.Parameter.empty:
+            out[name] = torch.ones_like(series) if name.endswith("mask") else \
+                torch.randn(1, length, _field(config, "num_time_features", default=1))
     return out
 
 

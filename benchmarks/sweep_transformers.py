@@ -142,6 +142,9 @@ def _consistent(config: Any, depth: int = 0) -> None:
     _no_timm(config)
     _rotary(config)
     _mamba(config)
+    if hasattr(config, "prediction_length") and _get(config, "prediction_length") is None:  # time series
+        _set(config, "prediction_length", 4)
+        _set(config, "context_length", _get(config, "context_length") or 4)
     _tokens_inside(config, text_vocab(config))
     if depth < 2:
         for sub in _subconfigs(config):

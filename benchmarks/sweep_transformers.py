@@ -6,10 +6,14 @@ configurations whose model builds and runs in eager mode is kept:
 1. ``small``: every integer field that sizes the model (:data:`SMALL`: hidden size, layers, heads, feed-forward
    width, vocabulary, experts, image size...) set to a small value on the configuration and on its text / vision
    / audio sub-configurations, then the relations between fields made consistent again (:func:`_consistent`);
-2. ``small, rebuilt``: the same values passed to the configuration class, so that it derives its dependent fields
+2. ``small, first layers``: the same, the per-layer lists (``layer_types``...) cut to their first layers instead
+   of keeping one layer of each kind;
+3. ``small, rebuilt``: the same values passed to the configuration class, so that it derives its dependent fields
    (per-layer lists, head sizes, rope sections...) itself;
-3. ``shallow``: only the depth (:data:`DEPTH`) and the vocabulary shrunk, the widths kept;
-4. ``shallow, rebuilt``: the same through the configuration class.
+4. ``shallow``: only the depth (:data:`DEPTH`) and the vocabulary shrunk, the widths kept;
+5. ``shallow, rebuilt``: the same through the configuration class.
+
+Candidates over :data:`MAX_PARAMS` parameters are passed over.
 
 Inputs are made from the model's forward signature and configuration (:mod:`benchmarks.sweep_inputs`), also as a
 cascade (all the inputs a multimodal model takes, then its main input alone, then text alone). A type none of
@@ -188,6 +192,7 @@ def _mamba(config: Any) -> None:
 
 
 def _head_dim(config: Any) -> int | None:
+    """The attention head size: ``head_dim``, or the hidden size over the heads."""
     head_dim, hidden, heads = (_get(config, f) for f in ("head_dim", "hidden_size", "num_attention_heads"))
     if _integer(head_dim):
         return head_dim
@@ -248,9 +253,10 @@ def _tokens_inside(config: Any, vocab: int | None) -> None:
         if field in TEXT_TOKENS:
             if value >= vocab:
                 _set(config, field, 0)
-        elif value not in moved and len(moved) < RESERVED:
+            continue
+        if value not in moved and len(moved) < RESERVED:
             moved[value] = vocab - 1 - len(moved)
-        if value in moved and field not in TEXT_TOKENS:
+        if value in moved:
             _set(config, field, moved[value])
 
 

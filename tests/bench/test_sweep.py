@@ -1,4 +1,4 @@
-"""The registry sweep's own pieces (``benchmarks/sweep.py``, ``benchmarks/sweep_zoos.py``): the transformers
+"""The registry sweep's own pieces (``benchmarks/sweep.py``, ``benchmarks/sweep_transformers.py``): the transformers
 builder shrinks a default configuration, a model runs through the loop to "exact", and statuses are grouped."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.sweep import DIFFERS, _kind, run_one, table
-from benchmarks.sweep_zoos import transformers_model, transformers_names, transformers_params
+from benchmarks.sweep_transformers import transformers_model, transformers_names, transformers_params
 
 
 def test_every_transformers_model_type_is_listed_and_shrunk():

@@ -172,6 +172,16 @@ class GraphWriter:
         callee = self.h.table.key(child.path)
         if callee is None:
             return
+        if self.frame.path and not child.path.startswith(self.frame.path + "."):
+            # a module passed in as an argument (``self.decoder(x, norm=self.decoder_norm)``): no attribute path
+            # of the caller reaches it, and a path cut from its name would reach another module
+            problem = (f"module {child.path!r} is called inside {self.frame.path!r}, which does not hold it (a module "
+                       "passed as an argument, or kept without being registered as a submodule)")
+            if problem not in (p[1] for p in self.h.problems if p[0] == self.impl.name):
+                self.h.problems.append((self.impl.name, problem, "call it from a module that holds it (pass its "
+                                        "output instead of the module), or register it as a submodule of the caller; "
+                                        "or keep the caller inside a leaf module"))
+            return
         rel = self.frame.relative(child.path)
         extra = {} if rel == default_target(self.impl.name, callee) else {"target": rel}
         ctype = self.h.table.converter.type_of(type(self.h.table.module_of_key[callee])) if child.leaf else "module"

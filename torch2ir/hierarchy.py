@@ -62,6 +62,9 @@ class Frame:
         return self.path == "" or fqn.startswith(self.path + ".")
 
     def relative(self, fqn: str) -> str:
+        """The path of ``fqn`` (this frame's module or one below it) from this frame's module."""
+        if self.path and not fqn.startswith(self.path + "."):
+            raise ValueError(f"{fqn!r} is not below {self.path!r}")  # a caller checks first: never a cut name
         return fqn if self.path == "" else fqn[len(self.path) + 1 :]
 
 

@@ -9,11 +9,13 @@ of the process, the model and torch's own included; at Llama-70B dimensions this
 Objects made while the collector is paused are still counted as young: the first collection after it resumes
 walks every one of them, and the next older generation's collection walks them again (at 10**5 rebuilt modules,
 3.5 million objects: 0.7 s and 1 s). With ``long_lived=True`` (a rebuilt model, a loaded IR: what the caller
-keeps) they are placed in the oldest generation when the block ends, where only full collections walk them, as
-they would after surviving two younger collections: ``gc.freeze()`` then ``gc.unfreeze()``, which moves every
-tracked object to the oldest generation without walking any. So that no garbage is kept longer by it, the young
-generations are collected when the block starts (they hold a few thousand objects, unless the collector was
-off); and nothing is moved when objects are frozen already (someone froze them on purpose: they stay frozen).
+keeps), a block that made many objects (:data:`PROMOTE_AT`) has them placed in the oldest generation when it
+ends, where only full collections walk them, as they would be after surviving two younger collections:
+``gc.freeze()`` then ``gc.unfreeze()``, which moves every tracked object to the oldest generation without walking
+any. The young garbage of before the block (at most what the young generations hold between two collections)
+moves with them, and is freed by the next full collection. Nothing is moved when objects are frozen already
+(someone froze them on purpose: they stay frozen); telling that walks the frozen objects, so it is asked only
+for such a large block.
 """
 
 from __future__ import annotations
@@ -22,27 +24,29 @@ import contextlib
 import gc
 from collections.abc import Iterator
 
+#: Tracked objects a ``long_lived`` block must have made for them to be moved (a smaller block's young collection
+#: costs little).
+PROMOTE_AT = 100_000
+
 
 @contextlib.contextmanager
 def collector_paused(*, long_lived: bool = False) -> Iterator[None]:
     """Disable the cyclic garbage collector inside the block; re-enable it after if it was enabled.
 
-    ``long_lived``: what the block makes is kept; put it in the oldest generation at the end (see the module
-    docstring). Only when the collector was enabled (an outer block decides otherwise) and nothing is frozen.
+    ``long_lived``: what the block makes is kept; when it made :data:`PROMOTE_AT` tracked objects or more, put
+    them in the oldest generation at the end (see the module docstring). Only when the collector was enabled (an
+    outer block decides otherwise) and nothing is frozen.
     """
     enabled = gc.isenabled()
-    promote = long_lived and enabled and gc.get_freeze_count() == 0
-    if promote:
-        gc.collect(1)
     gc.disable()
     try:
         yield
     finally:
         if enabled:
-            if promote and gc.get_freeze_count() == 0:
+            if long_lived and gc.get_count()[0] >= PROMOTE_AT and gc.get_freeze_count() == 0:
                 gc.freeze()
                 gc.unfreeze()
             gc.enable()
 
 
-__all__ = ["collector_paused"]
+__all__ = ["PROMOTE_AT", "collector_paused"]

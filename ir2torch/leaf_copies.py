@@ -68,7 +68,6 @@ class LeafCopies:
     def __init__(self) -> None:
         #: (class, arguments) -> a copy of the first module built, or None when such modules are not copyable
         self._prototypes: dict[Hashable, nn.Module | None] = {}
-        self.copies = 0
 
     def copy(self, builder: Builder, impl: Any) -> nn.Module | None:
         """A copy of what ``builder`` made for the same class and arguments as ``impl``'s before (kept by
@@ -77,7 +76,6 @@ class LeafCopies:
         prototype = None if key is None else self._prototypes.get(key)
         if prototype is None:
             return None
-        self.copies += 1
         return copy_module(prototype)
 
     def keep(self, builder: Builder, impl: Any, module: nn.Module) -> None:

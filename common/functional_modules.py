@@ -20,7 +20,8 @@ from typing import Any
 from .errors import IRValidationError
 
 #: IR type of each class (``torch.ao.nn.quantized``'s), by class name; nothing is imported here.
-TYPES: dict[str, str] = {"FloatFunctional": "float_functional", "FXFloatFunctional": "fx_float_functional"}
+TYPES: dict[str, str] = {"FloatFunctional": "float_functional", "FXFloatFunctional": "fx_float_functional",
+                         "QFunctional": "int8_qfunctional"}
 
 
 def _method(name: str) -> Callable[..., Any]:

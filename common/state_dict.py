@@ -77,6 +77,47 @@ def record_mismatch(rec: Mapping[str, Any], tensor: Any) -> str | None:
     return None
 
 
+_PACKED = "_packed_params._packed_params"
+_PACKED_DTYPE = "_packed_params.dtype"
+
+
+def unpack_int8(state_dict: Mapping[str, Any], *, keep_none: bool = False) -> Mapping[str, Any]:
+    """``state_dict`` with the packed entries of eager int8 modules in the form an IR records them.
+
+    An int8 ``Linear`` (``torch.ao.nn.quantized``) saves its weight and bias as one tuple under
+    ``<path>._packed_params._packed_params`` and its packing dtype under ``<path>._packed_params.dtype``; an int8
+    convolution saves ``<path>.weight`` and ``<path>.bias``, the bias ``None`` when it has none. Here the tuple
+    becomes ``<path>.weight`` and ``<path>.bias``, the ``qint8`` packing dtype is dropped (it is the only one an IR
+    carries) and an absent bias (``None`` next to a quantized weight) is left out, unless ``keep_none``. Every
+    other entry is kept as it is; a mapping without packed entries is returned as it is.
+    """
+    if not any(k.endswith((_PACKED, _PACKED_DTYPE)) or v is None for k, v in state_dict.items()):
+        return state_dict
+    out: dict[str, Any] = {}
+    for key, value in state_dict.items():
+        prefix = key[: -len(_PACKED)]
+        if key.endswith(_PACKED) and prefix in ("", prefix.rstrip(".") + ".") and isinstance(value, tuple) \
+                and len(value) == 2:
+            out[prefix + "weight"], out[prefix + "bias"] = value
+        elif key.endswith(_PACKED_DTYPE) and value is torch.qint8:
+            continue
+        else:
+            out[key] = value
+    if keep_none:
+        return out
+    for key in [k for k, v in out.items() if v is None and k.endswith("bias")]:
+        weight = out.get(key[: -len("bias")] + "weight")
+        if isinstance(weight, torch.Tensor) and weight.is_quantized:
+            del out[key]
+    return out
+
+
+def packed_entries(state_dict: Mapping[str, Any]) -> set[str]:
+    """The keys :func:`unpack_int8` makes of the packed entries of ``state_dict`` (``<path>.weight``, ``<path>.bias``
+    of each int8 ``Linear``)."""
+    return {key[: -len(_PACKED)] + name for key in state_dict if key.endswith(_PACKED) for name in ("weight", "bias")}
+
+
 def remap_state_dict(
     state_dict: Mapping[str, torch.Tensor], ir: IR, *, strict: bool = True, refuse_unknown: bool = False
 ) -> dict[str, Any]:
@@ -100,6 +141,7 @@ def remap_state_dict(
             every problem is listed in one error. Always: the state dict holds entries of
             modules a rewrite replaced (the state before the rewrite, :mod:`common.provenance`).
     """
+    state_dict = unpack_int8(state_dict)
     if not any(impl.state for impl in ir.values()):
         return dict(state_dict)
     _refuse_consumed(state_dict, ir)

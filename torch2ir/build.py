@@ -32,7 +32,7 @@ from .frontend import (
 from .functional_calls import method_calls, name_methods
 from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import STAND_IN_TYPES, check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
-from .int8 import refuse_int8
+from .int8 import has_int8, int8_stand_ins, refuse_int8
 from .lowering import spec_text
 from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
@@ -111,6 +111,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
     while True:
         try:
             with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls, \
+                    int8_stand_ins(model, table.is_leaf), \
                     (standins.installed() if standins is not None else contextlib.nullcontext()):
                 ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                             preserve=_preserved(model, table), on_attempt=_forgetting(calls, standins),
@@ -133,6 +134,8 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
     stand_ins = [p for p, m in model.named_modules() if type(m) in STAND_IN_TYPES and table.is_leaf(m)]
     refused = (f"quantization observers / stubs ({', '.join(stand_ins[:3])}{', ...' if len(stand_ins) > 3 else ''})"
                " are traced as stand-ins" if stand_ins else None)
+    if has_int8(model):
+        refused = "eager int8 modules are traced as stand-ins (their kernels have no traceable implementation)"
     if standins is not None:
         refused = "alike blocks were traced once (trace_once=True): the export holds stand-ins for the others"
     capture = Capture(ep, model, args, kwargs, allowlist, refused=refused)

@@ -20,6 +20,7 @@ from torch import nn
 from common.functional_modules import METHODS, TYPES
 
 from .hierarchy import Problem
+from .int8 import QFUNCTIONAL_STAND_INS, TRACING
 
 
 def functional_leaves(model: nn.Module, table: Any) -> list[nn.Module]:
@@ -34,7 +35,7 @@ def _is_functional(cls: type) -> bool:
 def _as_call(name: str) -> Any:
     def method(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
         self.__dict__[_USED].add(name)
-        real = getattr(type(self), name)
+        real = QFUNCTIONAL_STAND_INS[name] if self.__dict__.get(TRACING) else getattr(type(self), name)
         self.__dict__["forward"] = types.MethodType(real, self)
         try:
             return self(*args, **kwargs)

@@ -19,6 +19,7 @@ from common.ir import IR, ORIGINAL_CLASS_KEY, Implementation
 from common.quant import hook_to_data, qconfig_to_data
 from common.values import encode
 
+from .int8 import packed_state
 from .tensormeta import state_record
 
 #: IR types of containers that are never called (rebuilt as the real container class).
@@ -195,6 +196,8 @@ class ModuleTable:
                 if tie != prefix + name:
                     rec["tie"] = tie
                 records[name] = rec
+            for name, tensor in packed_state(module).items():  # an int8 module's packed weights, unpacked
+                records[name] = state_record(tensor, "buffer", persistent=True)
 
 
 def original_class(module: nn.Module) -> str:

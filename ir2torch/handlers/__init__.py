@@ -16,6 +16,7 @@ from . import (
     distance,
     dropout,
     embedding,
+    int8,
     linear,
     loss,
     norm,
@@ -41,4 +42,5 @@ def register_defaults(converter: Any) -> None:
     distance.register(converter)
     loss.register(converter)
     quant.register(converter)
+    int8.register(converter)
     containers.register(converter)

@@ -27,7 +27,7 @@ import torch.ao.nn.intrinsic.qat as nniqat
 import torch.ao.nn.qat as nnqat
 from torch import nn
 from torch.ao import quantization as tq
-from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional
+from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional, QFunctional
 
 from common.errors import IRFormatError
 from common.functional_modules import TYPES as FUNCTIONAL_TYPES
@@ -86,7 +86,7 @@ def _no_device(impl: Implementation) -> None:
                             hint="the qconfig is meta['qconfig']; pass device= to ir2torch.convert")
 
 
-def _recorded_buffers(module: nn.Module, impl: Implementation) -> None:
+def recorded_buffers(module: nn.Module, impl: Implementation) -> None:
     """Make each buffer the IR records with another shape than the default one an empty tensor of that shape."""
     for name, rec in impl.state.items():
         current = module._buffers.get(name)
@@ -108,7 +108,7 @@ def observer(cls: type[nn.Module]) -> Builder:
         module = _DEFAULTS.get(cls, cls)()
         for name, value in values.items():
             setattr(module, name, value)
-        _recorded_buffers(module, impl)
+        recorded_buffers(module, impl)
         return module
 
     build.__qualname__ = f"build_{cls.__name__}"
@@ -199,5 +199,5 @@ def register(converter: Ir2Torch) -> None:
         converter.register(type_str, fused(cls, children))
     for type_str, cls in QAT.items():
         converter.register(type_str, qat(cls))
-    for cls in (FloatFunctional, FXFloatFunctional):
+    for cls in (FloatFunctional, FXFloatFunctional, QFunctional):
         converter.register(FUNCTIONAL_TYPES[cls.__name__], functional(cls))

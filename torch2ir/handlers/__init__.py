@@ -16,6 +16,7 @@ from . import (
     distance,
     dropout,
     embedding,
+    int8,
     linear,
     loss,
     norm,
@@ -41,6 +42,7 @@ def register_defaults(converter: Any) -> None:
     distance.register(converter)
     loss.register(converter)
     quant.register(converter)
+    int8.register(converter)
 
 
 _LAZY = "becomes its non-lazy class (handled) once initialised; converting needs an initialised model"

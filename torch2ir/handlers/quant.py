@@ -24,7 +24,7 @@ import torch.ao.nn.intrinsic.qat as nniqat
 import torch.ao.nn.qat as nnqat
 from torch import nn
 from torch.ao import quantization as tq
-from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional
+from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional, QFunctional
 
 from common.functional_modules import TYPES as FUNCTIONAL_TYPES
 from common.quant import CLASSES, attribute_to_data
@@ -91,7 +91,7 @@ def register(converter: Torch2Ir) -> None:
         converter.register(cls, lambda module: {}, type=itype)
     for cls in FUSED:
         converter.register(cls, lambda module: {}, type="fused_" + cls.__name__.lower())
-    for cls in (FloatFunctional, FXFloatFunctional):  # each call names its method (torch2ir.functional_calls)
+    for cls in (FloatFunctional, FXFloatFunctional, QFunctional):  # each call names its method (functional_calls)
         converter.register(cls, lambda module: {}, type=FUNCTIONAL_TYPES[cls.__name__])
     rules = {**RULES, **_BN_RULES}
     for cls, (itype, names) in QAT.items():

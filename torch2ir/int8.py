@@ -7,8 +7,8 @@ An int8 ``Conv2d`` or ``Linear`` keeps its weight and bias packed in a TorchScri
 
 - each int8 module of :data:`INT8` is a handled leaf (:mod:`torch2ir.handlers.quant` records its constructor
   arguments), traced as a **stand-in** (:func:`int8_stand_ins`): while exporting, its ``forward`` (and a
-  ``QFunctional``'s methods) compute the output's shape and quantized dtype with float ops on the dequantized
-  input (the values are never used: a leaf's ops are its own business, and the rebuild runs the real class);
+  ``QFunctional``'s methods) compute the output's shape and quantized dtype with float ops on a float tensor
+  of the input's shape (the values are never used: a leaf's ops are its own business, and the rebuild runs the real class);
 - its packed state is recorded **unpacked** (:func:`packed_state`): ``weight`` (a quantized tensor, per-tensor
   or per-channel), ``bias``, ``scale`` and ``zero_point``, as the module's own ``state_dict()`` holds them
   (:func:`common.state_dict.unpack_int8` gives a ``Linear``'s packed entry the same form);
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.ao.nn.intrinsic.quantized as nniq
 import torch.ao.nn.quantized as nnq
-import torch.nn.functional as F  # noqa: N812 - torch's own spelling
+import torch.nn.functional as F
 from torch import nn
 from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
@@ -103,6 +103,13 @@ def packed_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def _float(x: torch.Tensor) -> torch.Tensor:
+    """A float tensor of ``x``'s shape, made from ``x`` (so the call reads it). Not ``_float(x)``: torch.export
+    records a second ``dequantize`` of one quantized tensor as reading the first one's result, which ties the
+    stand-ins of two modules together (torch 2.13)."""
+    return torch.zeros_like(x, dtype=torch.float32)
+
+
 def _requantized(value: torch.Tensor, like: torch.Tensor | torch.dtype) -> torch.Tensor:
     dtype = like if isinstance(like, torch.dtype) else like.dtype
     return torch.quantize_per_tensor(value, 1.0, 0, dtype)
@@ -118,7 +125,7 @@ def _stand_in(module: nn.Module) -> Callable[..., Any] | None:
         stride, padding, dilation, groups = module.stride, module.padding, module.dilation, module.groups
 
         def conv_like(x: torch.Tensor) -> torch.Tensor:
-            out = conv(x.dequantize(), torch.zeros(shape), None, stride, padding, dilation, groups)
+            out = conv(_float(x), torch.zeros(shape), None, stride, padding, dilation, groups)
             return _requantized(out, torch.quint8)
 
         return conv_like
@@ -126,26 +133,29 @@ def _stand_in(module: nn.Module) -> Callable[..., Any] | None:
         weight_shape = (module.out_features, module.in_features)
 
         def linear_like(x: torch.Tensor) -> torch.Tensor:
-            return _requantized(F.linear(x.dequantize(), torch.zeros(weight_shape)), torch.quint8)
+            return _requantized(F.linear(_float(x), torch.zeros(weight_shape)), torch.quint8)
 
         return linear_like
     if cls in _ELEMENTWISE:
-        return lambda x: _requantized(x.dequantize(), x)
+        return lambda x: _requantized(_float(x), x)
+    if cls is nnq.DeQuantize:
+        return _float
     if cls is nnq.Quantize:
         dtype = module.dtype
         return lambda x: _requantized(x, dtype)
     return None
 
 
-#: A ``QFunctional``'s methods as traced (the float op on dequantized inputs, requantized like the first).
+#: A ``QFunctional``'s methods as traced (the float op on float tensors of the inputs' shapes, quantized like the
+#: first).
 QFUNCTIONAL_STAND_INS: dict[str, Callable[..., Any]] = {
-    "add": lambda self, x, y: _requantized(x.dequantize() + y.dequantize(), x),
-    "add_relu": lambda self, x, y: _requantized(torch.relu(x.dequantize() + y.dequantize()), x),
-    "mul": lambda self, x, y: _requantized(x.dequantize() * y.dequantize(), x),
-    "add_scalar": lambda self, x, y: _requantized(x.dequantize() + y, x),
-    "mul_scalar": lambda self, x, y: _requantized(x.dequantize() * y, x),
-    "cat": lambda self, x, dim=0: _requantized(torch.cat([t.dequantize() for t in x], dim), x[0]),
-    "matmul": lambda self, x, y: _requantized(x.dequantize() @ y.dequantize(), x),
+    "add": lambda self, x, y: _requantized(_float(x) + _float(y), x),
+    "add_relu": lambda self, x, y: _requantized(torch.relu(_float(x) + _float(y)), x),
+    "mul": lambda self, x, y: _requantized(_float(x) * _float(y), x),
+    "add_scalar": lambda self, x, y: _requantized(_float(x) + y, x),
+    "mul_scalar": lambda self, x, y: _requantized(_float(x) * y, x),
+    "cat": lambda self, x, dim=0: _requantized(torch.cat([_float(t) for t in x], dim), x[0]),
+    "matmul": lambda self, x, y: _requantized(_float(x) @ _float(y), x),
 }
 
 
@@ -190,5 +200,5 @@ def has_int8(model: nn.Module) -> bool:
     return any(type(m) in INT8 for m in model.modules())
 
 
-__all__ = ["INT8", "PACKED", "QFUNCTIONAL_STAND_INS", "TRACING", "has_int8", "int8_modules", "int8_stand_ins", "packed_state",
-           "refuse_int8"]
+__all__ = ["INT8", "PACKED", "QFUNCTIONAL_STAND_INS", "TRACING", "has_int8", "int8_modules", "int8_stand_ins",
+           "packed_state", "refuse_int8"]

@@ -8,7 +8,8 @@ An int8 ``Conv2d`` or ``Linear`` keeps its weight and bias packed in a TorchScri
 - each int8 module of :data:`INT8` is a handled leaf (:mod:`torch2ir.handlers.quant` records its constructor
   arguments), traced as a **stand-in** (:func:`int8_stand_ins`): while exporting, its ``forward`` (and a
   ``QFunctional``'s methods) compute the output's shape and quantized dtype with float ops on a float tensor
-  of the input's shape (the values are never used: a leaf's ops are its own business, and the rebuild runs the real class);
+  of the input's shape (the values are never used: a leaf's ops are its own business, and the rebuild runs
+  the real class);
 - its packed state is recorded **unpacked** (:func:`packed_state`): ``weight`` (a quantized tensor, per-tensor
   or per-channel), ``bias``, ``scale`` and ``zero_point``, as the module's own ``state_dict()`` holds them
   (:func:`common.state_dict.unpack_int8` gives a ``Linear``'s packed entry the same form);

@@ -6,7 +6,9 @@
   dropped aliases of a *rewritten* IR still find their tensors.
 - :func:`save_safetensors` / :func:`load_safetensors` handle tied tensors, which
   ``safetensors.torch.save_file`` refuses: each tensor is stored once, the other names are
-  kept in the file's metadata and restored (as the same tensor) on load. Loading memory-maps.
+  kept in the file's metadata and restored (as the same tensor) on load. Loading memory-maps. Quantized
+  tensors (an int8 model's weights) are stored as integers and quantization records
+  (:mod:`common.quantized_tensors`).
 - :func:`check_state_dict` lists every missing, unexpected, mis-shaped or mis-typed key in
   one :class:`~common.errors.StateDictError`.
 """
@@ -23,6 +25,7 @@ import torch
 
 from .errors import StateDictError
 from .ir import IR
+from .quantized_tensors import QUANTIZED_KEY, from_stored, read_records, to_stored
 from .serialize import write_tensors_atomic
 
 ALIASES_KEY = "torch2ir.aliases"
@@ -230,7 +233,9 @@ def check_state_dict(expected: Mapping[str, torch.Tensor], given: Mapping[str, A
 
 
 def save_safetensors(state_dict: Mapping[str, torch.Tensor], path: str | os.PathLike) -> Path:
-    """Save a state dict to ``.safetensors``, storing each shared tensor once (atomic write)."""
+    """Save a state dict to ``.safetensors``, storing each shared tensor once (atomic write); an int8 model's packed
+    entries are stored unpacked (:func:`unpack_int8`), quantized tensors as integers and quantization records."""
+    state_dict = unpack_int8(state_dict)
     kept: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     first: dict[tuple, str] = {}
@@ -243,6 +248,12 @@ def save_safetensors(state_dict: Mapping[str, torch.Tensor], path: str | os.Path
         first[ident] = key
         kept[key] = tensor
     metadata = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)}
+    quantized = {}
+    for key, tensor in kept.items():
+        if tensor.is_quantized:  # its integers, and its scales and zero points in the metadata
+            kept[key], quantized[key] = to_stored(tensor)
+    if quantized:
+        metadata[QUANTIZED_KEY] = json.dumps(quantized, sort_keys=True)
     return write_tensors_atomic(path, kept, metadata)
 
 
@@ -262,6 +273,11 @@ def load_safetensors(path: str | os.PathLike, *, device: str | torch.device = "c
         raise StateDictError(f"no such state file: {os.fspath(path)}", key=os.fspath(path)) from None
     except (SafetensorError, OSError) as exc:
         raise StateDictError(f"cannot read {os.fspath(path)} as safetensors: {exc}", key=os.fspath(path)) from None
+    for key, record in read_records(metadata.get(QUANTIZED_KEY, "{}"), os.fspath(path)).items():
+        if key not in out:
+            raise StateDictError(f"{os.fspath(path)}: the quantization record {key!r} names no stored tensor", key=key,
+                                 hint="each record of the metadata belongs to a stored tensor")
+        out[key] = from_stored(key, out[key], record, os.fspath(path))
     for alias, kept in _read_aliases(metadata.get(ALIASES_KEY, "{}"), os.fspath(path)).items():
         if kept not in out:
             raise StateDictError(f"{os.fspath(path)}: alias {alias!r} points to missing key {kept!r}", key=alias)

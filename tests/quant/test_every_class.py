@@ -18,6 +18,7 @@ import ir2torch
 import torch2ir
 from common.quant import CLASSES
 from torch2ir.handlers.quant import FUSED, QAT, STUBS
+from torch2ir.int8 import INT8
 
 QCONFIG = tq.get_default_qat_qconfig("x86")
 
@@ -86,7 +87,7 @@ CASES = [*((c, _fused) for c in FUSED), *((c, _qat) for c in QAT), *((c, _observ
 
 def test_every_registered_quant_class_has_a_case() -> None:
     registered = {cls for cls in torch2ir.get_default_converter().types() if cls.__module__.startswith("torch.ao")}
-    assert registered == {c for c, _ in CASES}
+    assert registered - set(INT8) == {c for c, _ in CASES}  # int8 classes: tests/quant/test_int8.py
 
 
 @pytest.mark.parametrize("mode", ["eval", "train"])

@@ -10,6 +10,9 @@ They and the two ResNeXt-101s (87 M and 81 M parameters) compare outputs only, t
 also exact in train mode (seeded, batch-norm statistics updated alike), reaches a fixpoint, has every graph module
 swappable for the original's, and lowers exactly: its capture (the stubs are traced as stand-ins) refuses
 ``ir.lower()`` by name, and ``torch2ir.lower`` runs exactly instead.
+
+The int8 models torch.ao makes of them (post-training static quantization, and ``convert`` of a rebuilt QAT
+model) convert and rebuild bit-exactly too, through JSON and ``.safetensors``.
 """
 
 from __future__ import annotations
@@ -78,3 +81,43 @@ def test_int8_conversion_of_the_rebuilt_qat_model_equals_the_originals(tv, name)
     assert functional and all(type(rebuilt_int8.get_submodule(p)).__name__ == "QFunctional" for p in functional)
     out = rebuilt_int8(x)
     assert out.abs().sum() > 0 and torch.equal(out, int8(x))
+    # the int8 model itself: converted and rebuilt from its own state dict, exact
+    again = ir2torch.convert(torch2ir.convert(rebuilt_int8, (x,)), rebuilt_int8.state_dict())
+    assert torch.equal(again(x), out)
+
+
+INT8_NAMES = [n for n in NAMES if not n.startswith("resnext")]  # ResNeXt-101: 1 GB of float weights to calibrate
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
+@pytest.mark.parametrize("name", INT8_NAMES)
+def test_an_int8_model_converts_and_rebuilds_exactly(tv, name, tmp_path):
+    """Post-training static quantization as torchvision documents it (fuse, prepare, calibrate, convert), then the
+    int8 model through the IR: JSON and ``.safetensors`` files (int8 weights stored as integers), rebuilt with the
+    real int8 classes, bit-exact."""
+    from torch.ao import quantization as tq
+
+    import ir2torch
+    import torch2ir
+    from common.ir import IR
+    from common.state_dict import save_safetensors
+    from torch2ir.int8 import INT8
+
+    torch.manual_seed(0)
+    extra = {"aux_logits": False, "init_weights": False} if name in ("googlenet", "inception_v3") else {}
+    model = tv.models.get_model("quantized_" + name, weights=None, quantize=False, num_classes=10, **extra).eval()
+    randomize_batch_norm(model)
+    model.fuse_model(is_qat=False)
+    model.qconfig = tq.get_default_qconfig("x86")
+    tq.prepare(model, inplace=True)
+    side = 75 if name == "inception_v3" else 64
+    model(torch.randn(4, 3, side, side))
+    int8 = tq.convert(model)
+    x = torch.randn(2, 3, side, side)
+    torch2ir.convert(int8, (x,)).save(tmp_path / "m.ir.json")
+    save_safetensors(int8.state_dict(), tmp_path / "m.safetensors")
+    rebuilt = ir2torch.convert(IR.load(tmp_path / "m.ir.json"), tmp_path / "m.safetensors")
+    want = int8(x)
+    assert want.abs().sum() > 0 and torch.equal(rebuilt(x), want)
+    classes = [(p, type(m)) for p, m in int8.named_modules() if type(m) in INT8]
+    assert len(classes) > 10 and all(type(rebuilt.get_submodule(p)) is c for p, c in classes)

@@ -5,7 +5,8 @@ Eager quantization keeps an addition or a concatenation that must be quantized i
 observer (its child ``activation_post_process``) and ``torch.ao.quantization.convert`` can swap it for a
 ``QFunctional`` computing in int8. Their ``forward`` raises; every call goes through a method.
 
-An IR carries such a module as a handled leaf of the type below (its observer a child implementation, as
+An int8 model (after ``convert``) holds ``QFunctional``s, which compute in their methods too and are carried
+the same way. An IR carries such a module as a handled leaf of the type below (its observer a child implementation, as
 every leaf's), and each call of it as a call node with a ``method`` field naming which method the call runs,
 one of :data:`METHODS`. The rebuilt parent calls that method on whatever module is there at run time (the
 ``FloatFunctional`` it rebuilt, or the ``QFunctional`` ``convert`` put in its place), through the function of

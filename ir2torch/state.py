@@ -11,6 +11,7 @@ re-made.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -52,6 +53,23 @@ def apply_state_maps(ir: IR, state: dict[str, torch.Tensor], maps: Mapping[str, 
     return state
 
 
+def _versioned(state: dict[str, Any], versions: dict[str, Any], packed: set[str]) -> OrderedDict[str, Any]:
+    """``state`` with the rebuilt modules' state-dict versions (``_metadata``), as ``model.state_dict()`` has them.
+
+    Without them, ``load_state_dict`` takes every module's entries for a first-version checkpoint's, and some
+    classes rewrite what they load: an observer (``torch.ao``) resets its ``eps`` buffer to float32's epsilon,
+    losing a qconfig's own (``eps=2**-12``). The modules of an int8 ``Linear``'s unpacked entries (``packed``) keep
+    no version: their first-version form is the unpacked one (``weight``, ``bias``).
+    """
+    out: OrderedDict[str, Any] = OrderedDict(state)
+    for key in packed:
+        prefix = key.rpartition(".")[0]
+        versions.pop(prefix, None)
+        versions.pop(f"{prefix}._packed_params" if prefix else "_packed_params", None)
+    out._metadata = versions  # type: ignore[attr-defined]  # what torch's load_state_dict reads
+    return out
+
+
 def load_into(model: nn.Module, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike,
               maps: Mapping[str, StateMap], *, strict: bool, retie: Callable[[], None]) -> None:
     """Load ``state_dict`` (original keys) into ``model`` rebuilt from ``ir``.
@@ -67,6 +85,7 @@ def load_into(model: nn.Module, ir: IR, state_dict: Mapping[str, torch.Tensor] |
     state = remap_state_dict(read_state(state_dict), ir, strict=strict, refuse_unknown=True)
     state = apply_state_maps(ir, state, maps)
     saved = model.state_dict(keep_vars=True)
+    versions = dict(getattr(saved, "_metadata", {}))
     # an int8 Linear's packed weight and bias: its load_state_dict packs them anew, whatever the rebuilt one holds
     # (remap_state_dict checked them against the IR's records)
     packed = packed_entries(saved)
@@ -78,6 +97,6 @@ def load_into(model: nn.Module, ir: IR, state_dict: Mapping[str, torch.Tensor] |
                 (tensor is None or key in packed):
             state[key] = None
     on_meta = any(t.is_meta for t in expected.values())
-    model.load_state_dict(state, strict=strict, assign=on_meta)
+    model.load_state_dict(_versioned(state, versions, packed), strict=strict, assign=on_meta)
     if on_meta:
         retie()

@@ -35,6 +35,15 @@ CLASSES: dict[str, type] = {cls.__name__: cls for cls in (
     tq.FixedQParamsFakeQuantize,
 )}
 
+#: Observers of torchao's PT2E (``prepare_pt2e``), which branch on the values they see (``if x_min == -inf``,
+#: the histogram's range), so torch.export cannot trace them: ``{qualified class name: IR type}``. They are
+#: handled leaves, traced as stand-ins and rebuilt as the real class, named here so that torchao is imported
+#: only for an IR or a model that holds one.
+PT2E_OBSERVERS: dict[str, str] = {
+    f"torchao.quantization.pt2e.observer.{name}": f"pt2e_{name.lower()}" for name in (
+        "MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver",
+        "MovingAveragePerChannelMinMaxObserver", "HistogramObserver")}
+
 #: ``torch.qscheme`` values by name.
 QSCHEMES: dict[str, torch.qscheme] = {str(q).removeprefix("torch."): q for q in (
     torch.per_tensor_affine, torch.per_tensor_symmetric, torch.per_channel_affine,

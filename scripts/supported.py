@@ -30,6 +30,10 @@ def _module_types() -> list[str]:
         emitted.add(ir_type)
         mark = "yes" if ir_type in built else "**no builder**"
         by_family[cls.__module__.rsplit(".", 1)[-1]].append((f"`{cls.__module__}.{cls.__qualname__}`", ir_type, mark))
+    for qualname, ir_type in t2i.named_types().items():  # an optional library's, registered by name (torchao)
+        emitted.add(ir_type)
+        mark = "yes" if ir_type in built else "**no builder**"
+        by_family[qualname.rsplit(".", 2)[-2]].append((f"`{qualname}` (by name)", ir_type, mark))
     lines = [
         "## Module types",
         "",
@@ -37,6 +41,8 @@ def _module_types() -> list[str]:
         "attributes and state, no graph) and rebuilt as the very same class. Any other module becomes an",
         "implementation with its own graph (type `module`) and is rebuilt as a `torch.fx.GraphModule` at the same",
         "path.",
+        "Classes of an optional library (torchao's PT2E observers) are registered by name: torchao is imported only",
+        "for a model or an IR that holds one.",
         "The `torch.ao` ones (observers, fake-quantize, stubs, fused and QAT layers) also carry the module's `qconfig`",
         "and `prepare`'s observer hook as allow-listed data (`common.quant`; see extending.md, \"Quantized models\").",
         "",

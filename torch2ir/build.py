@@ -31,7 +31,7 @@ from .frontend import (
 )
 from .functional_calls import method_calls, name_methods
 from .hierarchy import Frame, Hierarchy, Problem
-from .hooks import STAND_IN_TYPES, check_hooked_frames, check_hooks, hook_scopes, relocate_hook_ops
+from .hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
 from .int8 import has_int8, int8_stand_ins, refuse_int8
 from .lowering import spec_text
 from .modules import ModuleTable
@@ -131,7 +131,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
     if standins is not None and not standins.used():
         standins = None
     relocate_hook_ops(ep)
-    stand_ins = [p for p, m in model.named_modules() if type(m) in STAND_IN_TYPES and table.is_leaf(m)]
+    stand_ins = [p for p, m in model.named_modules() if is_stand_in(m) and table.is_leaf(m)]
     refused = (f"quantization observers / stubs ({', '.join(stand_ins[:3])}{', ...' if len(stand_ins) > 3 else ''})"
                " are traced as stand-ins" if stand_ins else None)
     if has_int8(model):

@@ -14,7 +14,7 @@ from typing import Any
 from torch import nn
 
 from common.collector import collector_paused
-from common.errors import RegistryError
+from common.errors import DuplicateHandlerError, RegistryError
 from common.flat import FlatIR
 from common.ir import IR, NODE_KINDS
 from common.registry import Registry
@@ -46,6 +46,8 @@ class Torch2Ir:
     def __init__(self) -> None:
         self.handlers: Registry[type, Handler] = Registry("module class")
         self._types: dict[type, str] = {}
+        #: handlers of classes named by their qualified name, registered when a model first holds one
+        self._by_name: dict[str, tuple[Handler, str]] = {}
         #: operators an IR of this converter may call (the defaults; opt in with ``.allowlist.allow("ns::op")``)
         self.allowlist = Allowlist()
 
@@ -72,6 +74,28 @@ class Torch2Ir:
 
         return add if handler is None else add(handler)
 
+    def register_by_name(self, qualname: str, handler: Handler, *, type: str) -> None:
+        """Add the handler of the class named ``qualname`` (``"module.Class"``), registered as :meth:`register`
+        does when a converted model first holds an instance of exactly that class: for a class of an optional
+        library, which is never imported for it.
+
+        Raises:
+            RegistryError: the IR type is reserved (see :data:`RESERVED_TYPES`).
+            DuplicateHandlerError: ``qualname`` already has a handler.
+        """
+        _check_type(nn.Module, type)
+        if qualname in self._by_name:
+            raise DuplicateHandlerError(f"{qualname} already has a handler (by name)", key=qualname)
+        self._by_name[qualname] = (handler, type)
+
+    def _named(self, cls: type) -> bool:
+        """Register the name-registered handler of ``cls``, if it has one; True when it did."""
+        found = self._by_name.get(f"{cls.__module__}.{cls.__qualname__}") if self._by_name else None
+        if found is None or cls in self.handlers:
+            return False
+        self.register(cls, found[0], type=found[1])
+        return True
+
     def register_override(
         self, cls: type[nn.Module], handler: Handler | None = None, *, type: str | None = None
     ) -> Any:
@@ -95,7 +119,7 @@ class Torch2Ir:
 
     def has_handler(self, module: nn.Module) -> bool:
         """True when ``type(module)`` (exactly) has a handler."""
-        return type(module) in self.handlers
+        return type(module) in self.handlers or self._named(type(module))
 
     def type_of(self, cls: type[nn.Module]) -> str:
         """The IR type string of a handled class."""
@@ -104,6 +128,10 @@ class Torch2Ir:
     def types(self) -> Mapping[type, str]:
         """``{module class: IR type}`` of every registered handler."""
         return dict(self._types)
+
+    def named_types(self) -> Mapping[str, str]:
+        """``{qualified class name: IR type}`` of every handler registered by name (:meth:`register_by_name`)."""
+        return {name: itype for name, (_, itype) in self._by_name.items()}
 
     def attributes(self, module: nn.Module) -> dict[str, Any]:
         """Run the handler of ``type(module)``."""
@@ -169,6 +197,7 @@ class Torch2Ir:
         new = type(self)()
         new.handlers = self.handlers.copy()
         new._types = dict(self._types)
+        new._by_name = dict(self._by_name)
         new.allowlist = self.allowlist.copy()
         return new
 

@@ -30,7 +30,7 @@ from torch import nn
 from torch.ao.quantization import DeQuantStub, QuantStub
 from torch.nn.modules import module as _module
 
-from common.quant import CLASSES, hook_to_data
+from common.quant import CLASSES, PT2E_OBSERVERS, hook_to_data
 
 from .frontend import needs_signature
 from .modules import ModuleTable
@@ -143,7 +143,7 @@ def hook_scopes(model: nn.Module, paths: list[str], table: ModuleTable | None = 
     """
     saved: list[tuple[dict[int, Any], int, Any]] = []
     added: list[nn.Module] = []
-    stubs = [m for m in model.modules() if type(m) in STAND_IN_TYPES and "forward" not in vars(m)
+    stubs = [m for m in model.modules() if is_stand_in(m) and "forward" not in vars(m)
              and table is not None and table.is_leaf(m)]
     try:
         for stub in stubs:
@@ -175,6 +175,13 @@ def hook_scopes(model: nn.Module, paths: list[str], table: ModuleTable | None = 
 #: ``min_val``), which torch.export cannot trace. Their
 #: calls are recorded either way and the rebuild runs the real classes, so what their stand-in computes is unused.
 STAND_IN_TYPES: frozenset[type] = frozenset({QuantStub, DeQuantStub, *CLASSES.values()})
+
+
+def is_stand_in(module: nn.Module) -> bool:
+    """True for a module of :data:`STAND_IN_TYPES` or of :data:`common.quant.PT2E_OBSERVERS` (torchao's observers
+    that branch on values, traced alike)."""
+    cls = type(module)
+    return cls in STAND_IN_TYPES or f"{cls.__module__}.{cls.__qualname__}" in PT2E_OBSERVERS
 
 
 def _marked_identity(x: Any) -> Any:

@@ -18,6 +18,7 @@ rebuilt module by :func:`restore_quantization`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,7 @@ from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional, QFunctiona
 from common.errors import IRFormatError
 from common.functional_modules import TYPES as FUNCTIONAL_TYPES
 from common.ir import IR, Implementation
-from common.quant import CLASSES, attribute_from_data, qconfig_from_data, register_hook
+from common.quant import CLASSES, PT2E_OBSERVERS, attribute_from_data, qconfig_from_data, register_hook
 
 from ._base import fresh_copy
 
@@ -115,6 +116,27 @@ def observer(cls: type[nn.Module]) -> Builder:
     return build
 
 
+def pt2e_observer(qualname: str) -> Builder:
+    """A builder of the torchao observer class ``qualname`` (one of :data:`common.quant.PT2E_OBSERVERS`, a fixed
+    name: nothing an IR holds is imported), as :func:`observer`; torchao is imported when the first is built.
+
+    Raises:
+        IRFormatError: torchao is not installed.
+    """
+    module_name, _, class_name = qualname.rpartition(".")
+
+    def build(impl: Implementation) -> nn.Module:
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except ImportError as exc:
+            raise IRFormatError(f"{impl.type!r} is torchao's {class_name}, and torchao cannot be imported ({exc})",
+                                implementation=impl.name, hint="pip install torchao") from exc
+        return observer(cls)(impl)
+
+    build.__qualname__ = f"build_{class_name}"
+    return build
+
+
 def _qconfig(impl: Implementation, required: bool, module: nn.Module | None = None) -> Any:
     data = impl.meta.get("qconfig")
     if data is None:
@@ -193,6 +215,8 @@ def register(converter: Ir2Torch) -> None:
     """Register the quantization builders on ``converter``."""
     for name, cls in CLASSES.items():
         converter.register(name.lower(), observer(cls))
+    for qualname, itype in PT2E_OBSERVERS.items():
+        converter.register(itype, pt2e_observer(qualname))
     converter.register("quantstub", stub(tq.QuantStub))
     converter.register("dequantstub", stub(tq.DeQuantStub))
     for type_str, (cls, children) in FUSED.items():

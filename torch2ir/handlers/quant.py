@@ -27,7 +27,7 @@ from torch.ao import quantization as tq
 from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional, QFunctional
 
 from common.functional_modules import TYPES as FUNCTIONAL_TYPES
-from common.quant import CLASSES, attribute_to_data
+from common.quant import CLASSES, PT2E_OBSERVERS, attribute_to_data
 
 from ._base import RULES, attribute_handler
 
@@ -87,6 +87,8 @@ def register(converter: Torch2Ir) -> None:
     """Register the quantization handlers on ``converter``."""
     for name, cls in CLASSES.items():
         converter.register(cls, attributes, type=name.lower())
+    for qualname, itype in PT2E_OBSERVERS.items():  # torchao's, registered when a model holds one
+        converter.register_by_name(qualname, attributes, type=itype)
     for cls, itype in STUBS.items():
         converter.register(cls, lambda module: {}, type=itype)
     for cls in FUSED:

@@ -293,7 +293,9 @@ def test_registries_are_symmetric(t2i: torch2ir.Torch2Ir, i2t: ir2torch.Ir2Torch
     # torch2ir emits the container types itself (never called containers), not through a handler
     containers = set(CONTAINER_TYPES.values())
     assert containers.isdisjoint(types.values())
-    assert set(types.values()) | containers == set(i2t.builders.keys())
+    named = set(t2i.named_types().values())  # registered by class name (torchao's observers)
+    assert named.isdisjoint(types.values())
+    assert set(types.values()) | named | containers == set(i2t.builders.keys())
 
 
 def test_ir_types_are_lowercased_class_names(t2i: torch2ir.Torch2Ir) -> None:

@@ -2,8 +2,10 @@
 
     python -m benchmarks.trace_once check llama,bert [layer_idx]   # IR equal to a full trace, outputs exact
     python -m benchmarks.trace_once time 3 8,32,80                 # interleaved: export, convert, trace_once
+    python -m benchmarks.trace_once corpus 3 [bert,llama]          # the same on corpus entries (default: all)
 
-``check`` prints one JSON line per corpus entry; ``time`` prints one line per run, then a table of medians.
+``check`` prints one JSON line per corpus entry; ``time`` prints one line per run, then a table of medians;
+``corpus`` one line per entry (medians and ratios to export), then the distribution of the ratios.
 """
 
 from __future__ import annotations
@@ -87,7 +89,55 @@ def timing(rounds: int, layer_counts: list[int]) -> None:
         print(f"| {layers} | {e:.2f} | {c:.2f} | {o:.2f} | {c / e:.2f} | {o / e:.2f} | {o / c:.2f} |", flush=True)
 
 
+def corpus(rounds: int, names: list[str] | None) -> None:
+    """Interleaved per corpus entry: ``torch.export.export`` (non-strict, as torch2ir runs it), ``convert`` and
+    ``convert(trace_once=True)``; prints ``| entry | export | convert | once | convert/export | once/export |
+    stood in |`` (medians, seconds; ``stood in``: 1 when the trace-once export stood a traced block in for alike
+    ones), then the median and maximum of each ratio."""
+    import torch2ir
+    from tests.real.corpus import CORPUS
+
+    rows = []
+    for arch in CORPUS:
+        if names and arch.name not in names:
+            continue
+        args, kwargs = arch.inputs()
+        model = arch.build().eval()
+        runs: list[tuple[str, Callable[[], Any]]] = [
+            ("export", lambda m=model, a=args, k=kwargs: torch.export.export(m, a, k, strict=False)),
+            ("convert", lambda m=model, a=args, k=kwargs, w=arch.allow: torch2ir.convert(m, a, k, allow=w)),
+            ("once", lambda m=model, a=args, k=kwargs, w=arch.allow: torch2ir.convert(m, a, k, allow=w,
+                                                                                        trace_once=True)),
+        ]
+        times: dict[str, list[float]] = {}
+        try:
+            once = None
+            for _ in range(rounds):
+                for label, run in runs:
+                    gc.collect()
+                    start = time.perf_counter()
+                    result = run()
+                    times.setdefault(label, []).append(time.perf_counter() - start)
+                    once = result if label == "once" else once
+        except Exception as exc:  # noqa: BLE001 - a benchmark row, not a test
+            print(f"| {arch.name} | failed: {type(exc).__name__}: {str(exc)[:80]} |", flush=True)
+            continue
+        refused = getattr(getattr(once, "capture", None), "refused", None) or ""
+        instances = int(refused.startswith("alike blocks"))  # its export stood traced blocks in for others
+        e, c, o = (statistics.median(times[label]) for label in ("export", "convert", "once"))
+        rows.append((arch.name, e, c, o, instances))
+        print(f"| {arch.name} | {e:.3f} | {c:.3f} | {o:.3f} | {c / e:.2f} | {o / e:.2f} | {instances} |", flush=True)
+    for label, index in (("convert/export", 2), ("once/export", 3)):
+        ratios = [row[index] / row[1] for row in rows]
+        print(f"{label}: median {statistics.median(ratios):.2f}, max {max(ratios):.2f} over {len(ratios)} entries",
+              flush=True)
+    print(f"entries with blocks stood in: {sum(1 for row in rows if row[4])}", flush=True)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "corpus":
+        corpus(int(sys.argv[2]), sys.argv[3].split(",") if len(sys.argv) > 3 else None)
+        sys.exit(0)
     if sys.argv[1] == "check":
         check(sys.argv[2].split(","), tuple(sys.argv[3].split(",")) if len(sys.argv) > 3 else True)
     else:

@@ -44,6 +44,22 @@ PT2E_OBSERVERS: dict[str, str] = {
         "MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver",
         "MovingAveragePerChannelMinMaxObserver", "HistogramObserver")}
 
+_CONV = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
+         "padding_mode")
+_LINEAR = ("in_features", "out_features", "bias")
+_BN = ("num_features", "eps", "momentum")
+#: The eager int8 modules an IR carries (``torch.ao.quantization.convert``'s output): ``{IR type: recorded
+#: constructor arguments}``; ``scale`` / ``zero_point`` are arguments only where the module's state dict lacks them.
+INT8_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "int8_quantize": ("dtype",), "int8_dequantize": (),
+    **{f"int8_{kind}{d}d": _CONV for kind in ("conv", "convrelu") for d in (1, 2, 3)},
+    "int8_linear": _LINEAR, "int8_linearrelu": _LINEAR, "int8_linear_packed_params": (),
+    "int8_hardswish": (), "int8_relu6": ("inplace",), "int8_leakyrelu": ("negative_slope", "inplace"),
+    "int8_sigmoid": ("output_scale", "output_zero_point"), "int8_elu": ("scale", "zero_point", "alpha"),
+    "int8_softmax": ("dim", "scale", "zero_point"), "int8_dropout": ("p", "inplace"),
+    **{f"int8_{kind}{d}d": _BN for kind in ("batchnorm", "bnrelu") for d in (2, 3)},
+}
+
 #: ``torch.qscheme`` values by name.
 QSCHEMES: dict[str, torch.qscheme] = {str(q).removeprefix("torch."): q for q in (
     torch.per_tensor_affine, torch.per_tensor_symmetric, torch.per_channel_affine,

@@ -18,6 +18,7 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from common.errors import IRFormatError
 from common.ir import Implementation
+from common.quant import INT8_ARGUMENTS
 
 from ._base import fresh_copy
 from .quant import recorded_buffers
@@ -25,10 +26,6 @@ from .quant import recorded_buffers
 if TYPE_CHECKING:
     from ..converter import Builder, Ir2Torch
 
-_CONV = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
-         "padding_mode")
-_LINEAR = ("in_features", "out_features", "bias")
-_BN = ("num_features", "eps", "momentum")
 #: Quantized dtypes a ``Quantize`` may produce.
 QUANTIZED_DTYPES = (torch.quint8, torch.qint8, torch.qint32)
 
@@ -39,27 +36,26 @@ def _quantize(dtype: Any) -> nn.Module:
     return nnq.Quantize(1.0, 0, dtype)  # scale and zero_point are buffers: the state dict sets them
 
 
-#: ``{IR type: (recorded arguments, constructor of those arguments)}``.
-TABLE: dict[str, tuple[tuple[str, ...], Callable[..., nn.Module]]] = {
-    "int8_quantize": (("dtype",), _quantize),
-    "int8_dequantize": ((), nnq.DeQuantize),
-    **{f"int8_conv{d}d": (_CONV, getattr(nnq, f"Conv{d}d")) for d in (1, 2, 3)},
-    **{f"int8_convrelu{d}d": (_CONV, getattr(nniq, f"ConvReLU{d}d")) for d in (1, 2, 3)},
-    "int8_linear": (_LINEAR, lambda in_features, out_features, bias: nnq.Linear(in_features, out_features, bias)),
-    "int8_linearrelu": (_LINEAR, nniq.LinearReLU),
-    "int8_linear_packed_params": ((), LinearPackedParams),
-    "int8_hardswish": ((), lambda: nnq.Hardswish(1.0, 0)),
-    "int8_relu6": (("inplace",), nnq.ReLU6),
-    "int8_leakyrelu": (("negative_slope", "inplace"), lambda negative_slope, inplace: nnq.LeakyReLU(
-        1.0, 0, negative_slope, inplace)),
-    "int8_sigmoid": (("output_scale", "output_zero_point"), nnq.Sigmoid),
-    "int8_elu": (("scale", "zero_point", "alpha"), nnq.ELU),
-    "int8_softmax": (("dim", "scale", "zero_point"), nnq.Softmax),
-    "int8_batchnorm2d": (_BN, nnq.BatchNorm2d),
-    "int8_batchnorm3d": (_BN, nnq.BatchNorm3d),
-    "int8_bnrelu2d": (_BN, nniq.BNReLU2d),
-    "int8_bnrelu3d": (_BN, nniq.BNReLU3d),
-    "int8_dropout": (("p", "inplace"), nnq.Dropout),
+#: ``{IR type: constructor of the recorded arguments}`` (:data:`common.quant.INT8_ARGUMENTS`).
+TABLE: dict[str, Callable[..., nn.Module]] = {
+    "int8_quantize": _quantize,
+    "int8_dequantize": nnq.DeQuantize,
+    **{f"int8_conv{d}d": getattr(nnq, f"Conv{d}d") for d in (1, 2, 3)},
+    **{f"int8_convrelu{d}d": getattr(nniq, f"ConvReLU{d}d") for d in (1, 2, 3)},
+    "int8_linear": lambda in_features, out_features, bias: nnq.Linear(in_features, out_features, bias),
+    "int8_linearrelu": nniq.LinearReLU,
+    "int8_linear_packed_params": LinearPackedParams,
+    "int8_hardswish": lambda: nnq.Hardswish(1.0, 0),  # scale and zero_point are buffers: the state dict sets them
+    "int8_relu6": nnq.ReLU6,
+    "int8_leakyrelu": lambda negative_slope, inplace: nnq.LeakyReLU(1.0, 0, negative_slope, inplace),
+    "int8_sigmoid": nnq.Sigmoid,
+    "int8_elu": nnq.ELU,
+    "int8_softmax": nnq.Softmax,
+    "int8_batchnorm2d": nnq.BatchNorm2d,
+    "int8_batchnorm3d": nnq.BatchNorm3d,
+    "int8_bnrelu2d": nniq.BNReLU2d,
+    "int8_bnrelu3d": nniq.BNReLU3d,
+    "int8_dropout": nnq.Dropout,
 }
 
 
@@ -82,8 +78,8 @@ def int8_builder(names: tuple[str, ...], make: Callable[..., nn.Module], itype: 
 
 def register(converter: Ir2Torch) -> None:
     """Register the int8 builders on ``converter`` (``QFunctional`` is registered with ``FloatFunctional``)."""
-    for itype, (names, make) in TABLE.items():
-        converter.register(itype, int8_builder(names, make, itype))
+    for itype, make in TABLE.items():
+        converter.register(itype, int8_builder(INT8_ARGUMENTS[itype], make, itype))
 
 
 __all__: list[str] = ["TABLE", "int8_builder", "register"]

@@ -24,7 +24,8 @@ A row's status is one of
   model exactly: the traced program itself rounds differently (checked only when the outputs differ);
 - ``refused <IRError subclass: first line>``: the library said no, naming the construct;
 - ``error <class: first line>``: a non-``IRError`` exception left the library (a bug too, but a loud one);
-- ``export failed <first line>``: plain ``torch.export.export`` cannot trace the model either;
+- ``export failed <first line>``: plain ``torch.export.export`` cannot trace the model either (checked whenever
+  the conversion's own export fails or a non-``IRError`` leaves it);
 - ``eager failed``, ``skipped`` (over ``--max-params``), ``timeout``, ``crashed``.
 
 The output is a Markdown table (model, status, convert time) and a count per status; ``--output`` writes it to
@@ -214,6 +215,7 @@ def run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any]
     import ir2torch
     import torch2ir
     from common.errors import IRError
+    from torch2ir.frontend import ExportFailedError
 
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
@@ -232,8 +234,13 @@ def run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any]
     try:
         ir = torch2ir.convert(model, args, kwargs)
     except IRError as error:
-        return {"status": f"refused {type(error).__name__}: {_first_line(error)}",
-                "convert_s": time.perf_counter() - start}
+        seconds = time.perf_counter() - start
+        if isinstance(error, ExportFailedError):  # torch2ir's export failed: does a plain one?
+            try:
+                torch.export.export(model, args, kwargs)
+            except Exception as plain:  # noqa: BLE001 - export itself fails
+                return {"status": f"export failed {type(plain).__name__}: {_first_line(plain)}", "convert_s": seconds}
+        return {"status": f"refused {type(error).__name__}: {_first_line(error)}", "convert_s": seconds}
     except Exception as error:  # noqa: BLE001 - a non-IRError from the library: reported as a row
         seconds = time.perf_counter() - start
         try:
@@ -362,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default="classification",
                         help="torchvision: comma-separated of classification,segmentation,detection,video,"
                              "quantization,optical_flow")
-    parser.add_argument("--filter", default="*", help="glob over the registry's names")
+    parser.add_argument("--filter", default="*", help="globs over the registry's names, comma-separated")
     parser.add_argument("--limit", type=int, default=300, help="timm: seeded sample size over families (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", type=int, default=64, help="image side where the model allows it")
@@ -383,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         names = transformers_names()
     else:
         names = sorted(diffusers_blocks())
-    names = [n for n in names if fnmatch.fnmatch(n, ns.filter)]
+    names = [n for n in names if any(fnmatch.fnmatch(n, glob) for glob in ns.filter.split(","))]
     if ns.zoo != "timm" and ns.limit and len(names) > ns.limit:
         names = names[: ns.limit]
     rows = sweep(ns.zoo, names, size=ns.size, timeout=ns.timeout, max_params=ns.max_params,

@@ -284,3 +284,30 @@ def test_int8_fused_and_unfused_modules_keep_their_classes():
         torch.manual_seed(0)
         model = CASES["convrelu2d"][0]()
     assert type(model.inner[0]) is nniq.ConvReLU2d
+
+
+@pytest.mark.parametrize("value", ["__import__('os').system('touch PWNED')", "__class__", "forward", 3, None])
+def test_a_hostile_method_of_an_int8_qfunctional_call_is_refused_at_load(tmp_path, monkeypatch, value):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    make, x = CASES["qfunctional_add"]
+    path = tmp_path / "m.ir.json"
+    torch2ir.convert(make(), (x,)).save(path)
+    doc = json.loads(path.read_text())
+    found = 0
+    for impl in doc["implementations"].values():
+        nodes = impl.get("nodes", {})
+        for node in nodes.values() if isinstance(nodes, dict) else nodes:
+            if node.get("type") == "int8_qfunctional":
+                found += 1
+                if value is None:
+                    del node["method"]
+                else:
+                    node["method"] = value
+    assert found == 1
+    path.write_text(json.dumps(doc))
+    with pytest.raises(IRError, match="method"):
+        IR.load(path)
+    assert not (tmp_path / "PWNED").exists()

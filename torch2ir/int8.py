@@ -27,7 +27,7 @@ import torch
 import torch.ao.nn.intrinsic.quantized as nniq
 import torch.ao.nn.quantized as nnq
 import torch.nn.functional as F
-from torch import nn
+from torch import fx, nn
 from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from common.errors import ConversionError
@@ -71,6 +71,15 @@ def refuse_int8(model: nn.Module) -> None:
     Raises:
         ConversionError: naming the first ones and what to do instead.
     """
+    kernels = _int8_kernel_calls(model)
+    if kernels:
+        path, node, op = kernels[0]
+        raise ConversionError(
+            f"{len(kernels)} call{'s' if len(kernels) != 1 else ''} of int8 kernels in the graph of an fx GraphModule "
+            f"(made by torch.ao's convert_fx): node {node!r} of {path} calls {op}, which torch.export cannot trace",
+            implementation=path, node=node,
+            hint="convert the model before convert_fx (prepared: observers with their statistics) and run convert_fx "
+            "on the rebuild, or quantize in eager mode (tq.convert) or with PT2E (convert_pt2e), which convert")
     carried = set(INT8)
     found = [(path, cls) for path, cls in int8_modules(model)
              if type(model.get_submodule("" if path == "root" else path)) not in carried]
@@ -85,6 +94,21 @@ def refuse_int8(model: nn.Module) -> None:
         hint="int8 models convert with " + ", ".join(sorted({c.__name__ for c in INT8 if c is not LinearPackedParams}))
         + "; for others convert the model before tq.convert (prepared or QAT-prepared: float weights, observers and "
         "fake-quantize modules with their statistics) and run tq.convert on the rebuilt model (docs/extending.md)")
+
+
+def _int8_kernel_calls(model: nn.Module) -> list[tuple[str, str, str]]:
+    """``(module path, node, operator)`` of every call of a ``quantized::`` operator in the graphs of ``model``'s
+    fx ``GraphModule``s (FX graph mode quantization calls them as functions: ``quantized::add_relu``)."""
+    out = []
+    for path, module in model.named_modules():
+        if not isinstance(module, fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            op = getattr(node.target, "_qualified_op_name", None) or (
+                node.target.name() if isinstance(node.target, torch._ops.OpOverload) else "")
+            if node.op == "call_function" and isinstance(op, str) and op.startswith("quantized::"):
+                out.append((path or "root", node.name, op))
+    return out
 
 
 def packed_state(module: nn.Module) -> dict[str, torch.Tensor]:

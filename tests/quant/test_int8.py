@@ -311,3 +311,38 @@ def test_a_hostile_method_of_an_int8_qfunctional_call_is_refused_at_load(tmp_pat
     with pytest.raises(IRError, match="method"):
         IR.load(path)
     assert not (tmp_path / "PWNED").exists()
+
+
+class _Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x) + x)
+
+
+def _fx_int8(model: nn.Module, x: torch.Tensor) -> nn.Module:
+    from torch.ao.quantization import get_default_qconfig_mapping
+    from torch.ao.quantization.quantize_fx import convert_fx, prepare_fx
+
+    prepared = prepare_fx(model.eval(), get_default_qconfig_mapping("x86"), (x,))
+    prepared(x)
+    return convert_fx(prepared)
+
+
+def test_an_fx_int8_model_calling_int8_kernels_is_refused_naming_the_node():
+    torch.manual_seed(0)
+    x = _x(2, 3, 6, 6)
+    model = _fx_int8(_Residual(), x)
+    with pytest.raises(ConversionError, match=r"node '\w+' of root calls quantized::add_relu") as info:
+        torch2ir.convert(model, (x,))
+    assert "convert_pt2e" in info.value.hint
+
+
+def test_an_fx_int8_model_of_int8_modules_only_round_trips():
+    torch.manual_seed(0)
+    x = _x(2, 3, 6, 6)
+    model = _fx_int8(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 2, 1)), x)
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x,)), model.state_dict())
+    assert torch.equal(rebuilt(x), model(x))

@@ -98,6 +98,7 @@ def corpus(rounds: int, names: list[str] | None) -> None:
     from tests.real.corpus import CORPUS
 
     rows = []
+    reasons: dict[str, int] = {}
     for arch in CORPUS:
         if names and arch.name not in names:
             continue
@@ -124,6 +125,8 @@ def corpus(rounds: int, names: list[str] | None) -> None:
             continue
         refused = getattr(getattr(once, "capture", None), "refused", None) or ""
         instances = int(refused.startswith("alike blocks"))  # its export stood traced blocks in for others
+        for _, why in getattr(getattr(once, "capture", None), "trace_once_fallbacks", []):
+            reasons[why] = reasons.get(why, 0) + 1
         e, c, o = (statistics.median(times[label]) for label in ("export", "convert", "once"))
         rows.append((arch.name, e, c, o, instances))
         print(f"| {arch.name} | {e:.3f} | {c:.3f} | {o:.3f} | {c / e:.2f} | {o / e:.2f} | {instances} |", flush=True)
@@ -132,6 +135,9 @@ def corpus(rounds: int, names: list[str] | None) -> None:
         print(f"{label}: median {statistics.median(ratios):.2f}, max {max(ratios):.2f} over {len(ratios)} entries",
               flush=True)
     print(f"entries with blocks stood in: {sum(1 for row in rows if row[4])}", flush=True)
+    print("groups traced in full after all, by reason (trace_once_fallbacks):", flush=True)
+    for why, count in sorted(reasons.items(), key=lambda item: -item[1]):
+        print(f"- {count}: {why}", flush=True)
 
 
 if __name__ == "__main__":

@@ -86,20 +86,27 @@ def build_ir(
             capture.seal(ir)
         return ir
     refuse_int8(model)  # before tracing: export's own error names neither the module nor what to do
+    groups: list[Any] = []
+    fallbacks: list[tuple[str, str]] = []  # trace_once: each group traced in full after all, and why
     if trace_once and captured is None and not strict:  # strict export (dynamo) would trace the stand-in wrappers
         ignored = () if trace_once is True else tuple(trace_once)
         groups = [g for g in alike_groups(model, ignored, table.is_leaf) if not table.is_leaf(g.modules[0])]
         if groups:
+            standins = StandIns(groups)
             try:
                 with method_calls(model, table) as methods:
                     return _traced(model, args, kwargs, table, hooked, methods, strict=strict,
                                    dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured,
-                                   train_checks=train_checks, standins=StandIns(groups))
-            except TraceOnceFallback:
+                                   train_checks=train_checks, standins=standins)
+            except TraceOnceFallback as exc:
+                fallbacks = [*standins.fallbacks, ("the model", exc.message)]
                 table = ModuleTable(model, converter)  # a fresh table: the failed attempt recorded errors in it
     with method_calls(model, table) as methods:  # FloatFunctional.add(...) is traced as a call of the module
-        return _traced(model, args, kwargs, table, hooked, methods, strict=strict,
-                       dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured, train_checks=train_checks)
+        ir = _traced(model, args, kwargs, table, hooked, methods, strict=strict,
+                     dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured, train_checks=train_checks)
+    if trace_once and getattr(ir, "capture", None) is not None:
+        ir.capture.trace_once_fallbacks = fallbacks
+    return ir
 
 
 def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, table: ModuleTable,
@@ -120,14 +127,18 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
             if standins is not None:
                 raise TraceOnceFallback("the export with stand-ins failed") from exc
             raise naming_observer(exc, model, args, kwargs) from exc.__cause__
-        failed = [*standins.failed(), *standins.with_constants(ep.graph_signature.inputs_to_lifted_tensor_constants
-                                                               .values()), *standins.with_subgraphs(ep.graph)
+        failed = [*((g, g.failure) for g in standins.failed()),
+                  *((g, "its traced call reads tensor constants export lifted") for g in standins.with_constants(
+                      ep.graph_signature.inputs_to_lifted_tensor_constants.values())),
+                  *((g, "its traced call holds a higher-order op") for g in standins.with_subgraphs(ep.graph))
                   ] if standins is not None else []
         if not failed:
             break
-        for group in failed:  # a group whose traced call a stand-in cannot repeat: export again without it
+        for group, why in failed:  # a group whose traced call a stand-in cannot repeat: export again without it
             group.enabled = False
+            standins.fallbacks.append((type(group.modules[0]).__name__, str(why)))
         custom.clear()
+    fallbacks = list(standins.fallbacks) if standins is not None else []
     if standins is not None and not standins.used():
         standins = None
     relocate_hook_ops(ep)
@@ -187,6 +198,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
                                   hint="this is a torch2ir bug; please report it with the model") from exc
         if captured is None:
             capture.seal(ir)
+            capture.trace_once_fallbacks = fallbacks
         return ir
     finally:
         hierarchy.restore_graph()

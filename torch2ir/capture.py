@@ -75,6 +75,8 @@ class Capture:
         self.allowlist = allowlist
         self.refused = refused
         self.digest: str | None = None
+        #: with ``trace_once``: ``(class of alike blocks, why)`` of each group traced in full after all
+        self.trace_once_fallbacks: list[tuple[str, str]] = []
         #: flat user input -> the earlier one that was the same tensor object (:func:`torch2ir.hierarchy.same_objects`)
         self.same_input = same_objects(ep, (args, kwargs)) if ep is not None else {}
 

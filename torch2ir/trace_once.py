@@ -209,6 +209,8 @@ class StandIns:
 
     def __init__(self, groups: list[Group]) -> None:
         self.groups = groups
+        #: ``(class of the group's blocks, why)`` of every group traced in full after all (fallbacks)
+        self.fallbacks: list[tuple[str, str]] = []
 
     def reset(self) -> None:
         """Forget what a (failed) export attempt recorded."""

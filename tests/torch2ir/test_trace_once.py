@@ -118,6 +118,9 @@ def test_a_block_reading_its_index_is_traced_in_full(reads: str, stood_in: bool,
     for impl in once.values():
         _ = impl.graph
     assert once == full  # train notes included: the train-mode pass ran every block for real
+    # a group traced in full after all is named on the capture, with why
+    assert once.capture.trace_once_fallbacks == ([] if stood_in else [
+        ("_Indexed", "its call reads index, which differs between the alike blocks")])
     rebuilt = ir2torch.convert(once, model.state_dict()).eval()
     with torch.no_grad():
         assert torch.equal(rebuilt(x), model(x))

@@ -71,7 +71,8 @@ def refuse_int8(model: nn.Module) -> None:
     Raises:
         ConversionError: naming the first ones and what to do instead.
     """
-    kernels = _int8_kernel_calls(model)
+    modules = int8_modules(model)
+    kernels = _int8_kernel_calls(model) if modules else []  # convert_fx's graphs hold int8 modules too
     if kernels:
         path, node, op = kernels[0]
         raise ConversionError(
@@ -81,7 +82,7 @@ def refuse_int8(model: nn.Module) -> None:
             hint="convert the model before convert_fx (prepared: observers with their statistics) and run convert_fx "
             "on the rebuild, or quantize in eager mode (tq.convert) or with PT2E (convert_pt2e), which convert")
     carried = set(INT8)
-    found = [(path, cls) for path, cls in int8_modules(model)
+    found = [(path, cls) for path, cls in modules
              if type(model.get_submodule("" if path == "root" else path)) not in carried]
     found += [(path or "root", "packed float16 weights") for path, m in model.named_modules()
               if isinstance(m, LinearPackedParams) and m.dtype != torch.qint8]

@@ -139,6 +139,8 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
             standins.fallbacks.append((type(group.modules[0]).__name__, str(why)))
         custom.clear()
     fallbacks = list(standins.fallbacks) if standins is not None else []
+    for group, why in standins.traced_in_full() if standins is not None else []:  # no second export needed
+        fallbacks.append((type(group.modules[0]).__name__, why))
     if standins is not None and not standins.used():
         standins = None
     relocate_hook_ops(ep)

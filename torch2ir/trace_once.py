@@ -65,6 +65,14 @@ class Group:
     failure: str | None = None
     #: int attributes (path in a member, name) whose value differs in every member: watched while one runs
     watched: list[tuple[str, str]] = field(default_factory=list)
+    #: the watched attributes the first traced call read: part of every member's input key from then on, so a
+    #: member stands in only for one with the same values (Swin's ``shift_size``: 0, w/2, 0, w/2 makes two)
+    keyed: tuple[tuple[str, str], ...] = ()
+
+    def keyed_values(self, index: int) -> tuple[Any, ...]:
+        """The values of the :attr:`keyed` attributes in member ``index`` (read from its instance dictionaries)."""
+        module = self.modules[index]
+        return tuple(vars(module.get_submodule(path)).get(name) for path, name in self.keyed)
 
 
 def _plain(value: Any, depth: int = 0) -> Any:
@@ -215,7 +223,7 @@ class StandIns:
     def reset(self) -> None:
         """Forget what a (failed) export attempt recorded."""
         for group in self.groups:
-            group.records, group.stood_in, group.failure = {}, {}, None
+            group.records, group.stood_in, group.failure, group.keyed = {}, {}, None, ()
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -237,8 +245,24 @@ class StandIns:
                 module.__dict__.pop("forward", None)
 
     def failed(self) -> list[Group]:
-        """The enabled groups whose traced call cannot be stood in for (disable them and export again)."""
-        return [g for g in self.groups if g.enabled and g.failure is not None]
+        """The enabled groups whose traced call cannot be stood in for after stand-ins were given for it (disable
+        them and export again). A group that failed before any stand-in ran every member for real: the export
+        holds its full trace already (:meth:`traced_in_full`)."""
+        return [g for g in self.groups if g.enabled and g.failure is not None and g.stood_in]
+
+    def traced_in_full(self) -> list[tuple[Group, str]]:
+        """``(group, why)`` of the enabled groups whose every member ran for real in the export just made: one
+        failed before a stand-in was given, or keyed on attributes that differ in every member."""
+        out = []
+        for g in self.groups:
+            if not g.enabled or g.stood_in:
+                continue
+            if g.failure is not None:
+                out.append((g, g.failure))
+            elif g.keyed:
+                name = ", ".join(f"{p}.{n}" if p else n for p, n in g.keyed)
+                out.append((g, f"its call reads {name}, which differs between the alike blocks"))
+        return out
 
     def with_constants(self, constants: Any) -> list[Group]:
         """The enabled groups whose traced member owns tensor constants export lifted (``constants``: their
@@ -270,6 +294,8 @@ class StandIns:
                 # ``layer.forward(x)`` called directly (SqueezeBERT's encoder): no module call, no frame of its own
                 return original(*args, **kwargs)
             key = input_key(args, kwargs)
+            if key is not None and group.keyed:
+                key = (key, group.keyed_values(index))
             if index in group.stood_in and group.failure is None:
                 group.failure = "a stood-in member is called again"  # its module would have several calls
             if key is None or group.failure is not None:
@@ -294,7 +320,13 @@ class StandIns:
         with watching(module, group.watched) as reads:
             out = original(*args, **kwargs)
         if reads:
-            group.failure = f"its call reads {reads[0]}, which differs between the alike blocks"
+            labels = {(f"{path}.{name}" if path else name): (path, name) for path, name in group.watched}
+            new = [pair for pair in dict.fromkeys(labels[r] for r in reads if r in labels) if pair not in group.keyed]
+            if new and group.records:  # members recorded already without them in their keys
+                group.failure = f"its call reads {reads[0]}, which differs between the alike blocks"
+            elif new:  # the first traced call: key every member on them
+                group.keyed = (*group.keyed, *new)
+                key = (key, group.keyed_values(index))
         leaves, spec = pytree.tree_flatten(out)
         state = [t for t in (*module.parameters(), *module.buffers())]
         recorded = []

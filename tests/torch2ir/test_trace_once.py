@@ -32,6 +32,18 @@ def _instances(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, str]]:
     return made
 
 
+def _exports(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    calls: list[object] = []
+    original = build.export
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(build, "export", spy)
+    return calls
+
+
 @pytest.mark.parametrize("name", ["llama", "bert"])
 def test_trace_once_equals_full_trace(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     arch = ARCHES[name]
@@ -110,10 +122,14 @@ def test_a_block_reading_its_index_is_traced_in_full(reads: str, stood_in: bool,
     x = torch.randn(2, 4)
     (group,) = alike_groups(model)
     assert group.watched == [("", "index")]
+    exports = _exports(monkeypatch)
     full = torch2ir.convert(model, (x,))
+    full_exports = len(exports)
     made = _instances(monkeypatch)
     once = torch2ir.convert(model, (x,), trace_once=True)
     assert any(made) is stood_in
+    # the first block's read keys the group: every block runs for real in the same export, none is exported again
+    assert len(exports) - full_exports == full_exports
     assert "index" not in vars(_Indexed)  # the watch is gone
     for impl in once.values():
         _ = impl.graph
@@ -167,10 +183,14 @@ def test_blocks_a_stand_in_cannot_repeat_are_traced_in_full(block: type[nn.Modul
     torch.manual_seed(0)
     model = nn.Sequential(block(), block(), block()).eval()
     x = torch.randn(2, 4)
+    exports = _exports(monkeypatch)
     full = torch2ir.convert(model, (x,))
+    full_exports = len(exports)
     made = _instances(monkeypatch)
     once = torch2ir.convert(model, (x,), trace_once=True)
     assert any(made) is stood_in
+    # the first block's read keys the group: every block runs for real in the same export, none is exported again
+    assert len(exports) - full_exports == full_exports
     for impl in once.values():
         _ = impl.graph
     assert once == full
@@ -248,3 +268,40 @@ def test_more_blocks_a_stand_in_cannot_repeat_give_the_full_trace(block: type[nn
     for impl in once.values():
         _ = impl.graph
     assert once == full
+
+
+class _Passing(nn.Module):
+    """A block returning its input next to its result (an output aliasing an input: no stand-in can repeat it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.lin(x), x
+
+
+class _Chain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_Passing() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x
+        for block in self.blocks:
+            y, kept = block(out)
+            out = y + kept
+        return out
+
+
+def test_a_group_failing_before_any_stand_in_is_traced_in_full_in_the_same_export(monkeypatch):
+    torch.manual_seed(0)
+    model, x = _Chain().eval(), torch.randn(2, 4)
+    exports = _exports(monkeypatch)
+    full = torch2ir.convert(model, (x,))
+    once = torch2ir.convert(model, (x,), trace_once=True)
+    assert len(exports) == 2  # one each: the failed group did not cost a second export
+    assert once == full
+    assert once.capture.trace_once_fallbacks == [("_Passing", "an output aliases an input or a parameter/buffer")]
+    rebuilt = ir2torch.convert(once, model.state_dict())
+    assert torch.equal(rebuilt(x), model(x))

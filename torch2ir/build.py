@@ -38,8 +38,9 @@ from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
 from .tensormeta import range_bound, state_record
 from .torch_logs import torch_logs_to_debug
-from .trace_once import StandIns, TraceOnceFallback, alike_groups, instantiate
+from .trace_once import StandIns, TraceOnceFallback, alike_groups
 from .trace_once_eager import EagerStandIns
+from .trace_once_instances import instantiate
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
 from .training import (

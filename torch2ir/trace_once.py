@@ -5,16 +5,16 @@ grouped before the export (:func:`alike_groups`); during the export the first me
 runs for real and every later member called with the same input metadata returns fresh tensors of the recorded
 output metadata instead of running (a *stand-in*, :class:`StandIns`). Once the IR is built, each stood-in member
 and everything below it becomes an unexpanded instance (:meth:`common.ir.Implementation.instance_of`) of a frozen
-copy of the traced member's implementation (:func:`instantiate`).
+copy of the traced member's implementation (:func:`torch2ir.trace_once_instances.instantiate`).
 
 A group whose real call does something a stand-in cannot repeat (returns an input, mutates an input, its state or
-an attribute, returns a data-dependent size) is disabled and the export is run again without it.
+an attribute, returns a data-dependent size) is traced in full: in the same export when no stand-in was given for
+it yet, else in a second export without it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import sys
 from collections.abc import Callable, Collection, Iterator
@@ -26,12 +26,10 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from common.errors import IRError
-from common.ir import IR, Implementation
 
 from .trace_once_watch import varying_indices, watching
 
-__all__ = ["Group", "StandIns", "TraceOnceFallback", "alike_groups", "input_key", "instantiate",
-           "output_record", "stand_in"]
+__all__ = ["Group", "StandIns", "TraceOnceFallback", "alike_groups", "input_key", "output_record", "stand_in"]
 
 #: ``nn.Module.__dict__`` entries that are bookkeeping, not a module's own attributes.
 _BOOKKEEPING = frozenset({
@@ -371,48 +369,3 @@ def stand_in(outputs: tuple[Any, list[Any]]) -> Any:
         else:
             leaves.append(leaf[1])
     return pytree.tree_unflatten(leaves, spec)
-
-
-def _subtree(ir: IR, key: str) -> list[str]:
-    return [k for k in ir if k == key or k.startswith(key + ".")]
-
-
-#: ``meta`` entries every implementation has of its own (the module path it came from).
-OWN_META = ("source",)
-
-
-def instantiate(ir: IR, table: Any, standins: StandIns, called: Collection[str]) -> dict[str, str]:
-    """Make every stood-in member (and every implementation below it) an unexpanded instance of a frozen copy of
-    the traced member's; returns ``{key replaced: key of the traced implementation it is an instance of}``.
-
-    Raises:
-        TraceOnceFallback: a stood-in member's keys do not mirror the traced member's, or a member had no call
-            of its own in the trace.
-    """
-    replaced: dict[str, str] = {}
-    for group in standins.used():
-        bodies: dict[str, Implementation] = {}
-        for index, ran in sorted(group.stood_in.items()):
-            home = table.key(group.paths[ran])
-            home_keys = _subtree(ir, home)
-            for k in home_keys:
-                if k not in bodies:
-                    _ = ir[k].graph  # an instance already (it should not be) is expanded before it is copied
-                    bodies[k] = copy.deepcopy(ir[k])  # later edits of the traced implementation leave it alone
-            key = table.key(group.paths[index])
-            if key not in called or home not in called:
-                raise TraceOnceFallback(f"stood-in {key!r} or traced {home!r} has no module call of its own",
-                                        implementation=key)
-            keys = _subtree(ir, key)
-            mirrored = [key + k[len(home):] for k in home_keys]
-            if sorted(keys) != sorted(mirrored):
-                raise TraceOnceFallback(f"stood-in {key!r} has other implementations than traced {home!r}",
-                                        implementation=key)
-            for k, target in zip(home_keys, mirrored, strict=True):
-                old = ir[target]
-                if old.aliases or bodies[k].aliases:
-                    raise TraceOnceFallback("an aliased module in a stood-in member", implementation=target)
-                own = {m: old.meta[m] for m in OWN_META if m in old.meta}
-                ir[target] = Implementation.instance_of(target, bodies[k], aliases=[], meta=own)
-                replaced[target] = k
-    return replaced

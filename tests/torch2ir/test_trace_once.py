@@ -10,6 +10,7 @@ from torch.utils import _pytree as pytree
 import ir2torch
 import torch2ir
 from common.errors import IRError
+from common.ir import IR
 from torch2ir import build
 from torch2ir.trace_once import alike_groups
 
@@ -42,6 +43,21 @@ def _exports(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
     monkeypatch.setattr(build, "export", spy)
     return calls
+
+
+def _full_and_once(model: nn.Module, x: torch.Tensor, stood_in: bool,
+                   monkeypatch: pytest.MonkeyPatch) -> tuple[IR, IR]:
+    """``model`` converted in full and with ``trace_once=True``, checking whether blocks were stood in for, and that
+    a group traced in full after all cost no second export (it failed, or read a watched attribute, before any
+    stand-in was given for it)."""
+    exports = _exports(monkeypatch)
+    full = torch2ir.convert(model, (x,))
+    full_exports = len(exports)
+    made = _instances(monkeypatch)
+    once = torch2ir.convert(model, (x,), trace_once=True)
+    assert any(made) is stood_in
+    assert len(exports) - full_exports == full_exports
+    return full, once
 
 
 @pytest.mark.parametrize("name", ["llama", "bert"])
@@ -122,14 +138,7 @@ def test_a_block_reading_its_index_is_traced_in_full(reads: str, stood_in: bool,
     x = torch.randn(2, 4)
     (group,) = alike_groups(model)
     assert group.watched == [("", "index")]
-    exports = _exports(monkeypatch)
-    full = torch2ir.convert(model, (x,))
-    full_exports = len(exports)
-    made = _instances(monkeypatch)
-    once = torch2ir.convert(model, (x,), trace_once=True)
-    assert any(made) is stood_in
-    # the first block's read keys the group: every block runs for real in the same export, none is exported again
-    assert len(exports) - full_exports == full_exports
+    full, once = _full_and_once(model, x, stood_in, monkeypatch)
     assert "index" not in vars(_Indexed)  # the watch is gone
     for impl in once.values():
         _ = impl.graph
@@ -183,14 +192,7 @@ def test_blocks_a_stand_in_cannot_repeat_are_traced_in_full(block: type[nn.Modul
     torch.manual_seed(0)
     model = nn.Sequential(block(), block(), block()).eval()
     x = torch.randn(2, 4)
-    exports = _exports(monkeypatch)
-    full = torch2ir.convert(model, (x,))
-    full_exports = len(exports)
-    made = _instances(monkeypatch)
-    once = torch2ir.convert(model, (x,), trace_once=True)
-    assert any(made) is stood_in
-    # the first block's read keys the group: every block runs for real in the same export, none is exported again
-    assert len(exports) - full_exports == full_exports
+    full, once = _full_and_once(model, x, stood_in, monkeypatch)
     for impl in once.values():
         _ = impl.graph
     assert once == full

@@ -1,0 +1,60 @@
+"""The IR side of tracing alike blocks once (:mod:`torch2ir.trace_once`): once the IR of an export with stand-ins
+is built, each stood-in member and everything below it becomes an unexpanded instance
+(:meth:`common.ir.Implementation.instance_of`) of a frozen copy of the traced member's implementation."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection
+from typing import Any
+
+from common.ir import IR, Implementation
+
+from .trace_once import StandIns, TraceOnceFallback
+
+__all__ = ["OWN_META", "instantiate"]
+
+
+def _subtree(ir: IR, key: str) -> list[str]:
+    return [k for k in ir if k == key or k.startswith(key + ".")]
+
+
+#: ``meta`` entries every implementation has of its own (the module path it came from).
+OWN_META = ("source",)
+
+
+def instantiate(ir: IR, table: Any, standins: StandIns, called: Collection[str]) -> dict[str, str]:
+    """Make every stood-in member (and every implementation below it) an unexpanded instance of a frozen copy of
+    the traced member's; returns ``{key replaced: key of the traced implementation it is an instance of}``.
+
+    Raises:
+        TraceOnceFallback: a stood-in member's keys do not mirror the traced member's, or a member had no call
+            of its own in the trace.
+    """
+    replaced: dict[str, str] = {}
+    for group in standins.used():
+        bodies: dict[str, Implementation] = {}
+        for index, ran in sorted(group.stood_in.items()):
+            home = table.key(group.paths[ran])
+            home_keys = _subtree(ir, home)
+            for k in home_keys:
+                if k not in bodies:
+                    _ = ir[k].graph  # an instance already (it should not be) is expanded before it is copied
+                    bodies[k] = copy.deepcopy(ir[k])  # later edits of the traced implementation leave it alone
+            key = table.key(group.paths[index])
+            if key not in called or home not in called:
+                raise TraceOnceFallback(f"stood-in {key!r} or traced {home!r} has no module call of its own",
+                                        implementation=key)
+            keys = _subtree(ir, key)
+            mirrored = [key + k[len(home):] for k in home_keys]
+            if sorted(keys) != sorted(mirrored):
+                raise TraceOnceFallback(f"stood-in {key!r} has other implementations than traced {home!r}",
+                                        implementation=key)
+            for k, target in zip(home_keys, mirrored, strict=True):
+                old = ir[target]
+                if old.aliases or bodies[k].aliases:
+                    raise TraceOnceFallback("an aliased module in a stood-in member", implementation=target)
+                own = {m: old.meta[m] for m in OWN_META if m in old.meta}
+                ir[target] = Implementation.instance_of(target, bodies[k], aliases=[], meta=own)
+                replaced[target] = k
+    return replaced

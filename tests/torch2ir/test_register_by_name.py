@@ -11,7 +11,7 @@ from torch import nn
 
 import ir2torch
 import torch2ir
-from common.errors import DuplicateHandlerError, IRFormatError, RegistryError
+from common.errors import DuplicateHandlerError, IRError, IRFormatError, RegistryError
 
 
 class Scale(nn.Module):
@@ -81,3 +81,19 @@ def test_a_torchao_observer_without_torchao_is_a_clear_error(monkeypatch):
     with pytest.raises(IRFormatError, match="torchao cannot be imported") as info:
         ir2torch.convert(ir, model.state_dict())
     assert info.value.hint == "pip install torchao"
+
+
+@pytest.mark.parametrize(("name", "value"), [("__class__", "x"), ("quant_min", "0; import os"),
+                                             ("qscheme", {"qscheme": "__import__"}), ("dtype", "float32")])
+def test_hostile_attributes_of_a_torchao_observer_are_refused(name, value):
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), HistogramObserver())
+    x = torch.randn(2, 3)
+    model(x)
+    ir = torch2ir.convert(model, (x,))
+    assert ir["1"].type == "pt2e_histogramobserver"
+    ir["1"].data = {**ir["1"].data, name: value}
+    with pytest.raises(IRError):
+        ir2torch.convert(ir, model.state_dict())

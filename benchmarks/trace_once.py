@@ -48,6 +48,7 @@ def check(names: list[str], trace_once: Any) -> None:
         full = torch2ir.convert(arch.build().eval(), args, kwargs, allow=arch.allow)
         model = arch.build().eval()  # a fresh model: a conversion can leave state behind (LeViT's bias cache)
         once = torch2ir.convert(model, args, kwargs, allow=arch.allow, trace_once=trace_once)
+        lowered = _lowered_alike(full, once, model, args, kwargs, arch.allow)
         for impl in once.values():
             _ = impl.graph
         rebuilt = ir2torch.convert(once, model.state_dict(), allow=arch.allow).eval()
@@ -56,14 +57,48 @@ def check(names: list[str], trace_once: Any) -> None:
             got = pytree.tree_leaves(rebuilt(*args, **(kwargs or {})))
         exact = len(expected) == len(got) and all(
             torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b for a, b in zip(expected, got))
-        print(json.dumps({"name": name, "ir_equal": once == full, "exact": exact, "diffs": _diffs(full, once)}),
-              flush=True)
+        print(json.dumps({"name": name, "ir_equal": once == full, "exact": exact, "lowered": lowered,
+                          "diffs": _diffs(full, once)}), flush=True)
+
+
+def _lowered_alike(full: Any, once: Any, model: Any, args: tuple, kwargs: Any, allow: Any) -> str:
+    """``ir.lower()`` of the trace-once IR against the full trace's: ``"equal"`` (same ops in each module, same
+    weights, meta and source links up to instances, outputs of both rebuilt FlatIRs bit-equal), ``"refused: ..."``
+    (the capture names why), or what differs."""
+    from collections import Counter
+
+    import ir2torch
+    from common.errors import IRError
+
+    try:
+        a = full.lower()
+    except IRError:
+        return "full trace not lowered"
+    try:
+        b = once.lower()
+    except IRError as exc:
+        return f"refused: {exc.message}"
+    def ops(flat: Any) -> Counter:
+        return Counter((n.op_type, n.module_path, n.source is None) for n in flat.nodes)
+
+    if ops(a) != ops(b):
+        return f"ops differ: {sorted((ops(a) - ops(b)).items())[:3]} / {sorted((ops(b) - ops(a)).items())[:3]}"
+    if a.weight_name_mapping != b.weight_name_mapping or a.meta != b.meta:
+        return "weights or meta differ"
+    rebuilder = ir2torch.Ir2Torch()
+    with torch.no_grad():
+        out_a = pytree.tree_leaves(rebuilder.convert(a, model, allow=allow)(*args, **(kwargs or {})))
+        out_b = pytree.tree_leaves(rebuilder.convert(b, model, allow=allow)(*args, **(kwargs or {})))
+    if len(out_a) != len(out_b) or not all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+                                           for x, y in zip(out_a, out_b)):
+        return "outputs differ"
+    return "equal"
 
 
 def timing(rounds: int, layer_counts: list[int]) -> None:
     """Interleaved timing on ``llama_70b(layers)`` (meta): ``torch.export.export``, ``convert``, ``convert`` with
-    ``trace_once``; prints ``| layers | export | convert | trace_once | convert/export | once/export | once/convert |``
-    (medians, seconds)."""
+    ``trace_once``, the same followed by ``ir.lower()``; prints ``| layers | export | convert | trace_once | once +
+    lower | convert/export | once/export | (once + lower)/export |`` (medians, seconds)."""
     import torch2ir
 
     from .models import SCALE_SEQ, llama_70b
@@ -76,6 +111,7 @@ def timing(rounds: int, layer_counts: list[int]) -> None:
             ("export", lambda m=model, a=args: torch.export.export(m, a, strict=False)),
             ("convert", lambda m=model, a=args: torch2ir.convert(m, a)),
             ("trace_once", lambda m=model, a=args: torch2ir.convert(m, a, trace_once=TRACE_ONCE)),
+            ("once+lower", lambda m=model, a=args: torch2ir.convert(m, a, trace_once=TRACE_ONCE).lower()),
         ]
         for _ in range(rounds):
             for label, run in runs:
@@ -85,8 +121,10 @@ def timing(rounds: int, layer_counts: list[int]) -> None:
                 times.setdefault((layers, label), []).append(time.perf_counter() - start)
                 print(layers, label, round(times[(layers, label)][-1], 2), flush=True)
     for layers in layer_counts:
-        e, c, o = (statistics.median(times[(layers, label)]) for label in ("export", "convert", "trace_once"))
-        print(f"| {layers} | {e:.2f} | {c:.2f} | {o:.2f} | {c / e:.2f} | {o / e:.2f} | {o / c:.2f} |", flush=True)
+        e, c, o, lo = (statistics.median(times[(layers, label)])
+                       for label in ("export", "convert", "trace_once", "once+lower"))
+        print(f"| {layers} | {e:.2f} | {c:.2f} | {o:.2f} | {lo:.2f} | {c / e:.2f} | {o / e:.2f} | {lo / e:.2f} |",
+              flush=True)
 
 
 def corpus(rounds: int, names: list[str] | None) -> None:
@@ -123,8 +161,9 @@ def corpus(rounds: int, names: list[str] | None) -> None:
         except Exception as exc:  # noqa: BLE001 - a benchmark row, not a test
             print(f"| {arch.name} | failed: {type(exc).__name__}: {str(exc)[:80]} |", flush=True)
             continue
-        refused = getattr(getattr(once, "capture", None), "refused", None) or ""
-        instances = int(refused.startswith("alike blocks"))  # its export stood traced blocks in for others
+        capture = getattr(once, "capture", None)  # blocks stood in for others: copied when lowering, or refused
+        instances = int(bool(getattr(capture, "copies", None)) or (getattr(capture, "refused", None) or ""
+                                                                   ).startswith("alike blocks"))
         for _, why in getattr(getattr(once, "capture", None), "trace_once_fallbacks", []):
             reasons[why] = reasons.get(why, 0) + 1
         e, c, o = (statistics.median(times[label]) for label in ("export", "convert", "once"))

@@ -41,6 +41,7 @@ from .torch_logs import torch_logs_to_debug
 from .trace_once import StandIns, TraceOnceFallback, alike_groups
 from .trace_once_eager import EagerStandIns
 from .trace_once_instances import instantiate
+from .trace_once_lower import plan
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
 from .training import (
@@ -150,12 +151,14 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
                " are traced as stand-ins" if stand_ins else None)
     if has_int8(model):
         refused = "eager int8 modules are traced as stand-ins (their kernels have no traceable implementation)"
-    if standins is not None:
-        refused = "alike blocks were traced once (trace_once=True): the export holds stand-ins for the others"
     capture = Capture(ep, model, args, kwargs, allowlist, refused=refused)
     if captured is not None:
         captured.append(capture)
     hierarchy = Hierarchy(ep, table, calls, capture.same_input)
+    if standins is not None:  # lowering copies each traced call in place of its stand-ins
+        capture.copies, why = plan(hierarchy, table, standins)
+        if why is not None and capture.refused is None:
+            capture.refused = f"alike blocks were traced once (trace_once=True) and {why}"
     try:  # the size computations it copies into frames leave export's graph again (torch2ir.local_sizes)
         frames = list(hierarchy.graph_frames())
         called = {table.key(f.path) or "root" for f in frames}

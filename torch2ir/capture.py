@@ -38,6 +38,7 @@ from common.values import Subgraph
 from .frontend import ExportFailedError, export
 from .hierarchy import same_objects
 from .lowering import check_ops, flat_from_program
+from .trace_once_lower import Copy, expanded
 
 #: deepcopy of export's tree specs inside run_decompositions warns about a deprecated isinstance check.
 _TREESPEC_WARNING = r".*isinstance\(treespec, LeafSpec\)"
@@ -77,6 +78,8 @@ class Capture:
         self.digest: str | None = None
         #: with ``trace_once``: ``(class of alike blocks, why)`` of each group traced in full after all
         self.trace_once_fallbacks: list[tuple[str, str]] = []
+        #: with ``trace_once``: how each stand-in is replaced by its traced call when lowering
+        self.copies: list[Copy] = []
         #: flat user input -> the earlier one that was the same tensor object (:func:`torch2ir.hierarchy.same_objects`)
         self.same_input = same_objects(ep, (args, kwargs)) if ep is not None else {}
 
@@ -130,10 +133,11 @@ class Capture:
             ConversionError: as :meth:`lower`.
         """
         self._check_lowerable()
-        ep, label = decompose_program(self.ep, decompose, self.meta["model"])
+        whole, links = expanded(self.ep, self.copies, self.links) if self.copies else (self.ep, self.links)
+        ep, label = decompose_program(whole, decompose, self.meta["model"])
         meta = {"model": self.meta["model"], "torch_version": self.meta["torch_version"], "decomposition": label,
                 "device": self.meta["device"]}
-        flat = flat_from_program(ep, self.paths, meta, links=self.links if linked else None, base=self.ep.graph)
+        flat = flat_from_program(ep, self.paths, meta, links=links if linked else None, base=whole.graph)
         check_ops(flat.nodes, allowlist)
         inputs = flat.graph_inputs
         flat.same_inputs = {inputs[i].name: inputs[j].name for i, j in self.same_input.items() if i < len(inputs)}

@@ -1,0 +1,123 @@
+"""``ir.lower()`` of a conversion that traced alike blocks once: each stand-in is replaced by a copy of its traced
+call reading the stood-in member's own inputs and weights, so the FlatIR is the full trace's (same ops in each
+module, same weights and meta, outputs bit-equal), every op linked to a node of the IR."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+import ir2torch
+import torch2ir
+from common.errors import ConversionError
+from common.flat import FlatIR
+from torch2ir import build
+
+pytest.importorskip("transformers")
+
+from tests.real.corpus import CORPUS
+
+ARCHES = {a.name: a for a in CORPUS}
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return self.norm(torch.relu(self.lin(x)) * scale + x)
+
+
+class _Stack(nn.Module):
+    """Four alike blocks, the last one's output returned as is (its stand-in is a graph output), and a second
+    output reading a stood-in block's result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_Block() for _ in range(4))
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for block in self.blocks:
+            x = block(x, 2.0)
+        return x, self.head(x)
+
+
+def _ops(flat: FlatIR) -> Counter:
+    return Counter((n.op_type, n.module_path) for n in flat.nodes)
+
+
+def _leaves(module: nn.Module, args: tuple, kwargs: dict | None) -> list:
+    with torch.no_grad():
+        return pytree.tree_leaves(module(*args, **(kwargs or {})))
+
+
+def _equal(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y
+                                    for x, y in zip(a, b, strict=True))
+
+
+def _check_lowered(model: nn.Module, args: tuple, kwargs: dict | None = None, allow: tuple = (),
+                   decompose: bool = False) -> FlatIR:
+    """``model`` converted with ``trace_once=True`` and lowered: the full trace's FlatIR, linked, bit-equal."""
+    full = torch2ir.convert(model, args, kwargs, allow=allow).lower(decompose=decompose)
+    once_ir = torch2ir.convert(model, args, kwargs, allow=allow, trace_once=True)
+    assert once_ir.capture.copies, "no block was stood in for"
+    once = once_ir.lower(decompose=decompose)
+    assert _ops(once) == _ops(full)
+    assert once.weight_name_mapping == full.weight_name_mapping
+    assert once.meta == full.meta
+    unlinked = [n.name for n in once.nodes if n.source is None]
+    assert not unlinked, unlinked[:5]
+    for (key, node, variant), _ in once.lowered_from().items():
+        assert node in once_ir[key].graphs()[variant].graph, (key, node)
+    rebuilder = ir2torch.Ir2Torch()
+    expected = _leaves(model, args, kwargs)
+    got = _leaves(rebuilder.convert(once, model, allow=allow), args, kwargs)
+    assert _equal(got, _leaves(rebuilder.convert(full, model, allow=allow), args, kwargs))
+    assert _equal(got, expected)
+    return once
+
+
+def test_a_small_stack_lowers_to_the_full_trace() -> None:
+    torch.manual_seed(0)
+    flat = _check_lowered(_Stack().eval(), (torch.randn(2, 8),))
+    # each stood-in block's own weights are read by its copy of the traced call
+    read = set(flat.weight_name_mapping.values())
+    assert {f"blocks.{i}.lin.weight" for i in range(4)} <= read
+
+
+def test_the_decomposed_lowering_is_the_full_traces() -> None:
+    torch.manual_seed(0)
+    _check_lowered(_Stack().eval(), (torch.randn(2, 8),), decompose=True)
+
+
+@pytest.mark.parametrize("name", ["llama", "bert", "vit", "t5_encoder", "mobilenet_v2"])
+def test_corpus_models_lower_to_the_full_trace(name: str) -> None:
+    arch = ARCHES[name]
+    args, kwargs = arch.inputs()
+    _check_lowered(arch.build().eval(), args, kwargs, arch.allow)
+
+
+def test_a_stand_in_that_cannot_be_copied_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the plan of copies fails, ``ir.lower()`` refuses the capture naming why (never a partial FlatIR)."""
+    monkeypatch.setattr(build, "plan", lambda *a: ([], "'blocks.2' has 2 traced calls"))
+    ir = torch2ir.convert(_Stack().eval(), (torch.randn(2, 8),), trace_once=True)
+    with pytest.raises(ConversionError, match=r"traced once .* 'blocks.2' has 2 traced calls"):
+        ir.lower()
+
+
+def test_the_conversions_program_is_left_as_exported() -> None:
+    """Lowering copies the graph: the capture's export still holds its stand-ins, and lowers again alike."""
+    ir = torch2ir.convert(_Stack().eval(), (torch.randn(2, 8),), trace_once=True)
+    before = [n.name for n in ir.capture.ep.graph.nodes]
+    first, second = ir.lower(), ir.lower()
+    assert [n.name for n in ir.capture.ep.graph.nodes] == before
+    assert "aten.empty_strided.default" not in {n.op_type for n in first.nodes}
+    assert _ops(first) == _ops(second)

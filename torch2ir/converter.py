@@ -146,7 +146,7 @@ class Torch2Ir:
         strict: bool = False,
         dynamic_shapes: Any = None,
         allow: Iterable[str] | None = None,
-        trace_once: bool | Collection[str] = False,
+        trace_once: bool | Collection[str] = True,
     ) -> IR:
         """Convert ``model`` called as ``model(*args, **kwargs)`` into the module-level IR.
 
@@ -224,7 +224,7 @@ def convert(
     strict: bool = False,
     dynamic_shapes: Any = None,
     allow: Iterable[str] | None = None,
-    trace_once: bool | Collection[str] = False,
+    trace_once: bool | Collection[str] = True,
 ) -> IR:
     """Convert ``model`` with a default converter (see :meth:`Torch2Ir.convert`)."""
     return get_default_converter().convert(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,

@@ -73,11 +73,17 @@ class Group:
         return tuple(vars(module.get_submodule(path)).get(name) for path, name in self.keyed)
 
 
+def _scalar(value: Any) -> tuple[str, Any]:
+    """A plain value's comparable form: its type and value, a float by its ``repr`` (``-0.0`` is not ``0.0``,
+    and ``nan`` is itself)."""
+    return (type(value).__name__, repr(value) if isinstance(value, (float, complex)) else value)
+
+
 def _plain(value: Any, depth: int = 0) -> Any:
     """A comparable form of an attribute value: by value for plain values (and containers of them), else by
     identity."""
     if isinstance(value, _PLAIN):
-        return (type(value).__name__, value)
+        return _scalar(value)
     if depth < 4 and isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_plain(v, depth + 1) for v in value))
     if depth < 4 and isinstance(value, dict):
@@ -168,15 +174,18 @@ def alike_groups(model: nn.Module, ignored: Collection[str] = (),
 
 
 def input_key(args: tuple, kwargs: dict[str, Any]) -> Any:
-    """The input metadata of a call (``None``: a leaf a stand-in cannot be keyed by)."""
+    """The input metadata of a call (``None``: a leaf a stand-in cannot be keyed by): per tensor its metadata and
+    the position of the first argument that is the same tensor object (a block called with ``(h, h)`` reads one
+    value for both: it does not stand in for one called with two tensors); per plain value the value."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     key = []
-    for leaf in leaves:
+    first: dict[int, int] = {}
+    for position, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
             key.append(("t", tuple(str(s) for s in leaf.shape), tuple(str(s) for s in leaf.stride()),
-                        leaf.dtype, leaf.device, leaf.requires_grad))
+                        leaf.dtype, leaf.device, leaf.requires_grad, first.setdefault(id(leaf), position)))
         elif isinstance(leaf, SCALARS):
-            key.append((type(leaf).__name__, leaf))
+            key.append(_scalar(leaf))
         else:
             return None
     return (spec, tuple(key))

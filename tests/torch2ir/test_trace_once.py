@@ -307,3 +307,65 @@ def test_a_group_failing_before_any_stand_in_is_traced_in_full_in_the_same_expor
     assert once.capture.trace_once_fallbacks == [("_Passing", "an output aliases an input or a parameter/buffer")]
     rebuilt = ir2torch.convert(once, model.state_dict())
     assert torch.equal(rebuilt(x), model(x))
+
+
+class _Scaled(nn.Module):
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+class _SignedZeros(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = _Scaled(0.0), _Scaled(-0.0), _Scaled(0.0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.a(x), self.b(x), self.c(x)])
+
+
+def test_attributes_are_compared_as_spelled() -> None:
+    """``-0.0 == 0.0`` in Python, but a block scaling by ``-0.0`` flips signs: it is not alike one scaling by
+    ``0.0`` (and the rebuild keeps every sign bit)."""
+    model = _SignedZeros().eval()
+    assert [g.paths for g in alike_groups(model)] == [["a", "c"]]
+    x = torch.tensor([1.0, -2.0])
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x,), trace_once=True), model.state_dict())
+    assert torch.equal(torch.signbit(rebuilt(x)), torch.signbit(model(x)))
+
+
+class _Pair(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.q(a) * self.k(b)
+
+
+class _OneTensorThenTwo(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.second = _Pair(), _Pair()
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(x)
+        return self.first(h, h) + self.second(h, y)
+
+
+def test_a_block_called_with_one_tensor_twice_does_not_stand_in_for_one_called_with_two(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first block's trace reads one value for both arguments; the second gets two different tensors of the
+    same metadata, so it is traced itself (a stand-in would make its graph ignore ``b``)."""
+    torch.manual_seed(0)
+    model = _OneTensorThenTwo().eval()
+    x, y = torch.randn(2, 4), torch.randn(2, 4)
+    made = _instances(monkeypatch)
+    ir = torch2ir.convert(model, (x, y), trace_once=True)
+    assert not any(made)
+    rebuilt = ir2torch.convert(ir, model.state_dict())
+    with torch.no_grad():
+        assert torch.equal(rebuilt(x, y), model(x, y))

@@ -50,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_arguments(convert, positional=True, meta=True)
     convert.add_argument("-o", "--output", required=True, type=Path, metavar="FILE", help="the IR JSON file to write")
     convert.add_argument("--state", type=Path, metavar="FILE.safetensors", help="also write the model's weights")
+    convert.add_argument("--trace-every-block", action="store_true",
+                         help="trace every block in full (default: alike blocks are traced once, the others are "
+                         "instances of it; same IR)")
     add_allow_op(convert)
     add_common_options(convert)
     convert.set_defaults(func=_convert)
@@ -98,7 +101,7 @@ def _convert(options: argparse.Namespace) -> int:
         with bar.stage("build model"):
             model, args, kwargs = model_and_inputs(options)
         with bar.stage("export + convert"):
-            ir = convert(model, args, kwargs, allow=options.allow_op)
+            ir = convert(model, args, kwargs, allow=options.allow_op, trace_once=not options.trace_every_block)
         with bar.stage("save IR"):
             ir.save(options.output)
         if options.state is not None:

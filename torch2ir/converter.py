@@ -152,10 +152,13 @@ class Torch2Ir:
 
         Works on models and inputs on the ``meta`` device (no weight is allocated). ``allow``: operators
         of other namespaces to accept besides this converter's allow-list (``"transformers::*"``). ``trace_once``
-        (prototype): trace each group of alike blocks once and make the others instances of it
+        (on by default): trace each group of alike blocks once and make the others instances of it
         (:mod:`torch2ir.trace_once`; blocks differing only in an index such as ``layer_idx`` are grouped with the
-        index watched, :mod:`torch2ir.trace_once_watch`); a collection of attribute names allows those to differ
-        between alike blocks unwatched (the caller vouches that they do not change the computation).
+        index watched, :mod:`torch2ir.trace_once_watch`; a group whose blocks do not behave alike is traced in
+        full, listed in ``ir.capture.trace_once_fallbacks``); ``ir.lower()`` copies the traced block's ops for
+        every instance. ``False`` traces every block; a collection of attribute names allows those to differ
+        between alike blocks unwatched (the caller vouches that they do not change the computation). Ignored
+        with ``strict=True``.
 
         Raises:
             ConversionError: torch.export failed, or the model has constructs the IR cannot

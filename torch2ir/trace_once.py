@@ -1,11 +1,12 @@
-"""Trace each distinct block once (opt-in prototype: ``convert(..., trace_once=True)``).
+"""Trace each distinct block once (``convert(..., trace_once=True)``, the default).
 
 An 80-layer decoder has 80 alike layers; export traces each of them. Here the alike module instances are
 grouped before the export (:func:`alike_groups`); during the export the first member of a group that is called
 runs for real and every later member called with the same input metadata returns fresh tensors of the recorded
 output metadata instead of running (a *stand-in*, :class:`StandIns`). Once the IR is built, each stood-in member
 and everything below it becomes an unexpanded instance (:meth:`common.ir.Implementation.instance_of`) of a frozen
-copy of the traced member's implementation (:func:`torch2ir.trace_once_instances.instantiate`).
+copy of the traced member's implementation (:func:`torch2ir.trace_once_instances.instantiate`); lowering copies
+the traced call's ops in place of each stand-in (:mod:`torch2ir.trace_once_lower`).
 
 A group whose real call does something a stand-in cannot repeat (returns an input, mutates an input, its state or
 an attribute, returns a data-dependent size) is traced in full: in the same export when no stand-in was given for

@@ -35,7 +35,8 @@ class Copy:
         nodes: the traced call's ``call_function`` nodes, in graph order.
         inputs: the traced call's input node -> the stood-in call's input node.
         outputs: the stood-in call's output node -> the traced call's output node it stands for.
-        stand_ins: the stood-in call's nodes (removed once their uses read the copies).
+        stand_ins: the stood-in call's nodes (removed once their uses read the copies, unless a size computed
+            there is read later on).
         state: the traced call's parameter/buffer placeholders -> the stood-in member's.
     """
 
@@ -86,6 +87,8 @@ def plan(hierarchy: Any, table: Any, standins: Any) -> tuple[list[Copy], str | N
         for a, b in zip(st.inputs, ss.inputs, strict=True):
             if isinstance(a, fx.Node) != isinstance(b, fx.Node) or (not isinstance(a, fx.Node) and a != b):
                 return [], f"{stood_in!r} is called with other constants than {traced!r}"
+            if isinstance(a, fx.Node) and isinstance(a.meta.get("val"), _SYMBOLIC):
+                continue  # a size: equal input keys give both calls the same symbols (and the body reads its own)
             if isinstance(a, fx.Node) and inputs.setdefault(a.name, b.name) != b.name:
                 return [], f"{traced!r} reads one value for two arguments {stood_in!r} gets as two"
         body = nodes[id(ft)]
@@ -111,8 +114,8 @@ def plan(hierarchy: Any, table: Any, standins: Any) -> tuple[list[Copy], str | N
             if isinstance(b, fx.Node) and (b.name not in stands or a.name not in inside
                                            or outputs.setdefault(b.name, a.name) != a.name):
                 return [], f"the outputs of {stood_in!r} are not its stand-in's"
-        used_outside = [n for n in nodes[id(fs)] if n.name not in outputs and
-                        any(u.name not in stands for u in n.users)]
+        used_outside = [n for n in nodes[id(fs)] if n.name not in outputs and not isinstance(
+            n.meta.get("val"), _SYMBOLIC) and any(u.name not in stands for u in n.users)]
         if used_outside:
             return [], f"{used_outside[0].name!r} of the stand-in for {stood_in!r} is read but not an output"
         copies.append(Copy(traced, stood_in, table.key(traced), table.key(stood_in), tuple(n.name for n in body),
@@ -143,8 +146,8 @@ def expanded(ep: torch.export.ExportedProgram, copies: list[Copy], links: Mappin
     renamed: dict[str, str] = {}
     replaced: dict[str, fx.Node] = {}  # a stand-in's output already replaced (the input of a later stand-in)
     order = {n.name: i for i, n in enumerate(graph.nodes)}
-    for copy in sorted(copies, key=lambda c: min((order[n] for n in c.stand_ins), default=len(order))):
-        stand_ins = [by_name[n] for n in copy.stand_ins]
+    for copy in sorted(copies, key=lambda c: min((order[n] for n in c.stand_ins if n in order), default=len(order))):
+        stand_ins = [by_name[n] for n in copy.stand_ins if n in by_name]  # sizes copied in while building: gone
         mapping: dict[fx.Node, fx.Node] = {by_name[a]: replaced.get(b) or by_name[b]
                                            for a, b in (*copy.inputs.items(), *copy.state.items())}
         with graph.inserting_before(stand_ins[0] if stand_ins else output):
@@ -168,8 +171,9 @@ def expanded(ep: torch.export.ExportedProgram, copies: list[Copy], links: Mappin
             replaced[stand] = mapping[by_name[traced]]
             renamed[stand] = replaced[stand].name
         for node in reversed(stand_ins):
-            graph.erase_node(node)
-            new_links.pop(node.name, None)
+            if not node.users:  # a size the stand-in computed may be read later on: kept
+                graph.erase_node(node)
+                new_links.pop(node.name, None)
     sig = ep.graph_signature
     specs = [dataclasses.replace(s, arg=dataclasses.replace(s.arg, name=renamed[s.arg.name]))
              if getattr(s.arg, "name", None) in renamed else s for s in sig.output_specs]

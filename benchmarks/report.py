@@ -27,6 +27,16 @@ FORWARD_VS_EAGER = 1.05
 #: Our reading of "grows linearly": the exponent k of t ~ layers**k between the two largest sweep points
 #: (8 and 32 layers in the full run) is at most this (1.0 is linear; run-to-run noise is about +-0.1).
 LINEAR_EXPONENT = 1.15
+#: Issue #32 (alike blocks traced once, stored once): convert / export on Llama-3-70B dimensions (80 layers) and on
+#: a 32-layer Llama, convert + lower / export at 80 layers, the 70B file and its load, the sweep's per-layer slope
+#: against export's, and every model's convert / export.
+ONCE_70B = 0.25
+ONCE_32 = 0.35
+ONCE_LOWER_70B = 0.5
+FILE_70B_MB = 0.6
+IR_LOAD_70B_S = 0.1
+SLOPE_VS_EXPORT = 0.10
+CONVERT_VS_EXPORT_EVERY = 1.05
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,8 @@ def section_convert(results: list[dict[str, Any]]) -> tuple[list[str], list[Chec
         met = r["convert_vs_export"] <= CONVERT_VS_EXPORT
         checks.append(Check(f"convert / export, {r['model']}", _x(r["convert_vs_export"]),
                             f"<= {CONVERT_VS_EXPORT}x", met))
+        checks.append(Check(f"convert / export, {r['model']} (issue 32)", _x(r["convert_vs_export"]),
+                            f"<= {CONVERT_VS_EXPORT_EVERY}x", r["convert_vs_export"] <= CONVERT_VS_EXPORT_EVERY))
         exports = r.get("exports", "?")
         lowered = r.get("convert_lower_vs_export")
         if lowered is not None:
@@ -114,6 +126,19 @@ def section_scale(results: list[dict[str, Any]], rss: list[dict[str, Any]]) -> t
             ["convert + ir.lower()", f"{main['lower_s']:.2f} s", "torch.export.export", f"{main['export_s']:.2f} s",
              _x(main["lower_vs_export"]), f"<= {CONVERT_LOWER_VS_EXPORT}x", _ok(lower_met)],
         ]
+        once = ONCE_70B if seventy and layers >= 80 else ONCE_32 if layers >= 32 else None
+        if once is not None:
+            checks.append(Check(f"convert / export, {label} ({layers} layers, meta; issue 32)",
+                                _x(main["convert_vs_export"]), f"<= {once}x", main["convert_vs_export"] <= once))
+        if seventy and layers >= 80:
+            size_mb = main["ir_json_bytes"] / 2**20
+            checks += [Check(f"(convert + lower) / export, {label} ({layers} layers, meta; issue 32)",
+                             _x(main["lower_vs_export"]), f"<= {ONCE_LOWER_70B}x",
+                             main["lower_vs_export"] <= ONCE_LOWER_70B),
+                       Check(f"IR file, {label} ({layers} layers; issue 32)", f"{size_mb:.2f} MB",
+                             f"<= {FILE_70B_MB} MB", size_mb <= FILE_70B_MB),
+                       Check(f"IR.load, {label} ({layers} layers; issue 32)", f"{main['ir_load_s']:.3f} s",
+                             f"<= {IR_LOAD_70B_S} s", main["ir_load_s"] <= IR_LOAD_70B_S)]
         if "ir_lower_s" in main:
             rows.append(["ir.lower() alone (from the capture)", f"{main['ir_lower_s']:.3f} s", "-", "-", "-", "-",
                          "-"])
@@ -267,6 +292,8 @@ def section_sweep(results: list[dict[str, Any]]) -> tuple[list[str], list[Check]
                   f"- convert time per layer at {first['layers']} vs {last['layers']} layers: "
                   f"{first['convert_s'] / first['layers'] * 1e3:.1f} vs {last['convert_s'] / last['layers'] * 1e3:.1f}"
                   " ms (fixed costs amortised)"]
+        checks.append(Check("convert's per-layer slope / export's (issue 32)", f"{conv / expo:.1%}",
+                            f"<= {SLOPE_VS_EXPORT:.0%}", conv / expo <= SLOPE_VS_EXPORT))
         checks.append(Check(f"convert grows linearly with layers ({a['layers']} -> {b['layers']})",
                             f"k = {k_conv:.2f} (export {k_expo:.2f})", f"<= {LINEAR_EXPONENT}",
                             k_conv <= LINEAR_EXPONENT))

@@ -67,6 +67,9 @@ class Group:
     #: the watched attributes the first traced call read: part of every member's input key from then on, so a
     #: member stands in only for one with the same values (Swin's ``shift_size``: 0, w/2, 0, w/2 makes two)
     keyed: tuple[tuple[str, str], ...] = ()
+    #: input keys whose traced call a stand-in cannot repeat, found after stand-ins were given for other keys:
+    #: every member called with one runs for real (the stand-ins given stay valid) -> why
+    unfit: dict[Any, str] = field(default_factory=dict)
 
     def keyed_values(self, index: int) -> tuple[Any, ...]:
         """The values of the :attr:`keyed` attributes in member ``index`` (read from its instance dictionaries)."""
@@ -231,7 +234,7 @@ class StandIns:
     def reset(self) -> None:
         """Forget what a (failed) export attempt recorded."""
         for group in self.groups:
-            group.records, group.stood_in, group.failure, group.keyed = {}, {}, None, ()
+            group.records, group.stood_in, group.failure, group.keyed, group.unfit = {}, {}, None, (), {}
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -260,9 +263,13 @@ class StandIns:
 
     def traced_in_full(self) -> list[tuple[Group, str]]:
         """``(group, why)`` of the enabled groups whose every member ran for real in the export just made: one
-        failed before a stand-in was given, or keyed on attributes that differ in every member."""
+        failed before a stand-in was given, or keyed on attributes that differ in every member; and of those whose
+        members called with some input key ran for real (:attr:`Group.unfit`)."""
         out = []
         for g in self.groups:
+            if g.enabled and g.stood_in:  # members called with an unfit key ran for real, the others stood in
+                out += [(g, f"{why} (for the members called like it; the others were stood in for)")
+                        for why in dict.fromkeys(g.unfit.values())]
             if not g.enabled or g.stood_in:
                 continue
             if g.failure is not None:
@@ -306,7 +313,7 @@ class StandIns:
                 key = (key, group.keyed_values(index))
             if index in group.stood_in and group.failure is None:
                 group.failure = "a stood-in member is called again"  # its module would have several calls
-            if key is None or group.failure is not None:
+            if key is None or group.failure is not None or key in group.unfit:
                 return original(*args, **kwargs)
             if key not in group.records:
                 if any(ran == index for ran, _ in group.records.values()):
@@ -327,11 +334,12 @@ class StandIns:
         attrs, versions = _snapshot(module)
         with watching(module, group.watched) as reads:
             out = original(*args, **kwargs)
+        why: str | None = None
         if reads:
             labels = {(f"{path}.{name}" if path else name): (path, name) for path, name in group.watched}
             new = [pair for pair in dict.fromkeys(labels[r] for r in reads if r in labels) if pair not in group.keyed]
             if new and group.records:  # members recorded already without them in their keys
-                group.failure = f"its call reads {reads[0]}, which differs between the alike blocks"
+                why = f"its call reads {reads[0]}, which differs between the alike blocks"
             elif new:  # the first traced call: key every member on them
                 group.keyed = (*group.keyed, *new)
                 key = (key, group.keyed_values(index))
@@ -341,22 +349,27 @@ class StandIns:
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
                 if any(leaf is t or torch._C._is_alias_of(leaf, t) for t in (*inputs, *state)):
-                    group.failure = "an output aliases an input or a parameter/buffer"
+                    why = "an output aliases an input or a parameter/buffer"
                 elif _unbacked(leaf.shape):
-                    group.failure = "an output size has unbacked symbols"
+                    why = "an output size has unbacked symbols"
                 recorded.append(output_record(leaf))
             elif isinstance(leaf, SCALARS):
                 recorded.append(output_record(leaf))
             else:
-                group.failure = f"an output leaf is a {type(leaf).__name__}"
+                why = f"an output leaf is a {type(leaf).__name__}"
         if [t._version for t in inputs] != before:
-            group.failure = "the call mutated an input"
+            why = "the call mutated an input"
         new_attrs, new_versions = _snapshot(module)
         if new_versions != versions:
-            group.failure = "the call mutated a parameter or buffer"
+            why = "the call mutated a parameter or buffer"
         if new_attrs != attrs:
-            group.failure = "the call changed a module attribute"
-        group.records[key] = (index, (spec, recorded))
+            why = "the call changed a module attribute"
+        if why is not None and group.stood_in:  # the stand-ins given for other keys stay valid
+            group.unfit[key] = why
+        elif why is not None:
+            group.failure = why
+        else:
+            group.records[key] = (index, (spec, recorded))
         return out
 
 

@@ -369,3 +369,48 @@ def test_a_block_called_with_one_tensor_twice_does_not_stand_in_for_one_called_w
     rebuilt = ir2torch.convert(ir, model.state_dict())
     with torch.no_grad():
         assert torch.equal(rebuilt(x, y), model(x, y))
+
+
+class _PassingOnOneRow(nn.Module):
+    """Returns its input when called with one row, else computes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if x.shape[0] == 1 else torch.relu(self.lin(x))
+
+
+class _TwoSignatures(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(_PassingOnOneRow() for _ in range(6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks[:3]:
+            x = block(x)
+        y = x[:1]
+        for block in self.blocks[3:]:
+            y = block(y)
+        return x + y
+
+
+def test_a_key_unfit_after_stand_ins_were_given_runs_for_real_in_the_same_export(monkeypatch):
+    """Blocks 0-2 get two rows (block 2 is stood in for block 1), blocks 3-5 one row, which they return as is: a
+    stand-in cannot repeat that, so those run for real; block 2's stand-in stays, and no second export runs."""
+    torch.manual_seed(0)
+    model, x = _TwoSignatures().eval(), torch.randn(2, 4)
+    exports = _exports(monkeypatch)
+    full = torch2ir.convert(model, (x,), trace_once=False)
+    made = _instances(monkeypatch)
+    once = torch2ir.convert(model, (x,))
+    assert len(exports) == 2
+    assert made and set(made[-1]) == {"blocks.2", "blocks.2.lin"}
+    assert once.capture.trace_once_fallbacks == [("_PassingOnOneRow", "an output aliases an input or a "
+                                                  "parameter/buffer (for the members called like it; the others "
+                                                  "were stood in for)")]
+    assert once == full
+    assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))
+    flat = once.lower()
+    assert torch.equal(ir2torch.convert(flat, model)(x), model(x))

@@ -1,4 +1,5 @@
-"""``convert(..., trace_once=...)`` (prototype): equality on the corpus, and timing on Llama-3-70B dimensions.
+"""``convert(..., trace_once=...)`` (on by default) against ``trace_once=False``: equality on the corpus, and timing
+on Llama-3-70B dimensions.
 
     python -m benchmarks.trace_once check llama,bert [layer_idx]   # IR equal to a full trace, outputs exact
     python -m benchmarks.trace_once time 3 8,32,80                 # interleaved: export, convert, trace_once
@@ -45,7 +46,7 @@ def check(names: list[str], trace_once: Any) -> None:
     for name in names:
         arch = arches[name]
         args, kwargs = arch.inputs()
-        full = torch2ir.convert(arch.build().eval(), args, kwargs, allow=arch.allow)
+        full = torch2ir.convert(arch.build().eval(), args, kwargs, allow=arch.allow, trace_once=False)
         model = arch.build().eval()  # a fresh model: a conversion can leave state behind (LeViT's bias cache)
         once = torch2ir.convert(model, args, kwargs, allow=arch.allow, trace_once=trace_once)
         lowered = _lowered_alike(full, once, model, args, kwargs, arch.allow)
@@ -109,7 +110,7 @@ def timing(rounds: int, layer_counts: list[int]) -> None:
         args = (torch.zeros((1, SCALE_SEQ), dtype=torch.long, device="meta"),)
         runs: list[tuple[str, Callable[[], Any]]] = [
             ("export", lambda m=model, a=args: torch.export.export(m, a, strict=False)),
-            ("convert", lambda m=model, a=args: torch2ir.convert(m, a)),
+            ("convert", lambda m=model, a=args: torch2ir.convert(m, a, trace_once=False)),
             ("trace_once", lambda m=model, a=args: torch2ir.convert(m, a, trace_once=TRACE_ONCE)),
             ("once+lower", lambda m=model, a=args: torch2ir.convert(m, a, trace_once=TRACE_ONCE).lower()),
         ]
@@ -144,7 +145,8 @@ def corpus(rounds: int, names: list[str] | None) -> None:
         model = arch.build().eval()
         runs: list[tuple[str, Callable[[], Any]]] = [
             ("export", lambda m=model, a=args, k=kwargs: torch.export.export(m, a, k, strict=False)),
-            ("convert", lambda m=model, a=args, k=kwargs, w=arch.allow: torch2ir.convert(m, a, k, allow=w)),
+            ("convert", lambda m=model, a=args, k=kwargs, w=arch.allow: torch2ir.convert(m, a, k, allow=w,
+                                                                                           trace_once=False)),
             ("once", lambda m=model, a=args, k=kwargs, w=arch.allow: torch2ir.convert(m, a, k, allow=w,
                                                                                         trace_once=True)),
         ]

@@ -201,6 +201,14 @@ def _unbacked(size: Any) -> bool:
     return any(isinstance(s, torch.SymInt) and free_unbacked_symbols(s) for s in size)
 
 
+def _unbacked_made(tensors: list[torch.Tensor]) -> int:
+    """How many unbacked symbols (data-dependent sizes) the tracing's shape environment has made so far."""
+    from torch._guards import detect_fake_mode
+
+    env = getattr(detect_fake_mode(tensors or None), "shape_env", None)
+    return env.counter["create_unbacked_symbol"] if env is not None else 0
+
+
 def _identity(value: Any) -> Any:
     """A value's identity, and for a dict, list or set the identities of its items (LeViT's attention-bias
     cache is a dict its eval-mode forward fills)."""
@@ -332,9 +340,12 @@ class StandIns:
         inputs = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         before = [t._version for t in inputs]
         attrs, versions = _snapshot(module)
+        unbacked = _unbacked_made(inputs)
         with watching(module, group.watched) as reads:
             out = original(*args, **kwargs)
         why: str | None = None
+        if _unbacked_made(inputs) != unbacked:  # another member's data-dependent sizes are its own symbols
+            why = "its call makes data-dependent sizes (unbacked symbols)"
         if reads:
             labels = {(f"{path}.{name}" if path else name): (path, name) for path, name in group.watched}
             new = [pair for pair in dict.fromkeys(labels[r] for r in reads if r in labels) if pair not in group.keyed]

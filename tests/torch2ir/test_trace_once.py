@@ -414,3 +414,28 @@ def test_a_key_unfit_after_stand_ins_were_given_runs_for_real_in_the_same_export
     assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))
     flat = once.lower()
     assert torch.equal(ir2torch.convert(flat, model)(x), model(x))
+
+
+class _CountsPositives(nn.Module):
+    """Makes a data-dependent size inside (``nonzero``), returns a fixed-size result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        picked = y[y > 0]
+        return y + picked.sum()
+
+
+def test_blocks_making_data_dependent_sizes_are_traced_in_full(monkeypatch):
+    """Each block's data-dependent sizes are symbols of its own (``u0`` in the first, ``u1`` in the next): a
+    stand-in would give the others the first one's."""
+    torch.manual_seed(0)
+    model, x = nn.Sequential(*(_CountsPositives() for _ in range(3))).eval(), torch.randn(2, 4)
+    full, once = _full_and_once(model, x, stood_in=False, monkeypatch=monkeypatch)
+    assert once == full
+    assert once.capture.trace_once_fallbacks == [
+        ("_CountsPositives", "its call makes data-dependent sizes (unbacked symbols)")]
+    assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))

@@ -11,38 +11,15 @@ import ir2torch
 import torch2ir
 from common.errors import IRError
 from common.ir import IR
-from torch2ir import build
 from torch2ir.trace_once import alike_groups
 
 pytest.importorskip("transformers")
 
 from tests.real.corpus import CORPUS
+from tests.torch2ir.trace_once_spies import exports as _exports
+from tests.torch2ir.trace_once_spies import instances as _instances
 
 ARCHES = {a.name: a for a in CORPUS}
-
-
-def _instances(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, str]]:
-    made: list[dict[str, str]] = []
-    original = build.instantiate
-
-    def spy(*args: object, **kwargs: object) -> dict[str, str]:
-        made.append(original(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(build, "instantiate", spy)
-    return made
-
-
-def _exports(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    calls: list[object] = []
-    original = build.export
-
-    def spy(*args: object, **kwargs: object) -> object:
-        calls.append(args[0])
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(build, "export", spy)
-    return calls
 
 
 def _full_and_once(model: nn.Module, x: torch.Tensor, stood_in: bool,

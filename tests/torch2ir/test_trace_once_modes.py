@@ -13,25 +13,13 @@ import ir2torch
 import torch2ir
 from common.errors import ConversionError
 from common.ir import IR
-from torch2ir import build
 
 pytest.importorskip("transformers")
 
 from tests.real.corpus import CORPUS
+from tests.torch2ir.trace_once_spies import instances as _stood_in
 
 ARCHES = {a.name: a for a in CORPUS}
-
-
-def _stood_in(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, str]]:
-    made: list[dict[str, str]] = []
-    original = build.instantiate
-
-    def spy(*args: object, **kwargs: object) -> dict[str, str]:
-        made.append(original(*args, **kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(build, "instantiate", spy)
-    return made
 
 
 def _expanded(ir: IR) -> IR:

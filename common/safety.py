@@ -473,8 +473,13 @@ def function_names(ir: Any) -> set[str]:
                 if isinstance(value, Subgraph):
                     visit(value.impl)
 
+    seen: set[int] = set()
     for impl in ir.values():
-        for graph in impl.graphs():
+        source = impl.shared_body or impl  # an unexpanded instance calls what its body calls: read it once
+        if id(source) in seen:
+            continue
+        seen.add(id(source))
+        for graph in source.graphs():
             visit(graph)
     return names
 

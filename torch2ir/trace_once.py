@@ -186,7 +186,8 @@ def input_key(args: tuple, kwargs: dict[str, Any]) -> Any:
     first: dict[int, int] = {}
     for position, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
-            key.append(("t", tuple(str(s) for s in leaf.shape), tuple(str(s) for s in leaf.stride()),
+            key.append(("t", tuple(s if type(s) is int else str(s) for s in leaf.shape),  # a SymInt as its expr
+                        tuple(s if type(s) is int else str(s) for s in leaf.stride()),
                         leaf.dtype, leaf.device, leaf.requires_grad, first.setdefault(id(leaf), position)))
         elif isinstance(leaf, SCALARS):
             key.append(_scalar(leaf))

@@ -15,8 +15,16 @@ from .trace_once import StandIns, TraceOnceFallback
 __all__ = ["OWN_META", "instantiate"]
 
 
-def _subtree(ir: IR, key: str) -> list[str]:
-    return [k for k in ir if k == key or k.startswith(key + ".")]
+def _subtrees(ir: IR, keys: Collection[str]) -> dict[str, list[str]]:
+    """``{key: [key and every key below it, in IR order]}`` for ``keys`` (one pass over the IR)."""
+    out: dict[str, list[str]] = {k: [] for k in keys}
+    for k in ir:
+        parts = k.split(".")
+        for cut in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:cut])
+            if prefix in out:
+                out[prefix].append(k)
+    return out
 
 
 #: ``meta`` entries every implementation has of its own (the module path it came from).
@@ -32,11 +40,13 @@ def instantiate(ir: IR, table: Any, standins: StandIns, called: Collection[str])
             of its own in the trace.
     """
     replaced: dict[str, str] = {}
+    members = {table.key(p) for group in standins.used() for p in group.paths}
+    subtree = _subtrees(ir, {k for k in members if k})
     for group in standins.used():
         bodies: dict[str, Implementation] = {}
         for index, ran in sorted(group.stood_in.items()):
             home = table.key(group.paths[ran])
-            home_keys = _subtree(ir, home)
+            home_keys = subtree.get(home, [])
             for k in home_keys:
                 if k not in bodies:
                     _ = ir[k].graph  # an instance already (it should not be) is expanded before it is copied
@@ -45,7 +55,7 @@ def instantiate(ir: IR, table: Any, standins: StandIns, called: Collection[str])
             if key not in called or home not in called:
                 raise TraceOnceFallback(f"stood-in {key!r} or traced {home!r} has no module call of its own",
                                         implementation=key)
-            keys = _subtree(ir, key)
+            keys = subtree.get(key, [])
             mirrored = [key + k[len(home):] for k in home_keys]
             if sorted(keys) != sorted(mirrored):
                 raise TraceOnceFallback(f"stood-in {key!r} has other implementations than traced {home!r}",

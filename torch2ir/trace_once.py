@@ -95,9 +95,21 @@ def _plain(value: Any, depth: int = 0) -> Any:
     return ("id", id(value))
 
 
-def _fingerprint(module: nn.Module, ignored: Collection[str], ints: bool = True) -> Any:
+def _fingerprint(module: nn.Module, ignored: Collection[str], ints: bool = True,
+                 memo: dict[int, Any] | None = None) -> Any:
     """What two alike modules share (``None``: never grouped, e.g. a module with hooks); ``ints=False``: the
-    values of plain ``int`` attributes left out (their names stay)."""
+    values of plain ``int`` attributes left out (their names stay). ``memo``: fingerprints computed already, by
+    module id (one pass over a model computes each module's once)."""
+    if memo is not None and id(module) in memo:
+        return memo[id(module)]
+    fp = _computed_fingerprint(module, ignored, ints, memo)
+    if memo is not None:
+        memo[id(module)] = fp
+    return fp
+
+
+def _computed_fingerprint(module: nn.Module, ignored: Collection[str], ints: bool, memo: dict[int, Any] | None
+                          ) -> Any:
     if any(getattr(module, h, None) for h in _HOOKS):
         return None
     attrs = tuple(sorted((k, ("int",) if not ints and type(v) is int else _plain(v))
@@ -109,7 +121,7 @@ def _fingerprint(module: nn.Module, ignored: Collection[str], ints: bool = True)
         if child is None:
             children.append((name, None))
             continue
-        sub = _fingerprint(child, ignored, ints)
+        sub = _fingerprint(child, ignored, ints, memo)
         if sub is None:
             return None
         children.append((name, sub))
@@ -133,17 +145,23 @@ def alike_groups(model: nn.Module, ignored: Collection[str] = (),
     tensor_uses: dict[int, int] = {}
     for _, t in (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)):
         tensor_uses[id(t)] = tensor_uses.get(id(t), 0) + 1
+    shared: dict[int, bool] = {}  # module id -> it, or a module or tensor below it, is reached by two paths
+
+    def is_shared(module: nn.Module) -> bool:
+        if id(module) not in shared:
+            shared[id(module)] = len(paths[id(module)]) > 1 or any(
+                tensor_uses[id(t)] > 1 for t in (*module._parameters.values(), *module._buffers.values())
+                if t is not None) or any(is_shared(c) for c in module._modules.values() if c is not None)
+        return shared[id(module)]
+
     by_print: dict[Any, Group] = {}
+    memo: dict[int, Any] = {}
     for path, module in model.named_modules():
         if not path:
             continue
-        subtree = list(module.modules())
-        if "forward" in module.__dict__ or any(len(paths[id(m)]) > 1 for m in subtree):
+        if "forward" in module.__dict__ or is_shared(module):
             continue
-        if any(tensor_uses[id(t)] > 1 for _, t in (*module.named_parameters(remove_duplicate=False),
-                                                    *module.named_buffers(remove_duplicate=False))):
-            continue
-        fp = _fingerprint(module, ignored, ints=False)
+        fp = _fingerprint(module, ignored, ints=False, memo=memo)
         if fp is None:
             continue
         try:

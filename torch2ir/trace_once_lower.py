@@ -148,7 +148,8 @@ def expanded(ep: torch.export.ExportedProgram, copies: list[Copy], links: Mappin
     order = {n.name: i for i, n in enumerate(graph.nodes)}
     for copy in sorted(copies, key=lambda c: min((order[n] for n in c.stand_ins if n in order), default=len(order))):
         stand_ins = [by_name[n] for n in copy.stand_ins if n in by_name]  # sizes copied in while building: gone
-        mapping: dict[fx.Node, fx.Node] = {by_name[a]: replaced.get(b) or by_name[b]
+        # a traced call reading a stand-in's output reads its replacement by now (replace_all_uses_with)
+        mapping: dict[fx.Node, fx.Node] = {replaced.get(a) or by_name[a]: replaced.get(b) or by_name[b]
                                            for a, b in (*copy.inputs.items(), *copy.state.items())}
         with graph.inserting_before(stand_ins[0] if stand_ins else output):
             for name in copy.nodes:

@@ -49,6 +49,51 @@ class _Stack(nn.Module):
         return x, self.head(x)
 
 
+class _Norm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln(x)
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.fc(x))
+
+
+class _UnlikeBlock(nn.Module):
+    """Blocks that are not alike (``tag``), with alike norms and MLPs inside: the first block's ``norm2`` is stood
+    in for by its ``norm1``, and its MLP, traced, reads that stand-in's output."""
+
+    def __init__(self, tag: float) -> None:
+        super().__init__()
+        self.tag = tag
+        self.norm1, self.norm2, self.mlp = _Norm(), _Norm(), _Mlp()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.norm1(x)
+        return x + self.mlp(self.norm2(x))
+
+
+class _UnlikeStack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 8)  # the blocks' input then requires grad like every later one
+        self.blocks = nn.ModuleList(_UnlikeBlock(float(i)) for i in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
 def _ops(flat: FlatIR) -> Counter:
     return Counter((n.op_type, n.module_path) for n in flat.nodes)
 
@@ -96,6 +141,13 @@ def test_a_small_stack_lowers_to_the_full_trace() -> None:
 def test_the_decomposed_lowering_is_the_full_traces() -> None:
     torch.manual_seed(0)
     _check_lowered(_Stack().eval(), (torch.randn(2, 8),), decompose=True)
+
+
+def test_a_traced_call_reading_a_stand_ins_output_is_copied_reading_its_own_input() -> None:
+    """Found on timm's GCViT: the copy of a traced MLP whose input was a stand-in (replaced by then) read the
+    traced block's value instead of the stood-in block's."""
+    torch.manual_seed(0)
+    _check_lowered(_UnlikeStack().eval(), (torch.randn(2, 8),))
 
 
 @pytest.mark.parametrize("name", ["llama", "bert", "vit", "t5_encoder", "mobilenet_v2"])

@@ -418,7 +418,12 @@ def stand_in(outputs: tuple[Any, list[Any]]) -> Any:
     for leaf in recorded:
         if leaf[0] == "t":
             _, size, stride, dtype, device, grad = leaf
-            leaves.append(torch.empty_strided(size, stride, dtype=dtype, device=device, requires_grad=grad))
+            tensor = torch.empty_strided(size, stride, dtype=dtype, device=device, requires_grad=grad)
+            if grad:  # not a leaf, like the traced output: the caller may write it in place (``out += x``)
+                tensor = tensor.clone()
+                if tuple(tensor.stride()) != tuple(stride):
+                    tensor = tensor.as_strided(size, stride)
+            leaves.append(tensor)
         else:
             leaves.append(leaf[1])
     return pytree.tree_unflatten(leaves, spec)

@@ -416,3 +416,30 @@ def test_blocks_making_data_dependent_sizes_are_traced_in_full(monkeypatch):
     assert once.capture.trace_once_fallbacks == [
         ("_CountsPositives", "its call makes data-dependent sizes (unbacked symbols)")]
     assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))
+
+
+class _InPlaceAfter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(4, 4)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            out = block(x)
+            out += x  # torchvision's MBConv: an in-place add on the block's result
+            x = out
+        return x
+
+
+def test_a_stand_ins_output_can_be_written_in_place(monkeypatch):
+    """A stand-in's output that requires grad is not a leaf (found on torchvision's EfficientNet: ``result +=
+    input`` on a leaf failed the export with stand-ins, which fell back to a second, full export)."""
+    torch.manual_seed(0)
+    model, x = _InPlaceAfter().eval(), torch.randn(2, 4)
+    full, once = _full_and_once(model, x, stood_in=True, monkeypatch=monkeypatch)
+    assert once.capture.trace_once_fallbacks == []
+    assert once == full
+    assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))
+    assert torch.equal(ir2torch.convert(once.lower(), model)(x), model(x))

@@ -40,7 +40,7 @@ from .tensormeta import range_bound, state_record
 from .torch_logs import torch_logs_to_debug
 from .trace_once import StandIns, TraceOnceFallback, alike_groups
 from .trace_once_eager import EagerStandIns
-from .trace_once_instances import instantiate
+from .trace_once_instances import check_stood_in_calls, instantiate
 from .trace_once_lower import plan
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
@@ -156,6 +156,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         captured.append(capture)
     hierarchy = Hierarchy(ep, table, calls, capture.same_input)
     if standins is not None:  # lowering copies each traced call in place of its stand-ins
+        check_stood_in_calls(hierarchy, standins)
         capture.copies, why = plan(hierarchy, table, standins)
         if why is not None and capture.refused is None:
             capture.refused = f"alike blocks were traced once (trace_once=True) and {why}"

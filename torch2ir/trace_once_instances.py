@@ -12,7 +12,32 @@ from common.ir import IR, Implementation
 
 from .trace_once import StandIns, TraceOnceFallback
 
-__all__ = ["OWN_META", "instantiate"]
+__all__ = ["OWN_META", "check_stood_in_calls", "instantiate"]
+
+
+def check_stood_in_calls(hierarchy: Any, standins: StandIns) -> None:
+    """Refuse stand-ins whose call the IR cannot write as the traced member's: a stood-in call without a
+    recorded signature, or one passing a value export removed as dead code (the stand-in read none of its
+    inputs: brevitas' zero point and bit width) where the traced call's is live.
+
+    Raises:
+        TraceOnceFallback: naming the member (the model is then exported in full).
+    """
+    from .signature_match import Dead
+
+    for group in standins.used():
+        for index, ran in group.stood_in.items():
+            sigs = []
+            for path in (group.paths[ran], group.paths[index]):
+                frames = [f for f in hierarchy.frames_by_path.get(path, []) if not f.leaf]
+                sigs.append(hierarchy.signed.get(id(frames[0])) if frames else None)
+            traced, stood = sigs
+            if traced is None or stood is None or len(traced.inputs) != len(stood.inputs):
+                raise TraceOnceFallback(f"stood-in {group.paths[index]!r} has no call signature matching the traced "
+                                        f"{group.paths[ran]!r}'s", implementation=group.paths[index])
+            if any(isinstance(b, Dead) and not isinstance(a, Dead) for a, b in zip(traced.inputs, stood.inputs)):
+                raise TraceOnceFallback(f"an input of stood-in {group.paths[index]!r} was removed as dead code",
+                                        implementation=group.paths[index])
 
 
 def _subtrees(ir: IR, keys: Collection[str]) -> dict[str, list[str]]:

@@ -443,3 +443,40 @@ def test_a_stand_ins_output_can_be_written_in_place(monkeypatch):
     assert once == full
     assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))
     assert torch.equal(ir2torch.convert(once.lower(), model)(x), model(x))
+
+
+class _Scaled2(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * scale
+
+
+class _ScalesPerBlock(nn.Module):
+    """Each block gets a ``detach`` made for it alone (brevitas detaches its zero point and bit width): for a
+    stood-in block nothing reads it, so export drops it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.rand(4))
+        self.blocks = nn.ModuleList(_Scaled2() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x, self.scale.detach())
+        return x
+
+
+def test_a_stood_in_call_whose_input_export_dropped_is_traced_in_full() -> None:
+    """Found on brevitas (the zero point and bit width given to each ``int_quant``): the instance would have read
+    the dropped value's stand-in (NaN); the model is exported in full instead, and says why."""
+    torch.manual_seed(0)
+    model, x = _ScalesPerBlock().eval(), torch.randn(2, 4)
+    once = torch2ir.convert(model, (x,))
+    assert once == torch2ir.convert(model, (x,), trace_once=False)
+    assert once.capture.trace_once_fallbacks == [
+        ("the model", "an input of stood-in 'blocks.2' was removed as dead code")]
+    with torch.no_grad():
+        assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))

@@ -188,7 +188,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
             check_train_updates(ir, model, args, kwargs, table, ep, recorded, differs)
         # after the train-mode analysis, which marks the traced member's dropout ops (a stood-in frame has none)
         instances = instantiate(ir, table, standins, called) if standins is not None else {}
-        _sync_instance_calls(ir, instances)
+        _sync_call_types(ir, instances)
         if custom:
             ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
         _carried_notes(ir, model)
@@ -409,27 +409,20 @@ def _real_sequentials(ir: IR, table: ModuleTable) -> None:
             impl.type = "sequential"
 
 
-def _sync_call_types(ir: IR) -> None:
-    """Call nodes carry the type of the implementation they call."""
-    for graph in (g for impl in ir.values() for g in impl.graphs()):
-        for _, attrs in graph.graph.nodes(data=True):
-            target = attrs.get("implementation")
-            if attrs["type"] not in NODE_KINDS and target in ir:
-                attrs["type"] = ir[target].type
-
-
-def _sync_instance_calls(ir: IR, instances: Mapping[str, str]) -> None:
-    """Call nodes of stood-in members carry the type of the instance that replaced them (a stood-in
-    ``nn.Sequential`` traced as a plain module, the traced one as ``sequential``)."""
-    if not instances:
+def _sync_call_types(ir: IR, called: Collection[str] | None = None) -> None:
+    """Call nodes carry the type of the implementation they call; with ``called`` (instances that replaced
+    stood-in members), only the calls of those, outside them (an instance's graphs are its body's, whose calls
+    carry their types; a stood-in ``nn.Sequential`` was traced as a plain module)."""
+    if called is not None and not called:
         return
     for impl in ir.values():
-        if impl.name in instances:  # an instance: its graphs are its body's, whose calls carry their types
+        if called is not None and impl.name in called:
             continue
         for graph in impl.graphs():
             for _, attrs in graph.graph.nodes(data=True):
-                if attrs.get("implementation") in instances and attrs["type"] not in NODE_KINDS:
-                    attrs["type"] = ir[attrs["implementation"]].type
+                target = attrs.get("implementation")
+                if attrs["type"] not in NODE_KINDS and target in ir and (called is None or target in called):
+                    attrs["type"] = ir[target].type
 
 
 def _raise(problems: list[Problem]) -> None:

@@ -329,6 +329,10 @@ class StandIns:
     def used(self) -> list[Group]:
         return [g for g in self.groups if g.enabled and g.stood_in]
 
+    def pairs(self) -> list[tuple[str, str]]:
+        """``(traced member's path, stood-in member's path)`` of every stand-in given."""
+        return [(g.paths[ran], g.paths[index]) for g in self.used() for index, ran in sorted(g.stood_in.items())]
+
     def _forward(self, group: Group, index: int, original: Any) -> Any:
         @functools.wraps(original)
         def forward(*args: Any, **kwargs: Any) -> Any:

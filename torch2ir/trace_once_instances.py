@@ -24,20 +24,16 @@ def check_stood_in_calls(hierarchy: Any, standins: StandIns) -> None:
         TraceOnceFallback: naming the member (the model is then exported in full).
     """
     from .signature_match import Dead
+    from .trace_once_lower import module_calls
 
-    for group in standins.used():
-        for index, ran in group.stood_in.items():
-            sigs = []
-            for path in (group.paths[ran], group.paths[index]):
-                frames = [f for f in hierarchy.frames_by_path.get(path, []) if not f.leaf]
-                sigs.append(hierarchy.signed.get(id(frames[0])) if frames else None)
-            traced, stood = sigs
-            if traced is None or stood is None or len(traced.inputs) != len(stood.inputs):
-                raise TraceOnceFallback(f"stood-in {group.paths[index]!r} has no call signature matching the traced "
-                                        f"{group.paths[ran]!r}'s", implementation=group.paths[index])
-            if any(isinstance(b, Dead) and not isinstance(a, Dead) for a, b in zip(traced.inputs, stood.inputs)):
-                raise TraceOnceFallback(f"an input of stood-in {group.paths[index]!r} was removed as dead code",
-                                        implementation=group.paths[index])
+    for traced_path, path in standins.pairs():
+        traced, stood = (hierarchy.signed.get(id(calls[0])) if calls else None
+                         for calls in (module_calls(hierarchy, traced_path), module_calls(hierarchy, path)))
+        if traced is None or stood is None or len(traced.inputs) != len(stood.inputs):
+            raise TraceOnceFallback(f"stood-in {path!r} has no call signature matching the traced {traced_path!r}'s",
+                                    implementation=path)
+        if any(isinstance(b, Dead) and not isinstance(a, Dead) for a, b in zip(traced.inputs, stood.inputs)):
+            raise TraceOnceFallback(f"an input of stood-in {path!r} was removed as dead code", implementation=path)
 
 
 def _subtrees(ir: IR, keys: Collection[str]) -> dict[str, list[str]]:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import fx
 
-__all__ = ["Copy", "expanded", "plan"]
+__all__ = ["Copy", "expanded", "module_calls", "plan"]
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -51,6 +51,11 @@ class Copy:
     state: Mapping[str, str]
 
 
+def module_calls(hierarchy: Any, path: str) -> list[Any]:
+    """The frames of the calls of module ``path`` that ``hierarchy`` traced (not a handled leaf's)."""
+    return [f for f in hierarchy.frames_by_path.get(path, []) if not f.leaf]
+
+
 def plan(hierarchy: Any, table: Any, standins: Any) -> tuple[list[Copy], str | None]:
     """The :class:`Copy` of every stood-in call of ``standins`` (a :class:`torch2ir.trace_once.StandIns` whose
     export ``hierarchy`` describes), or ``([], why)`` when one cannot be copied faithfully (the capture then
@@ -59,14 +64,11 @@ def plan(hierarchy: Any, table: Any, standins: Any) -> tuple[list[Copy], str | N
     sig = ep.graph_signature
     fqn_of = {**sig.inputs_to_parameters, **sig.inputs_to_buffers}
     placeholder_of = {fqn: name for name, fqn in fqn_of.items()}
-    members: list[tuple[Any, Any]] = []
-    for group in standins.used():
-        for index, ran in sorted(group.stood_in.items()):
-            members.append((group.paths[ran], group.paths[index]))
+    members = standins.pairs()
     frames: dict[str, Any] = {}
     for traced, stood_in in members:
         for path in (traced, stood_in):
-            calls = [f for f in hierarchy.frames_by_path.get(path, []) if not f.leaf]
+            calls = module_calls(hierarchy, path)
             if not calls or (path == stood_in and len(calls) != 1):
                 return [], f"{path!r} has {len(calls)} traced calls"
             frames[path] = calls[0]

@@ -10,31 +10,16 @@ from torch.utils import _pytree as pytree
 import ir2torch
 import torch2ir
 from common.errors import IRError
-from common.ir import IR
 from torch2ir.trace_once import alike_groups
 
 pytest.importorskip("transformers")
 
 from tests.real.corpus import CORPUS
 from tests.torch2ir.trace_once_spies import exports as _exports
+from tests.torch2ir.trace_once_spies import full_and_once as _full_and_once
 from tests.torch2ir.trace_once_spies import instances as _instances
 
 ARCHES = {a.name: a for a in CORPUS}
-
-
-def _full_and_once(model: nn.Module, x: torch.Tensor, stood_in: bool,
-                   monkeypatch: pytest.MonkeyPatch) -> tuple[IR, IR]:
-    """``model`` converted in full and with ``trace_once=True``, checking whether blocks were stood in for, and that
-    a group traced in full after all cost no second export (it failed, or read a watched attribute, before any
-    stand-in was given for it)."""
-    exports = _exports(monkeypatch)
-    full = torch2ir.convert(model, (x,))
-    full_exports = len(exports)
-    made = _instances(monkeypatch)
-    once = torch2ir.convert(model, (x,), trace_once=True)
-    assert any(made) is stood_in
-    assert len(exports) - full_exports == full_exports
-    return full, once
 
 
 @pytest.mark.parametrize("name", ["llama", "bert"])
@@ -43,7 +28,7 @@ def test_trace_once_equals_full_trace(name: str, monkeypatch: pytest.MonkeyPatch
     model = arch.build().eval()
     args, kwargs = arch.inputs()
     made = _instances(monkeypatch)
-    full = torch2ir.convert(model, args, kwargs, allow=arch.allow)
+    full = torch2ir.convert(model, args, kwargs, allow=arch.allow, trace_once=False)
     once = torch2ir.convert(model, args, kwargs, allow=arch.allow, trace_once=("layer_idx",))
     assert made and made[-1], "the second layer was stood in for and became an instance"
     for impl in once.values():
@@ -73,7 +58,7 @@ def test_trace_once_with_indices_watched_equals_full_trace(name: str, monkeypatc
     arch = ARCHES[name]
     model = arch.build().eval()
     args, kwargs = arch.inputs()
-    full = torch2ir.convert(model, args, kwargs, allow=arch.allow)
+    full = torch2ir.convert(model, args, kwargs, allow=arch.allow, trace_once=False)
     made = _instances(monkeypatch)
     once = torch2ir.convert(model, args, kwargs, allow=arch.allow, trace_once=True)
     assert made and made[-1]
@@ -236,7 +221,7 @@ def test_more_blocks_a_stand_in_cannot_repeat_give_the_full_trace(block: type[nn
     full_model, once_model = _Stack(block).eval(), _Stack(block).eval()
     once_model.load_state_dict(full_model.state_dict())
     try:
-        full = torch2ir.convert(full_model, (x.clone(),))
+        full = torch2ir.convert(full_model, (x.clone(),), trace_once=False)
     except IRError as exc:  # a construct the IR refuses: refused the same way with trace_once
         with pytest.raises(type(exc)):
             torch2ir.convert(once_model, (x.clone(),), trace_once=True)
@@ -277,206 +262,10 @@ def test_a_group_failing_before_any_stand_in_is_traced_in_full_in_the_same_expor
     torch.manual_seed(0)
     model, x = _Chain().eval(), torch.randn(2, 4)
     exports = _exports(monkeypatch)
-    full = torch2ir.convert(model, (x,))
+    full = torch2ir.convert(model, (x,), trace_once=False)
     once = torch2ir.convert(model, (x,), trace_once=True)
     assert len(exports) == 2  # one each: the failed group did not cost a second export
     assert once == full
     assert once.capture.trace_once_fallbacks == [("_Passing", "an output aliases an input or a parameter/buffer")]
     rebuilt = ir2torch.convert(once, model.state_dict())
     assert torch.equal(rebuilt(x), model(x))
-
-
-class _Scaled(nn.Module):
-    def __init__(self, scale: float) -> None:
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.scale
-
-
-class _SignedZeros(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.a, self.b, self.c = _Scaled(0.0), _Scaled(-0.0), _Scaled(0.0)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([self.a(x), self.b(x), self.c(x)])
-
-
-def test_attributes_are_compared_as_spelled() -> None:
-    """``-0.0 == 0.0`` in Python, but a block scaling by ``-0.0`` flips signs: it is not alike one scaling by
-    ``0.0`` (and the rebuild keeps every sign bit)."""
-    model = _SignedZeros().eval()
-    assert [g.paths for g in alike_groups(model)] == [["a", "c"]]
-    x = torch.tensor([1.0, -2.0])
-    rebuilt = ir2torch.convert(torch2ir.convert(model, (x,), trace_once=True), model.state_dict())
-    assert torch.equal(torch.signbit(rebuilt(x)), torch.signbit(model(x)))
-
-
-class _Pair(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.q, self.k = nn.Linear(4, 4), nn.Linear(4, 4)
-
-    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return self.q(a) * self.k(b)
-
-
-class _OneTensorThenTwo(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.first, self.second = _Pair(), _Pair()
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        h = torch.tanh(x)
-        return self.first(h, h) + self.second(h, y)
-
-
-def test_a_block_called_with_one_tensor_twice_does_not_stand_in_for_one_called_with_two(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first block's trace reads one value for both arguments; the second gets two different tensors of the
-    same metadata, so it is traced itself (a stand-in would make its graph ignore ``b``)."""
-    torch.manual_seed(0)
-    model = _OneTensorThenTwo().eval()
-    x, y = torch.randn(2, 4), torch.randn(2, 4)
-    made = _instances(monkeypatch)
-    ir = torch2ir.convert(model, (x, y), trace_once=True)
-    assert not any(made)
-    rebuilt = ir2torch.convert(ir, model.state_dict())
-    with torch.no_grad():
-        assert torch.equal(rebuilt(x, y), model(x, y))
-
-
-class _PassingOnOneRow(nn.Module):
-    """Returns its input when called with one row, else computes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x if x.shape[0] == 1 else torch.relu(self.lin(x))
-
-
-class _TwoSignatures(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(_PassingOnOneRow() for _ in range(6))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks[:3]:
-            x = block(x)
-        y = x[:1]
-        for block in self.blocks[3:]:
-            y = block(y)
-        return x + y
-
-
-def test_a_key_unfit_after_stand_ins_were_given_runs_for_real_in_the_same_export(monkeypatch):
-    """Blocks 0-2 get two rows (block 2 is stood in for block 1), blocks 3-5 one row, which they return as is: a
-    stand-in cannot repeat that, so those run for real; block 2's stand-in stays, and no second export runs."""
-    torch.manual_seed(0)
-    model, x = _TwoSignatures().eval(), torch.randn(2, 4)
-    exports = _exports(monkeypatch)
-    full = torch2ir.convert(model, (x,), trace_once=False)
-    made = _instances(monkeypatch)
-    once = torch2ir.convert(model, (x,))
-    assert len(exports) == 2
-    assert made and set(made[-1]) == {"blocks.2", "blocks.2.lin"}
-    assert once.capture.trace_once_fallbacks == [("_PassingOnOneRow", "an output aliases an input or a "
-                                                  "parameter/buffer (for the members called like it; the others "
-                                                  "were stood in for)")]
-    assert once == full
-    assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))
-    flat = once.lower()
-    assert torch.equal(ir2torch.convert(flat, model)(x), model(x))
-
-
-class _CountsPositives(nn.Module):
-    """Makes a data-dependent size inside (``nonzero``), returns a fixed-size result."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.lin(x)
-        picked = y[y > 0]
-        return y + picked.sum()
-
-
-def test_blocks_making_data_dependent_sizes_are_traced_in_full(monkeypatch):
-    """Each block's data-dependent sizes are symbols of its own (``u0`` in the first, ``u1`` in the next): a
-    stand-in would give the others the first one's."""
-    torch.manual_seed(0)
-    model, x = nn.Sequential(*(_CountsPositives() for _ in range(3))).eval(), torch.randn(2, 4)
-    full, once = _full_and_once(model, x, stood_in=False, monkeypatch=monkeypatch)
-    assert once == full
-    assert once.capture.trace_once_fallbacks == [
-        ("_CountsPositives", "its call makes data-dependent sizes (unbacked symbols)")]
-    assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))
-
-
-class _InPlaceAfter(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inp = nn.Linear(4, 4)
-        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(3))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.inp(x)
-        for block in self.blocks:
-            out = block(x)
-            out += x  # torchvision's MBConv: an in-place add on the block's result
-            x = out
-        return x
-
-
-def test_a_stand_ins_output_can_be_written_in_place(monkeypatch):
-    """A stand-in's output that requires grad is not a leaf (found on torchvision's EfficientNet: ``result +=
-    input`` on a leaf failed the export with stand-ins, which fell back to a second, full export)."""
-    torch.manual_seed(0)
-    model, x = _InPlaceAfter().eval(), torch.randn(2, 4)
-    full, once = _full_and_once(model, x, stood_in=True, monkeypatch=monkeypatch)
-    assert once.capture.trace_once_fallbacks == []
-    assert once == full
-    assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))
-    assert torch.equal(ir2torch.convert(once.lower(), model)(x), model(x))
-
-
-class _Scaled2(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        return self.lin(x) * scale
-
-
-class _ScalesPerBlock(nn.Module):
-    """Each block gets a ``detach`` made for it alone (brevitas detaches its zero point and bit width): for a
-    stood-in block nothing reads it, so export drops it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.register_buffer("scale", torch.rand(4))
-        self.blocks = nn.ModuleList(_Scaled2() for _ in range(3))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x, self.scale.detach())
-        return x
-
-
-def test_a_stood_in_call_whose_input_export_dropped_is_traced_in_full() -> None:
-    """Found on brevitas (the zero point and bit width given to each ``int_quant``): the instance would have read
-    the dropped value's stand-in (NaN); the model is exported in full instead, and says why."""
-    torch.manual_seed(0)
-    model, x = _ScalesPerBlock().eval(), torch.randn(2, 4)
-    once = torch2ir.convert(model, (x,))
-    assert once == torch2ir.convert(model, (x,), trace_once=False)
-    assert once.capture.trace_once_fallbacks == [
-        ("the model", "an input of stood-in 'blocks.2' was removed as dead code")]
-    with torch.no_grad():
-        assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))

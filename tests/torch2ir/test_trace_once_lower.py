@@ -111,7 +111,7 @@ def _equal(a: list, b: list) -> bool:
 def _check_lowered(model: nn.Module, args: tuple, kwargs: dict | None = None, allow: tuple = (),
                    decompose: bool = False) -> FlatIR:
     """``model`` converted with ``trace_once=True`` and lowered: the full trace's FlatIR, linked, bit-equal."""
-    full = torch2ir.convert(model, args, kwargs, allow=allow).lower(decompose=decompose)
+    full = torch2ir.convert(model, args, kwargs, allow=allow, trace_once=False).lower(decompose=decompose)
     once_ir = torch2ir.convert(model, args, kwargs, allow=allow, trace_once=True)
     assert once_ir.capture.copies, "no block was stood in for"
     once = once_ir.lower(decompose=decompose)

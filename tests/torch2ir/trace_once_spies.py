@@ -1,9 +1,14 @@
-"""Spies on a conversion that traces alike blocks once: the instances it made, the exports it ran."""
+"""Spies on a conversion that traces alike blocks once: the instances it made, the exports it ran; and a
+model converted both ways."""
 
 from __future__ import annotations
 
 import pytest
+import torch
+from torch import nn
 
+import torch2ir
+from common.ir import IR
 from torch2ir import build
 
 
@@ -31,3 +36,18 @@ def exports(monkeypatch: pytest.MonkeyPatch) -> list[object]:
 
     monkeypatch.setattr(build, "export", spy)
     return calls
+
+
+def full_and_once(model: nn.Module, x: torch.Tensor, stood_in: bool,
+                  monkeypatch: pytest.MonkeyPatch) -> tuple[IR, IR]:
+    """``model`` converted in full and with ``trace_once=True``, checking whether blocks were stood in for, and that
+    a group traced in full after all cost no second export (it failed, or read a watched attribute, before any
+    stand-in was given for it)."""
+    ran = exports(monkeypatch)
+    full = torch2ir.convert(model, (x,), trace_once=False)
+    full_exports = len(ran)
+    made = instances(monkeypatch)
+    once = torch2ir.convert(model, (x,), trace_once=True)
+    assert any(made) is stood_in
+    assert len(ran) - full_exports == full_exports
+    return full, once

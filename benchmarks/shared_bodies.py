@@ -6,7 +6,7 @@ Usage::
     python benchmarks/shared_bodies.py --layers 2 8 --runs 3
 
 For each depth: one ``torch.export.export`` and one ``torch2ir.convert`` of the same model, interleaved, and
-their ratio (conversion still traces every layer); the file as saved (format 2) and as format 1 would write it
+their ratio (alike layers traced once, the default); the file as saved (format 2) and as format 1 would write it
 (every instance in full); ``IR.load`` of each (median of ``--runs``); ``ir2torch.convert(..., device="meta")`` of
 each loaded IR. Times are medians; nothing is asserted. Everything runs in this process, one after the other.
 """

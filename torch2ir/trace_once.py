@@ -130,12 +130,15 @@ def _computed_fingerprint(module: nn.Module, ignored: Collection[str], ints: boo
 
 def alike_groups(model: nn.Module, ignored: Collection[str] = (),
                  is_leaf: Callable[[nn.Module], bool] = lambda m: False) -> list[Group]:
-    """Outermost groups of two or more alike module instances (see the module docstring), ``ignored``: attribute
+    """Groups of two or more alike module instances (see the module docstring), ``ignored``: attribute
     names whose values may differ between members (the caller vouches that the traced computation does not read
     them). Members may also differ in int attributes that hold a different value in each (``layer_idx``) of
     modules ``is_leaf`` does not handle: those are watched while a member runs (:mod:`torch2ir.trace_once_watch`).
     The root, aliased modules, modules whose tensors are shared with other modules, and global hooks exclude a
-    module."""
+    module. Groups nest (a stack of layers, and the feed-forward blocks inside them): a block inside a member
+    that runs for real is stood in for (a layer traced in full because its attention lifts constants still has
+    its feed-forward block traced once), never inside a call being recorded for stand-ins
+    (:class:`StandIns`)."""
     if (nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks
             or nn.modules.module._global_backward_hooks):
         return []
@@ -183,16 +186,7 @@ def alike_groups(model: nn.Module, ignored: Collection[str] = (),
             group.paths.append(path)
             group.modules.append(module)
         candidates.extend(strict.values())
-    candidates = [g for g in candidates if len(g.paths) > 1]
-    grouped = {p for g in candidates for p in g.paths}
-    out = []
-    for group in candidates:  # outermost only: a member below a member of any group is left out
-        keep = [i for i, p in enumerate(group.paths)
-                if not any(".".join(p.split(".")[:cut]) in grouped for cut in range(1, p.count(".") + 1))]
-        if len(keep) > 1:
-            out.append(Group([group.paths[i] for i in keep], [group.modules[i] for i in keep],
-                             watched=group.watched))
-    return out
+    return [g for g in candidates if len(g.paths) > 1]
 
 
 def input_key(args: tuple, kwargs: dict[str, Any]) -> Any:
@@ -228,6 +222,38 @@ def _unbacked_made(tensors: list[torch.Tensor]) -> int:
     return env.counter["create_unbacked_symbol"] if env is not None else 0
 
 
+def _traced_graph_end() -> tuple[Any, Any]:
+    """The graph export is tracing into and its last node (``(None, None)`` outside a trace)."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    mode = get_proxy_mode()
+    graph = getattr(getattr(mode, "tracer", None), "graph", None)
+    return (graph, graph._root.prev) if graph is not None else (None, None)
+
+
+#: graph-level calls export turns into higher-order ops (``wrap_with_set_grad_enabled``, ``wrap_with_autocast``)
+_REGION_CALLS = frozenset({torch._C._set_grad_enabled, torch.amp.autocast_mode._enter_autocast,
+                           torch.amp.autocast_mode._exit_autocast})
+
+
+def _per_member_nodes(graph: Any, last: Any) -> str | None:
+    """Why the nodes a member's call added after ``last`` are not the same in every member, if they are not:
+    export names tensor constants (``lifted_tensor_3``) and higher-order subgraphs (``submod_7``) in trace order,
+    so a stand-in's copies would be named otherwise than a full trace's. Found while the call is traced, the
+    group's members then run for real in the same export (no second export)."""
+    if graph is None:
+        return None
+    node = last.next
+    while node is not graph._root:
+        if node.op == "get_attr":
+            return "its traced call reads tensor constants export lifted"
+        if node.op == "call_function" and (node.target in _REGION_CALLS
+                                           or isinstance(node.target, torch._ops.HigherOrderOperator)):
+            return "its traced call holds a higher-order op"
+        node = node.next
+    return None
+
+
 def _identity(value: Any) -> Any:
     """A value's identity, and for a dict, list or set the identities of its items (LeViT's attention-bias
     cache is a dict its eval-mode forward fills)."""
@@ -251,15 +277,18 @@ def _snapshot(module: nn.Module) -> tuple[Any, Any]:
 
 
 class StandIns:
-    """Installs the stand-in forwards of ``groups`` for the duration of an export."""
+    """Installs the stand-in forwards of ``groups`` for the duration of an export. No stand-in is given inside a
+    call being recorded (a traced member's body is the one its stand-ins repeat: it holds no stand-in itself)."""
 
     def __init__(self, groups: list[Group]) -> None:
         self.groups = groups
+        self.recording = 0  # how many recorded calls are running (nested groups record inside each other)
         #: ``(class of the group's blocks, why)`` of every group traced in full after all (fallbacks)
         self.fallbacks: list[tuple[str, str]] = []
 
     def reset(self) -> None:
         """Forget what a (failed) export attempt recorded."""
+        self.recording = 0
         for group in self.groups:
             group.records, group.stood_in, group.failure, group.keyed, group.unfit = {}, {}, None, (), {}
 
@@ -351,7 +380,7 @@ class StandIns:
                     return original(*args, **kwargs)  # a member that ran already, called again with another key
                 return self._record(group, index, original, key, args, kwargs)
             ran, outputs = group.records[key]
-            if ran == index or index in {r for r, _ in group.records.values()}:
+            if ran == index or index in {r for r, _ in group.records.values()} or self.recording:
                 return original(*args, **kwargs)  # a member that ran for real is never stood in for
             group.stood_in[index] = ran
             return stand_in(outputs)
@@ -364,9 +393,14 @@ class StandIns:
         before = [t._version for t in inputs]
         attrs, versions = _snapshot(module)
         unbacked = _unbacked_made(inputs)
-        with watching(module, group.watched) as reads:
-            out = original(*args, **kwargs)
-        why: str | None = None
+        graph, last = _traced_graph_end()
+        self.recording += 1
+        try:
+            with watching(module, group.watched) as reads:
+                out = original(*args, **kwargs)
+        finally:
+            self.recording -= 1
+        why: str | None = _per_member_nodes(graph, last)
         if _unbacked_made(inputs) != unbacked:  # another member's data-dependent sizes are its own symbols
             why = "its call makes data-dependent sizes (unbacked symbols)"
         if reads:
@@ -377,6 +411,10 @@ class StandIns:
             elif new:  # the first traced call: key every member on them
                 group.keyed = (*group.keyed, *new)
                 key = (key, group.keyed_values(index))
+                if len({repr(group.keyed_values(i)) for i in range(len(group.modules))}) == len(group.modules):
+                    # a different value in every member: none can stand in for another, and the members run
+                    # for real unrecorded (blocks alike inside them are stood in for)
+                    why = f"its call reads {reads[0]}, which differs between the alike blocks"
         leaves, spec = pytree.tree_flatten(out)
         state = [t for t in (*module.parameters(), *module.buffers())]
         recorded = []

@@ -141,6 +141,9 @@ def expanded(ep: torch.export.ExportedProgram, copies: list[Copy], links: Mappin
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     out, old_output = graph.graph_copy(ep.graph, env, return_output_node=True)
+    for old, new in env.items():  # a fresh graph renames a node named like a builtin (``input`` -> ``input_1``)
+        if new.name != old.name:  # the signature names it as export did (export assigns names the same way)
+            new.name = old.name
     output = graph.output(out, type_expr=getattr(old_output, "type", None))
     output.meta = dict(old_output.meta)
     by_name = {n.name: n for n in graph.nodes}

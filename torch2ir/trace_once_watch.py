@@ -58,15 +58,18 @@ def varying_indices(members: list[nn.Module], skipped: Collection[str],
 
 
 class _Watch:
-    """A data descriptor standing in for an instance attribute: reads are recorded, values stay the instance's."""
+    """A data descriptor standing in for an instance attribute: reads are recorded (in every list watching it:
+    a block traced inside another block's traced call watches the same attribute), values stay the instance's."""
 
-    def __init__(self, name: str, label: str, reads: list[str]) -> None:
-        self.name, self.label, self.reads = name, label, reads
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sinks: list[tuple[str, list[str]]] = []  # (label, reads) of each watch in force
 
     def __get__(self, obj: Any, owner: type | None = None) -> Any:
         if obj is None:
             return self
-        self.reads.append(self.label)
+        for label, reads in self.sinks:
+            reads.append(label)
         try:
             return obj.__dict__[self.name]
         except KeyError:
@@ -87,14 +90,23 @@ def watching(module: nn.Module, varying: list[tuple[str, str]]) -> Iterator[list
     """Record, in the list yielded, every read of the ``varying`` attributes (of ``module``'s subtree, by path)
     made inside the block, on any instance of their classes; nothing else changes."""
     reads: list[str] = []
-    installed: list[tuple[type, str]] = []
+    sinks: list[tuple[type, _Watch, tuple[str, list[str]]]] = []
     try:
         for path, name in varying:
             cls = type(module.get_submodule(path))
-            if name not in vars(cls):  # two watched attributes of one class: one descriptor
-                setattr(cls, name, _Watch(name, f"{path}.{name}" if path else name, reads))
-                installed.append((cls, name))
+            watch = vars(cls).get(name)
+            if watch is not None and not isinstance(watch, _Watch):
+                continue  # the class defines the name itself (varying_indices groups no such module)
+            if watch is None:
+                watch = _Watch(name)
+                setattr(cls, name, watch)
+            if not any(r is reads for _, r in watch.sinks):  # two watched attributes of one class: one read
+                sink = (f"{path}.{name}" if path else name, reads)
+                watch.sinks.append(sink)
+                sinks.append((cls, watch, sink))
         yield reads
     finally:
-        for cls, name in installed:
-            delattr(cls, name)
+        for cls, watch, sink in reversed(sinks):
+            watch.sinks[:] = [s for s in watch.sinks if s is not sink]
+            if not watch.sinks and vars(cls).get(watch.name) is watch:
+                delattr(cls, watch.name)

@@ -173,3 +173,11 @@ def test_the_conversions_program_is_left_as_exported() -> None:
     assert [n.name for n in ir.capture.ep.graph.nodes] == before
     assert "aten.empty_strided.default" not in {n.op_type for n in first.nodes}
     assert _ops(first) == _ops(second)
+
+
+def test_a_sequential_root_lowers_to_the_full_trace() -> None:
+    """export names an ``nn.Sequential``'s input ``input`` (a builtin's name, which a fresh graph would rename):
+    the expanded program keeps export's names."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), *[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(3)]).eval()
+    _check_lowered(model, (torch.randn(2, 8),))

@@ -59,7 +59,7 @@ class Capture:
         meta: ``model`` (class), ``torch_version`` and ``device`` of the FlatIR's ``meta``.
         allowlist: the operators the conversion accepted (the FlatIR's ops are checked against it).
         refused: why this trace cannot be lowered (it is not the model's computation), or None.
-        digest: digest of the IR when the conversion finished (None until :meth:`seal`).
+        digest: the :class:`Seal` of the IR when the conversion finished (None until :meth:`seal`).
     """
 
     def __init__(self, ep: torch.export.ExportedProgram | None, model: nn.Module, args: tuple,
@@ -75,7 +75,7 @@ class Capture:
                      "device": str(trace_device(model, args, kwargs))}
         self.allowlist = allowlist
         self.refused = refused
-        self.digest: str | None = None
+        self.digest: Seal | None = None
         #: with ``trace_once``: ``(class of alike blocks, why)`` of each group traced in full after all
         self.trace_once_fallbacks: list[tuple[str, str]] = []
         #: with ``trace_once``: how each stand-in is replaced by its traced call when lowering
@@ -104,7 +104,7 @@ class Capture:
 
     def seal(self, ir: IR) -> None:
         """Record the digest of the finished IR and attach this capture to it."""
-        self.digest = ir_digest(ir)
+        self.digest = Seal(ir)
         ir.capture = self
 
     def lower(self, ir: IR | None, *, decompose: bool | Mapping[Any, Any] = False, allow: Iterable[str] | None = None,
@@ -117,7 +117,7 @@ class Capture:
                 construct, or an op is outside the allow-list.
         """
         self._check_lowerable()
-        if self.digest is None or ir_digest(ir) != self.digest:
+        if self.digest is None or not self.digest.holds(ir):
             raise StaleCaptureError(
                 "the IR was changed after its conversion (a rewrite, or an edit of a graph, state record or "
                 "attribute): the capture of its export describes the IR as converted, not this one",
@@ -278,18 +278,76 @@ def trace_device(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None
     return torch.device("cpu")
 
 
-def ir_digest(ir: IR) -> str:
-    """A digest of everything an IR holds but tensor values (implementations, graphs and variants with their
-    nodes and edges, state records, meta, tensor keys): equal digests, same IR."""
+class Seal:
+    """What an IR held when its conversion finished, told apart from a later IR without expanding the instances
+    of shared bodies: an instance still unexpanded is recorded by its own fields and its body's digest (one per
+    body, whatever the number of instances); one expanded since is compared by content with a fresh expansion of
+    the body it was sealed with."""
+
+    def __init__(self, ir: IR) -> None:
+        self.keys = list(ir)
+        self.tensors = sorted(ir.tensors)
+        self.content: dict[str, str] = {}  # key -> digest of everything (graphs included)
+        self.instances: dict[str, tuple[bytes, str, str, Implementation]] = {}  # key -> own, home, body digest, body
+        bodies: dict[int, str] = {}
+        for key, impl in ir.items():
+            body = impl.shared_body
+            if body is None:
+                self.content[key] = _impl_hex(key, impl)
+            else:
+                self.instances[key] = (_own(key, impl), body.name, _body_hex(body, bodies), body)
+
+    def holds(self, ir: IR) -> bool:
+        """Whether ``ir`` is the IR sealed (instances expanded since, or not, alike)."""
+        if list(ir) != self.keys or sorted(ir.tensors) != self.tensors:
+            return False
+        bodies: dict[int, str] = {}
+        for key, impl in ir.items():
+            if key in self.content:
+                if _impl_hex(key, impl) != self.content[key]:
+                    return False
+                continue
+            own, home, body_hex, body = self.instances[key]
+            shared = impl.shared_body
+            if shared is not None:  # still an instance: same own fields, same body
+                if shared.name != home or _own(key, impl) != own or _body_hex(shared, bodies) != body_hex:
+                    return False
+            elif _body_hex(body, bodies) != body_hex or _impl_hex(key, impl) != _expected_hex(key, own, body):
+                return False
+        return True
+
+
+def _own(key: str, impl: Implementation) -> bytes:
+    """The encoding of an implementation's fields but its graphs (read without expanding an instance)."""
+    return _encoded((key, impl.type, impl.data, impl.state, impl.aliases, impl.meta))
+
+
+def _impl_hex(key: str, impl: Implementation) -> str:
     h = hashlib.blake2b(digest_size=16)
-    for key, impl in ir.items():
-        _digest_impl(h, key, impl)
-    h.update(repr(sorted(ir.tensors)).encode())
+    _digest_impl(h, key, impl)
+    return h.hexdigest()
+
+
+def _body_hex(body: Implementation, cache: dict[int, str]) -> str:
+    if id(body) not in cache:
+        cache[id(body)] = _impl_hex(body.name, body)
+    return cache[id(body)]
+
+
+def _expected_hex(key: str, own: bytes, body: Implementation) -> str:
+    """The digest of instance ``key`` with fields ``own`` expanded from ``body``."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(own)
+    _digest_graphs(h, Implementation.instance_of(key, body))
     return h.hexdigest()
 
 
 def _digest_impl(h: Any, key: str, impl: Implementation) -> None:
-    h.update(_encoded((key, impl.type, impl.data, impl.state, impl.aliases, impl.meta)))
+    h.update(_own(key, impl))
+    _digest_graphs(h, impl)
+
+
+def _digest_graphs(h: Any, impl: Implementation) -> None:
     for graph in impl.graphs():
         h.update(b"graph")
         # the graph's own node and adjacency dicts (networkx's storage; reading them copies nothing)

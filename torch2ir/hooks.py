@@ -33,7 +33,7 @@ from torch.nn.modules import module as _module
 from common.quant import CLASSES, PT2E_OBSERVERS, hook_to_data
 
 from .frontend import needs_signature
-from .modules import ModuleTable
+from .modules import ModuleTable, enclosing_path
 
 Problem = tuple[str, str, str]  # (implementation, message, hint)
 
@@ -83,13 +83,13 @@ def check_hooks(model: nn.Module, table: ModuleTable) -> tuple[list[Problem], li
                              "global hooks are process-wide and would apply to the rebuilt model too; remove "
                              "them before converting (register them on the rebuilt model again if wanted)"))
     hooked: list[str] = []
-    leaves: list[str] = []
+    leaves: set[str] = set()
     for path, module in model.named_modules():
         key = table.key(path) or "root"
-        inside = next((p for p in leaves if path.startswith(p + ".")), None)
+        inside = enclosing_path(path, leaves) if path else None
         leaf = table.is_leaf(module)
         if leaf and inside is None:
-            leaves.append(path)
+            leaves.add(path)
         for attr in _BACKWARD:
             hooks = getattr(module, attr)
             if hooks:

@@ -10,6 +10,7 @@ from the other places.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from torch import fx, nn
@@ -209,3 +210,14 @@ def original_class(module: nn.Module) -> str:
         if isinstance(name, str):
             return name
     return class_name(type(module))
+
+
+def enclosing_path(path: str, roots: Collection[str]) -> str | None:
+    """The outermost of ``roots`` (module paths) that ``path`` lies strictly below, or None (one set lookup per
+    level of ``path``: a scan of every root for every module is quadratic in a deep stack)."""
+    parts = path.split(".")
+    for cut in range(1, len(parts)):
+        prefix = ".".join(parts[:cut])
+        if prefix in roots:
+            return prefix
+    return None

@@ -27,6 +27,8 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from .modules import enclosing_path
+
 #: A leaf of a recorded call: ("node", tracer node), ("const", value), or ("unknown", reason) when it cannot be
 #: carried.
 Leaf = tuple[str, Any]
@@ -288,12 +290,12 @@ def signature_targets(model: nn.Module, table: Any) -> list[nn.Module]:
     from torch.fx.graph import _PyTreeCodeGen
 
     out: dict[int, nn.Module] = {}
-    leaves: list[str] = []
+    leaves: set[str] = set()
     for path, module in model.named_modules(remove_duplicate=False):
-        if not path or any(path.startswith(p + ".") for p in leaves):
+        if not path or enclosing_path(path, leaves) is not None:
             continue
         if table.is_leaf(module):
-            leaves.append(path)
+            leaves.add(path)
         elif not (isinstance(module, fx.GraphModule) and not isinstance(module.graph._codegen, _PyTreeCodeGen)):
             out.setdefault(id(module), module)
     return list(out.values())

@@ -83,19 +83,25 @@ class EagerStandIns:
         tensors by name); returns ``ops``."""
         if ops is None:
             return None
-        for path, home in self.done.items():
-            def moved(p: str, home: str = home, path: str = path) -> str:
-                return path + p[len(home):]
-
-            for table in (ops.dropouts, ops.randoms, ops.calls):
-                for p in [p for p in table if inside(p, path)]:
-                    del table[p]
-                for p in [p for p in table if inside(p, home)]:
+        roots = {*self.done, *self.done.values()}
+        for table in (ops.dropouts, ops.randoms, ops.calls):
+            below: dict[str, list[str]] = {}  # root -> the paths at or below it (a member that ran is never below
+            for p in table:  # a stood-in one: the records copied never come from records copied)
+                parts = p.split(".")
+                for cut in range(1, len(parts) + 1):
+                    prefix = ".".join(parts[:cut])
+                    if prefix in roots:
+                        below.setdefault(prefix, []).append(p)
+            for path, home in self.done.items():
+                for p in below.get(path, []):
+                    table.pop(p, None)
+                for p in below.get(home, []):
                     value = table[p]
                     if table is ops.calls:
-                        value = [f"module {moved(n[7:])}" if n.startswith("module ") and inside(n[7:], home) else n
-                                 for n in value]
-                    table[moved(p)] = copy.copy(value)
+                        value = [f"module {path}{n[7 + len(home):]}" if n.startswith("module ") and inside(n[7:], home)
+                                 else n for n in value]
+                    table[path + p[len(home):]] = copy.copy(value)
+        for path, home in self.done.items():
             source, target = self.model.get_submodule(home), self.model.get_submodule(path)
             for name, t in (*source.named_parameters(), *source.named_buffers()):
                 if id(t) in ops.written:

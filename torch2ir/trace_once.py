@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import types
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -254,6 +255,33 @@ def _per_member_nodes(graph: Any, last: Any) -> str | None:
     return None
 
 
+def _called_on(bound: Any, module: nn.Module, frame: Any) -> Any:
+    """``module``'s original forward (``bound``), bound to the object it was called on (``frame``: the caller's).
+
+    A model with a module reached by two paths makes export trace through attribute proxies (``_AttrProxy``: a
+    module seen through the path it was reached by, sharing its ``__dict__``, where the stand-in forward is
+    found): the forward must run on the proxy, whose submodules carry their paths; on the module itself they would
+    be named from it (``fc1`` for ``blocks.0.mlp.fc1``), a different IR without a word (timm's CoaT, which shares
+    its ``cpe``). A module call's frame holds the proxy as ``self``; a direct ``block.forward(x)`` is found among
+    the caller's variables, and when it is not there the export fails (the model is then exported in full)."""
+    from torch.fx.experimental.proxy_tensor import _AttrProxy, get_proxy_mode
+
+    if not isinstance(bound, types.MethodType):
+        return bound
+    if frame.f_code.co_filename == MODULE_FILE:
+        candidates = [frame.f_locals.get("self")]
+    elif getattr(getattr(get_proxy_mode(), "tracer", None), "enable_attr_proxy", False):
+        candidates = list(frame.f_locals.values())
+        if not any(isinstance(c, _AttrProxy) and c.__dict__ is module.__dict__ for c in candidates):
+            raise TraceOnceFallback(f"a direct {type(module).__name__}.forward call through an attribute proxy")
+    else:
+        return bound
+    proxies = {id(c): c for c in candidates if isinstance(c, _AttrProxy) and c.__dict__ is module.__dict__}
+    if len(proxies) > 1:
+        raise TraceOnceFallback(f"a direct {type(module).__name__}.forward call through one of two proxies")
+    return types.MethodType(bound.__func__, next(iter(proxies.values()))) if proxies else bound
+
+
 def _identity(value: Any) -> Any:
     """A value's identity, and for a dict, list or set the identities of its items (LeViT's attention-bias
     cache is a dict its eval-mode forward fills)."""
@@ -362,10 +390,12 @@ class StandIns:
         """``(traced member's path, stood-in member's path)`` of every stand-in given."""
         return [(g.paths[ran], g.paths[index]) for g in self.used() for index, ran in sorted(g.stood_in.items())]
 
-    def _forward(self, group: Group, index: int, original: Any) -> Any:
-        @functools.wraps(original)
+    def _forward(self, group: Group, index: int, bound: Any) -> Any:
+        @functools.wraps(bound)
         def forward(*args: Any, **kwargs: Any) -> Any:
-            if not group.enabled or sys._getframe(1).f_code.co_filename != MODULE_FILE:
+            frame = sys._getframe(1)
+            original = _called_on(bound, group.modules[index], frame)
+            if not group.enabled or frame.f_code.co_filename != MODULE_FILE:
                 # ``layer.forward(x)`` called directly (SqueezeBERT's encoder): no module call, no frame of its own
                 return original(*args, **kwargs)
             key = input_key(args, kwargs)

@@ -209,3 +209,71 @@ def test_a_stood_in_call_whose_input_export_dropped_is_traced_in_full() -> None:
         ("the model", "an input of stood-in 'blocks.2' was removed as dead code")]
     with torch.no_grad():
         assert torch.equal(ir2torch.convert(once, model.state_dict())(x), model(x))
+
+
+class _Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class _SharedPre(nn.Module):
+    """A module reached by two paths (CoaT shares its positional convolution between blocks): export then traces
+    through attribute proxies, which name each submodule by the path it was reached by. ``direct``: the blocks'
+    ``forward`` is called directly, not as a module call (SqueezeBERT)."""
+
+    def __init__(self, direct: bool) -> None:
+        super().__init__()
+        self.pre = nn.Linear(8, 8)
+        self.blocks = nn.ModuleList(_Mlp() for _ in range(3))
+        self.again = self.pre
+        self.direct = direct
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pre(x)
+        for block in self.blocks:
+            x = x + (block.forward(x) if self.direct else block(x))
+        return self.again(x)
+
+
+@pytest.mark.parametrize("direct", [False, True])
+def test_blocks_of_a_model_with_a_shared_module_keep_their_paths(direct: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The traced block's leaves are named from the model (``blocks.0.fc1``), not from the block (``fc1``): the
+    stand-in forward runs on the proxy export called, not on the module it wraps."""
+    torch.manual_seed(0)
+    model = _SharedPre(direct).eval()
+    x = torch.randn(2, 8)
+    full, once = _full_and_once(model, x, not direct, monkeypatch)  # a direct call is never stood in for
+    if not direct:
+        assert [a["implementation"] for _, a in full["blocks.0"].graph.nodes(data=True) if a["type"] == "linear"
+                ] == ["blocks.0.fc1", "blocks.0.fc2"]
+    for impl in once.values():
+        _ = impl.graph
+    assert once == full
+    rebuilt = ir2torch.convert(once, model.state_dict()).eval()
+    with torch.no_grad():
+        assert torch.equal(rebuilt(x), model(x))
+
+
+class _SharedPreIndexed(_SharedPre):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pre(x)
+        for i in range(len(self.blocks)):
+            x = x + self.blocks[i].forward(x)  # the proxy is a temporary: in no variable of the caller
+        return self.again(x)
+
+
+def test_a_direct_forward_call_through_an_unknown_proxy_is_traced_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = _SharedPreIndexed(direct=True).eval()
+    x = torch.randn(2, 8)
+    full = torch2ir.convert(model, (x,), trace_once=False)
+    ran = _exports(monkeypatch)
+    once = torch2ir.convert(model, (x,))
+    assert len(ran) == 2  # the export with stand-ins failed by name; the model was exported in full
+    assert once.capture.trace_once_fallbacks == [("the model", "the export with stand-ins failed")]
+    assert once == full

@@ -40,13 +40,15 @@ def traced_mode(model: nn.Module, training: bool = False) -> Iterator[None]:
     it was exported with whatever its flag says, so the trace records what the model really computes.
     """
     flags = [(m, m.training) for m in model.modules()]
-    for module, _ in flags:
-        module.training = training
+    for module, flag in flags:
+        if flag is not training:  # a model already in the mode is left untouched (no setattr per module)
+            module.training = training
     try:
         yield
     finally:
         for module, flag in flags:
-            module.training = flag
+            if module.training is not flag:
+                module.training = flag
 
 
 class _NotAGraphModule:

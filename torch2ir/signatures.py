@@ -55,6 +55,20 @@ _SIGNATURES: dict[Any, inspect.Signature] = {}
 _KNOWN: dict[tuple, tuple[list[str] | None, list[list[Any]] | None]] = {}
 
 
+def class_forward(module: nn.Module) -> Any:
+    """The function ``module.forward`` runs when it is its class's (``None`` when the instance has a forward of its
+    own): also through a wrapper made with ``functools.wraps`` of the module's own bound ``forward`` (the
+    stand-in forwards of :mod:`torch2ir.trace_once`), whose signature ``inspect.signature`` reads through."""
+    forward = module.__dict__.get("forward")
+    if forward is not None:
+        forward = getattr(forward, "__wrapped__", None)
+        if getattr(forward, "__self__", None) is not module:
+            return None
+    else:
+        forward = module.forward
+    return getattr(forward, "__func__", None)
+
+
 def forward_signature(module: nn.Module) -> inspect.Signature:
     """``inspect.signature(module.forward)``, cached by the function (``forward`` of the class, usually).
 
@@ -62,8 +76,8 @@ def forward_signature(module: nn.Module) -> inspect.Signature:
         TypeError, ValueError: no signature can be read.
     """
     forward = module.forward
-    fn = getattr(forward, "__func__", None)
-    if fn is None or "forward" in module.__dict__:
+    fn = class_forward(module)
+    if fn is None:
         return inspect.signature(forward)
     sig = _SIGNATURES.get(fn)
     if sig is None:
@@ -248,8 +262,8 @@ class _Recorder:
             kwargs = in_signature_order(module, kwargs)
         leaves, spec = self._flatten((args, kwargs))
         # names and parameters depend on the forward and on which arguments are given, not on their values
-        forward = getattr(module.forward, "__func__", None)
-        shared = forward is not None and "forward" not in module.__dict__
+        forward = class_forward(module)
+        shared = forward is not None
         key = (forward if shared else self._id(module), len(args), tuple(kwargs))
         known = (_KNOWN if shared else self.known).get(key)
         if known is None:

@@ -193,7 +193,14 @@ def alike_groups(model: nn.Module, ignored: Collection[str] = (),
 def input_key(args: tuple, kwargs: dict[str, Any]) -> Any:
     """The input metadata of a call (``None``: a leaf a stand-in cannot be keyed by): per tensor its metadata and
     the position of the first argument that is the same tensor object (a block called with ``(h, h)`` reads one
-    value for both: it does not stand in for one called with two tensors); per plain value the value."""
+    value for both: it does not stand in for one called with two tensors); per plain value the value. Read with
+    torch-function handling off: the metadata reads are not traced, and under a torch-function mode (export's,
+    the train-mode pass's recorder) each would go through it."""
+    with torch._C.DisableTorchFunction():
+        return _input_key(args, kwargs)
+
+
+def _input_key(args: tuple, kwargs: dict[str, Any]) -> Any:
     leaves, spec = pytree.tree_flatten((args, kwargs))
     key = []
     first: dict[int, int] = {}
@@ -413,7 +420,8 @@ class StandIns:
             if ran == index or index in {r for r, _ in group.records.values()} or self.recording:
                 return original(*args, **kwargs)  # a member that ran for real is never stood in for
             group.stood_in[index] = ran
-            return stand_in(outputs)
+            with torch._C.DisableTorchFunction():  # traced below torch functions (export's proxy mode) all the same
+                return stand_in(outputs)
 
         return forward
 
@@ -476,9 +484,11 @@ class StandIns:
 
 
 def output_record(leaf: Any) -> tuple[Any, ...]:
-    """What a stand-in needs of one output leaf: a tensor's metadata (``"t"``), or a plain scalar (``"c"``)."""
+    """What a stand-in needs of one output leaf: a tensor's metadata (``"t"``, read as :func:`input_key` reads
+    it), or a plain scalar (``"c"``)."""
     if isinstance(leaf, torch.Tensor):
-        return ("t", tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device, leaf.requires_grad)
+        with torch._C.DisableTorchFunction():
+            return ("t", tuple(leaf.shape), tuple(leaf.stride()), leaf.dtype, leaf.device, leaf.requires_grad)
     return ("c", leaf)
 
 

@@ -262,6 +262,10 @@ class StandIns:
                 key = (key, group.keyed_values(index))
             if index in group.stood_in and group.failure is None:
                 group.failure = "a stood-in member is called again"  # its module would have several calls
+            if group.failure is None and any(ran == index for ran, _ in group.records.values()):
+                # DiT calls its first block's embedding again from the root: the traced member's graph is then a
+                # two-call one (variants, per-call names its subtree's later calls get), not what one call traces
+                group.failure = "its traced member is called again"
             if key is None or group.failure is not None or key in group.unfit:
                 return original(*args, **kwargs)
             if key not in group.records:

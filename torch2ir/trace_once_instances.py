@@ -18,7 +18,8 @@ __all__ = ["OWN_META", "check_stood_in_calls", "instantiate"]
 def check_stood_in_calls(hierarchy: Any, standins: StandIns) -> None:
     """Refuse stand-ins whose call the IR cannot write as the traced member's: a stood-in call without a
     recorded signature, or one passing a value export removed as dead code (the stand-in read none of its
-    inputs: brevitas' zero point and bit width) where the traced call's is live.
+    inputs: brevitas' zero point and bit width) where the traced call's is live; and a traced member (or a module
+    below it) called besides the call stood in for: its graph would not be what one call traces.
 
     Raises:
         TraceOnceFallback: naming the member (the model is then exported in full).
@@ -26,6 +27,7 @@ def check_stood_in_calls(hierarchy: Any, standins: StandIns) -> None:
     from .signature_match import Dead
     from .trace_once_lower import module_calls
 
+    single: dict[str, str | None] = {}  # traced member -> the path of a module called besides its one call
     for traced_path, path in standins.pairs():
         traced, stood = (hierarchy.signed.get(id(calls[0])) if calls else None
                          for calls in (module_calls(hierarchy, traced_path), module_calls(hierarchy, path)))
@@ -34,6 +36,25 @@ def check_stood_in_calls(hierarchy: Any, standins: StandIns) -> None:
                                     implementation=path)
         if any(isinstance(b, Dead) and not isinstance(a, Dead) for a, b in zip(traced.inputs, stood.inputs)):
             raise TraceOnceFallback(f"an input of stood-in {path!r} was removed as dead code", implementation=path)
+        if traced_path not in single:
+            single[traced_path] = _called_once(hierarchy, traced_path)
+        if single[traced_path] is not None:
+            raise TraceOnceFallback(f"traced {traced_path!r} (or {single[traced_path]!r} below it) has calls besides "
+                                    "the one stood in for others", implementation=traced_path)
+
+
+def _called_once(hierarchy: Any, traced_path: str) -> str | None:
+    """``None`` when module ``traced_path`` has one call and every module below it is called inside it only (its
+    graph is then what the stand-ins' calls would trace), else the path of a module called otherwise."""
+    from .trace_once_lower import module_calls
+
+    home = module_calls(hierarchy, traced_path)
+    if len(home) != 1:
+        return traced_path
+    for p, frames in hierarchy.frames_by_path.items():
+        if p.startswith(traced_path + ".") and any(not any(c is home[0] for c in f.chain()) for f in frames):
+            return p
+    return None
 
 
 def _subtrees(ir: IR, keys: Collection[str]) -> dict[str, list[str]]:

@@ -277,3 +277,59 @@ def test_a_direct_forward_call_through_an_unknown_proxy_is_traced_in_full(monkey
     assert len(ran) == 2  # the export with stand-ins failed by name; the model was exported in full
     assert once.capture.trace_once_fallbacks == [("the model", "the export with stand-ins failed")]
     assert once == full
+
+
+class _Embed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.proj(x))
+
+
+class _DiTBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.lin = _Embed(), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * self.emb(t)
+
+
+class _DiTLike(nn.Module):
+    """diffusers' DiT calls its first block's embedding once more from the root, after the blocks: the traced
+    embedding then has two calls (its leaves' nodes are named per call), which one call of a later block's does
+    not have."""
+
+    def __init__(self, again: str) -> None:
+        super().__init__()
+        self.inp = nn.Linear(8, 8)  # every block is called alike: the first one is traced for the others
+        self.blocks = nn.ModuleList(_DiTBlock() for _ in range(3))
+        self.again = again
+
+    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x, t)
+        first = self.blocks[0].emb
+        return x + (first(t) if self.again == "block" else first.proj(t))
+
+
+@pytest.mark.parametrize("again", ["block", "leaf"])
+def test_a_traced_member_called_again_is_not_stood_in_for(again: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = _DiTLike(again).eval()
+    x, t = torch.randn(2, 8), torch.randn(2, 8)
+    full = torch2ir.convert(model, (x, t), trace_once=False)
+    made = _instances(monkeypatch)
+    once = torch2ir.convert(model, (x, t))
+    assert not [k for m in made for k in m if ".emb" in k]  # no embedding is an instance of the first block's
+    assert [why for who, why in once.capture.trace_once_fallbacks if who == "the model"
+            and why.startswith("traced 'blocks.0' (or 'blocks.0.emb") and "has calls besides" in why]
+    for impl in once.values():
+        _ = impl.graph
+    assert once == full
+    rebuilt = ir2torch.convert(once, model.state_dict()).eval()
+    with torch.no_grad():
+        assert torch.equal(rebuilt(x, t), model(x, t))

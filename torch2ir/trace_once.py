@@ -178,6 +178,7 @@ class StandIns:
         self.recording = 0
         for group in self.groups:
             group.records, group.stood_in, group.failure, group.keyed, group.unfit = {}, {}, None, (), {}
+            group.returned = {}
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -276,8 +277,9 @@ class StandIns:
             if ran == index or index in {r for r, _ in group.records.values()} or self.recording:
                 return original(*args, **kwargs)  # a member that ran for real is never stood in for
             group.stood_in[index] = ran
+            written = any(t._version != v for t, v in group.returned.get(key, ()))
             with torch._C.DisableTorchFunction():  # traced below torch functions (export's proxy mode) all the same
-                return stand_in(outputs)
+                return stand_in(outputs, writable=written)
 
         return forward
 
@@ -336,6 +338,7 @@ class StandIns:
             group.failure = why
         else:
             group.records[key] = (index, (spec, recorded))
+            group.returned[key] = [(t, t._version) for t in leaves if isinstance(t, torch.Tensor)]
         return out
 
 
@@ -348,16 +351,19 @@ def output_record(leaf: Any) -> tuple[Any, ...]:
     return ("c", leaf)
 
 
-def stand_in(outputs: tuple[Any, list[Any]]) -> Any:
+def stand_in(outputs: tuple[Any, list[Any]], writable: bool = True) -> Any:
     """New tensors (and the scalars) of recorded outputs ``(spec, [output_record(leaf), ...])``, in their
-    structure."""
+    structure. ``writable``: a tensor requiring grad is not a leaf, like the traced output, so the caller may
+    write it in place (``out += x``: one op more per tensor); else a leaf (the export of a caller writing it in
+    place then fails, and the model is exported in full: the export stands in writable outputs for a traced
+    member whose caller wrote its outputs in place before the next member was called)."""
     spec, recorded = outputs
     leaves = []
     for leaf in recorded:
         if leaf[0] == "t":
             _, size, stride, dtype, device, grad = leaf
             tensor = torch.empty_strided(size, stride, dtype=dtype, device=device, requires_grad=grad)
-            if grad:  # not a leaf, like the traced output: the caller may write it in place (``out += x``)
+            if grad and writable:
                 tensor = tensor.clone()
                 if tuple(tensor.stride()) != tuple(stride):
                     tensor = tensor.as_strided(size, stride)

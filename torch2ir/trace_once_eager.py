@@ -102,7 +102,7 @@ class EagerStandIns:
                         value = [f"module {path}{n[7 + len(home):]}" if n.startswith("module ") and inside(n[7:], home)
                                  else n for n in value]
                     table[path + p[len(home):]] = copy.copy(value)
-        for path, home in self.done.items():
+        for path, home in self.done.items() if ops.written else ():
             source, target = self.model.get_submodule(home), self.model.get_submodule(path)
             for name, t in (*source.named_parameters(), *source.named_buffers()):
                 if id(t) in ops.written:

@@ -41,6 +41,9 @@ class Group:
     modules: list[nn.Module]
     enabled: bool = True
     records: dict[Any, tuple[int, Any]] = field(default_factory=dict)  # input key -> (member that ran, outputs)
+    #: input key -> the traced member's output tensors and their versions when it returned (written in place by
+    #: the caller since: its stand-ins' outputs must be writable too)
+    returned: dict[Any, list[tuple[torch.Tensor, int]]] = field(default_factory=dict)
     stood_in: dict[int, int] = field(default_factory=dict)  # member that returned a stand-in -> member that ran
     failure: str | None = None
     #: int attributes (path in a member, name) whose value differs in every member: watched while one runs
@@ -156,6 +159,8 @@ def alike_groups(model: nn.Module, ignored: Collection[str] = (),
         group.modules.append(module)
     candidates = []
     for loose in by_print.values():
+        if is_leaf(loose.modules[0]):
+            continue  # a handled leaf is never stood in for (its IR is its data)
         varying = varying_indices(loose.modules, ignored, is_leaf) if len(loose.paths) > 1 else []
         if varying is not None:
             candidates.append(Group(loose.paths, loose.modules, watched=varying))

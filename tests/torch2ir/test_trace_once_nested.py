@@ -8,14 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-import ir2torch
 from torch2ir.trace_once import alike_groups
 from torch2ir.trace_once_watch import watching
 
 pytest.importorskip("transformers")
 
 from tests.torch2ir.test_trace_once_lower import _check_lowered
-from tests.torch2ir.trace_once_spies import full_and_once, instances
+from tests.torch2ir.trace_once_spies import assert_full_trace, full_and_once, instances
 
 
 class _Ffn(nn.Module):
@@ -100,12 +99,7 @@ def test_a_layer_traced_in_full_keeps_its_feed_forward_traced_once(kind: str,
     fallbacks = dict(once.capture.trace_once_fallbacks)
     assert fallbacks["_Layer"] == why.format("attn.")
     assert type(model[1].attn).__name__ in fallbacks  # the attention blocks alike inside the layers: in full too
-    for impl in once.values():
-        _ = impl.graph
-    assert once == full
-    rebuilt = ir2torch.convert(once, model.state_dict()).eval()
-    with torch.no_grad():
-        assert torch.equal(rebuilt(x), model(x))
+    assert_full_trace(once, full, model, x)
 
 
 @pytest.mark.parametrize("kind", list(ATTENTIONS))
@@ -137,12 +131,7 @@ def test_no_stand_in_is_given_inside_a_recorded_call(monkeypatch: pytest.MonkeyP
     full, once = full_and_once(model, x, True, monkeypatch)
     assert {k for k in made[-1] if k.count(".") == 0} == {"2", "3"}
     assert not [k for k in made[-1] if k.startswith("1.")]
-    for impl in once.values():
-        _ = impl.graph
-    assert once == full
-    rebuilt = ir2torch.convert(once, model.state_dict()).eval()
-    with torch.no_grad():
-        assert torch.equal(rebuilt(x), model(x))
+    assert_full_trace(once, full, model, x)
 
 
 class _Indexed(nn.Module):

@@ -9,6 +9,7 @@ from torch import nn
 
 import ir2torch
 import torch2ir
+from tests.torch2ir.trace_once_spies import assert_full_trace as _assert_full_trace
 from tests.torch2ir.trace_once_spies import exports as _exports
 from tests.torch2ir.trace_once_spies import full_and_once as _full_and_once
 from tests.torch2ir.trace_once_spies import instances as _instances
@@ -251,12 +252,7 @@ def test_blocks_of_a_model_with_a_shared_module_keep_their_paths(direct: bool,
     if not direct:
         assert [a["implementation"] for _, a in full["blocks.0"].graph.nodes(data=True) if a["type"] == "linear"
                 ] == ["blocks.0.fc1", "blocks.0.fc2"]
-    for impl in once.values():
-        _ = impl.graph
-    assert once == full
-    rebuilt = ir2torch.convert(once, model.state_dict()).eval()
-    with torch.no_grad():
-        assert torch.equal(rebuilt(x), model(x))
+    _assert_full_trace(once, full, model, x)
 
 
 class _SharedPreIndexed(_SharedPre):
@@ -327,9 +323,4 @@ def test_a_traced_member_called_again_is_not_stood_in_for(again: str, monkeypatc
     assert not [k for m in made for k in m if ".emb" in k]  # no embedding is an instance of the first block's
     assert [why for who, why in once.capture.trace_once_fallbacks if who == "the model"
             and why.startswith("traced 'blocks.0' (or 'blocks.0.emb") and "has calls besides" in why]
-    for impl in once.values():
-        _ = impl.graph
-    assert once == full
-    rebuilt = ir2torch.convert(once, model.state_dict()).eval()
-    with torch.no_grad():
-        assert torch.equal(rebuilt(x, t), model(x, t))
+    _assert_full_trace(once, full, model, x, t)

@@ -51,3 +51,16 @@ def full_and_once(model: nn.Module, x: torch.Tensor, stood_in: bool,
     assert any(made) is stood_in
     assert len(ran) - full_exports == full_exports
     return full, once
+
+
+def assert_full_trace(once: IR, full: IR, model: nn.Module, *inputs: torch.Tensor) -> None:
+    """``once``, every instance expanded, is the full trace ``full``, and its rebuild computes what ``model`` does,
+    bit for bit."""
+    import ir2torch
+
+    for impl in once.values():
+        _ = impl.graph
+    assert once == full
+    rebuilt = ir2torch.convert(once, model.state_dict()).eval()
+    with torch.no_grad():
+        assert torch.equal(rebuilt(*inputs), model(*inputs))

@@ -10,7 +10,7 @@ from the other places.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from torch import fx, nn
@@ -221,3 +221,16 @@ def enclosing_path(path: str, roots: Collection[str]) -> str | None:
         if prefix in roots:
             return prefix
     return None
+
+
+def paths_below(paths: Iterable[str], roots: Collection[str]) -> dict[str, list[str]]:
+    """``{root: [every path of ``paths`` that is ``root`` or below it, in their order]}`` (one pass, one set
+    lookup per level of each path)."""
+    out: dict[str, list[str]] = {r: [] for r in roots}
+    for path in paths:
+        parts = path.split(".")
+        for cut in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:cut])
+            if prefix in out:
+                out[prefix].append(path)
+    return out

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.utils import _pytree as pytree
 
+from .modules import paths_below
 from .trace_once import MODULE_FILE, SCALARS, Group, StandIns, input_key, output_record, stand_in
 from .trace_once_watch import watching
 
@@ -86,13 +87,8 @@ class EagerStandIns:
             return None
         roots = {*self.done, *self.done.values()}
         for table in (ops.dropouts, ops.randoms, ops.calls):
-            below: dict[str, list[str]] = {}  # root -> the paths at or below it (a member that ran is never below
-            for p in table:  # a stood-in one: the records copied never come from records copied)
-                parts = p.split(".")
-                for cut in range(1, len(parts) + 1):
-                    prefix = ".".join(parts[:cut])
-                    if prefix in roots:
-                        below.setdefault(prefix, []).append(p)
+            # a member that ran is never below a stood-in one: the records copied never come from records copied
+            below = paths_below(list(table), roots)
             for path, home in self.done.items():
                 for p in below.get(path, []):
                     table.pop(p, None)

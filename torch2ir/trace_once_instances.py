@@ -10,6 +10,7 @@ from typing import Any
 
 from common.ir import IR, Implementation
 
+from .modules import paths_below
 from .trace_once import StandIns, TraceOnceFallback
 
 __all__ = ["OWN_META", "check_stood_in_calls", "instantiate"]
@@ -57,18 +58,6 @@ def _called_once(hierarchy: Any, traced_path: str) -> str | None:
     return None
 
 
-def _subtrees(ir: IR, keys: Collection[str]) -> dict[str, list[str]]:
-    """``{key: [key and every key below it, in IR order]}`` for ``keys`` (one pass over the IR)."""
-    out: dict[str, list[str]] = {k: [] for k in keys}
-    for k in ir:
-        parts = k.split(".")
-        for cut in range(1, len(parts) + 1):
-            prefix = ".".join(parts[:cut])
-            if prefix in out:
-                out[prefix].append(k)
-    return out
-
-
 #: ``meta`` entries every implementation has of its own (the module path it came from).
 OWN_META = ("source",)
 
@@ -83,7 +72,7 @@ def instantiate(ir: IR, table: Any, standins: StandIns, called: Collection[str])
     """
     replaced: dict[str, str] = {}
     members = {table.key(p) for group in standins.used() for p in group.paths}
-    subtree = _subtrees(ir, {k for k in members if k})
+    subtree = paths_below(ir, {k for k in members if k})
     for group in standins.used():
         bodies: dict[str, Implementation] = {}
         for index, ran in sorted(group.stood_in.items()):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import warnings
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -20,14 +19,10 @@ from common.validate import validate
 
 from .capture import Capture
 from .frontend import (
-    RNN_WARNING,
     ExportFailedError,
     export,
-    export_root,
-    graph_module_scopes,
     naming_observer,
     needs_signature,
-    traced_mode,
 )
 from .functional_calls import method_calls, name_methods
 from .hierarchy import Frame, Hierarchy, Problem
@@ -37,23 +32,13 @@ from .lowering import spec_text
 from .modules import ModuleTable
 from .signatures import record_calls, signature_targets
 from .tensormeta import range_bound, state_record
-from .torch_logs import torch_logs_to_debug
 from .trace_once import StandIns, TraceOnceFallback, alike_groups
-from .trace_once_eager import EagerStandIns
 from .trace_once_instances import check_stood_in_calls, instantiate
 from .trace_once_lower import plan
-from .train_record import TrainOps, reads_training, record_train_ops
-from .train_updates import check_train_updates
+from .train_passes import TrainPass, train_mode
 from .training import (
     DROPOUT_OPS,
-    RANDOM_OPS,
     SDPA,
-    TrainModeWarning,
-    apply_train_trace,
-    has_graph_dropout,
-    train_only_randomness,
-    train_ops_of,
-    unaligned,
 )
 
 
@@ -175,17 +160,10 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         _raise(problems)
         _calling_convention(ir.root, ep)
         _module_conventions(ir, table, hierarchy, frames)
-        recorded = None  # the train-mode meta pass, when one ran: its writes serve the train-update check too
-        reads = train_checks and any(reads_training(type(m)) for m in table.module_of_key.values()
-                                     if not table.is_leaf(m))
-        eager = EagerStandIns(standins, model) if standins is not None else None
-        if train_checks and has_graph_dropout(ir):
-            recorded = _train_trace(ir, table, hierarchy, model, args, kwargs, strict, dynamic_shapes, hooked, eager)
-        elif reads:
-            recorded = _check_train_randomness(ir, table, hierarchy, model, args, kwargs, eager)
-        differs = _train_computations(ir, table, model, args, kwargs, recorded, eager) if reads and recorded else []
         if train_checks:
-            check_train_updates(ir, model, args, kwargs, table, ep, recorded, differs)
+            train_mode(ir, TrainPass(model, args, kwargs, table, hierarchy, ep, strict=strict,
+                                     dynamic_shapes=dynamic_shapes, hooked=hooked,
+                                     preserved=_preserved(model, table), standins=standins))
         # after the train-mode analysis, which marks the traced member's dropout ops (a stood-in frame has none)
         instances = instantiate(ir, table, standins, called) if standins is not None else {}
         _sync_call_types(ir, instances)
@@ -240,86 +218,6 @@ def _carried_notes(ir: IR, model: nn.Module) -> None:
         ir.root.meta.pop(key, None)
         if key in notes:
             ir.root.meta[key] = notes[key]
-
-
-def _train_trace(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
-                 kwargs: Mapping[str, Any] | None, strict: bool, dynamic_shapes: Any,
-                 hooked: list[str], eager: EagerStandIns | None = None) -> TrainOps | None:
-    """Second trace in train mode, for functional dropout (see :mod:`torch2ir.training`).
-
-    First an eager run on meta copies (:func:`~torch2ir.train_record.record_train_ops`, a fraction of an
-    export's cost); when it fails or its dropout ops do not line up with the eval trace's, a real export.
-    Returns the meta pass's record (None when it failed).
-    """
-    fast = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS, stand_ins=eager)
-    if fast is not None and not unaligned(hierarchy, fast, table):
-        _apply_train(ir, table, hierarchy, fast)
-        return fast
-    try:
-        with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings(), \
-                hook_scopes(model, hooked, table), torch_logs_to_debug():  # a failed train trace's dumps: DEBUG only
-            warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
-            ep = torch.export.export(export_root(model), tuple(args), dict(kwargs or {}), strict=strict,
-                                     dynamic_shapes=dynamic_shapes,
-                                     preserve_module_call_signature=tuple(_preserved(model, table)))
-        relocate_hook_ops(ep)
-        train_h = Hierarchy(ep, table)
-    except Exception as exc:  # noqa: BLE001 - the eval IR stays valid; say why train mode may differ
-        ir.root.meta["train_trace"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-        return fast
-    _apply_train(ir, table, hierarchy, train_ops_of(train_h))
-    return fast
-
-
-def _check_train_randomness(ir: IR, table: ModuleTable, hierarchy: Hierarchy, model: nn.Module, args: tuple,
-                            kwargs: Mapping[str, Any] | None, eager: EagerStandIns | None = None) -> TrainOps | None:
-    """No dropout op to mark, but some module reads ``training``: only look for train-only randomness
-    (DropPath, LayerDrop) with the cheap meta pass alone; returns its record (None when it failed).
-
-    A second export would double the conversion time of every such model for a warning, so when the meta pass
-    cannot run, ``meta["train_trace"]`` says the check was not made instead.
-    """
-    train = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS, stand_ins=eager)
-    if train is None:
-        ir.root.meta["train_trace"] = "not checked: the train-mode pass on meta tensors failed"
-    elif train_only_randomness(hierarchy, train, table):
-        _apply_train(ir, table, hierarchy, train)
-    return train
-
-
-def _train_computations(ir: IR, table: ModuleTable, model: nn.Module, args: tuple,
-                        kwargs: Mapping[str, Any] | None, train: TrainOps,
-                        eager: EagerStandIns | None = None) -> list[str]:
-    """Keys of the modules whose train-mode call computes with other functions or submodules than their eval-mode
-    call (``if self.training: return x * 2``; brevitas' TensorNorm normalising with the batch's statistics): the
-    IR holds the eval trace, so the rebuild's train mode runs the eval computation. Compared on the same meta pass
-    run in eval mode; modules already reported for train-only randomness or unaligned dropout are left out. The
-    keys are noted in ``meta["train_trace"]``; :func:`~torch2ir.train_updates.check_train_updates` warns."""
-    evaluated = record_train_ops(model, args, kwargs, table.is_leaf, RANDOM_OPS, training=False, stand_ins=eager)
-    if evaluated is None:
-        return []  # the train pass ran on the same inputs; the train notes already say what was checked
-    noted = ir.root.meta.get("train_trace", "")
-    already = {key for part in str(noted).split("; ") for key in part.rpartition(": ")[2].split(", ")}
-    differs = [table.key(path) or "root" for path in sorted(set(train.calls) | set(evaluated.calls))
-               if train.calls.get(path) != evaluated.calls.get(path)]
-    differs = [key for key in dict.fromkeys(differs) if key not in already]
-    if differs:
-        note = f"other computations only in train mode in: {', '.join(differs)}"
-        ir.root.meta["train_trace"] = note if noted in ("", "applied") else f"{noted}; {note}"
-    return differs
-
-
-def _apply_train(ir: IR, table: ModuleTable, hierarchy: Hierarchy, train: TrainOps) -> None:
-    skipped = apply_train_trace(ir, hierarchy, train, table)
-    random = train_only_randomness(hierarchy, train, table)
-    notes = ([f"dropout ops not aligned in: {', '.join(skipped)}"] if skipped else []) + (
-        [f"random ops only in train mode in: {', '.join(random)}"] if random else [])
-    ir.root.meta["train_trace"] = "; ".join(notes) or "applied"
-    if notes:
-        warnings.warn(
-            f"torch2ir: the rebuilt model's train mode will differ from the original's ({'; '.join(notes)}): "
-            "train-only randomness such as DropPath or LayerDrop is decided in Python and cannot be replayed; "
-            "eval mode is exact", TrainModeWarning, stacklevel=6)
 
 
 def _preserved(model: nn.Module, table: ModuleTable) -> list[str]:

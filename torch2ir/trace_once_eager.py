@@ -75,7 +75,12 @@ class EagerStandIns:
                 return original(*args, **kwargs)
             self.done[path] = group.paths[ran]
             with torch._C.DisableTorchFunction():  # not the recorder's: complete() copies the traced member's
-                return stand_in(recorded)
+                out = stand_in(recorded)
+                with torch.no_grad():  # a pass on CPU copies computes on values: zeros, not uninitialised memory
+                    for t in pytree.tree_leaves(out):
+                        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                            t.zero_()
+                return out
 
         return forward
 

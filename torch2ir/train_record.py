@@ -29,6 +29,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from .frontend import traced_mode
+from .train_device import guarded_call
 
 _aten = torch.ops.aten
 #: Python-level function -> the ATen op the export graph holds for it, and its argument names in schema order.
@@ -94,7 +95,8 @@ class _Flows:
     def __init__(self) -> None:
         self.events: dict[str, list[tuple[str, set[int], list[torch.Tensor]]]] = {}
 
-    def add(self, path: str, name: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+    def add(self, path: str, name: str | None, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+        """``name=None``: a call that passes its input's values on without being a computation of its own."""
         # the outputs are held until the pass ends (meta tensors: no memory), so their ids stay unique
         self.events.setdefault(path, []).append((name, {id(t) for t in inputs}, outputs))
 
@@ -104,19 +106,21 @@ class _Flows:
         names = []
         for name, inputs, outputs in reversed(self.events.pop(path, [])):
             if any(id(t) in reached for t in outputs):
-                names.append(name)
+                if name is not None:
+                    names.append(name)
                 reached |= inputs
         return names[::-1]
 
 
 class _Recorder(TorchFunctionMode):
     def __init__(self, current: Callable[[], str | None], random_names: frozenset[str], ops: TrainOps,
-                 flows: _Flows) -> None:
+                 flows: _Flows, guarded: bool = False) -> None:
         super().__init__()
         self.current = current
         self.random_names = random_names
         self.ops = ops
         self.flows = flows
+        self.guarded = guarded  # a pass on CPU copies: fail where meta would (torch2ir.train_device.guarded_call)
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Mapping[str, Any] | None = None
                            ) -> Any:
@@ -130,17 +134,23 @@ class _Recorder(TorchFunctionMode):
                     RecordedOp(target, _positional(names, args, kwargs)))
             elif getattr(func, "__name__", None) in self.random_names:
                 self.ops.randoms[path] = self.ops.randoms.get(path, 0) + 1
-        out = func(*args, **kwargs)
+        name = _call_name(func) if path is not None or self.guarded else ""
+        out = guarded_call(func, name, args, kwargs) if self.guarded else func(*args, **kwargs)
         if path is not None:
             outputs, inputs = _tensors(out), _tensors((args, kwargs))
-            name = _call_name(func)
             # computations, not queries (.dim(), .is_nested) nor calls returning their input untouched (.float() of
             # a float tensor); an in-place method (``add_``) also returns its input, and counts, as does a dropout
             # (eval mode returns its input: the IR's dropout ops carry both modes)
             if outputs and (_DROPOUTS.get(func) is not None or name.endswith("_")
                             or not all(any(o is i for i in inputs) for o in outputs)):
-                self.flows.add(path, name, inputs, outputs)
+                # a layout copy is not a computation: whether ``.contiguous()`` copies depends on the strides the
+                # kernel before it chose, which on CPU differ between modes (SDPA's math and fused kernels)
+                self.flows.add(path, None if name in _LAYOUT_ONLY else name, inputs, outputs)
         return out
+
+
+#: calls whose result holds their input's values, in another memory layout
+_LAYOUT_ONLY = frozenset({"TensorBase.contiguous"})
 
 
 def _call_name(func: Any) -> str:
@@ -152,10 +162,21 @@ def _call_name(func: Any) -> str:
 
 def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
                      is_leaf: Callable[[nn.Module], bool], random_names: frozenset[str],
-                     training: bool = True, stand_ins: Any = None) -> TrainOps | None:
+                     training: bool = True, stand_ins: Any = None, device: str = "meta") -> TrainOps | None:
     """Run ``model`` once in train mode (or eval mode, to compare) on meta tensors, recording :class:`TrainOps`;
     ``None`` when it fails. ``stand_ins``: a :class:`torch2ir.trace_once_eager.EagerStandIns` (alike blocks run
-    once)."""
+    once). ``device="cpu"``: on CPU copies of the parameters, buffers, tensor attributes and inputs instead, the
+    random-number state put back afterwards (:func:`torch2ir.train_device.pass_device` says when that is cheaper);
+    a pass that fails there runs again on meta, so the choice never changes what is recorded where meta succeeds."""
+    if device != "meta":
+        ops = _record(model, args, kwargs, is_leaf, random_names, training, stand_ins, device)
+        if ops is not None:
+            return ops
+    return _record(model, args, kwargs, is_leaf, random_names, training, stand_ins, "meta")
+
+
+def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_leaf: Callable[[nn.Module], bool],
+            random_names: frozenset[str], training: bool, stand_ins: Any, device: str) -> TrainOps | None:
     try:
         from torch._export.utils import _compiling_state_context
     except ImportError:  # pragma: no cover - older torch
@@ -202,10 +223,12 @@ def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | 
     handles = [nn.modules.module.register_module_forward_pre_hook(pre),
                nn.modules.module.register_module_forward_hook(post, with_kwargs=True, always_call=True)]
     try:
-        meta = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (tuple(args), dict(kwargs or {})))
-        with _on_meta(model) as copies, traced_mode(model, training=training), _compiling_state_context(), \
+        copy = (lambda t: t.to("meta")) if device == "meta" else (lambda t: t.clone())
+        meta = pytree.tree_map_only(torch.Tensor, copy, (tuple(args), dict(kwargs or {})))
+        with _on_meta(model, device) as copies, traced_mode(model, training=training), _compiling_state_context(), \
+                (torch.random.fork_rng(devices=[]) if device != "meta" else contextlib.nullcontext()), \
                 (stand_ins.installed() if stand_ins is not None else contextlib.nullcontext()), \
-                _Recorder(current, random_names, ops, flows):
+                _Recorder(current, random_names, ops, flows, guarded=device != "meta"):
             before = {i: t._version for i, t in copies.items()}
             model(*meta[0], **meta[1])
             ops.written = copies.written(before)
@@ -240,8 +263,10 @@ class MetaCopies(dict):
 
 
 @contextlib.contextmanager
-def _on_meta(model: nn.Module) -> Iterator[MetaCopies]:
+def _on_meta(model: nn.Module, device: str = "meta") -> Iterator[MetaCopies]:
     """Swap every parameter and buffer of ``model`` for a ``meta`` copy, and put the very same objects back.
+    ``device="cpu"``: for a clone instead, and every tensor held as a plain module attribute too (a forward
+    computing on real values may write it in place; on meta, mixing it with a meta copy fails first).
 
     Yields ``{id(original tensor): its meta copy}`` (a copy's ``_version`` counts in-place writes to it; a slot
     the forward assigns anew is put back too, see :meth:`MetaCopies.written`).
@@ -255,7 +280,7 @@ def _on_meta(model: nn.Module) -> Iterator[MetaCopies]:
 
     def on_meta(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in copies:
-            m = t.detach().to("meta")
+            m = t.detach().to("meta") if device == "meta" else t.detach().clone()
             copies[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
         return copies[id(t)]
 
@@ -267,6 +292,11 @@ def _on_meta(model: nn.Module) -> Iterator[MetaCopies]:
                     if t is not None:
                         saved.append((table, name, t))
                         table[name] = on_meta(t)
+            if device != "meta":
+                attributes = module.__dict__
+                for name, t in [(n, v) for n, v in attributes.items() if isinstance(v, torch.Tensor)]:
+                    saved.append((attributes, name, t))
+                    attributes[name] = on_meta(t)
         yield copies
     finally:
         for table, name, t in reversed(saved):

@@ -122,4 +122,4 @@ def check_train_updates(ir: IR, model: nn.Module, args: tuple, kwargs: Mapping[s
                        f"not updated by the rebuild: {owners} (e.g. spectral_norm's power iteration)")
     if reasons:
         warnings.warn(f"torch2ir: the rebuilt model's train mode will differ from the original's: "
-                      f"{'; '.join(reasons)}; eval mode is exact", TrainModeWarning, stacklevel=6)
+                      f"{'; '.join(reasons)}; eval mode is exact", TrainModeWarning, stacklevel=7)

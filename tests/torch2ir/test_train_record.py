@@ -61,7 +61,8 @@ class _DropPath(nn.Module):
 
 
 class _ConstantAttr(_Net):
-    """A plain tensor attribute (not a parameter or buffer): the meta pass cannot move it, so it fails."""
+    """A plain tensor attribute (not a parameter or buffer): the meta pass cannot move it, so it fails (a pass on
+    CPU copies copies it too)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -167,6 +168,13 @@ def exports(monkeypatch) -> list[int]:
     return calls
 
 
+@pytest.fixture
+def meta_passes(monkeypatch) -> None:
+    """The eager passes on meta even where CPU copies would be cheaper (the failures only meta has)."""
+    monkeypatch.setattr("torch2ir.train_passes.pass_device", lambda *a, **k: "meta")
+
+
+@pytest.mark.usefixtures("meta_passes")
 def test_meta_pass_failure_returns_none_and_conversion_falls_back_to_export(exports: list[int]) -> None:
     model = _seeded(_ConstantAttr)
     table = ModuleTable(model, torch2ir.get_default_converter())
@@ -260,7 +268,7 @@ def test_reads_training_finds_train_mode_branches_in_the_bytecode(cls: type, rea
 def test_meta_pass_runs_only_where_train_mode_can_differ(monkeypatch) -> None:
     calls = []
     real = train_record.record_train_ops
-    monkeypatch.setattr(torch2ir.build, "record_train_ops", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr("torch2ir.train_passes.record_train_ops", lambda *a, **k: calls.append(1) or real(*a, **k))
     ir = torch2ir.convert(_seeded(_Plain), (_x(),))
     assert calls == [] and "train_trace" not in ir.root.meta  # no dropout op, nothing reads `training`
     with pytest.warns(TrainModeWarning):

@@ -83,8 +83,25 @@ def _positional(names: tuple[str, ...], args: tuple, kwargs: Mapping[str, Any]) 
     return tuple(float(v) if n in ("p", "dropout_p") and type(v) is int else v for n, v in zip(names, out))
 
 
+_ATOMS = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
-    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    """The tensors in ``value`` (called on every torch call's arguments and results: plain tuples, lists and dicts
+    are walked here, anything else by pytree)."""
+    out: list[torch.Tensor] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            out.append(item)
+        elif type(item) in (tuple, list):
+            stack.extend(item)
+        elif type(item) is dict:
+            stack.extend(item.values())
+        elif not isinstance(item, _ATOMS):
+            out.extend(t for t in pytree.tree_leaves(item) if isinstance(t, torch.Tensor))
+    return out
 
 
 class _Flows:
@@ -186,11 +203,12 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
     for path, module in model.named_modules():
         path_of.setdefault(id(module), path)
     stack: list[tuple[str, bool, bool]] = []  # (path, leaf, first call of this path)
+    leaves = [0]  # how many entries of the stack but its first are handled leaves
     seen: set[str] = set()
     ops = TrainOps()
 
     def current() -> str | None:
-        if not stack or any(leaf for _, leaf, _ in stack[1:]):
+        if not stack or leaves[0]:
             return None  # inside a handled leaf: its ops are the leaf's business
         path, _, first = stack[-1]
         return path if first else None
@@ -203,14 +221,17 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
         if path is None:  # not a registered submodule: its ops stay in the caller
             return
         callers.append(current())
-        stack.append((path, bool(path) and is_leaf(module), path not in seen))
+        leaf = bool(path) and is_leaf(module)
+        leaves[0] += leaf and bool(stack)
+        stack.append((path, leaf, path not in seen))
         seen.add(path)
 
     def post(module: nn.Module, args: Any, kwargs: Any, out: Any) -> None:
         if id(module) not in path_of or not stack:
             return
         recording = current()
-        path, _, _ = stack.pop()
+        path, leaf, _ = stack.pop()
+        leaves[0] -= leaf and bool(stack)
         caller = callers.pop()
         inputs = _tensors((args, kwargs))
         outputs = _tensors(out)

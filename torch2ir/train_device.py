@@ -73,7 +73,9 @@ def graph_work(graph: fx.Graph) -> tuple[float, int, int] | None:
         if node.op != "call_function":
             continue
         ops += 1
-        outputs = [v for v in pytree.tree_leaves(node.meta.get("val")) if isinstance(v, torch.Tensor)]
+        val = node.meta.get("val")
+        outputs = ([val] if isinstance(val, torch.Tensor) else
+                   [v for v in pytree.tree_leaves(val) if isinstance(v, torch.Tensor)] if val is not None else [])
         sizes = [_numel(t.shape) for t in outputs]
         if any(s is None for s in sizes):
             return None

@@ -64,8 +64,10 @@ def _plain_cpu(t: torch.Tensor) -> bool:
 
 
 def graph_work(graph: fx.Graph) -> tuple[float, int, int] | None:
-    """``(flops, output elements, ops)`` of the ATen calls in ``graph`` (from each node's ``meta["val"]``);
-    ``None`` when a size is symbolic or missing."""
+    """``(flops, output elements, ops)`` of the ATen calls in ``graph`` (from each node's ``meta["val"]``), the
+    bodies of its higher-order ops (``torch.no_grad()`` regions) included; ``None`` when a size is symbolic or
+    missing, or an op is not an ATen one (a custom op's CPU kernel may cost anything, or do more than compute:
+    the pass runs its meta kernel instead)."""
     flops = 0.0
     elements = 0
     ops = 0
@@ -73,6 +75,20 @@ def graph_work(graph: fx.Graph) -> tuple[float, int, int] | None:
         if node.op != "call_function":
             continue
         ops += 1
+        target = node.target
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            bodies = [getattr(graph.owning_module, a.target, None) for a in node.args
+                      if isinstance(a, fx.Node) and a.op == "get_attr"]
+            for body in bodies:
+                inner = graph_work(body.graph) if isinstance(body, fx.GraphModule) else None
+                if inner is None:
+                    return None
+                flops, elements, ops = flops + inner[0], elements + inner[1], ops + inner[2]
+        elif isinstance(target, torch._ops.OpOverload):
+            if target.namespace != "aten":
+                return None
+        elif getattr(target, "__module__", None) != "_operator":  # getitem, and arithmetic on sizes
+            return None
         val = node.meta.get("val")
         outputs = ([val] if isinstance(val, torch.Tensor) else
                    [v for v in pytree.tree_leaves(val) if isinstance(v, torch.Tensor)] if val is not None else [])

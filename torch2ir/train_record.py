@@ -9,7 +9,8 @@ the model's own tensors are put back untouched), a ``TorchFunctionMode`` recordi
 module hooks naming the module each call ran in, gives them at about 5% of an export's cost (a
 ``FakeTensorMode`` run costs 15%). Any failure (data-dependent Python control flow, a tensor attribute
 that is not a parameter or buffer, ...) returns ``None`` and the caller falls back to the export-based
-train trace; so does any disagreement with the eval trace (dropout counts that do not line up).
+train trace; so does any disagreement with the eval trace (dropout counts that do not line up). On a small CPU
+model the same pass runs on CPU copies instead, where it is cheaper (:mod:`torch2ir.train_device`).
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ class _Flows:
 
     def add(self, path: str, name: str | None, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
         """``name=None``: a call that passes its input's values on without being a computation of its own."""
-        # the outputs are held until the pass ends (meta tensors: no memory), so their ids stay unique
+        # the outputs are held until the pass ends, so their ids stay unique (meta tensors take no memory; a pass
+        # on CPU copies runs only where the export's graph says its activations are small)
         self.events.setdefault(path, []).append((name, {id(t) for t in inputs}, outputs))
 
     def live(self, path: str, roots: list[torch.Tensor]) -> list[str]:

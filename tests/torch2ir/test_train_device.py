@@ -320,3 +320,50 @@ def test_a_layout_copy_in_one_mode_only_is_not_another_computation(monkeypatch) 
     assert train["calls"][""][0] == "module qkv", "what the copy was made of still reaches the result"
     ir, messages = _converted(model, "cpu", monkeypatch)
     assert ir.root.meta["train_trace"] == "applied" and messages == []
+
+
+class _NoGradRegion(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            scale = (x @ x.transpose(-1, -2)).mean()
+        return F.dropout(self.lin(x) * scale, 0.1, self.training)
+
+
+def test_the_work_inside_a_higher_order_op_is_counted() -> None:
+    model, args = _NoGradRegion(), (torch.randn(2, 5, 8),)
+    ep = torch.export.export(model, args)
+    assert any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in ep.graph.nodes)
+    flops, _, _ = train_device.graph_work(ep.graph)
+    with FlopCounterMode(display=False) as counter:
+        model(*args)
+    assert flops == counter.get_total_flops()  # the region's matmul and the linear
+    assert train_device.pass_device(model, args, None, ep.graph) == "cpu"
+
+
+def test_a_custom_op_runs_on_meta() -> None:
+    calls: list[int] = []
+
+    @torch.library.custom_op("torch2ir_test::counted", mutates_args=())
+    def counted(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)  # a CPU kernel may do anything beside computing
+        return x.clone()
+
+    @counted.register_fake
+    def _(x: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(x)
+
+    class Custom(_Tiny):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return counted(super().forward(x))
+
+    model, args = Custom(), (torch.randn(2, 8),)
+    ep = torch.export.export(model, args)
+    assert train_device.graph_work(ep.graph) is None
+    assert train_device.pass_device(model, args, None, ep.graph) == "meta"
+    calls.clear()
+    torch2ir.convert(model, args, allow=["torch2ir_test::counted"])
+    assert calls == [], "the conversion's train-mode pass ran the op's meta kernel, never its CPU one"

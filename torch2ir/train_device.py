@@ -42,8 +42,9 @@ _ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attenti
 def pass_device(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, graph: fx.Graph) -> str:
     """``"cpu"`` when the train-mode passes over ``model(*args, **kwargs)`` cost less on CPU copies than on meta
     (``graph``: its eval export's graph, whose values carry the sizes), else ``"meta"``."""
-    state = {id(t): t for m in model.modules() for t in (*m._parameters.values(), *m._buffers.values())
-             if t is not None}
+    state = {id(t): t for m in model.modules()  # what the pass copies: parameters, buffers, tensor attributes
+             for t in (*m._parameters.values(), *m._buffers.values(), *vars(m).values())
+             if isinstance(t, torch.Tensor)}
     inputs = [t for t in pytree.tree_leaves((args, dict(kwargs or {}))) if isinstance(t, torch.Tensor)]
     if not all(_plain_cpu(t) for t in (*state.values(), *inputs)):
         return "meta"

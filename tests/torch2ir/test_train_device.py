@@ -367,3 +367,15 @@ def test_a_custom_op_runs_on_meta() -> None:
     calls.clear()
     torch2ir.convert(model, args, allow=["torch2ir_test::counted"])
     assert calls == [], "the conversion's train-mode pass ran the op's meta kernel, never its CPU one"
+
+
+def test_the_recorders_tensor_walk_finds_what_pytree_finds() -> None:
+    from collections import OrderedDict, namedtuple
+
+    pair = namedtuple("pair", "a b")
+    t = [torch.randn(2) for _ in range(6)]
+    value = ((t[0], [t[1], {"x": t[2], "y": (3, None, torch.float32)}]),
+             {"z": OrderedDict(w=t[3]), "p": pair(t[4], "s")}, slice(1, 2), t[5], t[0])
+    expected = [x for x in torch.utils._pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
+    found = train_record._tensors(value)
+    assert sorted(map(id, found)) == sorted(map(id, expected)) and len(found) == 7

@@ -62,9 +62,13 @@ class TrainPass:
         self.eager = EagerStandIns(self.standins, self.model) if self.standins is not None else None
 
     def record(self, training: bool = True) -> TrainOps | None:
-        """The eager pass (:func:`~torch2ir.train_record.record_train_ops`) in train or eval mode."""
-        return record_train_ops(self.model, self.args, self.kwargs, self.table.is_leaf, RANDOM_OPS,
-                                training=training, stand_ins=self.eager, device=self.device)
+        """The eager pass (:func:`~torch2ir.train_record.record_train_ops`) in train or eval mode; once a pass on
+        CPU copies failed and ran again on meta, the later ones run on meta at once."""
+        ops = record_train_ops(self.model, self.args, self.kwargs, self.table.is_leaf, RANDOM_OPS,
+                               training=training, stand_ins=self.eager, device=self.device)
+        if ops is not None:
+            self.device = ops.device
+        return ops
 
 
 def train_mode(ir: IR, run: TrainPass) -> None:
@@ -133,7 +137,9 @@ def _train_computations(ir: IR, run: TrainPass, train: TrainOps) -> list[str]:
     run in eval mode; modules already reported for train-only randomness or unaligned dropout are left out. The
     keys are noted in ``meta["train_trace"]``; :func:`~torch2ir.train_updates.check_train_updates` warns."""
     evaluated = run.record(training=False)
-    if evaluated is None:
+    if evaluated is not None and evaluated.device != train.device:  # compare records made on one device
+        train = run.record()
+    if evaluated is None or train is None:
         return []  # the train pass ran on the same inputs; the train notes already say what was checked
     noted = ir.root.meta.get("train_trace", "")
     already = {key for part in str(noted).split("; ") for key in part.rpartition(": ")[2].split(", ")}

@@ -74,6 +74,8 @@ class TrainOps:
     #: state, in call order (queries such as ``.dim()`` or ``.is_nested``, which differ between modes where only a
     #: fast path's eligibility is checked as in ``nn.TransformerEncoderLayer``, and dead computations are left out)
     calls: dict[str, list[str]] = field(default_factory=dict)
+    #: where the pass ran: ``"meta"``, or ``"cpu"`` (copies of the model's values)
+    device: str = "meta"
 
 
 def _positional(names: tuple[str, ...], args: tuple, kwargs: Mapping[str, Any]) -> tuple:
@@ -207,7 +209,7 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
     stack: list[tuple[str, bool, bool]] = []  # (path, leaf, first call of this path)
     leaves = [0]  # how many entries of the stack but its first are handled leaves
     seen: set[str] = set()
-    ops = TrainOps()
+    ops = TrainOps(device=device)
 
     def current() -> str | None:
         if not stack or leaves[0]:

@@ -379,3 +379,30 @@ def test_the_recorders_tensor_walk_finds_what_pytree_finds() -> None:
     expected = [x for x in torch.utils._pytree.tree_leaves(value) if isinstance(x, torch.Tensor)]
     found = train_record._tensors(value)
     assert sorted(map(id, found)) == sorted(map(id, expected)) and len(found) == 7
+
+
+class _EvalFailsOnCpu(_Net):
+    """Its eval-mode pass fails on CPU copies only: that pass runs on meta, and so does the train-mode one it is
+    compared with (layouts, and so what counts as a copy, may differ between devices)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training and type(x) is torch.Tensor and x.device.type == "cpu":  # (export's are fake)
+            raise RuntimeError("no CPU kernel in eval mode")
+        return super().forward(x)
+
+
+def test_the_two_modes_are_compared_on_one_device(monkeypatch) -> None:
+    devices: list[tuple[bool, str]] = []
+    real = train_record.record_train_ops
+
+    def spy(*args, **kwargs):
+        ops = real(*args, **kwargs)
+        devices.append((kwargs.get("training", True), ops.device))
+        return ops
+
+    monkeypatch.setattr("torch2ir.train_passes.record_train_ops", spy)
+    model = _seeded(_EvalFailsOnCpu)
+    ir, messages = _converted(model, "cpu", monkeypatch)
+    assert devices == [(True, "cpu"), (False, "meta"), (True, "meta")]
+    on_meta, meta_messages = _converted(model, "meta", monkeypatch)
+    assert ir == on_meta and messages == meta_messages

@@ -108,11 +108,11 @@ def test_a_tensor_that_is_not_plain_and_strided_runs_on_meta(kind: str) -> None:
     assert train_device.pass_device(model, args, None, graph) == "meta"
 
 
-def _records(model: nn.Module, args: tuple, device: str, training: bool = True) -> dict:
+def _records(model: nn.Module, args: tuple, device: str, training: bool = True, ran_on: str | None = None) -> dict:
     table = ModuleTable(model, torch2ir.get_default_converter())
     ops = train_record.record_train_ops(model, args, None, table.is_leaf, RANDOM_OPS, training=training,
                                         device=device)
-    assert ops is not None
+    assert ops is not None and ops.device == (ran_on or device)
     names = {id(t): n for n, t in (*model.named_parameters(), *model.named_buffers())}
     dropouts = {path: [(op.target, [a for a in op.args if not isinstance(a, torch.Tensor)]) for op in recorded]
                 for path, recorded in ops.dropouts.items()}
@@ -186,7 +186,7 @@ class _CpuOnlyFailure(_Net):
 
 def test_a_pass_failing_on_cpu_runs_again_on_meta() -> None:
     model = _seeded(_CpuOnlyFailure)
-    assert _records(model, (_x(),), "cpu") == _records(model, (_x(),), "meta")
+    assert _records(model, (_x(),), "cpu", ran_on="meta") == _records(model, (_x(),), "meta")
 
 
 class _Block(nn.Module):

@@ -250,7 +250,7 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
     try:
         copy = (lambda t: t.to("meta")) if device == "meta" else (lambda t: t.clone())
         meta = pytree.tree_map_only(torch.Tensor, copy, (tuple(args), dict(kwargs or {})))
-        with _on_meta(model, device) as copies, traced_mode(model, training=training), _compiling_state_context(), \
+        with _copied(model, device) as copies, traced_mode(model, training=training), _compiling_state_context(), \
                 (torch.random.fork_rng(devices=[]) if device != "meta" else contextlib.nullcontext()), \
                 (stand_ins.installed() if stand_ins is not None else contextlib.nullcontext()), \
                 _Recorder(current, random_names, ops, flows, guarded=device != "meta"):
@@ -271,8 +271,8 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
     return ops
 
 
-class MetaCopies(dict):
-    """``{id(original tensor): its meta copy}``, and the module slots :func:`_on_meta` swapped."""
+class PassCopies(dict):
+    """``{id(original tensor): its copy}`` (on meta or CPU), and the module slots :func:`_copied` swapped."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -288,22 +288,22 @@ class MetaCopies(dict):
 
 
 @contextlib.contextmanager
-def _on_meta(model: nn.Module, device: str = "meta") -> Iterator[MetaCopies]:
+def _copied(model: nn.Module, device: str = "meta") -> Iterator[PassCopies]:
     """Swap every parameter and buffer of ``model`` for a ``meta`` copy, and put the very same objects back.
     ``device="cpu"``: for a clone instead, and every tensor held as a plain module attribute too (a forward
     computing on real values may write it in place; on meta, mixing it with a meta copy fails first).
 
     Yields ``{id(original tensor): its meta copy}`` (a copy's ``_version`` counts in-place writes to it; a slot
-    the forward assigns anew is put back too, see :meth:`MetaCopies.written`).
+    the forward assigns anew is put back too, see :meth:`PassCopies.written`).
 
     Each module's own ``_parameters`` / ``_buffers`` entries are swapped once per module object, so a module
     registered under several names and weights tied between modules stay shared (one meta copy per tensor).
     ``torch.func.functional_call`` is not used: with a module registered twice it restores the meta copy
     instead of the original (torch 2.13), which would leave the user's model on ``meta``.
     """
-    copies = MetaCopies()
+    copies = PassCopies()
 
-    def on_meta(t: torch.Tensor) -> torch.Tensor:
+    def copy_of(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in copies:
             m = t.detach().to("meta") if device == "meta" else t.detach().clone()
             copies[id(t)] = nn.Parameter(m, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else m
@@ -316,12 +316,12 @@ def _on_meta(model: nn.Module, device: str = "meta") -> Iterator[MetaCopies]:
                 for name, t in table.items():
                     if t is not None:
                         saved.append((table, name, t))
-                        table[name] = on_meta(t)
+                        table[name] = copy_of(t)
             if device != "meta":
                 attributes = module.__dict__
                 for name, t in [(n, v) for n, v in attributes.items() if isinstance(v, torch.Tensor)]:
                     saved.append((attributes, name, t))
-                    attributes[name] = on_meta(t)
+                    attributes[name] = copy_of(t)
         yield copies
     finally:
         for table, name, t in reversed(saved):

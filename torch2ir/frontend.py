@@ -31,6 +31,21 @@ from .torch_logs import torch_logs_to_debug
 RNN_WARNING = r"The tensor attributes .*_flat_weights"
 
 
+def lazy_graph_modules() -> contextlib.AbstractContextManager[None]:
+    """Export's graph modules generate their Python code only when it is read or the module is called.
+
+    ``torch.export`` regenerates a graph module's source after each of its passes (six times per export, about a
+    tenth of a small model's export); the conversion reads the graphs, never that source. Graph modules made this
+    way are ``fx.GraphModule``\\ s that compile themselves on first use (what ``torch.compile`` does for its own
+    graphs), so nothing downstream sees a difference.
+    """
+    try:
+        from torch.fx._lazy_graph_module import _use_lazy_graph_module
+    except ImportError:  # pragma: no cover - a torch without it exports eagerly compiled graph modules
+        return contextlib.nullcontext()
+    return _use_lazy_graph_module(True)
+
+
 @contextlib.contextmanager
 def traced_mode(model: nn.Module, training: bool = False) -> Iterator[None]:
     """Put every module in eval (or train) mode, restoring each one's own flag afterwards.
@@ -159,7 +174,7 @@ def export(
             on_attempt()  # forget what a failed attempt recorded
         try:
             with traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), torch_logs_to_debug(), \
-                    custom_backward.recording() as functions:
+                    custom_backward.recording() as functions, lazy_graph_modules():
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
                 ep = torch.export.export(

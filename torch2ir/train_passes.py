@@ -100,8 +100,9 @@ def _train_trace(ir: IR, run: TrainPass) -> TrainOps | None:
         _apply_train(ir, table, hierarchy, fast)
         return fast
     try:
+        # torch_logs_to_debug: a failed train trace's dumps go to DEBUG
         with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings(), \
-                hook_scopes(model, run.hooked, table), torch_logs_to_debug(), lazy_graph_modules():  # a failed train trace's dumps: DEBUG
+                hook_scopes(model, run.hooked, table), torch_logs_to_debug(), lazy_graph_modules():
             warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
             ep = torch.export.export(export_root(model), tuple(run.args), dict(run.kwargs or {}), strict=run.strict,
                                      dynamic_shapes=run.dynamic_shapes,

@@ -18,7 +18,7 @@ from torch import nn
 
 from common.ir import IR
 
-from .frontend import RNN_WARNING, export_root, graph_module_scopes, lazy_graph_modules, traced_mode
+from .frontend import RNN_WARNING, export_root, graph_module_scopes, lean_export, traced_mode
 from .hierarchy import Hierarchy
 from .hooks import hook_scopes, relocate_hook_ops
 from .modules import ModuleTable
@@ -102,7 +102,7 @@ def _train_trace(ir: IR, run: TrainPass) -> TrainOps | None:
     try:
         # torch_logs_to_debug: a failed train trace's dumps go to DEBUG
         with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings(), \
-                hook_scopes(model, run.hooked, table), torch_logs_to_debug(), lazy_graph_modules():
+                hook_scopes(model, run.hooked, table), torch_logs_to_debug(), lean_export():
             warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
             ep = torch.export.export(export_root(model), tuple(run.args), dict(run.kwargs or {}), strict=run.strict,
                                      dynamic_shapes=run.dynamic_shapes,

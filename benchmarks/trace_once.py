@@ -129,12 +129,18 @@ def timing(rounds: int, layer_counts: list[int]) -> None:
 
 
 def corpus(rounds: int, names: list[str] | None) -> None:
-    """Interleaved per corpus entry: ``torch.export.export`` (non-strict, as torch2ir runs it), ``convert`` and
-    ``convert(trace_once=True)``; prints ``| entry | export | convert | once | convert/export | once/export |
-    stood in |`` (medians, seconds; ``stood in``: 1 when the trace-once export stood a traced block in for alike
-    ones), then the median and maximum of each ratio."""
+    """Interleaved per corpus entry: ``torch.export.export`` (non-strict, as torch2ir runs it), the same export
+    without what the conversion's exports skip (:func:`torch2ir.frontend.lean_export`: per-node stack traces, eager
+    source generation), ``convert`` and ``convert(trace_once=True)``; prints ``| entry | export | lean export |
+    convert | once | convert/export | once/export | once/lean | stood in |`` (medians, seconds; ``stood in``: 1 when
+    the trace-once export stood a traced block in for alike ones), then the median and maximum of each ratio."""
     import torch2ir
     from tests.real.corpus import CORPUS
+    from torch2ir.frontend import lean_export
+
+    def lean(m: Any, a: tuple, k: Any) -> Any:
+        with lean_export():
+            return torch.export.export(m, a, k, strict=False)
 
     rows = []
     reasons: dict[str, int] = {}
@@ -145,6 +151,7 @@ def corpus(rounds: int, names: list[str] | None) -> None:
         model = arch.build().eval()
         runs: list[tuple[str, Callable[[], Any]]] = [
             ("export", lambda m=model, a=args, k=kwargs: torch.export.export(m, a, k, strict=False)),
+            ("lean", lambda m=model, a=args, k=kwargs: lean(m, a, k)),
             ("convert", lambda m=model, a=args, k=kwargs, w=arch.allow: torch2ir.convert(m, a, k, allow=w,
                                                                                            trace_once=False)),
             ("once", lambda m=model, a=args, k=kwargs, w=arch.allow: torch2ir.convert(m, a, k, allow=w,
@@ -168,13 +175,16 @@ def corpus(rounds: int, names: list[str] | None) -> None:
                                                                    ).startswith("alike blocks"))
         for _, why in getattr(getattr(once, "capture", None), "trace_once_fallbacks", []):
             reasons[why] = reasons.get(why, 0) + 1
-        e, c, o = (statistics.median(times[label]) for label in ("export", "convert", "once"))
-        rows.append((arch.name, e, c, o, instances))
-        print(f"| {arch.name} | {e:.3f} | {c:.3f} | {o:.3f} | {c / e:.2f} | {o / e:.2f} | {instances} |", flush=True)
-    for label, index in (("convert/export", 2), ("once/export", 3)):
-        ratios = [row[index] / row[1] for row in rows]
+        e, le, c, o = (statistics.median(times[label]) for label in ("export", "lean", "convert", "once"))
+        rows.append((arch.name, e, c, o, instances, le))
+        print(f"| {arch.name} | {e:.3f} | {le:.3f} | {c:.3f} | {o:.3f} | {c / e:.2f} | {o / e:.2f} | {o / le:.2f} "
+              f"| {instances} |", flush=True)
+    for label, index, base in (("convert/export", 2, 1), ("once/export", 3, 1), ("once/lean export", 3, 5)):
+        ratios = [row[index] / row[base] for row in rows]
         print(f"{label}: median {statistics.median(ratios):.2f}, max {max(ratios):.2f} over {len(ratios)} entries",
               flush=True)
+    print(f"once/export at or below 1.05: {sum(1 for row in rows if row[3] / row[1] <= 1.05)} of {len(rows)}",
+          flush=True)
     print(f"entries with blocks stood in: {sum(1 for row in rows if row[4])}", flush=True)
     print("groups traced in full after all, by reason (trace_once_fallbacks):", flush=True)
     for why, count in sorted(reasons.items(), key=lambda item: -item[1]):

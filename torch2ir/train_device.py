@@ -42,21 +42,34 @@ _ATTENTION = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attenti
 def pass_device(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, graph: fx.Graph) -> str:
     """``"cpu"`` when the train-mode passes over ``model(*args, **kwargs)`` cost less on CPU copies than on meta
     (``graph``: its eval export's graph, whose values carry the sizes), else ``"meta"``."""
+    cost = _cpu_cost(model, args, kwargs, graph)
+    return "cpu" if cost is not None and cost[0] < cost[1] * META_OP_S else "meta"
+
+
+def cpu_possible(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, graph: fx.Graph) -> bool:
+    """Whether a pass may run on CPU copies at all, whatever it costs: every tensor a plain CPU one, every op an
+    ATen one, the copies and activations under :data:`MAX_BYTES`."""
+    return _cpu_cost(model, args, kwargs, graph) is not None
+
+
+def _cpu_cost(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, graph: fx.Graph
+              ) -> tuple[float, int] | None:
+    """``(estimated seconds of a pass on CPU copies, ops in the graph)``, or ``None`` when a pass may not run
+    there (see :func:`cpu_possible`)."""
     state = {id(t): t for m in model.modules()  # what the pass copies: parameters, buffers, tensor attributes
              for t in (*m._parameters.values(), *m._buffers.values(), *vars(m).values())
              if isinstance(t, torch.Tensor)}
     inputs = [t for t in pytree.tree_leaves((args, dict(kwargs or {}))) if isinstance(t, torch.Tensor)]
     if not all(_plain_cpu(t) for t in (*state.values(), *inputs)):
-        return "meta"
+        return None
     work = graph_work(graph)
     if work is None:
-        return "meta"
+        return None
     flops, elements, ops = work
     state_bytes = sum(t.numel() * t.element_size() for t in state.values())
     if state_bytes > MAX_BYTES or elements * 4 > MAX_BYTES:
-        return "meta"
-    on_cpu = state_bytes / BYTES_PER_S + flops / FLOPS_PER_S + elements / ELEMENTS_PER_S
-    return "cpu" if on_cpu < ops * META_OP_S else "meta"
+        return None
+    return state_bytes / BYTES_PER_S + flops / FLOPS_PER_S + elements / ELEMENTS_PER_S, ops
 
 
 def _plain_cpu(t: torch.Tensor) -> bool:

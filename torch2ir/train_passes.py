@@ -25,7 +25,7 @@ from .modules import ModuleTable
 from .torch_logs import torch_logs_to_debug
 from .trace_once import StandIns
 from .trace_once_eager import EagerStandIns
-from .train_device import pass_device
+from .train_device import cpu_possible, pass_device
 from .train_record import TrainOps, reads_training, record_train_ops
 from .train_updates import check_train_updates
 from .training import (
@@ -57,18 +57,40 @@ class TrainPass:
     standins: StandIns | None = None
     eager: EagerStandIns | None = field(init=False, default=None)
     device: str = field(init=False, default="meta")
+    #: why the last pass failed, when it failed alike on CPU copies and on meta (see :meth:`record`)
+    failure: str | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.eager = EagerStandIns(self.standins, self.model) if self.standins is not None else None
 
     def record(self, training: bool = True) -> TrainOps | None:
         """The eager pass (:func:`~torch2ir.train_record.record_train_ops`) in train or eval mode; once a pass on
-        CPU copies failed and ran again on meta, the later ones run on meta at once."""
-        ops = record_train_ops(self.model, self.args, self.kwargs, self.table.is_leaf, RANDOM_OPS,
-                               training=training, stand_ins=self.eager, device=self.device)
+        CPU copies failed and ran again on meta, the later ones run on meta at once.
+
+        When the pass fails on meta and on CPU copies with the same exception (type and message), :attr:`failure`
+        names it: the model's own code refuses these inputs in that mode whatever the values (``BatchNorm`` in
+        train mode on a batch of one), so a train-mode export, which runs the same code on the same shapes, would
+        raise it too and is not tried. A pass that failed on meta only is run on CPU copies to tell (where it may
+        run there at all, :func:`~torch2ir.train_device.cpu_possible`; a record made there is not used, what is
+        recorded stays the meta pass's). A failure on one device alone (a meta kernel missing) or differing
+        between them leaves :attr:`failure` ``None``."""
+        errors: list[BaseException] = []
+        ops = self._record(training, self.device, errors)
+        self.failure = None
         if ops is not None:
             self.device = ops.device
+            return ops
+        if len(errors) == 1 and cpu_possible(self.model, self.args, self.kwargs, self.ep.graph):
+            self._record(training, "cpu", errors, fallback=False)
+        if len(errors) == 2 and type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1]):
+            self.failure = _described(errors[1])
         return ops
+
+    def _record(self, training: bool, device: str, errors: list[BaseException], fallback: bool = True
+                ) -> TrainOps | None:
+        return record_train_ops(self.model, self.args, self.kwargs, self.table.is_leaf, RANDOM_OPS,
+                                training=training, stand_ins=self.eager, device=device, errors=errors,
+                                fallback=fallback)
 
 
 def train_mode(ir: IR, run: TrainPass) -> None:
@@ -96,6 +118,9 @@ def _train_trace(ir: IR, run: TrainPass) -> TrainOps | None:
     """
     model, table, hierarchy = run.model, run.table, run.hierarchy
     fast = run.record()
+    if fast is None and run.failure is not None:  # the export would raise the same (TrainPass.record)
+        ir.root.meta["train_trace"] = f"failed: {run.failure}"
+        return None
     if fast is not None and not unaligned(hierarchy, fast, table):
         _apply_train(ir, table, hierarchy, fast)
         return fast
@@ -110,7 +135,7 @@ def _train_trace(ir: IR, run: TrainPass) -> TrainOps | None:
         relocate_hook_ops(ep)
         train_h = Hierarchy(ep, table)
     except Exception as exc:  # noqa: BLE001 - the eval IR stays valid; say why train mode may differ
-        ir.root.meta["train_trace"] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        ir.root.meta["train_trace"] = f"failed: {_described(exc)}"
         return fast
     _apply_train(ir, table, hierarchy, train_ops_of(train_h))
     return fast
@@ -125,7 +150,8 @@ def _check_train_randomness(ir: IR, run: TrainPass) -> TrainOps | None:
     """
     train = run.record()
     if train is None:
-        ir.root.meta["train_trace"] = "not checked: the train-mode pass on meta tensors failed"
+        ir.root.meta["train_trace"] = ("not checked: the train-mode pass on meta tensors failed" if run.failure is None
+                                       else f"not checked: the train-mode pass failed: {run.failure}")
     elif train_only_randomness(run.hierarchy, train, run.table):
         _apply_train(ir, run.table, run.hierarchy, train)
     return train
@@ -151,6 +177,12 @@ def _train_computations(ir: IR, run: TrainPass, train: TrainOps) -> list[str]:
         note = f"other computations only in train mode in: {', '.join(differs)}"
         ir.root.meta["train_trace"] = note if noted in ("", "applied") else f"{noted}; {note}"
     return differs
+
+
+def _described(exc: BaseException) -> str:
+    """``"ValueError: <first line of the message, at most 200 characters>"``."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:200] if lines else ''}"
 
 
 def _apply_train(ir: IR, table: ModuleTable, hierarchy: Hierarchy, train: TrainOps) -> None:

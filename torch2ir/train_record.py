@@ -183,21 +183,25 @@ def _call_name(func: Any) -> str:
 
 def record_train_ops(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
                      is_leaf: Callable[[nn.Module], bool], random_names: frozenset[str],
-                     training: bool = True, stand_ins: Any = None, device: str = "meta") -> TrainOps | None:
+                     training: bool = True, stand_ins: Any = None, device: str = "meta",
+                     errors: list[BaseException] | None = None, fallback: bool = True) -> TrainOps | None:
     """Run ``model`` once in train mode (or eval mode, to compare) on meta tensors, recording :class:`TrainOps`;
     ``None`` when it fails. ``stand_ins``: a :class:`torch2ir.trace_once_eager.EagerStandIns` (alike blocks run
     once). ``device="cpu"``: on CPU copies of the parameters, buffers, tensor attributes and inputs instead, the
     random-number state put back afterwards (:func:`torch2ir.train_device.pass_device` says when that is cheaper);
-    a pass that fails there runs again on meta, so the choice never changes what is recorded where meta succeeds."""
+    a pass that fails there runs again on meta, so the choice never changes what is recorded where meta succeeds.
+    ``errors``: a list the exception of each failed attempt is appended to, in order; ``fallback=False``: no
+    second attempt on meta."""
     if device != "meta":
-        ops = _record(model, args, kwargs, is_leaf, random_names, training, stand_ins, device)
-        if ops is not None:
+        ops = _record(model, args, kwargs, is_leaf, random_names, training, stand_ins, device, errors)
+        if ops is not None or not fallback:
             return ops
-    return _record(model, args, kwargs, is_leaf, random_names, training, stand_ins, "meta")
+    return _record(model, args, kwargs, is_leaf, random_names, training, stand_ins, "meta", errors)
 
 
 def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_leaf: Callable[[nn.Module], bool],
-            random_names: frozenset[str], training: bool, stand_ins: Any, device: str) -> TrainOps | None:
+            random_names: frozenset[str], training: bool, stand_ins: Any, device: str,
+            errors: list[BaseException] | None = None) -> TrainOps | None:
     try:
         from torch._export.utils import _compiling_state_context
     except ImportError:  # pragma: no cover - older torch
@@ -259,7 +263,9 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
             ops.written = copies.written(before)
         if stand_ins is not None:
             stand_ins.complete(ops)
-    except Exception:  # noqa: BLE001 - any failure: the caller falls back to an exported train trace
+    except Exception as exc:  # noqa: BLE001 - any failure: the caller falls back to an exported train trace
+        if errors is not None:
+            errors.append(exc)
         return None
     finally:
         for handle in handles:

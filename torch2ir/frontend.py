@@ -42,7 +42,8 @@ def lean_export() -> Iterator[None]:
       one for each of the graph's nodes costs about a tenth of a small model's export, and the IR keeps none.
 
     Together about a fifth of a small model's export; the graphs, their metadata but ``stack_trace`` and what the
-    exported program computes are the same (``tests/torch2ir/test_lean_export.py``).
+    exported program computes are the same (``tests/torch2ir/test_lean_export.py``). Both settings are
+    process-wide and held only for the block: an export another thread runs meanwhile skips them too.
     """
     with contextlib.ExitStack() as stack:
         try:

@@ -241,4 +241,4 @@ class _FailsAsOnMeta(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
-__all__ = ["VALUE_FREE", "VALUE_READERS", "ValueRead", "graph_work", "guarded_call", "pass_device"]
+__all__ = ["VALUE_FREE", "VALUE_READERS", "ValueRead", "cpu_possible", "graph_work", "guarded_call", "pass_device"]

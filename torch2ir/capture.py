@@ -35,7 +35,7 @@ from common.ir import IR, Implementation
 from common.safety import Allowlist
 from common.values import Subgraph
 
-from .frontend import ExportFailedError, export
+from .frontend import ExportFailedError, export, lean_export
 from .hierarchy import same_objects
 from .lowering import check_ops, flat_from_program
 from .trace_once_lower import Copy, expanded
@@ -260,7 +260,7 @@ def decompose_program(ep: torch.export.ExportedProgram, decompose: Any, name: st
     else:
         raise TypeError(f"decompose must be a bool or a decomposition table, not {type(decompose).__name__}")
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), lean_export():  # the decomposed program is read as a graph, like the export
             warnings.filterwarnings("ignore", message=_TREESPEC_WARNING, category=FutureWarning)
             return ep.run_decompositions(table), label
     except Exception as exc:  # decompositions raise many types; all are reported

@@ -80,3 +80,18 @@ def test_lean_export_restores_settings_when_export_fails() -> None:
     with pytest.raises(ConversionError):
         torch2ir.convert(Fails(), (torch.randn(2),))
     assert not fx.config.do_not_emit_stack_traces
+
+
+def test_decomposed_lowering_is_the_same_with_a_lean_decomposition(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+
+    torch.manual_seed(0)
+    model, x = _Block().eval(), torch.randn(2, 4)
+    ir = torch2ir.convert(model, (x,))
+    lean = ir.lower(decompose=True)
+    monkeypatch.setattr("torch2ir.capture.lean_export", contextlib.nullcontext)
+    plain = ir.lower(decompose=True)
+    assert lean == plain and lean.to_dict() == plain.to_dict()
+    assert len(lean.nodes) > 3
+    assert "aten.native_layer_norm.default" in {str(n.op_type) for n in lean.nodes}  # decomposed: no aten.linear
+    assert not any("linear" in str(n.op_type) for n in lean.nodes)

@@ -18,7 +18,7 @@ Builds two valid IR documents programmatically (nothing is traced):
   its main graph and its variants, each a chain of ``--nodes`` (default 15 000) ``aten.relu`` nodes.
 
 Each run writes the document to a temporary file and, in a fresh interpreter, times the phases of a load
-and a rebuild on ``device="meta"``: reading + JSON parse (:func:`common.serialize.loads_json`), IR
+and a rebuild on ``device="meta"``: reading + JSON parse (:func:`common.json_files.loads_json`), IR
 construction (:meth:`common.ir.IR.from_dict` with value decoding), validation (:func:`common.validate.validate`),
 rebuild (:func:`ir2torch.convert`); plus the whole ``IR.load`` as one call, and ``ir2torch.convert(path)``, which
 loads and rebuilds in one call (the document validated once, the loaded IR freed before the garbage collector
@@ -170,8 +170,8 @@ def child(path: str, mode: str) -> dict[str, float]:
     import ir2torch
     from common.collector import collector_paused
     from common.ir import IR
+    from common.json_files import check_header, loads_json, read_text
     from common.safety import DEFAULT_ALLOWLIST
-    from common.serialize import check_header, loads_json, read_text
     from common.values import decode
 
     out: dict[str, float] = {"rss_start_mb": _maxrss_mb()}
@@ -221,7 +221,7 @@ def _run_child(path: str, mode: str) -> dict[str, float]:
 
 
 def _write(doc: dict[str, Any], folder: str, name: str) -> tuple[str, float, int]:
-    from common.serialize import dumps
+    from common.json_files import dumps
 
     path = os.path.join(folder, name)
     text = dumps(doc)

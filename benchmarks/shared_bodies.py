@@ -46,7 +46,7 @@ def measure(layers: int, runs: int, folder: str) -> dict[str, Any]:
     import torch2ir
     from benchmarks.models import llama_70b
     from common.ir import IR
-    from common.serialize import dumps
+    from common.json_files import dumps
     from common.values import encode
 
     model = llama_70b(layers=layers)

@@ -13,7 +13,8 @@ An IR (or FlatIR) JSON and its tensors file are one unit (see ``docs/ir-spec.md`
 - reads ``stat`` a path before opening it and open only regular files (a FIFO or a device is
   refused at once, never waited on); a tensors file must not be a symbolic link.
 
-This module knows nothing of the IR; :mod:`common.serialize` builds saving and loading on it.
+This module knows nothing of the IR; :mod:`common.tensor_files` and :mod:`common.serialize` build saving and
+loading on it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ File layout (see ``docs/ir-spec.md``)::
      "nodes": [...], "tensors": {"file": "model.flat.tensors.<sha256[:16]>.safetensors", "sha256": ...,
                                  "keys": [...]}}
 
-The JSON rules are those of :mod:`common.serialize`: strict parsing, tagged values, deterministic
+The JSON rules are those of :mod:`common.json_files` (as for IR files): strict parsing, tagged values, deterministic
 bytes, atomic writes, tensors in a content-addressed ``.safetensors`` file beside the JSON, saved
 and loaded as one unit. Loading validates before returning: every op name must be on the
 allow-list (or be accepted explicitly), and nothing named in the document is imported or called.
@@ -22,20 +22,12 @@ from typing import Any
 
 from .errors import ArgumentMismatchError, DanglingEdgeError, IRFormatError, IRValidationError, UnsafeTargetError
 from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
+from .json_files import check_header, dumps, loads_json, node_budget, read_text
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .op_args import COUNT_HINT, count_problem, enum_problem
-from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
+from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist, check_required_ops
 from .schema import DEFAULT_MAX_NODES, MAX_GRAPH_NODES, ValueFn, budget_error, check_max_nodes, expect
-from .serialize import (
-    check_header,
-    check_required_ops,
-    dumps,
-    load_with_tensors,
-    loads_json,
-    node_budget,
-    read_text,
-    save_with_tensors,
-)
+from .tensor_files import load_with_tensors, save_with_tensors
 from .treespec import kwarg_names, load_spec
 from .values import decode, dtype_from_name, dtype_name, encode
 
@@ -366,7 +358,7 @@ def flat_to_document(flat: Any, tensors: Mapping[str, Any] | None = None) -> dic
 def save_flat(flat: Any, path: str | os.PathLike) -> Path:
     """Save ``flat`` to ``path`` (see :meth:`common.flat.FlatIR.save`); the text is built before any file is touched.
 
-    The JSON and its tensors file are written as one unit by :func:`common.serialize.save_with_tensors`.
+    The JSON and its tensors file are written as one unit by :func:`common.tensor_files.save_with_tensors`.
 
     Raises:
         IRSerializationError: a value cannot be written, or a tensor is on the meta device.
@@ -396,8 +388,8 @@ def load_flat(cls: type, path: str | os.PathLike, allowlist: Allowlist | None, e
               max_nodes: int | None = DEFAULT_MAX_NODES) -> Any:
     """Load and validate a FlatIR JSON file and its tensors file, if any.
 
-    The pair is read and checked by :func:`common.serialize.load_with_tensors`; ``max_nodes`` is the file's node
-    budget (also bounding the JSON objects parsed, :func:`common.serialize.loads_json`).
+    The pair is read and checked by :func:`common.tensor_files.load_with_tensors`; ``max_nodes`` is the file's node
+    budget (also bounding the JSON objects parsed, :func:`common.json_files.loads_json`).
 
     Raises:
         IRFormatError: the file or its tensors file is missing, malformed, or they do not belong together.

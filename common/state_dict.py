@@ -26,7 +26,7 @@ import torch
 from .errors import StateDictError
 from .ir import IR
 from .quantized_tensors import QUANTIZED_KEY, from_stored, read_records, to_stored
-from .serialize import write_tensors_atomic
+from .tensor_files import write_tensors_atomic
 
 ALIASES_KEY = "torch2ir.aliases"
 

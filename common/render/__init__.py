@@ -15,9 +15,9 @@ from pathlib import Path
 
 import networkx as nx
 
+from ..atomic_files import write_text_atomic
 from ..flat import FlatIR
 from ..ir import IR
-from ..serialize import write_text_atomic
 from .graphs import RenderError, flat_hierarchy_graph, flat_ops_graph, hierarchy_graph, implementation_graph
 from .text import to_dot, to_mermaid
 

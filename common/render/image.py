@@ -20,7 +20,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from ..serialize import atomic_path
+from ..atomic_files import atomic_path
 from .graphs import RenderError
 from .text import COLORS
 

@@ -16,7 +16,7 @@ from benchmarks.large_files import many_implementations, many_variants
 from common import IR, errors, schema
 from common.flat import FlatIR
 from common.ir import Implementation
-from common.serialize import dumps, loads_json
+from common.json_files import dumps, loads_json
 
 validate_module = importlib.import_module("common.validate")  # the package exports the function of that name
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common import IR, Implementation, Ref
-from common import serialize as S
+from common import IR, Implementation, Ref, json_files, tensor_files
 from common.errors import IRFormatError
 from common.values import MAX_DEPTH, TRAINING, decode, encode
 
@@ -43,8 +42,8 @@ def test_load_cleans_with_the_document_it_read(tmp_path, monkeypatch):
     path = _ir_with_tensor().save(tmp_path / "m.ir.json")
     stale = _stale(path)
     reads = []
-    real = S.read_text
-    monkeypatch.setattr(S, "read_text", lambda p: reads.append(p) or real(p))
+    real = tensor_files.read_text
+    monkeypatch.setattr(tensor_files, "read_text", lambda p: reads.append(p) or real(p))
     loaded = IR.load(path)
     assert len(reads) == 1  # the cleanup did not read the JSON again
     assert not stale.exists()
@@ -60,12 +59,12 @@ def test_cleanup_reads_again_when_the_file_changed(tmp_path):
     lying = dict(doc, tensors=dict(doc["tensors"], file="m.ir.tensors.fedcba9876543210.safetensors"))
     stale = _stale(path)
     # an identity that is not the file's: the document given is not trusted, the one on disk decides
-    removed = S.clean_after_load(path, read=((0, 0, 0, 0, 0), lying))
+    removed = tensor_files.clean_after_load(path, read=((0, 0, 0, 0, 0), lying))
     assert stale.name in removed
     assert kept not in removed and (tmp_path / kept).exists()
     # the file's own identity: the document given is the one on disk
     stale = _stale(path)
-    removed = S.clean_after_load(path, read=(S._identity(path), doc))
+    removed = tensor_files.clean_after_load(path, read=(tensor_files._identity(path), doc))
     assert removed == [stale.name]
     assert (tmp_path / kept).exists()
 
@@ -76,7 +75,7 @@ def test_cleanup_reads_again_when_the_file_changed(tmp_path):
 ])
 def test_duplicate_keys_refused_naming_the_first(text, key):
     with pytest.raises(IRFormatError, match=f"duplicate key '{key}'"):
-        S.loads_json(text)
+        json_files.loads_json(text)
 
 
 @pytest.mark.parametrize("value", [

@@ -6,8 +6,10 @@ import pytest
 from hypothesis import given, settings
 
 from common import IR
+from common.atomic_files import write_text_atomic
 from common.errors import IRError, IRFormatError, IRSerializationError, UnsupportedFormatVersionError
-from common.serialize import ir_from_document, load_ir, loads_json, write_text_atomic
+from common.json_files import loads_json
+from common.serialize import ir_from_document, load_ir
 from common.testing import irs, mutated_documents
 from tests.conftest import examples
 from tests.seed import seed_dict
@@ -108,7 +110,7 @@ def test_saved_files_get_the_usual_permissions(tmp_path):
     import os
     import stat
 
-    from common.serialize import write_text_atomic
+    from common.atomic_files import write_text_atomic
 
     old = os.umask(0o022)
     try:

@@ -4,7 +4,8 @@ import pytest
 
 from common import IR
 from common import errors as E
-from common.serialize import ir_from_document, loads_json
+from common.json_files import loads_json
+from common.serialize import ir_from_document
 from tests.seed import seed_dict
 
 

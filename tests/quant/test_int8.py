@@ -219,7 +219,7 @@ _GOOD = {"dtype": "qint8", "qscheme": "per_channel_affine", "axis": 0, "scales":
     ({"dtype": "qint8", "qscheme": "per_tensor_symmetric", "scale": 0.1, "zero_point": 0}, "has fields"),
 ])
 def test_a_hostile_quantization_record_is_refused(tmp_path, record, match):
-    from common.serialize import write_tensors_atomic
+    from common.tensor_files import write_tensors_atomic
 
     path = tmp_path / "q.safetensors"
     import json
@@ -231,7 +231,7 @@ def test_a_hostile_quantization_record_is_refused(tmp_path, record, match):
 
 @pytest.mark.parametrize("metadata", ["[1]", "{\"w\": 3}", "not json", "{\"missing\": {}}"])
 def test_a_malformed_quantization_table_is_refused(tmp_path, metadata):
-    from common.serialize import write_tensors_atomic
+    from common.tensor_files import write_tensors_atomic
 
     path = tmp_path / "q.safetensors"
     write_tensors_atomic(path, {"w": torch.zeros(2, dtype=torch.int8)},

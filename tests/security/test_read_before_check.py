@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import torch
 
-import common.serialize as serialize
+import common.tensor_files as tensor_files
 import torch2ir
 from common import IR, FlatIR
 from common.errors import IRFormatError
@@ -62,9 +62,9 @@ def _write(sidecar: Path, header: dict[str, Any], data: bytes = b"", size: int |
 
 @pytest.fixture
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The number of bytes read from tensors files (through ``common.serialize.open_regular``)."""
+    """The number of bytes read from tensors files (through ``common.tensor_files.open_regular``)."""
     total = [0]
-    real = serialize.open_regular
+    real = tensor_files.open_regular
 
     class Counting:
         def __init__(self, fh: Any) -> None:
@@ -88,7 +88,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         def __exit__(self, *exc: Any) -> Any:
             return self._cm.__exit__(*exc)
 
-    monkeypatch.setattr(serialize, "open_regular", Opening)
+    monkeypatch.setattr(tensor_files, "open_regular", Opening)
     return total
 
 
@@ -178,7 +178,7 @@ def test_file_longer_than_declared_is_refused(tmp_path, kind, counted):
 @pytest.mark.parametrize("kind", KINDS)
 def test_intact_file_is_read_in_chunks_and_loads(tmp_path, kind, monkeypatch):
     path, _ = _saved(kind, tmp_path)
-    monkeypatch.setattr(serialize, "_CHUNK", 16)
+    monkeypatch.setattr(tensor_files, "_CHUNK", 16)
     assert _load(kind, path) == _content(kind)
 
 

@@ -107,7 +107,8 @@ def train_mode(ir: IR, run: TrainPass) -> None:
     elif reads:
         recorded = _check_train_randomness(ir, run)
     differs = _train_computations(ir, run, recorded) if reads and recorded else []
-    check_train_updates(ir, run.model, run.args, run.kwargs, table, run.ep, recorded, differs)
+    check_train_updates(ir, run.model, run.args, run.kwargs, table, run.ep, recorded, differs,
+                        run.failure if recorded is None else None)
 
 
 def _train_trace(ir: IR, run: TrainPass) -> TrainOps | None:

@@ -63,11 +63,14 @@ def written_in_graph(ep: torch.export.ExportedProgram) -> set[str]:
 
 
 def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, table: ModuleTable,
-                       ep: torch.export.ExportedProgram, recorded: TrainOps | None = None) -> list[str] | None:
+                       ep: torch.export.ExportedProgram, recorded: TrainOps | None = None,
+                       failure: str | None = None) -> list[str] | None:
     """Names of the buffers outside handled leaves that a train-mode forward writes and the eval graph does not.
 
     ``recorded``: the result of the train-mode meta pass conversion already made for dropout and train-only
-    randomness (:func:`~torch2ir.train_record.record_train_ops`), whose writes are used instead of a second pass.
+    randomness (:func:`~torch2ir.train_record.record_train_ops`), whose writes are used instead of a second pass;
+    ``failure``: why that pass failed alike on meta and on CPU copies (``TrainPass.failure``): this pass, the same
+    train-mode forward, would fail too and is not run.
 
     Returns:
         the buffer names (``[]`` when the check is not needed), or ``None`` when the train pass failed.
@@ -83,6 +86,8 @@ def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] 
         return []  # no module that reads `training` holds such a buffer: skip the pass
     if recorded is not None:
         return [name for i, name in candidates.items() if i in recorded.written and name not in written_in_graph(ep)]
+    if failure is not None:
+        return None
     try:
         from torch._export.utils import _compiling_state_context
     except ImportError:  # pragma: no cover - older torch
@@ -101,14 +106,15 @@ def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] 
 
 def check_train_updates(ir: IR, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
                         table: ModuleTable, ep: torch.export.ExportedProgram, recorded: TrainOps | None = None,
-                        computations: list[str] | None = None) -> None:
+                        computations: list[str] | None = None, failure: str | None = None) -> None:
     """Warn (:class:`TrainModeWarning`) about buffers only train mode updates, and record them in
     ``ir.root.meta["train_buffers"]`` (or why they could not be looked for); ``recorded``: see
     :func:`train_only_updates`; ``computations``: keys of the modules whose train-mode call computes otherwise
-    than their eval-mode call (one warning names both)."""
-    updated = train_only_updates(model, args, kwargs, table, ep, recorded)
+    than their eval-mode call (one warning names both); ``failure``: see :func:`train_only_updates`."""
+    updated = train_only_updates(model, args, kwargs, table, ep, recorded, failure)
     if updated is None:
-        ir.root.meta["train_buffers"] = "not checked: the train-mode pass on meta tensors failed"
+        ir.root.meta["train_buffers"] = ("not checked: the train-mode pass on meta tensors failed" if failure is None
+                                         else f"not checked: the train-mode pass failed: {failure}")
         updated = []
     if updated:
         ir.root.meta["train_buffers"] = updated

@@ -4,6 +4,8 @@ program computes are those of a plain export, and the source appears (and runs) 
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from torch import fx, nn
@@ -83,8 +85,6 @@ def test_lean_export_restores_settings_when_export_fails() -> None:
 
 
 def test_decomposed_lowering_is_the_same_with_a_lean_decomposition(monkeypatch: pytest.MonkeyPatch) -> None:
-    import contextlib
-
     torch.manual_seed(0)
     model, x = _Block().eval(), torch.randn(2, 4)
     ir = torch2ir.convert(model, (x,))

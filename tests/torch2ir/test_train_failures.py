@@ -109,3 +109,31 @@ def test_the_randomness_check_names_the_failure(monkeypatch) -> None:
     model, x = _DropPathHead().eval(), torch.randn(1, 4)
     ir = torch2ir.convert(model, (x,))
     assert ir.root.meta["train_trace"] == f"not checked: the train-mode pass failed: {_train_error(model, x)}"
+
+
+class _CountingHead(_Head):
+    """Also counts its train-mode calls in a buffer: the train-update check needs a train-mode pass too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self.steps += 1
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_the_train_update_check_names_the_failure_without_another_pass(device, monkeypatch) -> None:
+    _cpu(monkeypatch, device)
+    passes = []
+    real = torch2ir.train_updates._copied
+    monkeypatch.setattr("torch2ir.train_updates._copied", lambda *a, **k: passes.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    model, x = _CountingHead().eval(), torch.randn(1, 4)
+    ir = torch2ir.convert(model, (x,))
+    expected = _train_error(model, x)
+    assert ir.root.meta["train_trace"] == f"failed: {expected}"
+    assert ir.root.meta["train_buffers"] == f"not checked: the train-mode pass failed: {expected}"
+    assert passes == []  # the update check did not run the failing forward a third time

@@ -4,7 +4,8 @@ An IR is data: loading or rebuilding one must never import a module or call a ca
 that the IR merely *names*. A function node's target is checked against this allow-list
 **by name, before anything is resolved**; resolution then walks attributes of modules
 that are already imported (``torch.ops.aten``, ``torch``, ``torch.nn.functional``,
-``operator``, ``math``) and never calls ``importlib``.
+``operator``, ``math``) and never calls ``importlib``, except to register a known operator of another library
+(:mod:`common.known_ops`) that a rebuild resolves: the module imported is the table's, never a name from a file.
 
 Allowed:
 
@@ -13,6 +14,8 @@ Allowed:
   or ``allocating``; a packet ``aten.<op>`` only when every overload of it is; an overload the table does not
   know (a newer torch) is refused. See :func:`op_class` and :data:`ALLOCATING_OPS`;
 - the higher-order operators listed in :data:`HIGHER_ORDER_OPS`;
+- the operators of other libraries argued safe in :mod:`common.known_ops` (transformers' ``grouped_mm_fallback``,
+  which its mixture-of-experts layers call), resolved by importing the one module that registers each;
 - the ``operator``, ``math``, ``torch`` and ``torch.nn.functional`` functions listed in
   :data:`PYTHON_FUNCTIONS`;
 - whatever a converter explicitly adds with :meth:`Allowlist.allow`: operators of other namespaces opted in
@@ -39,6 +42,7 @@ import torch.nn.functional as F
 
 from . import op_classes
 from .errors import IRFormatError, ResourceBudgetError, UnsafeTargetError
+from .known_ops import KNOWN_OPS, is_known, resolve_known
 from .values import Subgraph, iter_values
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -224,7 +228,7 @@ class Allowlist:
         """True when ``name`` may be resolved; never imports anything."""
         if not isinstance(name, str):
             return False
-        if name in self._extra or name in PYTHON_FUNCTIONS or name in HIGHER_ORDER_OPS:
+        if name in self._extra or name in PYTHON_FUNCTIONS or name in HIGHER_ORDER_OPS or is_known(name):
             return True
         match = _ATEN.match(name)
         if match:
@@ -284,6 +288,8 @@ class Allowlist:
             return _resolve_python(name)
         if name in HIGHER_ORDER_OPS:
             return getattr(torch.ops.higher_order, name.split(".", 1)[1])
+        if is_known(name):
+            return resolve_known(name, registered_op)
         match = _ATEN.match(name)
         if match is None:
             return self._custom(name)
@@ -352,6 +358,8 @@ def op_class(name: str) -> tuple[str, str | None]:
         return _entry(op_classes.PYTHON.get(name), name, op_classes.PYTHON_NOTES.get(name))
     if name in HIGHER_ORDER_OPS:
         return "pure", "higher-order operator: every node of its bodies is checked"
+    if is_known(name):
+        return "pure", KNOWN_OPS[name].why
     return "refused", "not on the allow-list"
 
 

@@ -7,6 +7,7 @@ allocating op whose output size fake tensors cannot tell.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -121,6 +122,33 @@ def _batch_norm_update_stats(input: Any, running_mean: Any = None, running_var: 
     return _batch_norm_problem(input, True, running_mean=running_mean, running_var=running_var)
 
 
+def _grouped_mm_fallback(input: Any, weight: Any, offs: Any) -> str | None:
+    """transformers' grouped matrix product (:mod:`common.known_ops`): its real kernel leaves the argument checks
+    to its fake kernel, so a file's mismatched arguments would reach ``torch.mm`` (a bare error) or an index out
+    of the experts (an ``IndexError``). With real ``offs`` (a checked call), its values must be the cumulative row
+    counts the kernel expects: non-decreasing, from 0 to the rows of ``input``."""
+    if not all(isinstance(t, torch.Tensor) for t in (input, weight, offs)):
+        return "input, weight and offs must be tensors"
+    if input.dim() != 2 or weight.dim() != 3 or offs.dim() != 1:
+        return (f"input must be 2-d, weight 3-d and offs 1-d (got {input.dim()}-d, {weight.dim()}-d, "
+                f"{offs.dim()}-d)")
+    if offs.dtype not in (torch.int32, torch.int64):
+        return f"offs must be int32 or int64, not {offs.dtype}"
+    if input.dtype != weight.dtype or not input.dtype.is_floating_point:
+        return f"input and weight must have one floating dtype (got {input.dtype} and {weight.dtype})"
+    if offs.size(0) != weight.size(0) or input.size(1) != weight.size(1):
+        return (f"offs has {offs.size(0)} entries for {weight.size(0)} experts, or input's {input.size(1)} "
+                f"columns do not match weight's {weight.size(1)} rows")
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if isinstance(offs, FakeTensor) or offs.device.type == "meta":
+        return None  # no values: the kernel slices rows, whatever they are, within the tensors
+    ends = offs.tolist()
+    if any(e < 0 or e > input.size(0) for e in ends) or any(b < a for a, b in itertools.pairwise(ends)):
+        return f"offs must be non-decreasing row counts within 0..{input.size(0)}"
+    return None
+
+
 #: Conditions an op's real kernel assumes without checking, tested on its arguments before it runs (fake or real):
 #: ``aten._weight_norm`` (which wav2vec2's exports call) reaches ``_weight_norm_interface``, whose CPU kernel gets a
 #: SIGFPE on an empty input; the internal FFTs (which decomposed exports of FNet call) crash on dims out of range
@@ -128,8 +156,10 @@ def _batch_norm_update_stats(input: Any, running_mean: Any = None, running_var: 
 #: write one element per channel of weight, bias and running statistics without checking their sizes, and read
 #: the running statistics in eval mode even when there are none (segfaults, found by the long op-level fuzz;
 #: ``aten.batch_norm`` checks both before it calls them); ``aten.round`` with an absurd ``decimals`` (see
-#: :data:`ROUND_DECIMALS_LIMIT`); the special polynomials' recurrences (see :data:`POLYNOMIAL_WORK_LIMIT`).
+#: :data:`ROUND_DECIMALS_LIMIT`); the special polynomials' recurrences (see :data:`POLYNOMIAL_WORK_LIMIT`); the
+#: known operators of other libraries (:mod:`common.known_ops`) whose real kernel leaves its checks to its fake one.
 PRECONDITIONS: dict[str, Callable[..., str | None]] = {
+    "transformers.grouped_mm_fallback.default": _grouped_mm_fallback,
     **{f"aten.native_batch_norm.{o}": _native_batch_norm for o in ("default", "out")},
     **{f"aten._native_batch_norm_legit.{o}": _native_batch_norm for o in ("default", "out")},
     **{f"aten._native_batch_norm_legit.{o}": _batch_norm_no_stats for o in ("no_stats", "no_stats_out")},

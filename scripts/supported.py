@@ -76,6 +76,7 @@ def _exclusions() -> list[str]:
 
 
 def _functions() -> list[str]:
+    from common.known_ops import KNOWN_OPS
     from common.safety import HIGHER_ORDER_OPS, PYTHON_FUNCTIONS
 
     return [
@@ -86,6 +87,9 @@ def _functions() -> list[str]:
         "- every ATen operator of the installed torch (`aten.<op>.<overload>`, checked against `torch.ops.aten`);",
         "- higher-order operators with IR subgraphs: " + ", ".join(f"`{n}`" for n in sorted(HIGHER_ORDER_OPS)) + ";",
         f"- {len(PYTHON_FUNCTIONS)} Python functions: " + ", ".join(f"`{n}`" for n in sorted(PYTHON_FUNCTIONS)) + ";",
+        "- known operators of other libraries, argued safe in `common/known_ops.py` and resolved by importing the one "
+        "module that registers each when a rebuild needs it: "
+        + ", ".join(f"`{n}` (`{k.module}`)" for n, k in sorted(KNOWN_OPS.items())) + ";",
         "- names a converter adds with `Allowlist.allow(name, fn)` (that converter only).",
         "",
         "Opt-in namespaces (operators other libraries register with `torch.library`, accepted only with `allow=`,",
@@ -93,7 +97,8 @@ def _functions() -> list[str]:
         "",
         "| namespace | registered by | for |",
         "|---|---|---|",
-        "| `transformers::*` | `transformers` | mixture-of-experts layers (`transformers::grouped_mm_fallback`) |",
+        "| `transformers::*` | `transformers` | its other operators (`grouped_mm_fallback`, which mixture-of-experts "
+        "layers call, is known: no opt-in) |",
         "| `quantized_decomposed::*` | `torch.ao` / `torchao` (PT2E) | `convert_pt2e` models: "
         "`quantize_per_tensor`, `dequantize_per_channel`, ... |",
     ]

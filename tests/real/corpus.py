@@ -203,24 +203,13 @@ CORPUS: list[Arch] = [
 
 # the rotary embedding is called twice with different graphs (global and sliding-window attention): per-call graphs
 CORPUS.append(_arch("modernbert", "ModernBertModel", "text encoder", text._modernbert, configs._text_inputs))
-# the default experts kernel is transformers' custom op grouped_mm_fallback: converts with the namespace opted in
-CORPUS.append(_arch("mixtral_grouped_mm", "MixtralForCausalLM", "text decoder", decoders._mixtral,
-                    configs._text_inputs, allow=("transformers::grouped_mm_fallback",)))
-CORPUS.extend(_arch(name, label, "text decoder", build, configs._text_inputs, train_differs=differs,
-                    allow=("transformers::grouped_mm_fallback",)) for name, (label, build, differs) in moe.MOE.items())
+# the default experts kernel is transformers' grouped_mm_fallback operator, a known operator (common.known_ops):
+# converted and rebuilt without allow=
+CORPUS.append(_arch("mixtral", "MixtralForCausalLM", "text decoder", decoders._mixtral, configs._text_inputs))
+CORPUS.extend(_arch(name, label, "text decoder", build, configs._text_inputs, train_differs=differs)
+              for name, (label, build, differs) in moe.MOE.items())
 
 UNSUPPORTED: list[Arch] = [
-    _arch(
-        "mixtral",
-        "MixtralForCausalLM",
-        "text decoder",
-        decoders._mixtral,
-        configs._text_inputs,
-        reason='the default experts kernel is the custom op `transformers::grouped_mm_fallback`, not on the default '
-        'allow-list: opt in with `allow=["transformers::grouped_mm_fallback"]` (mixtral_grouped_mm), or use '
-        '`_experts_implementation="batched_mm"` (mixtral_batched)',
-        match="grouped_mm_fallback",
-    ),
     _arch(
         "mixtral_eager",
         "MixtralForCausalLM",

@@ -1,7 +1,7 @@
 """Mixture-of-experts decoders with their default experts kernel (``transformers::grouped_mm_fallback``).
 
-They convert and rebuild exactly once that operator is opted in (``allow=["transformers::grouped_mm_fallback"]``);
-without it, conversion refuses them naming the operator (see ``mixtral`` in ``UNSUPPORTED``).
+That operator is a known operator (:mod:`common.known_ops`): they convert, rebuild and lower exactly with no
+``allow=``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ Usage::
     python -m benchmarks.sweep --zoo timm --limit 100 --timeout 120 --output /tmp/timm.md
     python -m benchmarks.sweep --zoo timm --filter 'convnext*' --limit 0   # every match
     python -m benchmarks.sweep --zoo diffusers
+    python -m benchmarks.sweep --zoo brevitas                           # BNN-PYNQ, ImageNet examples, ESPCN
     python -m benchmarks.sweep --zoo transformers --limit 0 --timeout 60   # every model type, shrunk configs
 
 Each model is built with random weights (seeded, no download), put in eval mode and called on a small input;
@@ -54,7 +55,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.sweep_transformers import transformers_model, transformers_names, transformers_params
-from benchmarks.sweep_zoos import diffusers_blocks
+from benchmarks.sweep_zoos import brevitas_models, diffusers_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 DIFFERS = "DIFFERS WITHOUT AN ERROR"
@@ -159,6 +160,8 @@ def _build(zoo: str, name: str, size: int) -> tuple[Any, tuple, dict]:
         return model, (x,), {}
     if zoo == "diffusers":
         return diffusers_blocks()[name]()
+    if zoo == "brevitas":
+        return brevitas_models()[name]()
     if zoo == "transformers":
         return transformers_model(name)
     raise ValueError(zoo)
@@ -365,7 +368,8 @@ def table(zoo: str, rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--zoo", choices=("torchvision", "timm", "diffusers", "transformers"), default="torchvision")
+    parser.add_argument("--zoo", choices=("torchvision", "timm", "diffusers", "transformers", "brevitas"),
+                        default="torchvision")
     parser.add_argument("--tasks", default="classification",
                         help="torchvision: comma-separated of classification,segmentation,detection,video,"
                              "quantization,optical_flow")
@@ -388,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         names = timm_names(ns.filter, ns.limit, ns.seed)
     elif ns.zoo == "transformers":
         names = transformers_names()
+    elif ns.zoo == "brevitas":
+        names = sorted(brevitas_models())
     else:
         names = sorted(diffusers_blocks())
     names = [n for n in names if any(fnmatch.fnmatch(n, glob) for glob in ns.filter.split(","))]

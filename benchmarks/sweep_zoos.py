@@ -1,5 +1,6 @@
 """Model builders of the registry sweep (:mod:`benchmarks.sweep`) beyond torchvision and timm: diffusers' backbones
-at tiny sizes (every ``transformers`` model type, shrunk: :mod:`benchmarks.sweep_transformers`).
+at tiny sizes and brevitas' own example networks (every ``transformers`` model type, shrunk:
+:mod:`benchmarks.sweep_transformers`).
 """
 
 from __future__ import annotations
@@ -80,4 +81,58 @@ def diffusers_blocks() -> dict[str, Callable[[], tuple[Any, tuple, dict]]]:
                                       transformer2d, sd3, flux)}
 
 
-__all__ = ["diffusers_blocks"]
+#: brevitas' BNN-PYNQ networks (``brevitas_examples.bnn_pynq``: their shipped .ini files) and the input each takes
+_BNN = {"cnv_1w1a": (1, 3, 32, 32), "cnv_1w2a": (1, 3, 32, 32), "cnv_2w2a": (1, 3, 32, 32),
+        "lfc_1w1a": (1, 1, 28, 28), "lfc_1w2a": (1, 1, 28, 28), "sfc_1w1a": (1, 1, 28, 28),
+        "sfc_1w2a": (1, 1, 28, 28), "sfc_2w2a": (1, 1, 28, 28), "tfc_1w1a": (1, 1, 28, 28),
+        "tfc_1w2a": (1, 1, 28, 28), "tfc_2w2a": (1, 1, 28, 28), "resnet18_4w4a": (1, 3, 32, 32)}
+#: brevitas' ImageNet examples (``brevitas_examples.imagenet_classification``, 224x224: their final pool is 7x7) and
+#: the bit width of those whose .ini leaves it to the caller
+_IMAGENET = {"quant_mobilenet_v1": 8, "quant_mobilenet_v1_4b": None, "quant_proxylessnas_mobile14_4b": None,
+             "quant_proxylessnas_mobile14_4b5b": None}
+
+
+def brevitas_models() -> dict[str, Callable[[], tuple[Any, tuple, dict]]]:
+    """brevitas' example networks with random weights (nothing downloaded): BNN-PYNQ, the ImageNet examples and
+    every super-resolution ESPCN (``name -> () -> (model, args, kwargs)``). Each is called once in eval mode
+    before it is returned: brevitas initializes its runtime statistics on the first call."""
+    import torch
+
+    def ready(model: Any, shape: tuple[int, ...]) -> tuple[Any, tuple, dict]:
+        x = torch.rand(shape) * 2 - 1
+        model.eval()
+        with torch.no_grad():
+            model(x)
+        return model, (x,), {}
+
+    def bnn(name: str) -> Callable[[], tuple[Any, tuple, dict]]:
+        def build() -> tuple[Any, tuple, dict]:
+            from brevitas_examples.bnn_pynq.models import model_with_cfg
+
+            return ready(model_with_cfg(name, pretrained=False)[0], _BNN[name])
+
+        return build
+
+    def imagenet(name: str) -> Callable[[], tuple[Any, tuple, dict]]:
+        def build() -> tuple[Any, tuple, dict]:
+            from brevitas_examples.imagenet_classification.models import model_with_cfg
+
+            return ready(model_with_cfg(name, pretrained=None, bit_width=_IMAGENET[name])[0], (1, 3, 224, 224))
+
+        return build
+
+    def espcn(name: str) -> Callable[[], tuple[Any, tuple, dict]]:
+        def build() -> tuple[Any, tuple, dict]:
+            from brevitas_examples.super_resolution.models import model_impl
+
+            return ready(model_impl[name](), (1, 3, 16, 16))
+
+        return build
+
+    from brevitas_examples.super_resolution.models import model_impl
+
+    return {**{f"bnn_pynq.{n}": bnn(n) for n in _BNN}, **{f"imagenet.{n}": imagenet(n) for n in _IMAGENET},
+            **{f"super_resolution.{n}": espcn(n) for n in sorted(model_impl)}}
+
+
+__all__ = ["brevitas_models", "diffusers_blocks"]

@@ -411,14 +411,15 @@ def document_format(path: str | os.PathLike) -> str | None:
     """The ``format`` named by a JSON file's header (``"torch2ir.ir"``, ``"torch2ir.flat"``), or None.
 
     Read from the file's first bytes when it starts as ``save`` writes it (``{"format": "<name>", ...``: a
-    100 MB document is not parsed twice); otherwise from the whole document. The loader the caller picks parses
+    100 MB document is not parsed twice); otherwise from the whole document, parsed within the default node budget
+    (:data:`~common.schema.DEFAULT_MAX_NODES`). The loader the caller picks parses
     and checks the whole file either way (a malformed or two-headed document is refused there).
     """
     text = read_text(path)
     head = _HEADER.match(text[:4096])
     if head is not None:
         return head.group(1).decode("ascii")
-    doc = loads_json(text, source=os.fspath(path))
+    doc = loads_json(text, source=os.fspath(path), max_nodes=DEFAULT_MAX_NODES)  # the loaders' default budget
     return doc.get("format") if isinstance(doc, Mapping) else None
 
 

@@ -1,6 +1,13 @@
-"""Strict, bounded JSON for the library's documents (IR and FlatIR files): deterministic text, parsing that
-refuses NaN literals and duplicate keys and stops past a node budget, regular files only, and the
-``format`` / ``format_version`` header check. Every failure is an :class:`~common.errors.IRFormatError`."""
+"""Strict, bounded JSON for the library's documents (IR and FlatIR files, a weights file's header and metadata):
+deterministic text, parsing that refuses NaN literals and duplicate keys, regular files only, and the
+``format`` / ``format_version`` header check. Every failure is an :class:`~common.errors.IRFormatError`.
+
+Parsing is bounded before it starts, from a scan of the text's structure (strings skipped, no Python object
+made): nesting at most :data:`MAX_JSON_DEPTH` deep; in a document over :data:`DENSE_FROM` bytes at most one
+array or object per :data:`MIN_BYTES_PER_CONTAINER` bytes (a parsed container costs about 64 bytes: the parse
+then takes at most about ten times the file's size, where ``[[],[],...]`` would take twenty); and under a node
+budget at most ``JSON_VALUES_PER_NODE * max_nodes`` values (arrays, objects and scalars alike) and
+``JSON_OBJECTS_PER_NODE * max_nodes`` objects."""
 
 from __future__ import annotations
 
@@ -16,6 +23,19 @@ from .errors import IRError, IRFormatError, UnsupportedFormatVersionError
 from .schema import JSON_OBJECTS_PER_NODE, budget_error, check_max_nodes
 
 PathLike = str | os.PathLike
+
+#: Deepest nesting of arrays and objects a document may have (real IR and FlatIR files: at most 16).
+MAX_JSON_DEPTH = 64
+#: Least text per array or object in a document of :data:`DENSE_FROM` bytes or more (real files: 48 or more).
+MIN_BYTES_PER_CONTAINER = 12
+#: Size from which the density of containers is checked (below it a parse costs at most about 20 MB).
+DENSE_FROM = 1 << 20
+#: JSON values and keys allowed per node of the budget while a file is parsed (real files: at most 92 per node,
+#: FlatIRs of CNNs; IRs at most 52).
+JSON_VALUES_PER_NODE = 8 * JSON_OBJECTS_PER_NODE
+
+#: Every byte but a quote and ``[]{},:`` (deleted to read a document's structure).
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{},:')
 
 
 def dumps(document: Any) -> str:
@@ -70,15 +90,55 @@ def _counting_hook(max_nodes: int, source: str) -> Callable[[list[tuple[str, Any
     return hook
 
 
+def structure(data: bytes) -> tuple[int, int, int]:
+    """``(depth, containers, values)`` of JSON text: its deepest nesting of arrays and objects, how many arrays
+    and objects it holds and an upper bound of its values and keys, read without parsing (string contents
+    skipped). Linear, in C and numpy: escaped backslashes and quotes are dropped, then every byte but quotes and
+    ``[]{},:``; a byte after an odd number of quotes is inside a string."""
+    import numpy as np
+
+    skeleton = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    codes = np.frombuffer(skeleton, dtype=np.uint8)
+    quotes = codes == 0x22
+    outside = (np.cumsum(quotes, dtype=np.uint8) & 1) == 0  # the count's parity survives uint8 wrapping
+    outside &= ~quotes
+    codes = codes[outside]
+    del quotes, outside
+    opening = (codes == 0x5B) | (codes == 0x7B)  # [ {
+    closing = (codes == 0x5D) | (codes == 0x7D)  # ] }
+    containers = int(np.count_nonzero(opening))
+    steps = opening[opening | closing].astype(np.int8) * 2 - 1
+    depth = int(np.cumsum(steps, dtype=np.int32).max()) if len(steps) else 0
+    # every value but the first, and every key, follows a '[', '{', ',' or ':' (one more for each empty container)
+    return depth, containers, containers + int(np.count_nonzero((codes == 0x2C) | (codes == 0x3A))) + 1
+
+
+def _check_structure(data: bytes, source: str, max_nodes: int | None) -> None:
+    depth, containers, values = structure(data)
+    if depth > MAX_JSON_DEPTH:
+        raise IRFormatError(f"{source} nests arrays and objects {depth} deep (at most {MAX_JSON_DEPTH})",
+                            key=source, hint="no IR file nests that deep: the file is not one save() wrote")
+    if len(data) >= DENSE_FROM and containers * MIN_BYTES_PER_CONTAINER > len(data):
+        raise IRFormatError(f"{source} holds {containers} arrays and objects in {len(data)} bytes (at most one per "
+                            f"{MIN_BYTES_PER_CONTAINER} bytes: parsing it would take far more memory than the "
+                            "file's size)", key=source, hint="the file is not one save() wrote")
+    if max_nodes is not None and values > JSON_VALUES_PER_NODE * max_nodes:
+        raise budget_error("JSON values", values, JSON_VALUES_PER_NODE * max_nodes, max_nodes, key=source)
+
+
 def loads_json(text: str | bytes, *, source: str = "document", max_nodes: int | None = None) -> Any:
     """Parse strict JSON, turning every parser failure into :class:`IRFormatError`.
 
-    ``max_nodes`` (default: the :func:`node_budget` in force, else none): parsing stops with an
-    :class:`IRFormatError` past ``JSON_OBJECTS_PER_NODE * max_nodes`` objects, before the document is all built.
+    The text's structure is checked first (see the module docstring): nesting, density of containers and, with a
+    node budget, the number of values. ``max_nodes`` (default: the :func:`node_budget` in force, else none):
+    parsing also stops with an :class:`IRFormatError` past ``JSON_OBJECTS_PER_NODE * max_nodes`` objects, before
+    the document is all built.
     """
     max_nodes = max_nodes if max_nodes is not None else _MAX_NODES.get()
     hook = _no_duplicates if max_nodes is None else _counting_hook(max_nodes, source)
     try:
+        _check_structure(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"), source,
+                         max_nodes)
         if isinstance(text, bytes):
             text = text.decode("utf-8")
         return json.loads(text, object_pairs_hook=hook, parse_constant=_bad_constant)

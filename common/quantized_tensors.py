@@ -16,13 +16,13 @@ dtype's range, one scale and zero point per slice along ``axis``) before a tenso
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
 import torch
 
-from .errors import StateDictError
+from .errors import IRFormatError, StateDictError
+from .json_files import loads_json
 
 QUANTIZED_KEY = "torch2ir.quantized"
 
@@ -59,9 +59,9 @@ def read_records(text: Any, source: str) -> dict[str, dict[str, Any]]:
     Raises:
         StateDictError: the metadata is not a JSON object of objects.
     """
-    try:
-        records = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+    try:  # bounded: a weights file's metadata is read like any document (nesting, size)
+        records = loads_json(text, source=f"{source} {QUANTIZED_KEY}") if isinstance(text, str) else None
+    except IRFormatError:
         records = None
     if not isinstance(records, dict) or not all(isinstance(r, dict) for r in records.values()):
         raise StateDictError(f"{source}: malformed {QUANTIZED_KEY} metadata", key=QUANTIZED_KEY,

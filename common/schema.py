@@ -3,6 +3,7 @@ parsing of ``nodes`` / ``edges`` / ``state`` with a precise error for every bad 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -280,20 +281,45 @@ def check_node_budget(impls: Mapping[str, Any], max_nodes: int | None, where: st
     for key, d in impls.items():
         if not isinstance(d, Mapping):
             continue
-        graphs = [(f"{where}[{key!r}]", d)]
-        variants = d.get("variants")
-        if isinstance(variants, list):
-            graphs += [(f"{where}[{key!r}].variants[{i}]", g) for i, g in enumerate(variants[:MAX_VARIANTS + 1])]
-        for gwhere, graph in graphs:
-            if not isinstance(graph, Mapping):
-                continue
+        pending = deque([(f"{where}[{key!r}]", d)])
+        while pending:  # the implementation's graph, its variants, and the bodies of higher-order ops inside them
+            gwhere, graph = pending.popleft()
+            variants = graph.get("variants")
+            if isinstance(variants, list):
+                pending += [(f"{gwhere}.variants[{i}]", g) for i, g in enumerate(variants[:MAX_VARIANTS + 1])
+                            if isinstance(g, Mapping)]
             raw = graph.get("nodes")
             nodes += len(raw) if isinstance(raw, (Mapping, list)) else 0
             if nodes > max_nodes:
                 raise budget_error("nodes", nodes, max_nodes, max_nodes, key=f"{gwhere}.nodes",
                                    implementation=str(key))
-            raw = graph.get("edges")
-            edges += len(raw) if isinstance(raw, (Mapping, list)) else 0
+            raw_edges = graph.get("edges")
+            edges += len(raw_edges) if isinstance(raw_edges, (Mapping, list)) else 0
             if edges > max_edges:
                 raise budget_error("edges", edges, max_edges, max_nodes, key=f"{gwhere}.edges",
                                    implementation=str(key))
+            for node in (raw.values() if isinstance(raw, Mapping) else raw if isinstance(raw, list) else ()):
+                if isinstance(node, Mapping):
+                    name = node.get("name")
+                    label = repr(name[:80]) if isinstance(name, str) else "?"
+                    pending += [(f"{gwhere}.nodes[{label}].$graph", body)
+                                for body in subgraph_bodies((node.get("args"), node.get("kwargs")))]
+
+
+def subgraph_bodies(value: Any) -> list[Mapping[str, Any]]:
+    """The plain dicts of the higher-order op bodies (``{"$graph": {...}}``) found in a node's arguments, not
+    looking inside them (their own nodes' arguments are searched when they are counted). Iterative: a file's
+    nesting never reaches Python's recursion limit here."""
+    found: list[Mapping[str, Any]] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            body = item.get("$graph") if len(item) == 1 else None
+            if isinstance(body, Mapping):
+                found.append(body)
+            else:
+                stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return found

@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from .errors import StateDictError
+from .errors import IRFormatError, StateDictError
 from .ir import IR
+from .json_files import loads_json
 from .quantized_tensors import QUANTIZED_KEY, from_stored, read_records, to_stored
 from .tensor_files import write_tensors_atomic
 
@@ -295,9 +296,9 @@ def _read_aliases(text: Any, source: str) -> dict[str, str]:
         StateDictError: the metadata is not a JSON object of strings to strings.
     """
     hint = f"{ALIASES_KEY} must be a JSON object mapping each alias key to a stored key (strings)"
-    try:
-        aliases = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+    try:  # bounded: a weights file's metadata is read like any document (nesting, size)
+        aliases = loads_json(text, source=f"{source} {ALIASES_KEY}") if isinstance(text, str) else None
+    except IRFormatError:
         aliases = None
     if not isinstance(aliases, dict):
         raise StateDictError(f"{source}: malformed {ALIASES_KEY} metadata", key=ALIASES_KEY, hint=hint)

@@ -17,6 +17,7 @@ from common import IR, errors, schema
 from common.flat import FlatIR
 from common.ir import Implementation
 from common.json_files import dumps, loads_json
+from common.values import decode
 
 validate_module = importlib.import_module("common.validate")  # the package exports the function of that name
 
@@ -91,12 +92,49 @@ def test_edges_and_implementations_count_too() -> None:
 def test_json_parser_stops_past_the_objects_the_budget_allows(tmp_path: Path) -> None:
     doc = many_implementations(100)
     path = _write(doc, tmp_path)
-    with pytest.raises(errors.IRFormatError, match="JSON objects") as info:
-        IR.load(path, max_nodes=3)  # 96 objects allowed: the parser stops long before the file's end
+    # 768 values and 96 objects allowed: refused before parsing (its values counted) or by the parser long before
+    # the file's end (its objects counted)
+    with pytest.raises(errors.IRFormatError, match="JSON (values|objects)") as info:
+        IR.load(path, max_nodes=3)
     assert info.value.key == str(path) and "max_nodes=" in (info.value.hint or "")
-    with pytest.raises(errors.IRFormatError, match="JSON objects"):
+    with pytest.raises(errors.IRFormatError, match="JSON (values|objects)"):
         loads_json(path.read_text(), max_nodes=3)
     assert len(json.loads(path.read_text())["implementations"]) == 101
+
+
+def test_values_of_every_kind_count_before_parsing() -> None:
+    """Arrays and scalars count, not only objects: a 90 MB file of empty arrays once cost 2 GB before its objects
+    did (issue 50); every value is counted from the text before any is built."""
+    with pytest.raises(errors.IRFormatError, match="JSON values"):
+        loads_json("[" + ", ".join(["[]"] * 300) + "]", max_nodes=1)  # 301 values, 256 allowed, no object
+    with pytest.raises(errors.IRFormatError, match="JSON values"):
+        loads_json("[" + ", ".join(["0"] * 300) + "]", max_nodes=1)
+    assert loads_json("[" + ", ".join(["0"] * 100) + "]", max_nodes=1) == [0] * 100
+    with pytest.raises(errors.IRFormatError, match="JSON objects"):  # within the values, over the objects
+        loads_json("[" + ", ".join(["{}"] * 50) + "]", max_nodes=1)  # 101 values counted, 50 objects
+
+
+def test_dense_containers_are_refused_before_parsing() -> None:
+    from common.json_files import DENSE_FROM
+
+    dense = b"[" + b"[]," * (DENSE_FROM // 3) + b"[]]"
+    with pytest.raises(errors.IRFormatError, match="arrays and objects in"):
+        loads_json(dense)
+    sparse = b"[" + b'"' + b"x" * DENSE_FROM + b'"' + b"]"  # brackets inside a string are no containers
+    assert len(loads_json(sparse.replace(b"x" * 8, b"[{]}[{]}", 1000))[0]) == DENSE_FROM
+
+
+def test_higher_order_bodies_count_in_the_node_budget() -> None:
+    """Nodes inside a higher-order op's ``$graph`` count: 5000 of them once loaded under ``max_nodes=1000``."""
+    body = {"name": "body", "type": "module",
+            "nodes": {f"n{i}": {"name": f"n{i}", "type": "input", "implementation": "input"} for i in range(40)},
+            "edges": []}
+    node = {"name": "cond", "type": "function", "implementation": "higher_order.cond",
+            "args": [True, {"$graph": body}, {"$graph": {**body, "name": "b2"}}, []]}
+    root = {"name": "root", "type": "module", "nodes": {"cond": node}, "edges": []}
+    with pytest.raises(errors.IRFormatError, match="more than 50 nodes") as info:
+        IR.from_dict({"root": root}, max_nodes=50, value_fn=decode)
+    assert "$graph" in info.value.key
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5])
@@ -161,3 +199,16 @@ def test_get_attr_through_an_alias_is_found_and_a_missing_one_refused() -> None:
     root.node("w")["implementation"] = "shared.bias"
     with pytest.raises(errors.MissingImplementationError, match="shared.bias"):
         validate_module.validate(ir)
+
+
+def test_a_file_whose_format_is_not_its_first_key_is_parsed_within_the_budget(tmp_path: Path, monkeypatch) -> None:
+    """``ir2torch.convert(path)`` tells an IR from a FlatIR by the file's header; a document not starting with its
+    ``format`` is parsed whole for it, within the loaders' default budget (once with no budget at all)."""
+    import common.flat_schema
+
+    doc = many_implementations(100)
+    reordered = {k: v for k, v in doc.items() if k != "format"} | {"format": doc["format"]}
+    path = _write(reordered, tmp_path)
+    monkeypatch.setattr(common.flat_schema, "DEFAULT_MAX_NODES", 3)
+    with pytest.raises(errors.IRFormatError, match="JSON (values|objects)"):
+        ir2torch.convert(path)

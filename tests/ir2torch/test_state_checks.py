@@ -166,7 +166,8 @@ def test_flat_ir_weights_are_checked_and_unknown_keys_never_attached():
 
 
 @pytest.mark.parametrize("aliases", ['["a", "b"]', '{"b": ["a"]}', '{"b": {"k": 1}}', '"a"', "not json", "7",
-                                     '{"": "a"}'])
+                                     '{"": "a"}', '{"b": ' + "[" * 5000 + "]" * 5000 + "}",
+                                     '{"b": ' + '{"k": ' * 5000 + "1" + "}" * 5000 + "}"])
 def test_malformed_aliases_metadata_is_a_state_dict_error(tmp_path, aliases):
     path = tmp_path / "w.safetensors"
     save_file({"a": torch.zeros(2)}, str(path), metadata={"torch2ir.aliases": aliases})

@@ -212,3 +212,34 @@ def test_a_file_whose_format_is_not_its_first_key_is_parsed_within_the_budget(tm
     monkeypatch.setattr(common.flat_schema, "DEFAULT_MAX_NODES", 3)
     with pytest.raises(errors.IRFormatError, match="JSON (values|objects)"):
         ir2torch.convert(path)
+
+
+def test_a_dense_file_is_refused_within_a_few_times_its_size(tmp_path: Path) -> None:
+    """A 30 MB file of empty arrays (20 times its size in memory once parsed, and counted only as objects were)
+    is refused before it is parsed, the scan of its structure costing a few times the file's size: measured
+    in a child process, whose peak resident memory is its own."""
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "dense.ir.json"
+    with path.open("wb") as f:
+        f.write(b'{"format": "torch2ir.ir", "format_version": 1, "implementations": {"root": {"name": "root", '
+                b'"type": "module", "nodes": {}, "edges": [], "x": [' + b"[]," * 10_000_000 + b"[]]}}}")
+    script = textwrap.dedent(f"""
+        import resource, sys
+        from common import IR
+        from common.errors import IRFormatError
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        try:
+            IR.load({str(path)!r})
+        except IRFormatError as exc:
+            print(exc.message[:200])
+        print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024)
+    """)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    message, grown = done.stdout.strip().splitlines()
+    assert "arrays and objects in" in message
+    assert int(grown) < 5 * path.stat().st_size

@@ -14,7 +14,9 @@
 
   function viewer(D, pre, side) {
   var peer = null, drawn = null;  // drawn: the graph on show, as path + NUL + variant
-  var N = D.nodes, IMPLS = D.impls, SVG = "http://www.w3.org/2000/svg";
+  // IMPLS is looked up by names a link's fragment gives (#node=<path>:<name>): no prototype, so "__proto__" or
+  // "constructor" name nothing
+  var N = D.nodes, IMPLS = Object.assign(Object.create(null), D.impls), SVG = "http://www.w3.org/2000/svg";
   // an instance of a shared body carries no graphs ("sb": [home, instances]): it shows its body's, the modules
   // its calls name moved from the home's path to its own (common/bodies.py)
   Object.keys(IMPLS).forEach(function (key) {
@@ -600,9 +602,12 @@
     var tree = $("tree");
     tree.replaceChildren(nodeItem(0));
   }
+  // a link's lists are capped: the first LINK_ITEMS entries are read (a link of 20 000 took 10 s to open)
+  var LINK_ITEMS = 64, LINK_TEXT = 256;
+  function linkList(args, key) { return (args.get(key) || "").split(",", LINK_ITEMS).filter(Boolean); }
   function fromFragment() {
-    var args = new URLSearchParams(location.hash.replace(/^#/, ""));
-    (args.get("expand") || "").split(",").filter(Boolean).forEach(function (p) {
+    var args = new URLSearchParams(location.hash.slice(1, 1 + LINK_ITEMS * LINK_TEXT));
+    linkList(args, "expand").forEach(function (p) {
       var i = resolve(p);
       if (i >= 0) { reveal(i); expand(i, true); }
     });
@@ -611,10 +616,15 @@
     if (g && resolve(g) >= 0) {
       if (!s) { reveal(resolve(g)); select(resolve(g)); }
       drawGraph(N[resolve(g)].p, 0);
-      var ip = (args.get("inplace") || "").split(",").filter(Boolean);  // calls drawn in place: node names, "/"-nested
-      ip.forEach(function (k) { if (!inplace.has(k)) toggleInPlace(N[resolve(g)].p, 0, k); });
+      var ip = linkList(args, "inplace").filter(function (k) { return !inplace.has(k); });  // node names, "/"-nested
+      if (ip.length) {  // all drawn in place at once: the graph is laid out once, here and on the other side
+        var at = N[resolve(g)].p;
+        ip.forEach(function (k) { inplace.add(k); });
+        drawGraph(at, 0);
+        if (peer) sync(function () { peer.inPlaceAll(counterpart(at), 0, ip); });
+      }
     }
-    if (q) { $("search").value = q; search(q); }
+    if (q) { q = q.slice(0, LINK_TEXT); $("search").value = q; search(q); }
     var nd = args.get("node"), colon = nd ? nd.lastIndexOf(":") : -1;  // node=<module path>:<node name>
     if (colon > 0 && IMPLS[nd.slice(0, colon)]) {
       var where = nd.slice(0, colon), name = nd.slice(colon + 1);
@@ -663,6 +673,11 @@
     },
     inPlace: function (path, v, key, on) {  // the other side drew (or folded) a call in place: here too
       if (path !== undefined && drawn === path + "\u0000" + v) setInPlace(path, v, key, on);
+    },
+    inPlaceAll: function (path, v, keys) {  // the other side drew these calls in place (a link): here too, at once
+      if (path === undefined || drawn !== path + "\u0000" + v) return;
+      keys.forEach(function (k) { inplace.add(k); });
+      drawGraph(path, v);
     },
     graphAt: function (path, v, name) {
       var d = path === undefined ? undefined : IMPLS[path];

@@ -121,3 +121,23 @@ def test_an_instance_row_that_reads_otherwise_is_drawn_as_its_own(tmp_path):
     assert "FancyLinear" in shown and "open blocks.2.fc1" in shown
     other = Elements(dump_dom(f"{page.as_uri()}#node={quote('blocks.3:fc1', safe='')}", tmp_path)).shown()
     assert "FancyLinear" not in other and "open blocks.3.fc1" in other
+
+
+@pytest.mark.parametrize("fragment", [
+    "node=__proto__:x", "node=constructor:x", "node=toString:x", "node=hasOwnProperty:valueOf",
+    "expand=" + ",".join(f"a{i % 10}" for i in range(20000)),  # a command line holds at most 128 KiB
+    "graph=layers.1&inplace=" + ",".join(f"n{i % 10}" for i in range(20000)),
+    "graph=layers&inplace=" + ",".join(["up", "down", "0", "1"] * 5000),
+    "search=" + "a" * 100000,
+], ids=["proto", "constructor", "toString", "hasOwnProperty", "expand-20000", "inplace-20000", "inplace-calls",
+        "long-search"])
+@pytest.mark.parametrize("compare", [False, True], ids=["view", "compare"])
+def test_a_hostile_link_opens_the_page_in_under_a_second(tmp_path, fragment, compare):
+    """Unknown or hostile fragment keys name nothing and long lists are capped: the page loads (its title says
+    so, which the scripts set last) within a second of real time, also in a compare page."""
+    ir = decoder(80)
+    page = ir.view(tmp_path / "decoder.html", compare=decoder(80) if compare else None)
+    dom = dump_dom(f"{page.as_uri()}#{fragment}", tmp_path, budget_ms=None)
+    loaded = re.search(r"loaded in (\d+) ms$", _title(dom))
+    assert loaded, _title(dom)
+    assert int(loaded.group(1)) < 1000, _title(dom)

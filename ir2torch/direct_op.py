@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from .fast_ops import fast_binding
+from .run_safety.uninitialized import is_uninitialized, zero_filled
 
 
 class DirectOp(functools.partial):
@@ -57,7 +58,8 @@ def direct_op(overload: Any, kwargs: dict[str, Any] | None = None, positional: i
 def _direct_op(overload: Any, fast: bool) -> Any:
     if not isinstance(overload, torch._ops.OpOverload):
         return overload
-    op = DirectOp(fast_binding(overload, {}) if fast else overload)
+    call = fast_binding(overload, {}) if fast else overload
+    op = DirectOp(zero_filled(call) if is_uninitialized(overload) else call)
     op.overload = overload
     # fx names the global after ``__module__.__name__``; a module outside ``torch`` makes fx bind the object
     # itself (a name under ``torch`` would be spelled ``torch.ops...`` and resolved back to the slow overload)

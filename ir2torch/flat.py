@@ -31,6 +31,7 @@ from .flat_state import StateSource, attach_weights, resolve_weights
 from .guard_specs import flat_guard
 from .module_call import report_errors
 from .rebuild import _fx_name, runtime_device
+from .run_safety.uninitialized import is_uninitialized, zero_filled
 from .same_inputs import insert_flat_same_inputs
 
 Executor = Callable[..., Any]
@@ -181,7 +182,7 @@ class _FlatGraph:
         schema = getattr(op, "_schema", None)
         if node.op_type in self.executors:
             return self.executors.get(node.op_type, node.module_path), schema
-        return op, schema
+        return (zero_filled(op) if is_uninitialized(op) else op), schema
 
     def build(self) -> fx.Graph:
         taken: set[str] = set()

@@ -1,0 +1,5 @@
+"""Run-time safety of a rebuilt model: what keeps a file's graph, when it runs, within its own tensors.
+
+This package owns :mod:`~ir2torch.run_safety.uninitialized` (uninitialized allocations are zero-filled). It may
+import ``torch`` and :mod:`common`; the rest of ``ir2torch`` imports it, never the other way round.
+"""

@@ -8,6 +8,7 @@ Usage::
     python -m benchmarks.sweep --zoo timm --filter 'convnext*' --limit 0   # every match
     python -m benchmarks.sweep --zoo diffusers
     python -m benchmarks.sweep --zoo brevitas                           # BNN-PYNQ, ImageNet examples, ESPCN
+    python -m benchmarks.sweep --zoo brevitas --opaque                  # export failures again with opaque="auto"
     python -m benchmarks.sweep --zoo transformers --limit 0 --timeout 60   # every model type, shrunk configs
 
 Each model is built with random weights (seeded, no download), put in eval mode and called on a small input;
@@ -29,6 +30,11 @@ A row's status is one of
   the conversion's own export fails or a non-``IRError`` leaves it);
 - ``eager failed``, ``skipped`` (over ``--max-params``), ``timeout``, ``crashed``.
 
+With ``--opaque``, every ``export failed`` model is converted again with ``opaque="auto"`` (the smallest modules
+whose trace fails kept as opaque leaves), rebuilt with their classes allowed and compared with eager; its row gets
+that status, the leaves and the share of the model's parameters inside them, and the summary the count of exact
+ones with the median and maximum share.
+
 The output is a Markdown table (model, status, convert time) and a count per status; ``--output`` writes it to
 a file as well. No assertion: this measures what CI cannot hold (``tests/ecosystems`` holds a sample).
 """
@@ -41,6 +47,7 @@ import json
 import os
 import queue
 import random
+import statistics
 import subprocess
 import sys
 import threading
@@ -210,7 +217,54 @@ def _max_diff(got: Any, expected: Any) -> float:
     return worst
 
 
-def run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any]:
+def run_one(zoo: str, name: str, size: int, max_params: float, opaque: bool = False) -> dict[str, Any]:
+    """One model's row; with ``opaque``, a model plain ``torch.export`` cannot trace is converted again with
+    ``opaque="auto"`` (:func:`opaque_row`)."""
+    row = _run_one(zoo, name, size, max_params)
+    if opaque and row["status"].startswith("export failed"):
+        row["opaque"] = opaque_row(zoo, name, size)
+    return row
+
+
+def opaque_row(zoo: str, name: str, size: int) -> dict[str, Any]:
+    """``torch2ir.convert(..., opaque="auto")`` of a model export cannot trace, rebuilt with its opaque classes
+    allowed and compared with eager: ``{"status": "exact" | "DIFFERS ..." | "refused ..." | "error ...",
+    "leaves": [paths], "share": parameters inside the opaque leaves / all parameters}``."""
+    import warnings
+
+    import torch
+
+    import ir2torch
+    import torch2ir
+    from common.errors import IRError
+
+    warnings.simplefilter("ignore")
+    torch.manual_seed(0)
+    model, args, kwargs = _build(zoo, name, size)
+    model.eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        expected = model(*args, **kwargs)
+    try:
+        ir = torch2ir.convert(model, args, kwargs, opaque="auto")
+        leaves = list(ir.capture.opaque)
+        rebuilt = ir2torch.convert(ir, model.state_dict(), allow=sorted({cls for _, cls, _ in leaves}))
+        torch.manual_seed(0)
+        with torch.no_grad():
+            got = rebuilt(*args, **kwargs)
+    except IRError as error:
+        return {"status": f"refused {type(error).__name__}: {_first_line(error)}"}
+    except Exception as error:  # noqa: BLE001 - reported as a row
+        return {"status": f"error {type(error).__name__}: {_first_line(error)}"}
+    paths = [path for path, _, _ in leaves]
+    outermost = [p for p in paths if not any(p != q and p.startswith(q + ".") for q in paths)]
+    inside = sum(t.numel() for p in outermost for t in model.get_submodule(p).parameters())
+    total = sum(t.numel() for t in model.parameters()) or 1
+    diff = _max_diff(got, expected)
+    return {"status": "exact" if diff == 0 else f"{DIFFERS} {diff:.3g}", "leaves": paths, "share": inside / total}
+
+
+def _run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any]:
     import warnings
 
     import torch
@@ -282,12 +336,12 @@ def _export_agrees(model: Any, args: tuple, kwargs: dict, got: Any) -> bool:
         return False
 
 
-def child(zoo: str, names: list[str], size: int, max_params: float) -> None:
+def child(zoo: str, names: list[str], size: int, max_params: float, opaque: bool = False) -> None:
     """Run ``names`` in order, one JSON line on stdout per model."""
     for name in names:
         print(json.dumps({"name": name, "start": True}), flush=True)
         try:
-            row = run_one(zoo, name, size, max_params)
+            row = run_one(zoo, name, size, max_params, opaque)
         except Exception:  # noqa: BLE001 - the sweep goes on with the next model
             row = {"status": "crashed " + traceback.format_exc().strip().splitlines()[-1][:160]}
         print(json.dumps({"name": name, **row}), flush=True)
@@ -296,14 +350,14 @@ def child(zoo: str, names: list[str], size: int, max_params: float) -> None:
 # --------------------------------------------------------------------------------------------- the sweep
 
 
-def sweep(zoo: str, names: list[str], *, size: int, timeout: float, max_params: float,
+def sweep(zoo: str, names: list[str], *, size: int, timeout: float, max_params: float, opaque: bool = False,
           echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     todo = list(names)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "HF_HUB_OFFLINE": "1"}
     while todo:
         cmd = [sys.executable, "-m", "benchmarks.sweep", "--child", json.dumps(
-            {"zoo": zoo, "names": todo, "size": size, "max_params": max_params})]
+            {"zoo": zoo, "names": todo, "size": size, "max_params": max_params, "opaque": opaque})]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         lines: queue.Queue[str | None] = queue.Queue()
 
@@ -335,7 +389,8 @@ def sweep(zoo: str, names: list[str], *, size: int, timeout: float, max_params: 
                 current, deadline = msg["name"], time.monotonic() + timeout
                 continue
             rows.append(msg)
-            echo(f"{msg['name']}: {msg['status']}" + (f" ({msg['convert_s']:.1f} s)" if "convert_s" in msg else ""))
+            echo(f"{msg['name']}: {msg['status']}" + (f" ({msg['convert_s']:.1f} s)" if "convert_s" in msg else "")
+                 + (f"; opaque='auto': {_opaque_text(msg['opaque'])}" if "opaque" in msg else ""))
             todo = todo[todo.index(msg["name"]) + 1:]
             current = None
             if not todo:
@@ -359,11 +414,31 @@ def table(zoo: str, rows: list[dict[str, Any]]) -> str:
     out += [f"| {k} | {v} |" for k, v in counts.most_common()]
     out += ["", f"**Silently different (output differs, no error): {len(silent)}**"
             + (": " + ", ".join(r["name"] for r in silent) if silent else ""), ""]
-    out += ["| model | status | convert (s) |", "|---|---|---:|"]
+    tried = [r["opaque"] for r in rows if "opaque" in r]
+    if tried:  # --opaque: the models export cannot trace, converted with opaque="auto"
+        exact = [o for o in tried if o["status"] == "exact"]
+        shares = sorted(o["share"] for o in exact)
+        out += [f"**With `opaque=\"auto\"`: {len(exact)} of the {len(tried)} models export cannot trace are exact**"
+                + (f"; parameters inside opaque leaves: median {100 * statistics.median(shares):.1f} %, max "
+                   f"{100 * shares[-1]:.1f} %" if shares else ""), ""]
+        if any(o["status"].startswith(DIFFERS) for o in tried):
+            out += [f"**Silently different with opaque leaves: "
+                    f"{', '.join(r['name'] for r in rows if r.get('opaque', {}).get('status', '').startswith(DIFFERS))}"
+                    "**", ""]
+    out += ["| model | status | convert (s) |" + (" opaque=\"auto\" |" if tried else ""),
+            "|---|---|---:|" + ("---|" if tried else "")]
     for r in rows:
         seconds = f"{r['convert_s']:.1f}" if "convert_s" in r else ""
-        out.append(f"| {r['name']} | {r['status']} | {seconds} |")
+        extra = (f" {_opaque_text(r['opaque'])} |" if "opaque" in r else " |") if tried else ""
+        out.append(f"| {r['name']} | {r['status']} | {seconds} |{extra}")
     return "\n".join(out) + "\n"
+
+
+def _opaque_text(o: dict[str, Any]) -> str:
+    if "leaves" not in o:
+        return o["status"]
+    return (f"{o['status']}: {len(o['leaves'])} opaque leaves ({', '.join(o['leaves'][:3])}"
+            f"{', ...' if len(o['leaves']) > 3 else ''}), {100 * o['share']:.1f} % of the parameters")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -380,11 +455,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300, help="seconds per model")
     parser.add_argument("--max-params", type=float, default=1e8, help="timm: skip larger models")
     parser.add_argument("--output", type=Path, help="also write the Markdown table here")
+    parser.add_argument("--opaque", action="store_true",
+                        help='convert the models torch.export cannot trace again with opaque="auto"')
     parser.add_argument("--child", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.child:
         spec = json.loads(ns.child)
-        child(spec["zoo"], spec["names"], spec["size"], spec["max_params"])
+        child(spec["zoo"], spec["names"], spec["size"], spec["max_params"], spec.get("opaque", False))
         return 0
     if ns.zoo == "torchvision":
         names = torchvision_names(ns.tasks.split(","))
@@ -399,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in names if any(fnmatch.fnmatch(n, glob) for glob in ns.filter.split(","))]
     if ns.zoo != "timm" and ns.limit and len(names) > ns.limit:
         names = names[: ns.limit]
-    rows = sweep(ns.zoo, names, size=ns.size, timeout=ns.timeout, max_params=ns.max_params,
+    rows = sweep(ns.zoo, names, size=ns.size, timeout=ns.timeout, max_params=ns.max_params, opaque=ns.opaque,
                  echo=lambda s: print(s, file=sys.stderr, flush=True))
     text = table(ns.zoo, rows)
     print(text)

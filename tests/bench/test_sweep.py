@@ -32,3 +32,17 @@ def test_statuses_are_grouped_and_the_silent_ones_named():
     assert [_kind(r["status"]) for r in rows] == ["exact", DIFFERS, "export differs", "refused"]
     text = table("transformers", rows)
     assert "**Silently different (output differs, no error): 1**: b" in text and "| export differs | 1 |" in text
+
+
+def test_the_opaque_column_counts_exact_ones_and_their_share():
+    rows = [{"name": "a", "status": "export failed X", "opaque": {"status": "exact", "leaves": ["m.gate"],
+                                                                   "share": 0.02}},
+            {"name": "b", "status": "export failed Y", "opaque": {"status": "exact", "leaves": ["x", "y"],
+                                                                   "share": 0.10}},
+            {"name": "c", "status": "export failed Z", "opaque": {"status": "refused ConversionError: w"}},
+            {"name": "d", "status": "exact"}]
+    text = table("brevitas", rows)
+    assert '**With `opaque="auto"`: 2 of the 3 models export cannot trace are exact**' in text
+    assert "median 6.0 %, max 10.0 %" in text
+    assert "| a | export failed X |  | exact: 1 opaque leaves (m.gate), 2.0 % of the parameters |" in text
+    assert "| d | exact |  | |" in text

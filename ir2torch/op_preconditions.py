@@ -149,6 +149,75 @@ def _grouped_mm_fallback(input: Any, weight: Any, offs: Any) -> str | None:
     return None
 
 
+def _is_fake(t: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor) or (isinstance(t, torch.Tensor) and t.device.type == "meta")
+
+
+#: Largest total ``repeat_interleave`` may be asked for (its kernel sums the repeats in int64 and trusts the sum).
+REPEAT_TOTAL_LIMIT = 2**53
+
+
+def _repeat_interleave(repeats: Any, *args: Any, output_size: Any = None, **kwargs: Any) -> str | None:
+    """The kernel sums ``repeats`` in int64 and writes that many values into an output sized by the (wrapped) sum
+    or by ``output_size``: a sum past 2**63 wrapped and wrote 2**63 - 1 elements (a segfault, issue 50)."""
+    if not isinstance(repeats, torch.Tensor) or repeats.is_floating_point() or repeats.is_complex():
+        return None  # the kernel refuses those itself
+    if _is_fake(repeats):
+        # without output_size the output size depends on the values: the call is checked anyway; with it the fake
+        # kernel would size the output from a number the real kernel trusts
+        return None if output_size is None else "output_size is checked against the repeats in a checked run"
+    if repeats.numel() == 0:
+        return None if output_size in (None, 0) else f"output_size={output_size} for no repeats"
+    if bool((repeats < 0).any()):
+        return "repeats has negative values"
+    total = float(repeats.double().sum())
+    if total > REPEAT_TOTAL_LIMIT:
+        return f"the repeats add up to {total:.3g}, past {REPEAT_TOTAL_LIMIT} (the kernel's int64 sum would wrap)"
+    if output_size is not None and output_size != int(total):
+        return f"output_size={output_size} differs from the sum of the repeats, {int(total)}"
+    return None
+
+
+def _repeat_interleave_self(self: Any, repeats: Any, *args: Any, output_size: Any = None, **kwargs: Any) -> str | None:
+    return _repeat_interleave(repeats, output_size=output_size) if isinstance(repeats, torch.Tensor) else None
+
+
+def _lengths(value: Any) -> list[int] | None:
+    if isinstance(value, torch.Tensor):
+        return value.reshape(-1).tolist()
+    return list(value) if isinstance(value, (list, tuple)) else None
+
+
+def _ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: Any, blank: int = 0, *args: Any,
+              **kwargs: Any) -> str | None:
+    """The CTC kernel indexes ``log_probs`` by the labels of ``targets`` and walks each sequence by its lengths,
+    unchecked: a label of 10**9 segfaulted, 10**5 read out of bounds (issue 50). Labels and lengths are data:
+    read in a checked run (the probe sends the call there)."""
+    if not (isinstance(log_probs, torch.Tensor) and isinstance(targets, torch.Tensor)) or log_probs.dim() not in (2, 3):
+        return None
+    steps, classes = log_probs.size(0), log_probs.size(-1)
+    if not isinstance(blank, int) or not 0 <= blank < classes:
+        return f"blank={blank} is not a class of {classes}"
+    if any(_is_fake(v) for v in (targets, input_lengths, target_lengths)):
+        return "the labels and lengths are read in a checked run"
+    inputs, labels = _lengths(input_lengths), _lengths(target_lengths)
+    if inputs is None or labels is None:
+        return None
+    if any(not 0 <= n <= steps for n in inputs):
+        return f"input lengths must be within 0..{steps}"
+    if any(n < 0 for n in labels):
+        return "target lengths must not be negative"
+    if targets.dim() == 2 and any(n > targets.size(1) for n in labels):
+        return f"target lengths must be at most {targets.size(1)}"
+    if targets.dim() == 1 and sum(labels) > targets.numel():
+        return f"the target lengths add up to more than the {targets.numel()} targets"
+    if targets.numel() and (targets.is_floating_point() or bool(((targets < 0) | (targets >= classes)).any())):
+        return f"targets must be class labels within 0..{classes - 1}"
+    return None
+
+
 #: Conditions an op's real kernel assumes without checking, tested on its arguments before it runs (fake or real):
 #: ``aten._weight_norm`` (which wav2vec2's exports call) reaches ``_weight_norm_interface``, whose CPU kernel gets a
 #: SIGFPE on an empty input; the internal FFTs (which decomposed exports of FNet call) crash on dims out of range
@@ -160,6 +229,10 @@ def _grouped_mm_fallback(input: Any, weight: Any, offs: Any) -> str | None:
 #: known operators of other libraries (:mod:`common.known_ops`) whose real kernel leaves its checks to its fake one.
 PRECONDITIONS: dict[str, Callable[..., str | None]] = {
     "transformers.grouped_mm_fallback.default": _grouped_mm_fallback,
+    "aten.repeat_interleave.Tensor": _repeat_interleave,
+    **{f"aten.repeat_interleave.{o}": _repeat_interleave_self for o in ("self_Tensor", "self_int")},
+    # a graph names ctc_loss; the checked run sees the kernel it calls, _ctc_loss: both are checked
+    **{f"aten.{op}.{o}": _ctc_loss for op in ("ctc_loss", "_ctc_loss") for o in ("IntList", "Tensor", "default")},
     **{f"aten.native_batch_norm.{o}": _native_batch_norm for o in ("default", "out")},
     **{f"aten._native_batch_norm_legit.{o}": _native_batch_norm for o in ("default", "out")},
     **{f"aten._native_batch_norm_legit.{o}": _batch_norm_no_stats for o in ("no_stats", "no_stats_out")},
@@ -189,7 +262,7 @@ def _bincount_bytes(input: torch.Tensor, weights: Any = None, minlength: int = 0
 
 
 def _repeat_interleave_bytes(repeats: torch.Tensor, *args: Any, **kwargs: Any) -> int:
-    return max(int(repeats.sum()) if repeats.numel() else 0, 0) * 8
+    return int(max(float(repeats.double().sum()) if repeats.numel() else 0.0, 0.0)) * 8  # no int64 wrapping
 
 
 #: Bytes of the output of allocating ops whose size depends on their data, from the real arguments (in a checked

@@ -36,6 +36,7 @@ from .errors import (
     IRValidationError,
     MissingImplementationError,
     NodeTypeMismatchError,
+    ResourceBudgetError,
     UnknownNodeKindError,
 )
 from .functional_modules import method_of
@@ -80,18 +81,21 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         custom_backward_names(impl.meta, key)
         _check_children(impl.meta, key)
     check_names(ir, subgraphs=False)  # the bodies of higher-order ops: in _check_subgraph, found by the same walk
-    calls: dict[str, dict[str, None]] = {}  # caller -> callees, in the order found
+    calls: dict[str, dict[str, int]] = {}  # caller -> callee -> call nodes naming it, in the order found
+    sizes: dict[str, int] = {}  # implementation -> nodes of its largest graph
     checked: set[int] = set()  # shared bodies whose graphs were checked (the rest of an instance is its own)
     for key, impl in ir.items():
         callees = calls.setdefault(key, {})
         body = impl.shared_body
         if body is not None:
             for callee in _validate_instance(ir, impl, body, allow, checked):
-                callees[callee] = None
+                callees[callee] = callees.get(callee, 0) + 1
+            sizes[key] = max(len(g._graph._node) for g in body.graphs())
             continue
         for graph in impl.graphs():
             for callee in _validate_graph(ir, graph, allow):
-                callees[callee] = None
+                callees[callee] = callees.get(callee, 0) + 1
+        sizes[key] = max(len(g._graph._node) for g in impl.graphs())
     if not acyclic(calls):
         graph = nx.DiGraph()  # the error names the cycle networkx finds first, as it always did
         for key, callees in calls.items():
@@ -104,6 +108,43 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
             implementation=cycle[0],
             hint="a module cannot call itself or one of its callers",
         )
+    _check_expanded(calls, sizes)
+
+
+#: Most graph nodes one forward may run, every module call expanded (an 80-layer Llama with Llama-3-70B dimensions
+#: runs about 10**4): a file whose modules each call their child twice, 40 deep, is a few KB and 2**40 calls.
+MAX_EXPANDED_NODES = 10**7
+
+
+def _check_expanded(calls: Mapping[str, Mapping[str, int]], sizes: Mapping[str, int]) -> None:
+    """Refuse an IR whose forward would run more than :data:`MAX_EXPANDED_NODES` nodes, each module call expanded:
+    an implementation costs its largest graph's nodes plus, for every call node of its graphs (all variants, an
+    upper bound), its callee's cost. Computed bottom-up over the acyclic call graph, stopping past the bound.
+
+    Raises:
+        ResourceBudgetError: naming the implementation whose expansion passed the bound.
+    """
+    cost: dict[str, int] = {}
+    for start in calls:
+        stack = [start]
+        while stack:
+            key = stack[-1]
+            if key in cost:
+                stack.pop()
+                continue
+            pending = [c for c in calls.get(key, {}) if c not in cost]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            total = sizes.get(key, 0) + sum(n * cost[c] for c, n in calls.get(key, {}).items())
+            if total > MAX_EXPANDED_NODES:
+                raise ResourceBudgetError(
+                    f"one call of {key!r} would run more than {MAX_EXPANDED_NODES} graph nodes, its module calls "
+                    f"expanded ({total} counted)", implementation=key, key="implementations",
+                    hint="its modules call each other far more often than any model does (a call fan-out); the "
+                    "file is not one a conversion wrote")
+            cost[key] = total
 
 
 class _CheckedNames:
@@ -164,12 +205,13 @@ def _acyclic(g: Any) -> bool:
     return nx.is_directed_acyclic_graph(g)
 
 
-def _validate_graph(ir: Any, impl: Implementation, allow: _CheckedNames, *, context: bool = True) -> set[str]:
-    """Check one graph; return the implementations it calls. ``context=False``: leave out what depends on the IR
-    around it (called modules, state read), for a shared body checked apart from its instances."""
+def _validate_graph(ir: Any, impl: Implementation, allow: _CheckedNames, *, context: bool = True) -> list[str]:
+    """Check one graph; return the implementations it calls, once per call node. ``context=False``: leave out what
+    depends on the IR around it (called modules, state read), for a shared body checked apart from its
+    instances."""
     g = impl.graph
     name = impl.name
-    callees: set[str] = set()
+    callees: list[str] = []
     outputs = []
     for node, attrs in g._node.items():  # ``g.nodes(data=True)`` without the view
         ntype = attrs.get("type")
@@ -195,7 +237,7 @@ def _validate_graph(ir: Any, impl: Implementation, allow: _CheckedNames, *, cont
                     hint=f"record it in 'state' (nearest: {', '.join(near)})" if near else "record it in 'state'",
                 )
         elif ntype != "input" and context:
-            callees.add(_check_call(ir, impl, node, ntype, target, attrs))
+            callees.append(_check_call(ir, impl, node, ntype, target, attrs))
         for sub in _check_args(impl, node, attrs):
             _check_subgraph(ir, sub.impl, allow, name, node)
     if g.number_of_nodes() and len(outputs) != 1:

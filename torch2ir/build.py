@@ -21,7 +21,7 @@ from .capture import Capture
 from .frontend import (
     ExportFailedError,
     export,
-    naming_observer,
+    naming_failure,
     needs_signature,
 )
 from .functional_calls import method_calls, name_methods
@@ -113,7 +113,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         except ExportFailedError as exc:
             if standins is not None:
                 raise TraceOnceFallback("the export with stand-ins failed") from exc
-            raise naming_observer(exc, model, args, kwargs) from exc.__cause__
+            raise naming_failure(exc, model, args, kwargs) from exc.__cause__
         failed = [*((g, g.failure) for g in standins.failed()),
                   *((g, "its traced call reads tensor constants export lifted") for g in standins.with_constants(
                       ep.graph_signature.inputs_to_lifted_tensor_constants.values())),

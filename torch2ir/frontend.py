@@ -225,15 +225,19 @@ def naming_failure(exc: ExportFailedError, model: nn.Module, args: tuple, kwargs
     if failure is None:
         return exc
     if is_observer(failure.module):
-        return ExportFailedError(f"{exc.message}; the observer {failure.describe()}",
-                                 implementation=failure.path or "root", hint=OBSERVER_HINT)
+        named = ExportFailedError(f"{exc.message}; the observer {failure.describe()}",
+                                  implementation=failure.path or "root", hint=OBSERVER_HINT)
+        named.failure = failure  # type: ignore[attr-defined]
+        return named
     name = type(model).__qualname__
     where = f"in {failure.path} ({failure.qualname})" if failure.path else f"in its own forward ({failure.qualname})"
-    return ExportFailedError(
+    named = ExportFailedError(
         f"torch.export could not trace {name} {where}: {failure.why}", implementation=failure.path or "root",
         hint=f"{export_hint(exc.__cause__)}; or keep the module torch.export cannot trace as an opaque leaf "
         f"(run by its own forward, its class imported when the IR is rebuilt): torch2ir.convert(model, args, "
         f'kwargs, opaque="auto") or opaque=[{failure.qualname}]' if failure.path else export_hint(exc.__cause__))
+    named.failure = failure  # type: ignore[attr-defined]  # read by opaque="auto" (torch2ir.build)
+    return named
 
 
 def export_hint(exc: BaseException | None) -> str:

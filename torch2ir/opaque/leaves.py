@@ -64,7 +64,7 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
                 f"{type(value).__name__}, which an IR cannot record ({why})", implementation=path or "root",
                 key=name, hint="an opaque leaf keeps only plain attributes (numbers, strings, None, lists, tuples, "
                 "dicts of those): make the module keep it as such, or register a handler for its class")
-        attributes[name] = list(value) if isinstance(value, tuple) else value
+        attributes[name] = value
     return {"class": qualified_name(module), "attributes": attributes}
 
 

@@ -65,7 +65,7 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def test_auto_keeps_the_failing_module_as_an_opaque_leaf() -> None:
-    model, ir = _converted()
+    _, ir = _converted()
     assert ir.capture.opaque == [("gate", GATE, ir.capture.opaque[0][2])]
     assert ir.capture.opaque[0][2].startswith("GuardOnDataDependentSymNode")
     assert ir["gate"].type == "opaque"
@@ -143,7 +143,7 @@ def test_a_registered_builder_takes_precedence_and_needs_no_allow() -> None:
     built = []
 
     @converter.register_opaque(GATE)
-    def build(impl):  # noqa: ANN001, ANN202
+    def build(impl):
         built.append(impl.name)
         gate = Gate()
         gate.scale = impl.data["attributes"]["scale"]

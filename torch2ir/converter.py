@@ -17,6 +17,7 @@ from common.collector import collector_paused
 from common.errors import DuplicateHandlerError, RegistryError
 from common.flat import FlatIR
 from common.ir import IR, NODE_KINDS
+from common.opaque import OPAQUE_TYPE
 from common.registry import Registry
 from common.safety import Allowlist
 
@@ -27,8 +28,9 @@ Handler = Callable[[nn.Module], dict[str, Any]]
 
 #: IR types a handler may not take: node kinds, and the types the converter gives graph
 #: implementations and containers (a class named ``Output`` would otherwise become
-#: type ``"output"`` and its call nodes would read as the graph's output).
-RESERVED_TYPES = frozenset({*NODE_KINDS, GRAPH_TYPE, *CONTAINER_TYPES.values()})
+#: type ``"output"`` and its call nodes would read as the graph's output), and opaque leaves' (``opaque=``; a class
+#: named ``Opaque`` would otherwise be rebuilt by the opaque builder).
+RESERVED_TYPES = frozenset({*NODE_KINDS, GRAPH_TYPE, *CONTAINER_TYPES.values(), OPAQUE_TYPE})
 
 
 def _check_type(cls: type, itype: str) -> None:

@@ -50,8 +50,8 @@ def check_allowed(ir: IR, allowlist: Allowlist, builders: Mapping[str, Builder])
     raise UnsafeTargetError(
         f"the IR holds opaque leaves of module classes that are not allowed: {shown}; rebuilding them would import "
         "their modules and run their code", implementation=refused[names[0]][0],
-        hint=f"if you trust them, opt in: ir2torch.convert(ir, state, allow={names[:8]!r}) (--allow-op on the "
-        "command line), or register a builder: Ir2Torch.register_opaque(name, impl -> nn.Module)")
+        hint=f"if you trust them, opt in: ir2torch.convert(ir, state, allow={names[:8]!r}), or register a "
+        "builder: Ir2Torch.register_opaque(name, impl -> nn.Module)")
 
 
 def resolve_class(name: str, impl: str) -> type[nn.Module]:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from torch import nn
+
 from .errors import IRFormatError, UnsafeTargetError
 
 OPAQUE_TYPE = "opaque"
@@ -65,12 +67,8 @@ def is_attribute_name(name: object) -> bool:
             and name not in _RESERVED)
 
 
-#: Names an opaque leaf's attributes may not take (``nn.Module``'s own state and the call).
-_RESERVED = frozenset({"forward", "training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
-                       "_backward_pre_hooks", "_backward_hooks", "_is_full_backward_hook", "_forward_hooks",
-                       "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
-                       "_forward_pre_hooks_with_kwargs", "_state_dict_hooks", "_state_dict_pre_hooks",
-                       "_load_state_dict_pre_hooks", "_load_state_dict_post_hooks"})
+#: Names an opaque leaf's attributes may not take: ``nn.Module``'s own instance state (this torch's) and the call.
+_RESERVED = frozenset({*vars(nn.Module()), "forward", "training", "_compiled_call_impl"})
 
 
 def check_data(data: Any, impl: str) -> None:

@@ -69,7 +69,7 @@ def build_ir(
     """
     if opaque and captured is None:
         return _with_opaque(converter, model, args, kwargs, opaque, strict=strict, dynamic_shapes=dynamic_shapes,
-                            allowlist=allowlist, train_checks=train_checks)
+                            allowlist=allowlist, train_checks=train_checks, trace_once=trace_once)
     return _build_ir(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                      allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once)
 
@@ -103,6 +103,7 @@ def _build_opaque(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping
     for path, module in modules:
         opaque_data(module, path)  # refuses an attribute the IR cannot record, before anything is traced
     standins = record(model, args, kwargs, modules)
+    options.pop("trace_once", None)  # every block is traced (a stood-in block's stand-ins would hold the leaves')
     ir = _build_ir(OpaqueConverter(converter, why), model, args, kwargs, opaque_standins=standins, **options)
     if getattr(ir, "capture", None) is not None:
         ir.capture.opaque = [(path, qualified_name(m), why[type(m)]) for path, m in modules]

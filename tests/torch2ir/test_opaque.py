@@ -205,3 +205,9 @@ def test_several_inputs_tuple_outputs_and_repeated_calls_are_wired() -> None:
     rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Split"])
     for x in (X, -X, torch.randn(2, 4)):
         assert _max_diff(rebuilt(x), model(x)) == 0
+
+
+def test_auto_on_a_model_export_traces_changes_nothing() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU()).eval()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    assert ir == torch2ir.convert(model, (X,)) and ir.capture.opaque == []

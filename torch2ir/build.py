@@ -29,9 +29,9 @@ from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
 from .int8 import has_int8, int8_stand_ins, refuse_int8
 from .lowering import spec_text
-from .modules import ModuleTable
+from .modules import CONTAINER_TYPES, ModuleTable
 from .opaque.attribution import qualified_name
-from .opaque.leaves import OpaqueConverter, opaque_classes_of, opaque_data, opaque_modules, record
+from .opaque.leaves import OpaqueConverter, inner_modules, opaque_classes_of, opaque_data, opaque_modules, record
 from .opaque.leaves import StandIns as OpaqueStandIns
 from .signatures import record_calls, signature_targets
 from .tensormeta import range_bound, state_record
@@ -100,13 +100,17 @@ def _build_opaque(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping
     if not why:
         return _build_ir(converter, model, args, kwargs, **options)
     modules = opaque_modules(model, why)
-    for path, module in modules:
+    inner = inner_modules(modules, converter, CONTAINER_TYPES)
+    for path, module in [*modules, *inner]:
         opaque_data(module, path)  # refuses an attribute the IR cannot record, before anything is traced
     standins = record(model, args, kwargs, modules)
     options.pop("trace_once", None)  # every block is traced (a stood-in block's stand-ins would hold the leaves')
-    ir = _build_ir(OpaqueConverter(converter, why), model, args, kwargs, opaque_standins=standins, **options)
+    ir = _build_ir(OpaqueConverter(converter, why, [m for _, m in inner]), model, args, kwargs,
+                   opaque_standins=standins, **options)
     if getattr(ir, "capture", None) is not None:
-        ir.capture.opaque = [(path, qualified_name(m), why[type(m)]) for path, m in modules]
+        ir.capture.opaque = [*((path, qualified_name(m), why[type(m)]) for path, m in modules),
+                             *((path, qualified_name(m), "inside an opaque leaf, without a handler")
+                               for path, m in inner)]
     return ir
 
 

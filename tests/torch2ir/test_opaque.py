@@ -211,3 +211,57 @@ def test_auto_on_a_model_export_traces_changes_nothing() -> None:
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU()).eval()
     ir = torch2ir.convert(model, (X,), opaque="auto")
     assert ir == torch2ir.convert(model, (X,)) and ir.capture.opaque == []
+
+
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.slope = 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.leaky_relu(self.lin(x), self.slope)
+
+
+class Outer(nn.Module):
+    """An opaque module whose child has no handler: the child is never called in a graph, so it is kept as an
+    opaque leaf too (rebuilt as its class, for the outer forward to call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Inner()
+        self.blocks = nn.ModuleList([Inner(), nn.Linear(4, 4)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return self.blocks[1](self.blocks[0](self.inner(x)))
+        return self.inner(-x)
+
+
+class HasOuter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.outer = Outer()
+        self.inner = Inner()  # outside the opaque leaf: traced as usual
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(self.outer(x))
+
+
+def test_children_without_handlers_of_an_opaque_leaf_are_opaque_too() -> None:
+    torch.manual_seed(0)
+    model = HasOuter().eval()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    inner = f"{__name__}.Inner"
+    assert [(p, c) for p, c, _ in ir.capture.opaque] == [
+        ("outer", f"{__name__}.Outer"), ("outer.inner", inner), ("outer.blocks.0", inner)]
+    assert {k: ir[k].type for k in ("outer", "outer.inner", "outer.blocks", "outer.blocks.0", "outer.blocks.1",
+                                    "inner")} == {"outer": "opaque", "outer.inner": "opaque",
+                                                  "outer.blocks": "modulelist", "outer.blocks.0": "opaque",
+                                                  "outer.blocks.1": "linear", "inner": "module"}
+    with pytest.raises(UnsafeTargetError, match=inner):
+        ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Outer"])
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Outer", inner])
+    assert type(rebuilt.outer.blocks[0]) is Inner and type(rebuilt.inner) is not Inner
+    for x in BRANCHES:
+        assert _max_diff(rebuilt(x), model(x)) == 0

@@ -70,23 +70,46 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
 
 class OpaqueConverter:
     """A view of a ``Torch2Ir`` converter for which every instance of ``classes`` is a handled leaf of type
-    ``"opaque"`` (before any handler of its own class)."""
+    ``"opaque"`` (before any handler of its own class), and so is each module of ``inner`` (instances inside an
+    opaque leaf that neither have a handler nor are containers: never called in a graph, they are rebuilt as their
+    own class too, so the leaf's real forward can call them)."""
 
-    def __init__(self, base: Any, classes: Iterable[type]) -> None:
+    def __init__(self, base: Any, classes: Iterable[type], inner: Iterable[nn.Module] = ()) -> None:
         self._base = base
         self.classes = frozenset(classes)
+        self.inner = {id(m) for m in inner}
+        self._inner_classes = frozenset(type(m) for m in inner)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._base, name)
 
+    def _opaque(self, module: nn.Module) -> bool:
+        return type(module) in self.classes or id(module) in self.inner
+
     def has_handler(self, module: nn.Module) -> bool:
-        return type(module) in self.classes or self._base.has_handler(module)
+        return self._opaque(module) or self._base.has_handler(module)
 
     def type_of(self, cls: type) -> str:
-        return OPAQUE_TYPE if cls in self.classes else self._base.type_of(cls)
+        # asked for leaves only: an instance of an inner class outside opaque leaves is not one
+        if cls in self.classes or cls in self._inner_classes:
+            return OPAQUE_TYPE
+        return self._base.type_of(cls)
 
     def attributes(self, module: nn.Module) -> dict[str, Any]:
-        return opaque_data(module) if type(module) in self.classes else self._base.attributes(module)
+        return opaque_data(module) if self._opaque(module) else self._base.attributes(module)
+
+
+def inner_modules(modules: list[tuple[str, nn.Module]], converter: Any,
+                  containers: Iterable[type]) -> list[tuple[str, nn.Module]]:
+    """``(path, module)`` of the modules inside the opaque ``modules`` that have no handler of ``converter`` and
+    are no containers: they are kept as opaque leaves too (:class:`OpaqueConverter`)."""
+    containers = tuple(containers)
+    out = []
+    for path, module in modules:
+        for sub, child in module.named_modules(prefix=path):
+            if sub != path and type(child) not in containers and not converter.has_handler(child):
+                out.append((sub, child))
+    return out
 
 
 def opaque_modules(model: nn.Module, classes: Iterable[type]) -> list[tuple[str, nn.Module]]:
@@ -208,5 +231,5 @@ def record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
     return StandIns(modules, records)
 
 
-__all__ = ["OpaqueConverter", "StandIns", "opaque_classes_of", "opaque_data", "opaque_modules", "own_attributes",
-           "record"]
+__all__ = ["OpaqueConverter", "StandIns", "inner_modules", "opaque_classes_of", "opaque_data", "opaque_modules",
+           "own_attributes", "record"]

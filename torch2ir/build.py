@@ -68,6 +68,10 @@ def build_ir(
         ConversionError: every construct the IR cannot hold, listed together.
     """
     if opaque and captured is None:
+        if strict:
+            raise ConversionError("opaque leaves need the non-strict export: strict export (dynamo) traces their "
+                                  "stand-ins' Python and cannot", implementation="root",
+                                  hint="convert with strict=False (the default) to use opaque=")
         return _with_opaque(converter, model, args, kwargs, opaque, strict=strict, dynamic_shapes=dynamic_shapes,
                             allowlist=allowlist, train_checks=train_checks, trace_once=trace_once)
     return _build_ir(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,

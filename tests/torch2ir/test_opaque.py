@@ -265,3 +265,8 @@ def test_children_without_handlers_of_an_opaque_leaf_are_opaque_too() -> None:
     assert type(rebuilt.outer.blocks[0]) is Inner and type(rebuilt.inner) is not Inner
     for x in BRANCHES:
         assert _max_diff(rebuilt(x), model(x)) == 0
+
+
+def test_strict_export_is_refused_with_opaque_leaves() -> None:
+    with pytest.raises(ConversionError, match="non-strict export"):
+        torch2ir.convert(_model(), (X,), opaque=[Gate], strict=True)

@@ -265,6 +265,7 @@ def test_children_without_handlers_of_an_opaque_leaf_are_opaque_too() -> None:
     assert type(rebuilt.outer.blocks[0]) is Inner and type(rebuilt.inner) is not Inner
     for x in BRANCHES:
         assert _max_diff(rebuilt(x), model(x)) == 0
+    assert torch2ir.convert(rebuilt, (X,), opaque="auto") == ir
 
 
 def test_strict_export_is_refused_with_opaque_leaves() -> None:

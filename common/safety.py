@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from . import op_classes
 from .errors import IRFormatError, ResourceBudgetError, UnsafeTargetError
 from .known_ops import KNOWN_OPS, is_known, resolve_known
+from .opaque import is_class_name
 from .values import Subgraph, iter_values
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -183,6 +184,7 @@ class Allowlist:
     def __init__(self) -> None:
         self._extra: dict[str, Callable] = {}
         self._patterns: set[tuple[str, str, str | None]] = set()
+        self._classes: set[str] = set()  # module classes an IR's opaque leaves may name (common.opaque)
 
     def allow(self, name: str, fn: Callable | None = None) -> Allowlist:
         """Allow ``name`` in IRs handled by this allow-list; returns ``self``.
@@ -204,25 +206,49 @@ class Allowlist:
         match = _PATTERN.match(name) if isinstance(name, str) else None
         if match is None:
             raise UnsafeTargetError(f"{name!r} is not an operator pattern", key="allow",
-                                    hint="write 'namespace::op', 'namespace::op.overload' or 'namespace::*'")
+                                    hint="write 'namespace::op', 'namespace::op.overload' or 'namespace::*' (a module "
+                                    "class of opaque leaves: allow_class('package.module.Class'))")
         self._patterns.add((match.group(1), match.group(2), match.group(3)))
         return self
 
+    def allow_class(self, name: str) -> Allowlist:
+        """Allow opaque leaves of the module class ``name`` (``"package.module.Class"``, :mod:`common.opaque`): a
+        rebuild may then import ``package.module`` and build the class without its ``__init__``; returns ``self``.
+
+        Raises:
+            UnsafeTargetError: ``name`` is not a dotted Python class name.
+        """
+        if not is_class_name(name):
+            raise UnsafeTargetError(f"{str(name)[:100]!r} is not a dotted Python class name", key="allow",
+                                    hint="write 'package.module.Class'")
+        self._classes.add(name)
+        return self
+
     def extended(self, allow: Iterable[str] | None) -> Allowlist:
-        """A copy that also allows the operator patterns of ``allow`` (``self`` when there are none)."""
+        """A copy that also allows the operator patterns of ``allow`` (``self`` when there are none), and the
+        module classes it names (``"package.module.Class"``, :meth:`allow_class`)."""
         names = [allow] if isinstance(allow, str) else list(allow or [])
         if not names:
             return self
         new = self.copy()
         for name in names:
-            new.allow(name)
+            if isinstance(name, str) and _PATTERN.match(name) is None and is_class_name(name):
+                new.allow_class(name)
+            else:
+                new.allow(name)
         return new
 
     def copy(self) -> Allowlist:
         new = Allowlist()
         new._extra = dict(self._extra)
         new._patterns = set(self._patterns)
+        new._classes = set(self._classes)
         return new
+
+    def allows_class(self, name: object) -> bool:
+        """True when opaque leaves of the module class ``name`` may be rebuilt (:meth:`allow_class`); never imports
+        anything."""
+        return isinstance(name, str) and name in self._classes
 
     def is_allowed(self, name: object) -> bool:
         """True when ``name`` may be resolved; never imports anything."""

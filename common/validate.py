@@ -43,6 +43,7 @@ from .functional_modules import method_of
 from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem
+from .opaque import OPAQUE_TYPE, check_data
 from .provenance import check_provenance
 from .safety import DEFAULT_ALLOWLIST, Allowlist
 from .validate_names import acyclic, check_graph_names, check_names
@@ -77,6 +78,8 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
                 implementation=key,
                 hint=f"give it another type; {', '.join(NODE_KINDS)} are reserved",
             )
+        if impl.type == OPAQUE_TYPE:
+            check_data(impl.data, key)
         check_provenance(key, impl.meta)
         custom_backward_names(impl.meta, key)
         _check_children(impl.meta, key)

@@ -12,10 +12,11 @@ import torch
 from torch import nn
 
 from common.collector import collector_paused
-from common.errors import BuildError, HandlerNotFoundError, IRError, IRFormatError
+from common.errors import BuildError, HandlerNotFoundError, IRError, IRFormatError, UnsafeTargetError
 from common.flat import FlatIR
 from common.ir import IR, Implementation
 from common.notes import CustomBackwardWarning, custom_backward_message, custom_backward_names
+from common.opaque import OPAQUE_TYPE
 from common.registry import Registry, Where
 from common.safety import Allowlist
 from common.validate import validate
@@ -28,6 +29,7 @@ from .flat_state import weight_budget
 from .forward_budget import install_budgets, static_guard
 from .guard_specs import root_guard
 from .guarded_root import guard_builder_root
+from .handlers.opaque import check_allowed as check_opaque_allowed
 from .handlers.quant import restore_quantization
 from .leaf_copies import LeafCopies
 from .rebuild import graph_module
@@ -79,6 +81,8 @@ class Ir2Torch:
         self.allowlist = Allowlist()
         self.executors: Registry[str, Executor] = new_executor_registry()
         self.max_bytes: Budget = AVAILABLE
+        #: builders of opaque leaves by qualified class name (:meth:`register_opaque`), before the default one
+        self.opaque_builders: dict[str, Builder] = {}
 
     def register(self, type: str, builder: Builder | None = None, *, state_map: StateMap | None = None) -> Any:
         """Add the builder of IR ``type`` (decorator or direct call); refuses a duplicate."""
@@ -108,9 +112,30 @@ class Ir2Torch:
 
         return add if builder is None else add(builder)
 
+    def register_opaque(self, qualname: str, builder: Builder | None = None) -> Any:
+        """Build the opaque leaves of module class ``qualname`` (``"package.module.Class"``) with ``builder``
+        (``impl -> nn.Module``; decorator or direct call) instead of the default construction
+        (:mod:`ir2torch.handlers.opaque`). A class with a builder needs no ``allow=``: nothing is imported for it.
+
+        Raises:
+            UnsafeTargetError: ``qualname`` is not a dotted Python class name.
+        """
+        from common.opaque import is_class_name
+
+        if not is_class_name(qualname):
+            raise UnsafeTargetError(f"{str(qualname)[:100]!r} is not a dotted Python class name",
+                                    hint="write 'package.module.Class'")
+
+        def add(fn: Builder) -> Builder:
+            self.opaque_builders[qualname] = fn
+            return fn
+
+        return add if builder is None else add(builder)
+
     def copy(self) -> Ir2Torch:
         """An independent converter with the same builders and allow-list."""
         new = type(self)()
+        new.opaque_builders = dict(self.opaque_builders)
         new.builders = self.builders.copy()
         new.allowlist = self.allowlist.copy()
         new.executors = self.executors.copy()
@@ -205,6 +230,7 @@ class Ir2Torch:
                     fold_constants: bool = True) -> nn.Module:
         """:meth:`convert` of an :class:`~common.ir.IR` (see there; raises the same errors)."""
         validate(ir, allowlist=self.allowlist)
+        check_opaque_allowed(ir, self.allowlist, self.opaque_builders)  # before anything is imported or built
         if "root" not in ir:
             raise IRFormatError("the IR has no 'root' implementation", hint="the top-level module's key is 'root'")
         check_budget({}, budget, target_device(device), what="implementation", measure=lambda: self.declared_sizes(ir))
@@ -233,7 +259,7 @@ class Ir2Torch:
         sizes: dict[str, int] = {}
         for key, impl in ir.items():
             size = records_bytes(impl.state)
-            if impl.type in self.builders:
+            if impl.type in self.builders and impl.type != OPAQUE_TYPE:  # an opaque leaf's class is not imported
                 entry = self.builders.get(impl.type, impl.name)
                 size = max(size, measured_on_meta(lambda entry=entry, impl=impl: entry.build(impl)))
             sizes[key] = size
@@ -271,6 +297,8 @@ class Ir2Torch:
                                  f"gives it {impl.variant_count + 1} per-call graphs", implementation=impl.name,
                                  hint="only modules rebuilt from their graphs can run per-call graphs")
             entry = self.builders.get(impl.type, impl.name)
+            if impl.type == OPAQUE_TYPE and impl.data.get("class") in self.opaque_builders:
+                entry = BuilderEntry(self.opaque_builders[impl.data["class"]])
             try:
                 module = None if leaves is None else leaves.copy(entry.build, impl)
                 if module is None:

@@ -53,7 +53,8 @@ def _module_types() -> list[str]:
         for name, ir_type, mark in sorted(by_family[family]):
             lines.append(f"| {family} | {name} | `{ir_type}` | {mark} |")
     only_built = sorted(built - emitted)
-    lines += ["", "Types only ir2torch builds (containers rebuilt as real `torch.nn` containers): "
+    lines += ["", "Types only ir2torch builds (containers rebuilt as real `torch.nn` containers, and `opaque`: a "
+              "module torch.export cannot trace, kept with `opaque=`, see [opaque leaves](opaque.md)): "
               + ", ".join(f"`{t}`" for t in only_built) + "."]
     return [*lines, "", *_exclusions()]
 

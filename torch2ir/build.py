@@ -21,7 +21,7 @@ from .capture import Capture
 from .frontend import (
     ExportFailedError,
     export,
-    naming_observer,
+    naming_failure,
     needs_signature,
 )
 from .functional_calls import method_calls, name_methods
@@ -29,7 +29,10 @@ from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
 from .int8 import has_int8, int8_stand_ins, refuse_int8
 from .lowering import spec_text
-from .modules import ModuleTable
+from .modules import CONTAINER_TYPES, ModuleTable
+from .opaque.attribution import qualified_name
+from .opaque.leaves import OpaqueConverter, inner_modules, opaque_classes_of, opaque_data, opaque_modules, record
+from .opaque.leaves import StandIns as OpaqueStandIns
 from .signatures import record_calls, signature_targets
 from .tensormeta import range_bound, state_record
 from .trace_once import StandIns, TraceOnceFallback, alike_groups
@@ -46,6 +49,7 @@ def build_ir(
     converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
     dynamic_shapes: Any, allowlist: Allowlist | None = None, captured: list[Capture] | None = None,
     train_checks: bool = True, trace_once: bool | Collection[str] = False,
+    opaque: str | Collection[type | str] | None = None,
 ) -> IR:
     """The IR of ``model(*args, **kwargs)``, with the :class:`~torch2ir.capture.Capture` of its export attached.
 
@@ -56,9 +60,71 @@ def build_ir(
     names: those may differ between alike blocks, e.g. ``("layer_idx",)``); ignored with ``strict=True`` and when
     ``captured`` is given (the export must then be the model's whole computation, to be lowered).
 
+    ``opaque``: ``"auto"`` or module classes (or their qualified names) to keep as opaque leaves
+    (:mod:`torch2ir.opaque.leaves`; ``"auto"``: the smallest module whose trace fails, each in turn, when the
+    export fails); ignored when ``captured`` is given.
+
     Raises:
         ConversionError: every construct the IR cannot hold, listed together.
     """
+    if opaque and captured is None:
+        if strict:
+            raise ConversionError("opaque leaves need the non-strict export: strict export (dynamo) traces their "
+                                  "stand-ins' Python and cannot", implementation="root",
+                                  hint="convert with strict=False (the default) to use opaque=")
+        return _with_opaque(converter, model, args, kwargs, opaque, strict=strict, dynamic_shapes=dynamic_shapes,
+                            allowlist=allowlist, train_checks=train_checks, trace_once=trace_once)
+    return _build_ir(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                     allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once)
+
+
+#: ``opaque="auto"`` makes at most this many classes opaque before giving up.
+MAX_OPAQUE_CLASSES = 16
+
+
+def _with_opaque(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
+                 opaque: str | Collection[type | str], **options: Any) -> IR:
+    """:func:`build_ir` with opaque leaves: the classes named in ``opaque``, and with ``"auto"`` the class of each
+    smallest module whose trace fails, added one at a time while the export fails on such a module."""
+    auto = opaque == "auto"
+    why: dict[type, str] = {} if auto else {cls: "named in opaque=" for cls in opaque_classes_of(model, opaque)}
+    while True:
+        try:
+            return _build_opaque(converter, model, args, kwargs, why, **options)
+        except ExportFailedError as exc:
+            failure = getattr(exc, "failure", None)
+            if (not auto or failure is None or not failure.path or type(failure.module) in why
+                    or len(why) >= MAX_OPAQUE_CLASSES):
+                raise
+            why[type(failure.module)] = failure.why
+
+
+def _build_opaque(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
+                  why: dict[type, str], **options: Any) -> IR:
+    if not why:
+        return _build_ir(converter, model, args, kwargs, **options)
+    modules = opaque_modules(model, why)
+    inner = inner_modules(modules, converter, CONTAINER_TYPES)
+    for path, module in [*modules, *inner]:
+        opaque_data(module, path)  # refuses an attribute the IR cannot record, before anything is traced
+    standins = record(model, args, kwargs, modules)
+    options.pop("trace_once", None)  # every block is traced (a stood-in block's stand-ins would hold the leaves')
+    ir = _build_ir(OpaqueConverter(converter, why, [m for _, m in inner]), model, args, kwargs,
+                   opaque_standins=standins, **options)
+    if getattr(ir, "capture", None) is not None:
+        ir.capture.opaque = [*((path, qualified_name(m), why[type(m)]) for path, m in modules),
+                             *((path, qualified_name(m), "inside an opaque leaf, without a handler")
+                               for path, m in inner)]
+    return ir
+
+
+def _build_ir(
+    converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
+    dynamic_shapes: Any, allowlist: Allowlist | None = None, captured: list[Capture] | None = None,
+    train_checks: bool = True, trace_once: bool | Collection[str] = False,
+    opaque_standins: OpaqueStandIns | None = None,
+) -> IR:
+    """:func:`build_ir` (``opaque_standins``: the stand-ins of the opaque leaves, installed while exporting)."""
     allowlist = allowlist or Allowlist()
     table = ModuleTable(model, converter)
     hook_problems, hooked = check_hooks(model, table)
@@ -75,7 +141,8 @@ def build_ir(
     refuse_int8(model)  # before tracing: export's own error names neither the module nor what to do
     groups: list[Any] = []
     fallbacks: list[tuple[str, str]] = []  # trace_once: each group traced in full after all, and why
-    if trace_once and captured is None and not strict:  # strict export (dynamo) would trace the stand-in wrappers
+    # strict export (dynamo) would trace the stand-in wrappers; opaque leaves: every block is traced
+    if trace_once and captured is None and not strict and opaque_standins is None:
         ignored = () if trace_once is True else tuple(trace_once)
         groups = [g for g in alike_groups(model, ignored, table.is_leaf) if not table.is_leaf(g.modules[0])]
         if groups:
@@ -90,7 +157,8 @@ def build_ir(
                 table = ModuleTable(model, converter)  # a fresh table: the failed attempt recorded errors in it
     with method_calls(model, table) as methods:  # FloatFunctional.add(...) is traced as a call of the module
         ir = _traced(model, args, kwargs, table, hooked, methods, strict=strict,
-                     dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured, train_checks=train_checks)
+                     dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured, train_checks=train_checks,
+                     opaque_standins=opaque_standins)
     if trace_once and getattr(ir, "capture", None) is not None:
         ir.capture.trace_once_fallbacks = fallbacks
     return ir
@@ -99,21 +167,23 @@ def build_ir(
 def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, table: ModuleTable,
             hooked: list[str], methods: dict[int, set[str]], *, strict: bool, dynamic_shapes: Any,
             allowlist: Allowlist, captured: list[Capture] | None, train_checks: bool,
-            standins: StandIns | None = None) -> IR:
+            standins: StandIns | None = None, opaque_standins: OpaqueStandIns | None = None) -> IR:
     """:func:`build_ir` from the export on (``methods``: :func:`torch2ir.functional_calls.method_calls`'s)."""
     custom: list[str] = []  # custom autograd.Functions the forward calls (common.notes)
     while True:
         try:
             with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls, \
                     int8_stand_ins(model, table.is_leaf), \
-                    (standins.installed() if standins is not None else contextlib.nullcontext()):
+                    (standins.installed() if standins is not None else contextlib.nullcontext()), \
+                    (opaque_standins.installed() if opaque_standins is not None else contextlib.nullcontext()):
                 ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                            preserve=_preserved(model, table), on_attempt=_forgetting(calls, standins),
+                            preserve=_preserved(model, table),
+                            on_attempt=_forgetting(calls, standins, opaque_standins),
                             custom_functions=custom)
         except ExportFailedError as exc:
             if standins is not None:
                 raise TraceOnceFallback("the export with stand-ins failed") from exc
-            raise naming_observer(exc, model, args, kwargs) from exc.__cause__
+            raise naming_failure(exc, model, args, kwargs) from exc.__cause__
         failed = [*((g, g.failure) for g in standins.failed()),
                   *((g, "its traced call reads tensor constants export lifted") for g in standins.with_constants(
                       ep.graph_signature.inputs_to_lifted_tensor_constants.values())),
@@ -136,6 +206,10 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
                " are traced as stand-ins" if stand_ins else None)
     if has_int8(model):
         refused = "eager int8 modules are traced as stand-ins (their kernels have no traceable implementation)"
+    if opaque_standins is not None:
+        paths = [p for p, _ in opaque_standins.modules]
+        refused = (f"opaque leaves ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}) are traced as "
+                   "stand-ins (their own forward is not in the trace)")
     capture = Capture(ep, model, args, kwargs, allowlist, refused=refused)
     if captured is not None:
         captured.append(capture)
@@ -190,12 +264,14 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         hierarchy.restore_graph()
 
 
-def _forgetting(calls: list[Any], standins: StandIns | None) -> Any:
+def _forgetting(calls: list[Any], standins: StandIns | None, opaque: OpaqueStandIns | None = None) -> Any:
     """What to forget when export starts another attempt: the call records, and the stand-ins' records."""
     def forget() -> None:
         calls.clear()
         if standins is not None:
             standins.reset()
+        if opaque is not None:
+            opaque.reset()
     return forget
 
 

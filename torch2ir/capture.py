@@ -78,6 +78,7 @@ class Capture:
         self.digest: Seal | None = None
         #: with ``trace_once``: ``(class of alike blocks, why)`` of each group traced in full after all
         self.trace_once_fallbacks: list[tuple[str, str]] = []
+        self.opaque: list[tuple[str, str, str]] = []  # opaque leaves: (path, qualified class, why export failed)
         #: with ``trace_once``: how each stand-in is replaced by its traced call when lowering
         self.copies: list[Copy] = []
         #: flat user input -> the earlier one that was the same tensor object (:func:`torch2ir.hierarchy.same_objects`)

@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--trace-every-block", action="store_true",
                          help="trace every block in full (default: alike blocks are traced once, the others are "
                          "instances of it; same IR)")
+    convert.add_argument("--opaque", action="append", default=[], metavar="auto|PKG.MOD.CLASS",
+                         help="keep modules torch.export cannot trace as opaque leaves: 'auto' (each failing "
+                         "module's class) or a qualified class name (repeatable); see docs/opaque.md")
     add_allow_op(convert)
     add_common_options(convert)
     convert.set_defaults(func=_convert)
@@ -101,7 +104,9 @@ def _convert(options: argparse.Namespace) -> int:
         with bar.stage("build model"):
             model, args, kwargs = model_and_inputs(options)
         with bar.stage("export + convert"):
-            ir = convert(model, args, kwargs, allow=options.allow_op, trace_once=not options.trace_every_block)
+            opaque = "auto" if "auto" in options.opaque else options.opaque or None
+            ir = convert(model, args, kwargs, allow=options.allow_op, trace_once=not options.trace_every_block,
+                         opaque=opaque)
         with bar.stage("save IR"):
             ir.save(options.output)
         if options.state is not None:

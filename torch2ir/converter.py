@@ -17,6 +17,7 @@ from common.collector import collector_paused
 from common.errors import DuplicateHandlerError, RegistryError
 from common.flat import FlatIR
 from common.ir import IR, NODE_KINDS
+from common.opaque import OPAQUE_TYPE
 from common.registry import Registry
 from common.safety import Allowlist
 
@@ -27,8 +28,9 @@ Handler = Callable[[nn.Module], dict[str, Any]]
 
 #: IR types a handler may not take: node kinds, and the types the converter gives graph
 #: implementations and containers (a class named ``Output`` would otherwise become
-#: type ``"output"`` and its call nodes would read as the graph's output).
-RESERVED_TYPES = frozenset({*NODE_KINDS, GRAPH_TYPE, *CONTAINER_TYPES.values()})
+#: type ``"output"`` and its call nodes would read as the graph's output), and opaque leaves' (``opaque=``; a class
+#: named ``Opaque`` would otherwise be rebuilt by the opaque builder).
+RESERVED_TYPES = frozenset({*NODE_KINDS, GRAPH_TYPE, *CONTAINER_TYPES.values(), OPAQUE_TYPE})
 
 
 def _check_type(cls: type, itype: str) -> None:
@@ -147,6 +149,7 @@ class Torch2Ir:
         dynamic_shapes: Any = None,
         allow: Iterable[str] | None = None,
         trace_once: bool | Collection[str] = True,
+        opaque: str | Collection[type | str] | None = None,
     ) -> IR:
         """Convert ``model`` called as ``model(*args, **kwargs)`` into the module-level IR.
 
@@ -160,6 +163,12 @@ class Torch2Ir:
         between alike blocks unwatched (the caller vouches that they do not change the computation). Ignored
         with ``strict=True``.
 
+        ``opaque`` (opt-in, see ``docs/opaque.md``): ``"auto"`` keeps each smallest module whose trace makes the
+        export fail as an *opaque leaf* (a node of type ``"opaque"`` run by the module's own forward when rebuilt;
+        every instance of its class), one class at a time while the export fails; a list of ``nn.Module``
+        classes (or their qualified names) keeps every instance of those. ``ir.capture.opaque`` lists
+        ``(path, qualified class, why)``; ``ir.lower()`` refuses such an IR; ``trace_once`` is off with it.
+
         Raises:
             ConversionError: torch.export failed, or the model has constructs the IR cannot
                 hold; every construct found is listed, with its module path (operators outside the
@@ -170,7 +179,7 @@ class Torch2Ir:
         args = args if isinstance(args, tuple) else (args,)
         with collector_paused():  # building the IR allocates much and frees nothing (see common.collector)
             return build_ir(self, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                            allowlist=self.allowlist.extended(allow), trace_once=trace_once)
+                            allowlist=self.allowlist.extended(allow), trace_once=trace_once, opaque=opaque)
 
     def lower(
         self,
@@ -228,7 +237,8 @@ def convert(
     dynamic_shapes: Any = None,
     allow: Iterable[str] | None = None,
     trace_once: bool | Collection[str] = True,
+    opaque: str | Collection[type | str] | None = None,
 ) -> IR:
     """Convert ``model`` with a default converter (see :meth:`Torch2Ir.convert`)."""
     return get_default_converter().convert(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                                           allow=allow, trace_once=trace_once)
+                                           allow=allow, trace_once=trace_once, opaque=opaque)

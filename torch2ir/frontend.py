@@ -24,7 +24,8 @@ from torch import fx, nn
 from common.errors import ConversionError
 
 from . import custom_backward
-from .observers import untraceable_observer
+from .observers import is_observer, untraceable_observer
+from .opaque.attribution import attribute_failure
 from .torch_logs import torch_logs_to_debug
 
 #: torch.export's warning about RNN modules re-assigning ``_flat_weights`` while traced (harmless).
@@ -207,18 +208,36 @@ def export(
                           implementation="root", hint=export_hint(last)) from last
 
 
-def naming_observer(exc: ExportFailedError, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None
-                    ) -> ExportFailedError:
-    """``exc``, or when an observer of ``model`` cannot be traced alone (:func:`untraceable_observer`), an error
-    naming it. Call it outside the conversion's own contexts: it runs ``model`` (a copy) eagerly."""
-    observer = untraceable_observer(model, tuple(args), kwargs)
-    if observer is None:
+OBSERVER_HINT = ("an observer that branches on the values it sees cannot be traced while it calibrates: calibrate in "
+                 "eager mode and convert the model after convert_pt2e, or use an observer without data-dependent "
+                 "control flow (MinMaxObserver, MovingAverageMinMaxObserver) while converting")
+
+
+def naming_failure(exc: ExportFailedError, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None
+                   ) -> ExportFailedError:
+    """``exc`` naming the smallest module of ``model`` whose own trace failed: found on the traceback of export's
+    error (:func:`torch2ir.opaque.attribution.attribute_failure`), else, for a model holding quantization observers,
+    the first observer that cannot be traced alone (:func:`untraceable_observer`); ``exc`` itself when neither
+    names one. Call it outside the conversion's own contexts: the observer fallback runs ``model`` (a copy)."""
+    failure = attribute_failure(exc.__cause__, model) if exc.__cause__ is not None else None
+    if failure is None or not failure.path:
+        failure = untraceable_observer(model, tuple(args), kwargs) or failure
+    if failure is None:
         return exc
-    return ExportFailedError(
-        f"{exc.message}; the observer {observer}", implementation="root",
-        hint="an observer that branches on the values it sees cannot be traced while it calibrates: calibrate in "
-        "eager mode and convert the model after convert_pt2e, or use an observer without data-dependent control "
-        "flow (MinMaxObserver, MovingAverageMinMaxObserver) while converting")
+    if is_observer(failure.module):
+        named = ExportFailedError(f"{exc.message}; the observer {failure.describe()}",
+                                  implementation=failure.path or "root", hint=OBSERVER_HINT)
+        named.failure = failure  # type: ignore[attr-defined]
+        return named
+    name = type(model).__qualname__
+    where = f"in {failure.path} ({failure.qualname})" if failure.path else f"in its own forward ({failure.qualname})"
+    named = ExportFailedError(
+        f"torch.export could not trace {name} {where}: {failure.why}", implementation=failure.path or "root",
+        hint=f"{export_hint(exc.__cause__)}; or keep the module torch.export cannot trace as an opaque leaf "
+        f"(run by its own forward, its class imported when the IR is rebuilt): torch2ir.convert(model, args, "
+        f'kwargs, opaque="auto") or opaque=[{failure.qualname}]' if failure.path else export_hint(exc.__cause__))
+    named.failure = failure  # type: ignore[attr-defined]  # read by opaque="auto" (torch2ir.build)
+    return named
 
 
 def export_hint(exc: BaseException | None) -> str:

@@ -20,6 +20,7 @@ from . import (
     linear,
     loss,
     norm,
+    opaque,
     pooling,
     quant,
     recurrent,
@@ -30,6 +31,7 @@ from . import (
 def register_defaults(converter: Any) -> None:
     """Register every default builder on ``converter`` (an ``Ir2Torch``)."""
     linear.register(converter)
+    opaque.register(converter)
     conv.register(converter)
     norm.register(converter)
     embedding.register(converter)

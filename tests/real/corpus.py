@@ -217,7 +217,8 @@ UNSUPPORTED: list[Arch] = [
         decoders._mixtral_eager,
         configs._text_inputs,
         reason="the eager experts loop over data-dependent token counts: torch.export cannot trace it",
-        match=_EXPORT,
+        match=f"{_EXPORT} MixtralForCausalLM in model.layers.0.mlp.experts "
+        "(transformers.models.mixtral.modeling_mixtral.MixtralExperts): ",
     ),
     _arch(
         "longformer",
@@ -226,6 +227,7 @@ UNSUPPORTED: list[Arch] = [
         text._longformer,
         configs._text_inputs,
         reason="`.any().item()` in its forward: torch.export cannot trace it",
-        match=_EXPORT,
+        match=f"{_EXPORT} LongformerModel in encoder.layer.0.attention.self "
+        "(transformers.models.longformer.modeling_longformer.LongformerSelfAttention): ",
     ),
 ]

@@ -1,0 +1,113 @@
+"""The ``"opaque"`` implementation type: a module torch.export could not trace, kept as a leaf run by its own
+forward (``torch2ir.convert(..., opaque=...)``; rebuilt by ``ir2torch`` only for classes passed in ``allow=``).
+
+Its ``data`` is ``{"class": "package.module.Class", "attributes": {name: plain value}}``. This module checks that
+shape on load (:func:`check_data`) without importing anything the file names.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from torch import nn
+
+from .errors import IRFormatError, UnsafeTargetError
+
+OPAQUE_TYPE = "opaque"
+
+#: Plain values nest at most this deep (a list in a dict in a list ... counts one per level).
+MAX_DEPTH = 16
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def check_value(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` is not a plain attribute value, or ``None`` when it is (``None``, bools, ints, finite or not
+    floats, strings, and lists, tuples, string-keyed dicts of those, at most :data:`MAX_DEPTH` deep)."""
+    if depth > MAX_DEPTH:
+        return f"nested more than {MAX_DEPTH} levels deep"
+    if value is None or type(value) in (bool, int, float, str):
+        return None
+    if type(value) in (list, tuple):
+        for item in value:
+            why = check_value(item, depth + 1)
+            if why is not None:
+                return why
+        return None
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                return f"a dict key of type {type(key).__name__}"
+            why = check_value(item, depth + 1)
+            if why is not None:
+                return why
+        return None
+    return f"a {type(value).__name__}"
+
+
+def is_class_name(name: object) -> bool:
+    """Whether ``name`` is a dotted Python name ``package.module.Class`` (identifiers only, at least two parts,
+    no dunder part but a leading ``__main__``); never imports anything."""
+    if not isinstance(name, str) or len(name) > 500:
+        return False
+    parts = name.split(".")
+    return len(parts) >= 2 and all(
+        _IDENTIFIER.match(p) and not keyword.iskeyword(p) and not (p.startswith("__") and p.endswith("__"))
+        for p in parts[1:]) and (parts[0] == "__main__" or (_IDENTIFIER.match(parts[0]) is not None
+                                 and not keyword.iskeyword(parts[0]) and not parts[0].startswith("__")))
+
+
+def is_attribute_name(name: object) -> bool:
+    """Whether ``name`` may be set on a rebuilt opaque module: an identifier, not a dunder name, not ``forward``
+    and not a name of ``nn.Module``'s own bookkeeping (checked against the class when it is built, too)."""
+    return (isinstance(name, str) and bool(_IDENTIFIER.match(name)) and not name.startswith("__")
+            and name not in _RESERVED)
+
+
+#: Names an opaque leaf's attributes may not take: ``nn.Module``'s own instance state (this torch's) and the call.
+_RESERVED = frozenset({*vars(nn.Module()), "forward", "training", "_compiled_call_impl"})
+
+
+def check_data(data: Any, impl: str) -> None:
+    """Check the data of an ``"opaque"`` implementation.
+
+    Raises:
+        IRFormatError: the data is not ``{"class": str, "attributes": {name: plain value}}``, or an attribute's
+            name or value is not allowed.
+        UnsafeTargetError: the class is not a dotted Python name.
+    """
+    if not isinstance(data, Mapping) or set(data) != {"class", "attributes"}:
+        raise IRFormatError("an opaque implementation's data must be {'class': ..., 'attributes': {...}}",
+                            implementation=impl, hint="re-save the IR with torch2ir")
+    if not is_class_name(data["class"]):
+        raise UnsafeTargetError(f"opaque class {str(data['class'])[:100]!r} is not a dotted Python class name",
+                                implementation=impl, key="class", hint="the file is corrupt or hostile")
+    attributes = data["attributes"]
+    if not isinstance(attributes, Mapping):
+        raise IRFormatError("an opaque implementation's attributes must be a mapping", implementation=impl,
+                            key="attributes", hint="re-save the IR with torch2ir")
+    for name, value in attributes.items():
+        if not is_attribute_name(name):
+            raise UnsafeTargetError(f"opaque attribute name {str(name)[:100]!r} is not allowed", implementation=impl,
+                                    key="attributes", hint="attribute names are identifiers, neither dunder names "
+                                    "nor nn.Module's own (forward, training, _parameters, ...)")
+        why = check_value(value)
+        if why is not None:
+            raise IRFormatError(f"opaque attribute {name!r} is not a plain value ({why})", implementation=impl,
+                                key=name, hint="attributes are numbers, strings, None, lists and dicts of those")
+
+
+def opaque_classes(impls: Iterable[Any]) -> dict[str, list[str]]:
+    """``{class name: [implementation keys]}`` of the opaque implementations of ``impls``."""
+    out: dict[str, list[str]] = {}
+    for impl in impls:
+        if impl.type == OPAQUE_TYPE and isinstance(impl.data, Mapping):
+            out.setdefault(str(impl.data.get("class")), []).append(impl.name)
+    return out
+
+
+__all__ = ["MAX_DEPTH", "OPAQUE_TYPE", "check_data", "check_value", "is_attribute_name", "is_class_name",
+           "opaque_classes"]

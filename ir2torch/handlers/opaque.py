@@ -1,0 +1,126 @@
+"""Builder of opaque leaves (type ``"opaque"``, :mod:`common.opaque`): a module ``torch2ir`` kept out of the trace,
+rebuilt as an instance of its own class that runs its own forward.
+
+Nothing an IR names is imported unless the caller allowed it: :func:`check_allowed` refuses a file naming an opaque
+class that is neither in the allow-list (``ir2torch.convert(..., allow=["package.module.Class"])``) nor given a
+builder of its own (``Ir2Torch.register_opaque``), before anything is built. For an allowed class,
+:func:`build_opaque`:
+
+1. imports the longest importable module prefix of the name and reads the rest as attributes (nested classes);
+2. requires an ``nn.Module`` subclass;
+3. makes the instance **without running its** ``__init__`` (``cls.__new__(cls)``, then ``nn.Module.__init__``):
+   the constructor's arguments are not recorded, and running it could allocate, download or do anything;
+4. sets each recorded plain attribute in the instance's ``__dict__`` (refusing dunder names, ``nn.Module``'s own
+   bookkeeping, and names that would shadow a method, property or other descriptor of the class);
+5. creates each recorded parameter and buffer empty, of its recorded shape and dtype, for the state dict to fill.
+
+Its children are built from their own implementations and attached when the tree is assembled, as for any module.
+What ``__init__`` would have set beyond plain attributes, parameters, buffers and children (a config object,
+a cache, a lock) is missing: such a module was refused when converted, unless it had none.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from common.errors import BuildError, UnsafeTargetError
+from common.ir import IR, Implementation
+from common.opaque import OPAQUE_TYPE, check_data, is_attribute_name, opaque_classes
+from common.safety import Allowlist
+
+Builder = Callable[[Implementation], nn.Module]
+
+
+def check_allowed(ir: IR, allowlist: Allowlist, builders: Mapping[str, Builder]) -> None:
+    """Raise one :class:`UnsafeTargetError` naming every opaque class of ``ir`` that is neither allowed nor has a
+    registered builder; nothing is imported."""
+    refused = {name: keys for name, keys in opaque_classes(ir.values()).items()
+               if name not in builders and not allowlist.allows_class(name)}
+    if not refused:
+        return
+    names = sorted(refused)
+    shown = ", ".join(f"{n} ({', '.join(refused[n][:3])}{', ...' if len(refused[n]) > 3 else ''})" for n in names[:8])
+    raise UnsafeTargetError(
+        f"the IR holds opaque leaves of module classes that are not allowed: {shown}; rebuilding them would import "
+        "their modules and run their code", implementation=refused[names[0]][0],
+        hint=f"if you trust them, opt in: ir2torch.convert(ir, state, allow={names[:8]!r}), or register a "
+        "builder: Ir2Torch.register_opaque(name, impl -> nn.Module)")
+
+
+def resolve_class(name: str, impl: str) -> type[nn.Module]:
+    """The ``nn.Module`` subclass ``name`` (already allowed) names, importing its module.
+
+    Raises:
+        BuildError: nothing importable has that name, or it is not an ``nn.Module`` subclass.
+    """
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            obj: Any = sys.modules.get(module_name) or importlib.import_module(module_name)
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = inspect.getattr_static(obj, attr)
+        except AttributeError:
+            continue
+        if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
+            raise BuildError(f"opaque class {name!r} is a {type(obj).__name__}, not an nn.Module subclass",
+                             implementation=impl, hint="an opaque leaf names the module class it was converted from")
+        return obj
+    raise BuildError(f"opaque class {name!r} cannot be imported", implementation=impl,
+                     hint="install the library that defines it, or register a builder (Ir2Torch.register_opaque)")
+
+
+def _check_attribute(cls: type, name: str, impl: str) -> None:
+    if not is_attribute_name(name):
+        raise UnsafeTargetError(f"opaque attribute name {name!r} is not allowed", implementation=impl, key=name,
+                                hint="the file is corrupt or hostile")
+    try:
+        static = inspect.getattr_static(cls, name)
+    except AttributeError:
+        return
+    if callable(static) or hasattr(type(static), "__get__") or hasattr(type(static), "__set__"):
+        raise UnsafeTargetError(f"opaque attribute {name!r} would shadow {cls.__qualname__}.{name} "
+                                f"(a {type(static).__name__})", implementation=impl, key=name,
+                                hint="the file is corrupt or hostile: attributes are plain values")
+
+
+def build_opaque(impl: Implementation) -> nn.Module:
+    """The module of an allowed opaque leaf (see the module docstring); the caller checked the allow-list
+    (:func:`check_allowed`)."""
+    check_data(impl.data, impl.name)
+    cls = resolve_class(impl.data["class"], impl.name)
+    for name in impl.data["attributes"]:
+        _check_attribute(cls, name, impl.name)
+    module = cls.__new__(cls)
+    nn.Module.__init__(module)
+    for name, value in impl.data["attributes"].items():
+        vars(module)[name] = value
+    for name, record in impl.state.items():
+        kind = record.get("kind")
+        if kind not in ("parameter", "buffer"):
+            continue
+        if not is_attribute_name(name):
+            raise UnsafeTargetError(f"opaque state name {name!r} is not allowed", implementation=impl.name, key=name)
+        tensor = torch.empty(tuple(record["shape"]), dtype=record["dtype"])
+        if kind == "parameter":
+            module.register_parameter(name, nn.Parameter(tensor, requires_grad=record.get("requires_grad", True)))
+        else:
+            module.register_buffer(name, tensor, persistent=record.get("persistent", True))
+    return module
+
+
+def register(converter: Any) -> None:
+    converter.register(OPAQUE_TYPE, build_opaque)
+
+
+__all__ = ["build_opaque", "check_allowed", "register", "resolve_class"]

@@ -1,8 +1,12 @@
 """The ``"opaque"`` implementation type: a module torch.export could not trace, kept as a leaf run by its own
 forward (``torch2ir.convert(..., opaque=...)``; rebuilt by ``ir2torch`` only for classes passed in ``allow=``).
 
-Its ``data`` is ``{"class": "package.module.Class", "attributes": {name: plain value}}``. This module checks that
-shape on load (:func:`check_data`) without importing anything the file names.
+Its ``data`` is ``{"class": "package.module.Class", "attributes": {name: plain value}}``, and for a module holding
+attributes an IR cannot record as values (a transformers ``config``), ``"init"``: the arguments to construct it
+with, ``{parameter: plain value | {"$config": {"class": ..., "values": {...}, "private": {...}}}}`` (a
+configuration object: its class, its ``to_dict()`` and its plain private attributes such as
+``_attn_implementation``). This module checks that shape on load (:func:`check_data`) without importing anything
+the file names.
 """
 
 from __future__ import annotations
@@ -71,6 +75,56 @@ def is_attribute_name(name: object) -> bool:
 _RESERVED = frozenset({*vars(nn.Module()), "forward", "training", "_compiled_call_impl"})
 
 
+#: The tag of a configuration object among an opaque leaf's constructor arguments.
+CONFIG_TAG = "$config"
+
+
+def config_classes(data: Any) -> list[str]:
+    """The configuration classes named by an opaque leaf's constructor arguments (checked data)."""
+    init = data.get("init", {}) if isinstance(data, Mapping) else {}
+    return [v[CONFIG_TAG]["class"] for v in init.values() if isinstance(v, Mapping) and CONFIG_TAG in v]
+
+
+def same_package(name: str, other: str) -> bool:
+    """Whether two dotted names share their top-level package (a configuration class may be imported for an
+    allowed opaque class of the same package: ``transformers.models.x.configuration_x.XConfig`` for
+    ``transformers.models.x.modeling_x.XAttention``)."""
+    return name.split(".", 1)[0] == other.split(".", 1)[0]
+
+
+def _check_init(init: Any, impl: str) -> None:
+    if not isinstance(init, Mapping):
+        raise IRFormatError("an opaque implementation's init must be a mapping", implementation=impl, key="init")
+    for name, value in init.items():
+        if not is_attribute_name(name):
+            raise UnsafeTargetError(f"opaque constructor argument {str(name)[:100]!r} is not allowed",
+                                    implementation=impl, key="init", hint="argument names are identifiers")
+        if isinstance(value, Mapping) and CONFIG_TAG in value:
+            config = value[CONFIG_TAG]
+            if len(value) != 1 or not isinstance(config, Mapping) or set(config) != {"class", "values", "private"}:
+                raise IRFormatError(f"opaque constructor argument {name!r}: {CONFIG_TAG} takes class, values and "
+                                    "private", implementation=impl, key=name)
+            if not is_class_name(config["class"]):
+                raise UnsafeTargetError(f"configuration class {str(config['class'])[:100]!r} is not a dotted Python "
+                                        "class name", implementation=impl, key=name)
+            for part in ("values", "private"):
+                if not isinstance(config[part], Mapping):
+                    raise IRFormatError(f"{CONFIG_TAG}.{part} must be a mapping", implementation=impl, key=name)
+                why = check_value(dict(config[part]))
+                if why is not None:
+                    raise IRFormatError(f"{CONFIG_TAG}.{part} of {name!r} is not plain ({why})", implementation=impl,
+                                        key=name)
+            if not all(isinstance(k, str) and k.startswith("_") and not k.startswith("__") and _IDENTIFIER.match(k)
+                       for k in config["private"]):
+                raise UnsafeTargetError(f"{CONFIG_TAG}.private of {name!r} names an attribute that is not a private "
+                                        "identifier", implementation=impl, key=name)
+            continue
+        why = check_value(value)
+        if why is not None:
+            raise IRFormatError(f"opaque constructor argument {name!r} is not a plain value ({why})",
+                                implementation=impl, key=name)
+
+
 def check_data(data: Any, impl: str) -> None:
     """Check the data of an ``"opaque"`` implementation.
 
@@ -79,9 +133,11 @@ def check_data(data: Any, impl: str) -> None:
             name or value is not allowed.
         UnsafeTargetError: the class is not a dotted Python name.
     """
-    if not isinstance(data, Mapping) or set(data) != {"class", "attributes"}:
-        raise IRFormatError("an opaque implementation's data must be {'class': ..., 'attributes': {...}}",
-                            implementation=impl, hint="re-save the IR with torch2ir")
+    if not isinstance(data, Mapping) or set(data) - {"init"} != {"class", "attributes"}:
+        raise IRFormatError("an opaque implementation's data must be {'class': ..., 'attributes': {...}} and "
+                            "optionally 'init'", implementation=impl, hint="re-save the IR with torch2ir")
+    if "init" in data:
+        _check_init(data["init"], impl)
     if not is_class_name(data["class"]):
         raise UnsafeTargetError(f"opaque class {str(data['class'])[:100]!r} is not a dotted Python class name",
                                 implementation=impl, key="class", hint="the file is corrupt or hostile")
@@ -109,5 +165,5 @@ def opaque_classes(impls: Iterable[Any]) -> dict[str, list[str]]:
     return out
 
 
-__all__ = ["MAX_DEPTH", "OPAQUE_TYPE", "check_data", "check_value", "is_attribute_name", "is_class_name",
-           "opaque_classes"]
+__all__ = ["CONFIG_TAG", "MAX_DEPTH", "OPAQUE_TYPE", "check_data", "check_value", "config_classes",
+           "is_attribute_name", "is_class_name", "opaque_classes", "same_package"]

@@ -8,11 +8,14 @@ builder of its own (``Ir2Torch.register_opaque``), before anything is built. For
 
 1. imports the longest importable module prefix of the name and reads the rest as attributes (nested classes);
 2. requires an ``nn.Module`` subclass;
-3. makes the instance **without running its** ``__init__`` (``cls.__new__(cls)``, then ``nn.Module.__init__``):
-   the constructor's arguments are not recorded, and running it could allocate, download or do anything;
+3. makes the instance from its recorded constructor arguments when the IR records them (``init``: a module that
+   holds a configuration object or another value an IR cannot record; its configuration classes must be allowed
+   or of the opaque class's package), running the allowed class's ``__init__``; otherwise **without running its**
+   ``__init__`` (``cls.__new__(cls)``, then ``nn.Module.__init__``);
 4. sets each recorded plain attribute in the instance's ``__dict__`` (refusing dunder names, ``nn.Module``'s own
    bookkeeping, and names that would shadow a method, property or other descriptor of the class);
-5. creates each recorded parameter and buffer empty, of its recorded shape and dtype, for the state dict to fill.
+5. creates each recorded parameter and buffer the constructor did not make, empty, of its recorded shape and
+   dtype, for the state dict to fill.
 
 Its children are built from their own implementations and attached when the tree is assembled, as for any module.
 What ``__init__`` would have set beyond plain attributes, parameters, buffers and children (a config object,
@@ -21,6 +24,7 @@ a cache, a lock) is missing: such a module was refused when converted, unless it
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import sys
@@ -32,7 +36,15 @@ from torch import nn
 
 from common.errors import BuildError, UnsafeTargetError
 from common.ir import IR, Implementation
-from common.opaque import OPAQUE_TYPE, check_data, is_attribute_name, opaque_classes
+from common.opaque import (
+    CONFIG_TAG,
+    OPAQUE_TYPE,
+    check_data,
+    config_classes,
+    is_attribute_name,
+    opaque_classes,
+    same_package,
+)
 from common.safety import Allowlist
 
 Builder = Callable[[Implementation], nn.Module]
@@ -40,9 +52,16 @@ Builder = Callable[[Implementation], nn.Module]
 
 def check_allowed(ir: IR, allowlist: Allowlist, builders: Mapping[str, Builder]) -> None:
     """Raise one :class:`UnsafeTargetError` naming every opaque class of ``ir`` that is neither allowed nor has a
-    registered builder; nothing is imported."""
+    registered builder, and every configuration class its constructor arguments name that is neither allowed nor
+    of the package of its allowed opaque class; nothing is imported."""
     refused = {name: keys for name, keys in opaque_classes(ir.values()).items()
                if name not in builders and not allowlist.allows_class(name)}
+    for impl in ir.values():
+        if impl.type != OPAQUE_TYPE or not isinstance(impl.data, Mapping) or impl.data.get("class") in builders:
+            continue
+        for config in config_classes(impl.data):
+            if not (allowlist.allows_class(config) or same_package(config, str(impl.data.get("class")))):
+                refused.setdefault(config, []).append(impl.name)
     if not refused:
         return
     names = sorted(refused)
@@ -101,14 +120,17 @@ def build_opaque(impl: Implementation) -> nn.Module:
     cls = resolve_class(impl.data["class"], impl.name)
     for name in impl.data["attributes"]:
         _check_attribute(cls, name, impl.name)
-    module = cls.__new__(cls)
-    nn.Module.__init__(module)
+    if "init" in impl.data:  # constructed from its recorded arguments (the class is allowed: its code is trusted)
+        module = cls(**_arguments(impl))
+    else:
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
     for name, value in impl.data["attributes"].items():
-        vars(module)[name] = value
+        vars(module)[name] = copy.deepcopy(value)
     for name, record in impl.state.items():
         kind = record.get("kind")
-        if kind not in ("parameter", "buffer"):
-            continue
+        if kind not in ("parameter", "buffer") or name in module._parameters or name in module._buffers:
+            continue  # made by the constructor (of the recorded shape: checked when converted)
         if not is_attribute_name(name):
             raise UnsafeTargetError(f"opaque state name {name!r} is not allowed", implementation=impl.name, key=name)
         tensor = torch.empty(tuple(record["shape"]), dtype=record["dtype"])
@@ -117,6 +139,44 @@ def build_opaque(impl: Implementation) -> nn.Module:
         else:
             module.register_buffer(name, tensor, persistent=record.get("persistent", True))
     return module
+
+
+def _arguments(impl: Implementation) -> dict[str, Any]:
+    """The constructor arguments ``impl.data["init"]`` records (configuration objects built from their classes,
+    checked by :func:`check_allowed` to be allowed)."""
+    out: dict[str, Any] = {}
+    for name, value in impl.data["init"].items():
+        if isinstance(value, Mapping) and CONFIG_TAG in value:
+            config = value[CONFIG_TAG]
+            cls = _config_class(config["class"], impl.name)
+            out[name] = cls.from_dict(copy.deepcopy(dict(config["values"])))
+            for attr, item in config["private"].items():
+                setattr(out[name], attr, copy.deepcopy(item))
+        else:
+            out[name] = copy.deepcopy(value)
+    return out
+
+
+def _config_class(name: str, impl: str) -> type:
+    """The configuration class ``name`` (allowed), imported as :func:`resolve_class` imports an opaque class: a
+    class with ``from_dict``.
+
+    Raises:
+        BuildError: it cannot be imported or is no configuration class.
+    """
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = sys.modules.get(".".join(parts[:cut])) or importlib.import_module(".".join(parts[:cut]))
+            for attr in parts[cut:]:
+                obj = inspect.getattr_static(obj, attr)
+        except (ImportError, AttributeError):
+            continue
+        if isinstance(obj, type) and callable(getattr(obj, "from_dict", None)):
+            return obj
+        break
+    raise BuildError(f"configuration class {name!r} cannot be imported or has no from_dict", implementation=impl,
+                     hint="install the library that defines it, or register a builder (Ir2Torch.register_opaque)")
 
 
 def register(converter: Any) -> None:

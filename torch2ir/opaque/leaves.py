@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -24,7 +26,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError
-from common.opaque import OPAQUE_TYPE, check_value, is_attribute_name, is_class_name
+from common.opaque import CONFIG_TAG, OPAQUE_TYPE, check_value, is_attribute_name, is_class_name
 
 from ..trace_once import output_record, stand_in
 from .attribution import qualified_name
@@ -50,22 +52,137 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
             f"the opaque leaf {path or '(root)'} has class {qualified_name(module)}, which cannot be imported by that "
             "name when the IR is rebuilt", implementation=path or "root",
             hint="define the class at the top level of a module (not inside a function)")
-    attributes = {}
+    attributes, others = {}, {}
     for name, value in own_attributes(module).items():
         if not is_attribute_name(name):
             raise ConversionError(
                 f"the opaque leaf {path or '(root)'} ({qualified_name(module)}) holds attribute {name!r}, a name a "
                 "rebuild does not set", implementation=path or "root", key=name,
                 hint="rename the attribute (not forward, training, a dunder or nn.Module's own)")
-        why = check_value(value)
-        if why is not None:
-            raise ConversionError(
-                f"the opaque leaf {path or '(root)'} ({qualified_name(module)}) holds attribute {name!r} of type "
-                f"{type(value).__name__}, which an IR cannot record ({why})", implementation=path or "root",
-                key=name, hint="an opaque leaf keeps only plain attributes (numbers, strings, None, lists, tuples, "
-                "dicts of those): make the module keep it as such, or register a handler for its class")
-        attributes[name] = value
-    return {"class": qualified_name(module), "attributes": attributes}
+        if check_value(value) is None:
+            attributes[name] = value
+        else:
+            others[name] = value
+    data: dict[str, Any] = {"class": qualified_name(module), "attributes": attributes}
+    if others:  # a config object, a function...: the module is constructed again from its recorded arguments
+        data["init"] = constructor_arguments(module, others, path)
+    return data
+
+
+def _refuse(module: nn.Module, path: str, name: str, why: str) -> ConversionError:
+    return ConversionError(
+        f"the opaque leaf {path or '(root)'} ({qualified_name(module)}) holds attribute {name!r} of type "
+        f"{type(getattr(module, name, None)).__name__}, which an IR cannot record: {why}",
+        implementation=path or "root",
+        key=name, hint="an opaque leaf keeps plain attributes (numbers, strings, None, lists, tuples, dicts of those) "
+        "and is constructed again from arguments it keeps as attributes of the same name (a transformers config "
+        "included); make the module keep such, or register a handler for its class")
+
+
+def _encode_argument(value: Any) -> Any:
+    """A constructor argument as the IR records it (plain, or a configuration object), else ``None``."""
+    if check_value(value) is None:
+        return value
+    to_dict, from_dict = getattr(value, "to_dict", None), getattr(type(value), "from_dict", None)
+    if callable(to_dict) and callable(from_dict) and is_class_name(qualified_name(value)):
+        try:  # as JSON (transformers' id2label has int keys, which from_dict turns back into ints)
+            values = json.loads(json.dumps(to_dict(), allow_nan=False, sort_keys=True))
+        except (TypeError, ValueError):
+            return None
+        private = {k: v for k, v in vars(value).items() if k.startswith("_") and not k.startswith("__")
+                   and check_value(v) is None}
+        if isinstance(values, dict) and check_value(values) is None:
+            return {CONFIG_TAG: {"class": qualified_name(value), "values": values, "private": private}}
+    return None
+
+
+def decode_config(config: Mapping[str, Any], cls: type) -> Any:
+    """The configuration object ``{"class", "values", "private"}`` records, of class ``cls``."""
+    obj = cls.from_dict(dict(config["values"]))
+    for name, value in config["private"].items():
+        setattr(obj, name, copy.deepcopy(value))
+    return obj
+
+
+def constructor_arguments(module: nn.Module, others: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """The arguments that construct ``module`` again, read from its attributes of the same names as the parameters
+    of its class's ``__init__`` (parameters with defaults may be absent), checked by constructing one on ``meta``
+    from the recorded form: every attribute the IR does not record as a value must come out of that construction
+    of the same type (a configuration object with the same values), its children and its parameters and buffers at
+    the same paths, of the same shapes. Anything else is refused: the rebuild would differ silently.
+
+    Raises:
+        ConversionError: naming the first attribute the construction does not reproduce, or the parameter that no
+            attribute holds.
+    """
+    cls = type(module)
+    first = next(iter(others))
+    try:
+        signature = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        raise _refuse(module, path, first, "its class's __init__ has no signature to construct it again") from None
+    init: dict[str, Any] = {}
+    live: dict[str, Any] = {}
+    for name, param in list(signature.parameters.items())[1:]:
+        if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            continue
+        if name not in vars(module):
+            if param.default is inspect.Parameter.empty:
+                raise _refuse(module, path, first, f"{cls.__qualname__}.__init__ takes {name!r}, which the module does "
+                                                   "not keep as an attribute")
+            continue
+        encoded = _encode_argument(vars(module)[name])
+        if encoded is None:
+            raise _refuse(module, path, name, "it is a constructor argument that is neither plain nor a configuration "
+                                              "object (to_dict / from_dict)")
+        init[name] = encoded
+        live[name] = decode_config(encoded[CONFIG_TAG], type(vars(module)[name])) \
+            if isinstance(encoded, dict) and CONFIG_TAG in encoded else copy.deepcopy(encoded)
+    # on meta, unless an attribute holds tensors: their values are compared
+    device = "cpu" if any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(dict(others))) else "meta"
+    try:
+        with torch.device(device):
+            fresh = cls(**live)
+    except Exception as exc:  # the class cannot be constructed from what was recorded
+        raise _refuse(module, path, first, f"constructing {cls.__qualname__} from its recorded arguments failed "
+                                           f"({type(exc).__name__}: {str(exc)[:120]})") from exc
+    for name, value in others.items():
+        if not _same(vars(fresh).get(name), value):
+            raise _refuse(module, path, name, f"constructing {cls.__qualname__} again from its recorded arguments "
+                                              "does not reproduce it")
+    if {k: type(m) for k, m in fresh.named_modules()} != {k: type(m) for k, m in module.named_modules()} or \
+            {k: tuple(t.shape) for k, t in fresh.state_dict().items()} != \
+            {k: tuple(t.shape) for k, t in module.state_dict().items()}:
+        raise _refuse(module, path, first, f"constructing {cls.__qualname__} again from its recorded arguments gives "
+                                           "other children, parameters or buffers")
+    return init
+
+
+def _same(again: Any, value: Any) -> bool:
+    """Whether a freshly constructed module's attribute stands for the original's: same type; tensors of the same
+    shape, dtype and values; configuration objects with the same values; containers item by item; functions and
+    methods the same function. Other objects: the same type (their state is the constructor's)."""
+    if type(again) is not type(value):
+        return False
+    if isinstance(value, torch.Tensor):
+        return again.shape == value.shape and again.dtype == value.dtype and torch.equal(again.cpu(), value.cpu())
+    if isinstance(value, dict):
+        return again.keys() == value.keys() and all(_same(again[k], value[k]) for k in value)
+    if isinstance(value, (list, tuple)):
+        return len(again) == len(value) and all(_same(a, b) for a, b in zip(again, value, strict=True))
+    if callable(getattr(value, "to_dict", None)):
+        return _config_values(again) == _config_values(value)
+    if callable(value) and not isinstance(value, type):
+        return getattr(again, "__func__", again) is getattr(value, "__func__", value)
+    return True
+
+
+def _config_values(value: Any) -> Any:
+    to_dict = getattr(value, "to_dict", None)
+    if not callable(to_dict):
+        return None
+    private = {k: v for k, v in vars(value).items() if k.startswith("_") and check_value(v) is None}
+    return to_dict(), private
 
 
 class OpaqueConverter:

@@ -271,3 +271,24 @@ def test_children_without_handlers_of_an_opaque_leaf_are_opaque_too() -> None:
 def test_strict_export_is_refused_with_opaque_leaves() -> None:
     with pytest.raises(ConversionError, match="non-strict export"):
         torch2ir.convert(_model(), (X,), opaque=[Gate], strict=True)
+
+
+class TwoKinds(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = Gate()
+        self.split = Split()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.split(self.gate(x), x)
+        return a.sum(-1, keepdim=True) * b
+
+
+def test_auto_adds_each_failing_class_in_turn() -> None:
+    torch.manual_seed(0)
+    model = TwoKinds().eval()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    assert [(p, c) for p, c, _ in ir.capture.opaque] == [("gate", GATE), ("split", f"{__name__}.Split")]
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[GATE, f"{__name__}.Split"])
+    for x in (X, -X, torch.randn(2, 4)):
+        assert _max_diff(rebuilt(x), model(x)) == 0

@@ -20,6 +20,7 @@ from common.validate import validate
 from .capture import Capture
 from .frontend import (
     ExportFailedError,
+    OpaqueCallError,
     export,
     naming_failure,
     needs_signature,
@@ -91,12 +92,31 @@ def _with_opaque(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[
     while True:
         try:
             return _build_opaque(converter, model, args, kwargs, why, **options)
+        except OpaqueCallError as exc:
+            # a caller passes an opaque leaf a value computed from tensor data: its caller is kept opaque instead
+            # (up the tree, while the calls of the opaque leaves cannot be kept)
+            parents = {type(_caller(model, p)) for p in exc.leaves if "." in p}
+            new = [cls for cls in parents if cls not in why]
+            if not auto or not new or len(why) + len(new) > MAX_OPAQUE_CLASSES:
+                raise
+            for cls in new:
+                why[cls] = f"it passes an opaque leaf a value computed from tensor data ({exc.message[:120]})"
         except ExportFailedError as exc:
             failure = getattr(exc, "failure", None)
             if (not auto or failure is None or not failure.path or type(failure.module) in why
                     or len(why) >= MAX_OPAQUE_CLASSES):
                 raise
             why[type(failure.module)] = failure.why
+
+
+def _caller(model: nn.Module, path: str) -> nn.Module:
+    """The nearest module above ``path`` that can call it (a ``ModuleList`` or ``ModuleDict`` holds, never calls)."""
+    while "." in path:
+        path = path.rpartition(".")[0]
+        module = model.get_submodule(path)
+        if not isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+            return module
+    return model
 
 
 def _build_opaque(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
@@ -179,10 +199,13 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
                 ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                             preserve=_preserved(model, table),
                             on_attempt=_forgetting(calls, standins, opaque_standins),
-                            custom_functions=custom)
+                            custom_functions=custom,
+                            required=[p for p, _ in opaque_standins.modules] if opaque_standins is not None else None)
         except ExportFailedError as exc:
             if standins is not None:
                 raise TraceOnceFallback("the export with stand-ins failed") from exc
+            if isinstance(exc, OpaqueCallError):
+                raise  # names the opaque leaves already
             raise naming_failure(exc, model, args, kwargs) from exc.__cause__
         failed = [*((g, g.failure) for g in standins.failed()),
                   *((g, "its traced call reads tensor constants export lifted") for g in standins.with_constants(

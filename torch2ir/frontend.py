@@ -160,6 +160,13 @@ class ExportFailedError(ConversionError):
     """``torch.export`` could not trace the model (every attempt failed)."""
 
 
+class OpaqueCallError(ExportFailedError):
+    """The calls of opaque leaves cannot be kept: an input is a value computed from tensor data. ``leaves``: their
+    paths."""
+
+    leaves: tuple[str, ...] = ()
+
+
 def export(
     model: nn.Module,
     args: tuple,
@@ -170,8 +177,10 @@ def export(
     preserve: list[str],
     on_attempt: Callable[[], None] | None = None,
     custom_functions: list[str] | None = None,
+    required: list[str] | None = None,
 ) -> torch.export.ExportedProgram:
-    r"""Export ``model``, preserving leaf signatures when export can (else without them).
+    r"""Export ``model``, preserving leaf signatures when export can (else without them, but for those of
+    ``required``: the opaque leaves, whose inputs nothing else wires).
 
     ``custom_functions``: a list the qualified names of the custom ``autograd.Function``\ s the traced forward
     calls are appended to (they are also warned about: :class:`~common.notes.CustomBackwardWarning`).
@@ -181,7 +190,8 @@ def export(
     """
     kwargs = dict(kwargs or {})
     name = type(model).__qualname__
-    attempts = [tuple(dict.fromkeys(preserve)), ()] if preserve else [()]
+    kept = tuple(dict.fromkeys(required or ()))
+    attempts = [tuple(dict.fromkeys([*preserve, *kept])), kept] if preserve else [kept]
     last: Exception | None = None
     for attempt in attempts:
         if on_attempt is not None:
@@ -204,6 +214,15 @@ def export(
         except Exception as exc:  # noqa: BLE001 - export raises many types; all are reported
             last = exc
     first_line = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__
+    if kept and "pytree flattened inputs" in str(last):  # preserving an opaque leaf's call fails on its inputs
+        error = OpaqueCallError(
+            f"torch.export cannot keep the calls of the opaque leaves {', '.join(kept[:3])}"
+            f"{', ...' if len(kept) > 3 else ''} of {name}: an input is neither a tensor nor a constant "
+            f"({first_line})", implementation=kept[0],
+            hint="a value computed from tensor data (.item(), a bool of a tensor) is passed to it: make the module "
+                 "that computes it opaque instead (opaque=[its class]; opaque=\"auto\" does, up the tree)")
+        error.leaves = kept
+        raise error from last
     raise ExportFailedError(f"torch.export could not trace {name}: {type(last).__name__}: {first_line}",
                           implementation="root", hint=export_hint(last)) from last
 

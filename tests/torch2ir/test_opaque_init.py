@@ -1,0 +1,164 @@
+"""Opaque leaves holding what an IR cannot record as a value (a configuration object, a function): the module is
+constructed again from its recorded constructor arguments, which conversion checks by constructing one from the
+recorded form and comparing; anything the construction does not reproduce is refused by name. Hostile ``init``
+fields in a file are refused with an IRError, nothing imported."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import ir2torch
+import torch2ir
+from common import IR
+from common.errors import ConversionError, IRError
+
+NEVER = "this"  # a standard-library module no test imports
+
+
+class TinyConfig:
+    """A configuration class as transformers' are: ``to_dict`` / ``from_dict``, private state set after."""
+
+    def __init__(self, width: int = 4, gain: float = 1.0, labels: dict | None = None) -> None:
+        self.width, self.gain = width, gain
+        self.labels = {int(k): v for k, v in (labels or {}).items()}  # int keys, as transformers' id2label
+        self._impl = "eager"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"width": self.width, "gain": self.gain, "labels": dict(self.labels)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TinyConfig:
+        return cls(**d)
+
+
+def _double(x: torch.Tensor) -> torch.Tensor:
+    return 2 * x
+
+
+class Configured(nn.Module):
+    """A data-dependent branch, a config object, a function attribute, a child and a parameter."""
+
+    def __init__(self, config: TinyConfig, layer: int = 0) -> None:
+        super().__init__()
+        self.config, self.layer = config, layer
+        self.act = _double
+        self.lin = nn.Linear(config.width, config.width)
+        self.bias = nn.Parameter(torch.zeros(config.width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return self.act(self.lin(x)) * self.config.gain + self.bias + self.layer
+        return x - self.layer
+
+
+class Outer(nn.Module):
+    def __init__(self, config: TinyConfig) -> None:
+        super().__init__()
+        self.block = Configured(config, layer=3)
+        self.head = nn.Linear(config.width, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(x))
+
+
+CLASS = f"{__name__}.Configured"
+X = torch.randn(2, 4).abs()
+
+
+def _model(**config: Any) -> Outer:
+    torch.manual_seed(0)
+    cfg = TinyConfig(gain=0.5, labels={0: "a", 1: "b"}, **config)
+    cfg._impl = "sdpa"  # private state set after construction, as transformers' _attn_implementation
+    return Outer(cfg).eval()
+
+
+def test_a_module_with_a_config_is_constructed_again_and_runs_exactly(tmp_path) -> None:
+    model = _model()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    data = ir["block"].data
+    assert data["attributes"] == {"layer": 3} and set(data["init"]) == {"config", "layer"}
+    assert data["init"]["config"]["$config"] == {"class": f"{__name__}.TinyConfig", "private": {"_impl": "sdpa"},
+                                                 "values": {"gain": 0.5, "labels": {"0": "a", "1": "b"}, "width": 4}}
+    ir.save(tmp_path / "m.ir.json")
+    rebuilt = ir2torch.convert(IR.load(tmp_path / "m.ir.json"), model.state_dict(), allow=[CLASS])
+    block = rebuilt.block
+    assert type(block) is Configured and block.config._impl == "sdpa" and block.config.labels == {0: "a", 1: "b"}
+    assert block.act is _double and block.layer == 3
+    for x in (X, -X):  # both branches of its own forward
+        assert torch.equal(rebuilt(x), model(x))
+    assert torch2ir.convert(rebuilt, (X,), opaque="auto") == ir
+
+
+def test_an_attribute_the_construction_does_not_reproduce_is_refused_by_name() -> None:
+    model = _model()
+    model.block.act = torch.tanh  # changed after construction: constructing it again would give _double
+    with pytest.raises(ConversionError, match=r"attribute 'act' .* does not reproduce it"):
+        torch2ir.convert(model, (X,), opaque="auto")
+    model = _model()
+    model.block.config = TinyConfig(width=4, gain=9.0)  # no longer the config its parameters were made with
+    model.block.lin2 = nn.Linear(4, 4)  # a child the constructor does not make
+    with pytest.raises(ConversionError, match="does not reproduce|other children"):
+        torch2ir.convert(model, (X,), opaque="auto")
+
+
+class NoKeep(Configured):
+    """Takes an argument it does not keep: it cannot be constructed again from what it holds."""
+
+    def __init__(self, config: TinyConfig, secret: int) -> None:
+        super().__init__(config)
+
+
+def test_a_required_argument_the_module_does_not_keep_is_refused() -> None:
+    model = Outer(TinyConfig())
+    model.block = NoKeep(TinyConfig(), secret=1)
+    with pytest.raises(ConversionError, match="takes 'secret'"):
+        torch2ir.convert(model.eval(), (X,), opaque=[NoKeep])
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> tuple[dict, dict]:
+    model = _model()
+    path = tmp_path_factory.mktemp("init") / "m.json"
+    torch2ir.convert(model, (X,), opaque="auto").save(path)
+    return json.loads(path.read_text()), model.state_dict()
+
+
+def _refused(tmp_path, doc: dict, state: dict, edit: Any) -> IRError:
+    doc = json.loads(json.dumps(doc))
+    init = doc["implementations"]["block"]["init"]
+    (tag, config), = init["config"]["$dict"]  # a key starting with "$" is written as {"$dict": [[key, value]]}
+    assert tag == "$config"
+    edit(init, config)
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(doc))
+    before = set(sys.modules)
+    with pytest.raises(IRError) as info:
+        ir2torch.convert(path, state, allow=[CLASS])
+    assert NEVER not in sys.modules and not {m for m in set(sys.modules) - before if m.startswith(NEVER)}
+    return info.value
+
+
+@pytest.mark.parametrize("edit", [
+    lambda init, config: config.update({"class": f"{NEVER}.Zen"}),  # another package: not allowed
+    lambda init, config: config.update({"class": "os.system"}),
+    lambda init, config: config.update({"class": "builtins.eval"}),
+    lambda init, config: config.update({"class": "not a name"}),
+    lambda init, config: config["private"].update({"__class__": 1}),
+    lambda init, config: config["private"].update({"public": 1}),
+    lambda init, config: config.update({"extra": 1}),
+    lambda init, config: config.update({"values": [1, 2]}),
+    lambda init, config: config["values"].update({"deep": [[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]}),
+    lambda init, config: init.update({"__init__": 1}),
+    lambda init, config: init.update({"forward": 1}),
+    lambda init, config: init.update({"x": {"$dict": [["$other", 1]]}}),
+], ids=["never", "os.system", "eval", "not-a-name", "dunder-private", "public-private", "extra-field", "values-list",
+        "deep", "dunder-argument", "forward", "unknown-tag"])
+def test_hostile_init_fields_are_refused(tmp_path, saved, edit) -> None:
+    doc, state = saved
+    _refused(tmp_path, doc, state, edit)

@@ -258,7 +258,8 @@ def opaque_row(zoo: str, name: str, size: int) -> dict[str, Any]:
         return {"status": f"error {type(error).__name__}: {_first_line(error)}"}
     paths = [path for path, _, _ in leaves]
     outermost = [p for p in paths if not any(p != q and p.startswith(q + ".") for q in paths)]
-    inside = sum(t.numel() for p in outermost for t in model.get_submodule(p).parameters())
+    inside = sum(t.numel() for t in {id(t): t for p in outermost  # a tied parameter once
+                                      for t in model.get_submodule(p).parameters()}.values())
     total = sum(t.numel() for t in model.parameters()) or 1
     diff = _max_diff(got, expected)
     return {"status": "exact" if diff == 0 else f"{DIFFERS} {diff:.3g}", "leaves": paths, "share": inside / total}

@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from .errors import IRFormatError, UnsafeTargetError
@@ -30,10 +31,11 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 def check_value(value: Any, depth: int = 0) -> str | None:
     """Why ``value`` is not a plain attribute value, or ``None`` when it is (``None``, bools, ints, finite or not
-    floats, strings, and lists, tuples, string-keyed dicts of those, at most :data:`MAX_DEPTH` deep)."""
+    floats, strings, torch dtypes, and lists, tuples, string-keyed dicts of those, at most :data:`MAX_DEPTH`
+    deep)."""
     if depth > MAX_DEPTH:
         return f"nested more than {MAX_DEPTH} levels deep"
-    if value is None or type(value) in (bool, int, float, str):
+    if value is None or type(value) in (bool, int, float, str, torch.dtype):  # a dtype is written {"$dtype": ...}
         return None
     if type(value) in (list, tuple):
         for item in value:

@@ -30,9 +30,8 @@ from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
 from .int8 import has_int8, int8_stand_ins, refuse_int8
 from .lowering import spec_text
-from .modules import CONTAINER_TYPES, ModuleTable
-from .opaque.attribution import qualified_name
-from .opaque.leaves import OpaqueConverter, inner_modules, opaque_classes_of, opaque_data, opaque_modules, record
+from .modules import ModuleTable
+from .opaque.driver import with_opaque
 from .opaque.leaves import StandIns as OpaqueStandIns
 from .signatures import record_calls, signature_targets
 from .tensormeta import range_bound, state_record
@@ -73,69 +72,11 @@ def build_ir(
             raise ConversionError("opaque leaves need the non-strict export: strict export (dynamo) traces their "
                                   "stand-ins' Python and cannot", implementation="root",
                                   hint="convert with strict=False (the default) to use opaque=")
-        return _with_opaque(converter, model, args, kwargs, opaque, strict=strict, dynamic_shapes=dynamic_shapes,
+        return with_opaque(_build_ir, converter, model, args, kwargs, opaque, strict=strict,
+                           dynamic_shapes=dynamic_shapes,
                             allowlist=allowlist, train_checks=train_checks, trace_once=trace_once)
     return _build_ir(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                      allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once)
-
-
-#: ``opaque="auto"`` makes at most this many classes opaque before giving up.
-MAX_OPAQUE_CLASSES = 16
-
-
-def _with_opaque(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
-                 opaque: str | Collection[type | str], **options: Any) -> IR:
-    """:func:`build_ir` with opaque leaves: the classes named in ``opaque``, and with ``"auto"`` the class of each
-    smallest module whose trace fails, added one at a time while the export fails on such a module."""
-    auto = opaque == "auto"
-    why: dict[type, str] = {} if auto else {cls: "named in opaque=" for cls in opaque_classes_of(model, opaque)}
-    while True:
-        try:
-            return _build_opaque(converter, model, args, kwargs, why, **options)
-        except OpaqueCallError as exc:
-            # a caller passes an opaque leaf a value computed from tensor data: its caller is kept opaque instead
-            # (up the tree, while the calls of the opaque leaves cannot be kept)
-            parents = {type(_caller(model, p)) for p in exc.leaves if "." in p}
-            new = [cls for cls in parents if cls not in why]
-            if not auto or not new or len(why) + len(new) > MAX_OPAQUE_CLASSES:
-                raise
-            for cls in new:
-                why[cls] = f"it passes an opaque leaf a value computed from tensor data ({exc.message[:120]})"
-        except ExportFailedError as exc:
-            failure = getattr(exc, "failure", None)
-            if (not auto or failure is None or not failure.path or type(failure.module) in why
-                    or len(why) >= MAX_OPAQUE_CLASSES):
-                raise
-            why[type(failure.module)] = failure.why
-
-
-def _caller(model: nn.Module, path: str) -> nn.Module:
-    """The nearest module above ``path`` that can call it (a ``ModuleList`` or ``ModuleDict`` holds, never calls)."""
-    while "." in path:
-        path = path.rpartition(".")[0]
-        module = model.get_submodule(path)
-        if not isinstance(module, (nn.ModuleList, nn.ModuleDict)):
-            return module
-    return model
-
-
-def _build_opaque(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
-                  why: dict[type, str], **options: Any) -> IR:
-    if not why:
-        return _build_ir(converter, model, args, kwargs, **options)
-    modules = opaque_modules(model, why)
-    inner = inner_modules(modules, converter, CONTAINER_TYPES)
-    for path, module in [*modules, *inner]:
-        opaque_data(module, path)  # refuses an attribute the IR cannot record, before anything is traced
-    standins = record(model, args, kwargs, modules)
-    options.pop("trace_once", None)  # every block is traced (a stood-in block's stand-ins would hold the leaves')
-    ir = _build_ir(OpaqueConverter(converter, why, [m for _, m in inner]), model, args, kwargs,
-                   opaque_standins=standins, **options)
-    if getattr(ir, "capture", None) is not None:
-        ir.capture.opaque = [*((path, qualified_name(m), why[type(m)]) for path, m in modules),
-                             *((path, qualified_name(m), "inside an opaque leaf, without a handler")
-                               for path, m in inner)]
-    return ir
 
 
 def _build_ir(

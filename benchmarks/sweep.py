@@ -61,11 +61,12 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.sweep_compare import DIFFERS, first_line, max_diff
+from benchmarks.sweep_opaque import opaque_row, opaque_text
 from benchmarks.sweep_transformers import transformers_model, transformers_names, transformers_params
 from benchmarks.sweep_zoos import brevitas_models, diffusers_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
-DIFFERS = "DIFFERS WITHOUT AN ERROR"
 
 
 # ---------------------------------------------------------------------------------------------- registries
@@ -191,78 +192,16 @@ def _params_on_meta(zoo: str, name: str) -> int | None:
     return sum(p.numel() for p in model.parameters())
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else "")[:160].replace("|", "\\|")
-
-
-def _max_diff(got: Any, expected: Any) -> float:
-    import torch
-    import torch.utils._pytree as pytree
-
-    a, _ = pytree.tree_flatten(got)
-    b, _ = pytree.tree_flatten(expected)
-    if len(a) != len(b):
-        return float("inf")
-    worst = 0.0
-    for x, y in zip(a, b):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or x.dtype != y.dtype:
-                return float("inf")
-            if not torch.equal(x, y):
-                diff = (x.double() - y.double()).abs().nan_to_num(float("inf"))
-                worst = max(worst, diff.max().item() if diff.numel() else 0.0)
-        elif x != y:
-            return float("inf")
-    return worst
-
-
 def run_one(zoo: str, name: str, size: int, max_params: float, opaque: bool = False) -> dict[str, Any]:
     """One model's row; with ``opaque``, a model plain ``torch.export`` cannot trace is converted again with
     ``opaque="auto"`` (:func:`opaque_row`)."""
     row = _run_one(zoo, name, size, max_params)
     if opaque and row["status"].startswith("export failed"):
-        row["opaque"] = opaque_row(zoo, name, size)
+        import torch
+
+        torch.manual_seed(0)  # the same weights as the row's own model
+        row["opaque"] = opaque_row(*_build(zoo, name, size))
     return row
-
-
-def opaque_row(zoo: str, name: str, size: int) -> dict[str, Any]:
-    """``torch2ir.convert(..., opaque="auto")`` of a model export cannot trace, rebuilt with its opaque classes
-    allowed and compared with eager: ``{"status": "exact" | "DIFFERS ..." | "refused ..." | "error ...",
-    "leaves": [paths], "share": parameters inside the opaque leaves / all parameters}``."""
-    import warnings
-
-    import torch
-
-    import ir2torch
-    import torch2ir
-    from common.errors import IRError
-
-    warnings.simplefilter("ignore")
-    torch.manual_seed(0)
-    model, args, kwargs = _build(zoo, name, size)
-    model.eval()
-    torch.manual_seed(0)
-    with torch.no_grad():
-        expected = model(*args, **kwargs)
-    try:
-        ir = torch2ir.convert(model, args, kwargs, opaque="auto")
-        leaves = list(ir.capture.opaque)
-        rebuilt = ir2torch.convert(ir, model.state_dict(), allow=sorted({cls for _, cls, _ in leaves}))
-        torch.manual_seed(0)
-        with torch.no_grad():
-            got = rebuilt(*args, **kwargs)
-    except IRError as error:
-        return {"status": f"refused {type(error).__name__}: {_first_line(error)}"}
-    except Exception as error:  # noqa: BLE001 - reported as a row
-        return {"status": f"error {type(error).__name__}: {_first_line(error)}"}
-    paths = [path for path, _, _ in leaves]
-    outermost = [p for p in paths if not any(p != q and p.startswith(q + ".") for q in paths)]
-    inside = sum(t.numel() for t in {id(t): t for p in outermost  # a tied parameter once
-                                      for t in model.get_submodule(p).parameters()}.values())
-    total = sum(t.numel() for t in model.parameters()) or 1
-    diff = _max_diff(got, expected)
-    return {"status": "exact" if diff == 0 else f"{DIFFERS} {diff:.3g}", "leaves": paths, "share": inside / total}
 
 
 def _run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any]:
@@ -287,7 +226,7 @@ def _run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any
         with torch.no_grad():
             expected = model(*args, **kwargs)
     except Exception as error:  # noqa: BLE001 - reported as a row
-        return {"status": f"eager failed {type(error).__name__}: {_first_line(error)}"}
+        return {"status": f"eager failed {type(error).__name__}: {first_line(error)}"}
     start = time.perf_counter()
     try:
         ir = torch2ir.convert(model, args, kwargs)
@@ -297,15 +236,15 @@ def _run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any
             try:
                 torch.export.export(model, args, kwargs)
             except Exception as plain:  # noqa: BLE001 - export itself fails
-                return {"status": f"export failed {type(plain).__name__}: {_first_line(plain)}", "convert_s": seconds}
-        return {"status": f"refused {type(error).__name__}: {_first_line(error)}", "convert_s": seconds}
+                return {"status": f"export failed {type(plain).__name__}: {first_line(plain)}", "convert_s": seconds}
+        return {"status": f"refused {type(error).__name__}: {first_line(error)}", "convert_s": seconds}
     except Exception as error:  # noqa: BLE001 - a non-IRError from the library: reported as a row
         seconds = time.perf_counter() - start
         try:
             torch.export.export(model, args, kwargs)
         except Exception as plain:  # noqa: BLE001 - export itself fails
-            return {"status": f"export failed {type(plain).__name__}: {_first_line(plain)}", "convert_s": seconds}
-        return {"status": f"error {type(error).__name__}: {_first_line(error)}", "convert_s": seconds}
+            return {"status": f"export failed {type(plain).__name__}: {first_line(plain)}", "convert_s": seconds}
+        return {"status": f"error {type(error).__name__}: {first_line(error)}", "convert_s": seconds}
     seconds = time.perf_counter() - start
     try:
         rebuilt = ir2torch.convert(ir, model.state_dict())
@@ -313,10 +252,10 @@ def _run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any
         with torch.no_grad():
             got = rebuilt(*args, **kwargs)
     except IRError as error:
-        return {"status": f"refused {type(error).__name__}: {_first_line(error)}", "convert_s": seconds}
+        return {"status": f"refused {type(error).__name__}: {first_line(error)}", "convert_s": seconds}
     except Exception as error:  # noqa: BLE001 - reported as a row
-        return {"status": f"error {type(error).__name__}: {_first_line(error)}", "convert_s": seconds}
-    diff = _max_diff(got, expected)
+        return {"status": f"error {type(error).__name__}: {first_line(error)}", "convert_s": seconds}
+    diff = max_diff(got, expected)
     if diff != 0 and _export_agrees(model, args, kwargs, got):
         return {"status": f"export differs {diff:.3g} (the rebuild equals torch.export's own module exactly)",
                 "convert_s": seconds}
@@ -332,7 +271,7 @@ def _export_agrees(model: Any, args: tuple, kwargs: dict, got: Any) -> bool:
         module = torch.export.export(model, args, kwargs).module()
         torch.manual_seed(0)
         with torch.no_grad():
-            return _max_diff(module(*args, **kwargs), got) == 0
+            return max_diff(module(*args, **kwargs), got) == 0
     except Exception:  # noqa: BLE001 - no verdict: the row stays "differs"
         return False
 
@@ -391,7 +330,7 @@ def sweep(zoo: str, names: list[str], *, size: int, timeout: float, max_params: 
                 continue
             rows.append(msg)
             echo(f"{msg['name']}: {msg['status']}" + (f" ({msg['convert_s']:.1f} s)" if "convert_s" in msg else "")
-                 + (f"; opaque='auto': {_opaque_text(msg['opaque'])}" if "opaque" in msg else ""))
+                 + (f"; opaque='auto': {opaque_text(msg['opaque'])}" if "opaque" in msg else ""))
             todo = todo[todo.index(msg["name"]) + 1:]
             current = None
             if not todo:
@@ -430,16 +369,9 @@ def table(zoo: str, rows: list[dict[str, Any]]) -> str:
             "|---|---|---:|" + ("---|" if tried else "")]
     for r in rows:
         seconds = f"{r['convert_s']:.1f}" if "convert_s" in r else ""
-        extra = (f" {_opaque_text(r['opaque'])} |" if "opaque" in r else " |") if tried else ""
+        extra = (f" {opaque_text(r['opaque'])} |" if "opaque" in r else " |") if tried else ""
         out.append(f"| {r['name']} | {r['status']} | {seconds} |{extra}")
     return "\n".join(out) + "\n"
-
-
-def _opaque_text(o: dict[str, Any]) -> str:
-    if "leaves" not in o:
-        return o["status"]
-    return (f"{o['status']}: {len(o['leaves'])} opaque leaves ({', '.join(o['leaves'][:3])}"
-            f"{', ...' if len(o['leaves']) > 3 else ''}), {100 * o['share']:.1f} % of the parameters")
 
 
 def main(argv: list[str] | None = None) -> int:

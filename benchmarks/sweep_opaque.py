@@ -19,6 +19,7 @@ def opaque_row(model: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     import ir2torch
     import torch2ir
     from common.errors import IRError
+    from common.opaque import traced_alone
 
     warnings.simplefilter("ignore")
     model.eval()
@@ -37,12 +38,22 @@ def opaque_row(model: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001 - reported as a row
         return {"status": f"error {type(error).__name__}: {first_line(error)}"}
     paths = [path for path, _, _ in leaves]
-    outermost = [p for p in paths if not any(p != q and p.startswith(q + ".") for q in paths)]
-    inside = sum(t.numel() for t in {id(t): t for p in outermost  # a tied parameter once
-                                      for t in model.get_submodule(p).parameters()}.values())
+    inside = sum(t.numel() for t in opaque_parameters(model, paths, traced_alone(ir)).values())
     total = sum(t.numel() for t in model.parameters()) or 1
     diff = max_diff(got, expected)
     return {"status": "exact" if diff == 0 else f"{DIFFERS} {diff:.3g}", "leaves": paths, "share": inside / total}
+
+
+def opaque_parameters(model: Any, opaque: list[str], traced: list[str]) -> dict[int, Any]:
+    """The parameters inside the opaque leaves at the paths ``opaque``, but not inside a child traced on its own
+    (the ``traced`` paths): ``{id: parameter}`` (a tied parameter once)."""
+    outermost = [p for p in opaque if not any(p != q and (not q or p.startswith(q + ".")) for q in opaque)]
+    out = {}
+    for path in outermost:
+        for name, t in model.get_submodule(path).named_parameters(prefix=path, remove_duplicate=False):
+            if not any(name.startswith(f"{t_path}.") for t_path in traced):
+                out[id(t)] = t
+    return out
 
 
 def opaque_text(o: dict[str, Any]) -> str:
@@ -52,4 +63,4 @@ def opaque_text(o: dict[str, Any]) -> str:
             f"{', ...' if len(o['leaves']) > 3 else ''}), {100 * o['share']:.1f} % of the parameters")
 
 
-__all__ = ["opaque_row", "opaque_text"]
+__all__ = ["opaque_parameters", "opaque_row", "opaque_text"]

@@ -158,6 +158,28 @@ def check_data(data: Any, impl: str) -> None:
                                 key=name, hint="attributes are numbers, strings, None, lists and dicts of those")
 
 
+#: IR types of containers: a module below one hangs, for what calls it, under the container's own parent.
+CONTAINER_IR_TYPES = frozenset({"modulelist", "moduledict", "sequential"})
+
+
+def traced_alone(ir: Mapping[str, Any]) -> list[str]:
+    """Keys of the implementations traced on their own: with a graph, directly below an opaque leaf (through
+    graph-less containers). No graph calls them, the opaque leaf's own forward does, so a rebuild guards their
+    inputs as it guards the root's. Read from the IR's keys and types only."""
+    from .ir import parent_key
+
+    out = []
+    for key, impl in ir.items():
+        if key == "root" or not impl.node_count:
+            continue
+        parent = parent_key(key, ir)
+        while parent != "root" and ir[parent].type in CONTAINER_IR_TYPES and not ir[parent].node_count:
+            parent = parent_key(parent, ir)
+        if ir[parent].type == OPAQUE_TYPE:
+            out.append(key)
+    return out
+
+
 def opaque_classes(impls: Iterable[Any]) -> dict[str, list[str]]:
     """``{class name: [implementation keys]}`` of the opaque implementations of ``impls``."""
     out: dict[str, list[str]] = {}
@@ -167,5 +189,5 @@ def opaque_classes(impls: Iterable[Any]) -> dict[str, list[str]]:
     return out
 
 
-__all__ = ["CONFIG_TAG", "MAX_DEPTH", "OPAQUE_TYPE", "check_data", "check_value", "config_classes",
-           "is_attribute_name", "is_class_name", "opaque_classes", "same_package"]
+__all__ = ["CONFIG_TAG", "CONTAINER_IR_TYPES", "MAX_DEPTH", "OPAQUE_TYPE", "check_data", "check_value",
+           "config_classes", "is_attribute_name", "is_class_name", "opaque_classes", "same_package", "traced_alone"]

@@ -16,7 +16,7 @@ from common.errors import BuildError, HandlerNotFoundError, IRError, IRFormatErr
 from common.flat import FlatIR
 from common.ir import IR, Implementation
 from common.notes import CustomBackwardWarning, custom_backward_message, custom_backward_names
-from common.opaque import OPAQUE_TYPE
+from common.opaque import OPAQUE_TYPE, traced_alone
 from common.registry import Registry, Where
 from common.safety import Allowlist
 from common.validate import validate
@@ -237,7 +237,9 @@ class Ir2Torch:
         maps: dict[str, StateMap] = {}
         codes = CodeCache()  # identical graphs (repeated layers) share their generated code
         leaves = LeafCopies() if target_device(device).type == "meta" else None  # alike leaves on meta: copies
-        modules = {key: self._build_one(impl, device, maps, guard_inputs, codes, fold_constants, leaves)
+        # the root, and each module traced on its own below an opaque leaf, checks its inputs
+        guarded = {"root", *traced_alone(ir)} if guard_inputs else set()
+        modules = {key: self._build_one(impl, device, maps, key in guarded, codes, fold_constants, leaves)
                    for key, impl in ir.items()}
         root = attach_children(ir, modules)
         restore_quantization(ir, modules)
@@ -317,13 +319,13 @@ class Ir2Torch:
                                  implementation=impl.name, hint="a builder returns an nn.Module")
             if entry.state_map is not None:
                 maps[impl.name] = entry.state_map
-            guard = root_guard(impl) if guard_inputs and impl.name == "root" else None
+            guard = root_guard(impl) if guard_inputs else None
             if guard is not None:  # checked as a generated root checks (no generated code of its own to hold it)
                 guard_builder_root(module, impl, guard)
             return module
         if impl.node_count or impl.type == "module":
             # a "module" never called has no graph: it only holds its state and children
-            guard = root_guard(impl) if guard_inputs and impl.name == "root" else None
+            guard = root_guard(impl) if guard_inputs else None
             try:
                 gm = graph_module(impl, self.allowlist, device=device, guard=guard, codes=codes, fold=fold_constants)
             except IRError:

@@ -32,7 +32,7 @@ from .int8 import has_int8, int8_stand_ins, refuse_int8
 from .lowering import spec_text
 from .modules import ModuleTable
 from .opaque.driver import with_opaque
-from .opaque.leaves import StandIns as OpaqueStandIns
+from .opaque.recording import StandIns as OpaqueStandIns
 from .signatures import record_calls, signature_targets
 from .tensormeta import range_bound, state_record
 from .trace_once import StandIns, TraceOnceFallback, alike_groups

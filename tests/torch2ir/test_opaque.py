@@ -224,8 +224,8 @@ class Inner(nn.Module):
 
 
 class Outer(nn.Module):
-    """An opaque module whose child has no handler: the child is never called in a graph, so it is kept as an
-    opaque leaf too (rebuilt as its class, for the outer forward to call)."""
+    """An opaque module whose children have no handler: never called in a graph, each is traced on its own, on
+    the inputs the outer forward called it with."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -248,21 +248,18 @@ class HasOuter(nn.Module):
         return self.inner(self.outer(x))
 
 
-def test_children_without_handlers_of_an_opaque_leaf_are_opaque_too() -> None:
+def test_children_without_handlers_of_an_opaque_leaf_are_traced_on_their_own() -> None:
     torch.manual_seed(0)
     model = HasOuter().eval()
     ir = torch2ir.convert(model, (X,), opaque="auto")
-    inner = f"{__name__}.Inner"
-    assert [(p, c) for p, c, _ in ir.capture.opaque] == [
-        ("outer", f"{__name__}.Outer"), ("outer.inner", inner), ("outer.blocks.0", inner)]
+    assert [(p, c) for p, c, _ in ir.capture.opaque] == [("outer", f"{__name__}.Outer")]
     assert {k: ir[k].type for k in ("outer", "outer.inner", "outer.blocks", "outer.blocks.0", "outer.blocks.1",
-                                    "inner")} == {"outer": "opaque", "outer.inner": "opaque",
-                                                  "outer.blocks": "modulelist", "outer.blocks.0": "opaque",
+                                    "inner")} == {"outer": "opaque", "outer.inner": "module",
+                                                  "outer.blocks": "modulelist", "outer.blocks.0": "module",
                                                   "outer.blocks.1": "linear", "inner": "module"}
-    with pytest.raises(UnsafeTargetError, match=inner):
-        ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Outer"])
-    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Outer", inner])
-    assert type(rebuilt.outer.blocks[0]) is Inner and type(rebuilt.inner) is not Inner
+    assert ir["outer.inner"].nodes == ir["inner"].nodes  # the same graph, traced alone or in the model's trace
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Outer"])
+    assert type(rebuilt.outer) is Outer and type(rebuilt.outer.inner) is not Inner
     for x in BRANCHES:
         assert _max_diff(rebuilt(x), model(x)) == 0
     assert torch2ir.convert(rebuilt, (X,), opaque="auto") == ir

@@ -17,21 +17,33 @@ from common.ir import IR
 from ..frontend import ExportFailedError, OpaqueCallError
 from ..modules import CONTAINER_TYPES
 from .attribution import qualified_name
-from .leaves import OpaqueConverter, inner_modules, opaque_classes_of, opaque_data, opaque_modules, record
+from .children import GraftError, convert_children, graft, traced_children
+from .leaves import (
+    OpaqueConverter,
+    inner_modules,
+    keep_tensor_attributes,
+    opaque_classes_of,
+    opaque_data,
+    opaque_modules,
+)
+from .recording import record
 
 #: ``opaque="auto"`` makes at most this many classes opaque before giving up.
 MAX_OPAQUE_CLASSES = 16
 
 
 def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args: tuple,
-                kwargs: Mapping[str, Any] | None, opaque: str | Collection[type | str], **options: Any) -> IR:
+                kwargs: Mapping[str, Any] | None, opaque: str | Collection[type | str],
+                known: Mapping[type, str] | None = None, **options: Any) -> IR:
     """:func:`build_ir` with opaque leaves: the classes named in ``opaque``, and with ``"auto"`` the class of each
-    smallest module whose trace fails, added one at a time while the export fails on such a module."""
+    smallest module whose trace fails (the root's own, when its own code fails), added one at a time while the
+    export fails on such a module. ``known``: classes already found opaque (for a child converted on its own)."""
     auto = opaque == "auto"
-    why: dict[type, str] = {} if auto else {cls: "named in opaque=" for cls in opaque_classes_of(model, opaque)}
+    why: dict[type, str] = dict(known or {}) if auto else {cls: "named in opaque="
+                                                            for cls in opaque_classes_of(model, opaque)}
     while True:
         try:
-            return _build_opaque(build, converter, model, args, kwargs, why, **options)
+            return _build_opaque(build, converter, model, args, kwargs, why, opaque, **options)
         except OpaqueCallError as exc:
             # a caller passes an opaque leaf a value computed from tensor data: its caller is kept opaque instead
             # (up the tree, while the calls of the opaque leaves cannot be kept)
@@ -43,10 +55,11 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                 why[cls] = f"it passes an opaque leaf a value computed from tensor data ({exc.message[:120]})"
         except ExportFailedError as exc:
             failure = getattr(exc, "failure", None)
-            if (not auto or failure is None or not failure.path or type(failure.module) in why
+            module = model if failure is not None and not failure.path else getattr(failure, "module", None)
+            if (not auto or failure is None or module is None or type(module) in why
                     or len(why) >= MAX_OPAQUE_CLASSES):
                 raise
-            why[type(failure.module)] = failure.why
+            why[type(module)] = failure.why
 
 
 def _caller(model: nn.Module, path: str) -> nn.Module:
@@ -60,21 +73,56 @@ def _caller(model: nn.Module, path: str) -> nn.Module:
 
 
 def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args: tuple,
-                  kwargs: Mapping[str, Any] | None, why: dict[type, str], **options: Any) -> IR:
+                  kwargs: Mapping[str, Any] | None, why: dict[type, str], opaque: str | Collection[type | str],
+                  **options: Any) -> IR:
+    options.pop("trace_once", None)  # every block is traced (a stood-in block's stand-ins would hold the leaves')
     if not why:
         return build(converter, model, args, kwargs, **options)
     modules = opaque_modules(model, why)
-    inner = inner_modules(modules, converter, CONTAINER_TYPES)
-    for path, module in [*modules, *inner]:
-        opaque_data(module, path)  # refuses an attribute the IR cannot record, before anything is traced
-    standins = record(model, args, kwargs, modules)
-    options.pop("trace_once", None)  # every block is traced (a stood-in block's stand-ins would hold the leaves')
-    ir = build(OpaqueConverter(converter, why, [m for _, m in inner]), model, args, kwargs,
+    # children of opaque leaves traced on their own; one the opaque code uses besides calling it is opaque too
+    # (its own children traced in turn): found by one eager call each round, down the tree
+    kept: dict[str, str] = {}
+    held: list[tuple[str, nn.Module]] = []
+    while True:
+        opaque_ids = {id(m) for _, m in held}
+        children = traced_children([*modules, *held], converter.has_handler, tuple(CONTAINER_TYPES),
+                                   lambda m, ids=opaque_ids: type(m) in why or id(m) in ids)
+        standins = record(model, args, kwargs, modules, inputs_of=[p for p, _ in children],
+                          keeps_class=lambda m: type(m) in CONTAINER_TYPES or converter.has_handler(m))
+        used = [(p, m) for p, m in children if p in standins.uses]
+        if not used:
+            break
+        for path, _ in used:
+            kept[path] = f"inside an opaque leaf, which {standins.uses[path].removeprefix('the opaque leaf')}"
+        held += used
+
+    def convert(child: nn.Module, child_args: tuple, child_kwargs: dict[str, Any]) -> IR:
+        present = {type(m) for m in child.modules()}
+        return with_opaque(build, converter, child, child_args, child_kwargs, opaque,
+                           known={cls: reason for cls, reason in why.items() if cls in present}, **options)
+
+    done, refused = convert_children(convert, children, standins.inputs)
+    kept.update(refused)
+    while True:
+        inner = inner_modules(modules, converter, CONTAINER_TYPES, traced=done)
+        for path, module in [*modules, *inner]:
+            opaque_data(module, path)  # refuses an attribute the IR cannot record, before anything is traced
+        ir = build(OpaqueConverter(converter, why, [m for _, m in inner]), model, args, kwargs,
                    opaque_standins=standins, **options)
+        try:
+            for path, sub in done.items():
+                graft(ir, path, sub)
+            break
+        except GraftError as exc:  # a module shared across a child's boundary: that child stays opaque
+            kept[exc.path] = f"it cannot be traced on its own: {exc}"
+            del done[exc.path]
+    keep_tensor_attributes(ir, [*modules, *inner])
     if getattr(ir, "capture", None) is not None:
         ir.capture.opaque = [*((path, qualified_name(m), why[type(m)]) for path, m in modules),
-                             *((path, qualified_name(m), "inside an opaque leaf, without a handler")
-                               for path, m in inner)]
+                             *((path, qualified_name(m), kept.get(path, "inside an opaque leaf, without a handler"))
+                               for path, m in inner),
+                             *((f"{path}.{p}" if p else path, cls, reason) for path, sub in done.items()
+                               for p, cls, reason in getattr(getattr(sub, "capture", None), "opaque", None) or [])]
     return ir
 
 

@@ -14,11 +14,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
@@ -28,7 +27,7 @@ from torch.utils import _pytree as pytree
 from common.errors import ConversionError
 from common.opaque import CONFIG_TAG, OPAQUE_TYPE, check_value, is_attribute_name, is_class_name
 
-from ..trace_once import output_record, stand_in
+from ..tensormeta import state_record
 from .attribution import qualified_name
 
 #: Instance attributes every ``nn.Module`` has: not the module's own.
@@ -54,6 +53,8 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
             hint="define the class at the top level of a module (not inside a function)")
     attributes, others = {}, {}
     for name, value in own_attributes(module).items():
+        if type(value) is torch.Tensor:  # kept as a constant of its state (keep_tensor_attributes)
+            continue
         if not is_attribute_name(name):
             raise ConversionError(
                 f"the opaque leaf {path or '(root)'} ({qualified_name(module)}) holds attribute {name!r}, a name a "
@@ -67,6 +68,19 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
     if others:  # a config object, a function...: the module is constructed again from its recorded arguments
         data["init"] = constructor_arguments(module, others, path)
     return data
+
+
+def keep_tensor_attributes(ir: Any, modules: Iterable[tuple[str, nn.Module]]) -> None:
+    """Record each plain tensor attribute of the opaque ``modules`` (Qwen2-VL's ``rope_deltas``, state its forward
+    keeps between calls) as a constant of its implementation, its value in ``ir.tensors``: a rebuild sets it."""
+    for path, module in modules:
+        key = path or "root"
+        if key not in ir:
+            continue
+        for name, value in own_attributes(module).items():
+            if type(value) is torch.Tensor and name not in ir[key].state:
+                ir[key].state[name] = state_record(value, "constant")
+                ir.tensors[f"{path}.{name}" if path else name] = value.detach().clone()
 
 
 def _refuse(module: nn.Module, path: str, name: str, why: str) -> ConversionError:
@@ -216,14 +230,18 @@ class OpaqueConverter:
         return opaque_data(module) if self._opaque(module) else self._base.attributes(module)
 
 
-def inner_modules(modules: list[tuple[str, nn.Module]], converter: Any,
-                  containers: Iterable[type]) -> list[tuple[str, nn.Module]]:
-    """``(path, module)`` of the modules inside the opaque ``modules`` that have no handler of ``converter`` and
-    are no containers: they are kept as opaque leaves too (:class:`OpaqueConverter`)."""
+def inner_modules(modules: list[tuple[str, nn.Module]], converter: Any, containers: Iterable[type],
+                  traced: Iterable[str] = ()) -> list[tuple[str, nn.Module]]:
+    """``(path, module)`` of the modules inside the opaque ``modules`` that have no handler of ``converter``, are
+    no containers and are neither one of the ``traced`` paths (children converted on their own,
+    :mod:`torch2ir.opaque.children`) nor inside one: they are kept as opaque leaves too (:class:`OpaqueConverter`)."""
     containers = tuple(containers)
+    traced = tuple(traced)
     out = []
     for path, module in modules:
         for sub, child in module.named_modules(prefix=path):
+            if any(sub == t or sub.startswith(t + ".") for t in traced):
+                continue
             if sub != path and type(child) not in containers and not converter.has_handler(child):
                 out.append((sub, child))
     return out
@@ -264,89 +282,5 @@ def opaque_classes_of(model: nn.Module, opaque: Iterable[type | str]) -> list[ty
     return classes
 
 
-class StandIns:
-    """The recorded outputs of each opaque module, per call, and the stand-in forwards that replay them."""
-
-    def __init__(self, modules: list[tuple[str, nn.Module]], records: dict[str, list[Any]]) -> None:
-        self.modules = modules
-        self.records = records
-        self.calls: dict[str, int] = {}
-
-    def reset(self) -> None:
-        self.calls.clear()
-
-    def forward_of(self, path: str) -> Any:
-        def forward(*args: Any, **kwargs: Any) -> Any:
-            index = self.calls.get(path, 0)
-            self.calls[path] = index + 1
-            records = self.records[path]
-            if index >= len(records):
-                raise ConversionError(
-                    f"the opaque leaf {path} is called more often while traced than in the eager call",
-                    implementation=path, hint="an opaque leaf must be called alike in eager mode and while traced")
-            return stand_in(records[index], writable=False)
-        return forward
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        patched = []
-        try:
-            for path, module in self.modules:
-                if "forward" not in vars(module):
-                    module.forward = self.forward_of(path)
-                    patched.append(module)
-            yield
-        finally:
-            for module in patched:
-                vars(module).pop("forward", None)
-
-
-def record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
-           modules: list[tuple[str, nn.Module]]) -> StandIns:
-    """Run a copy of ``model`` once (eval mode, no grad) and record what each opaque module returns.
-
-    Raises:
-        ConversionError: the model cannot be copied, fails in eager mode, or an opaque module returns a value
-            other than tensors and plain scalars in tuples, lists and dicts.
-    """
-    try:
-        twin = copy.deepcopy(model)
-    except Exception as exc:
-        raise ConversionError(f"opaque leaves need a copy of the model, which fails: {type(exc).__name__}: {exc}",
-                              implementation="root", hint="make the model deep-copyable") from exc
-    wanted = {path for path, _ in modules}
-    records: dict[str, list[Any]] = {path: [] for path in wanted}
-    hooks = []
-
-    def keep(path: str) -> Any:
-        def hook(module: nn.Module, inputs: Any, output: Any) -> None:
-            leaves, spec = pytree.tree_flatten(output)
-            bad = [type(x).__name__ for x in leaves if not isinstance(x, (torch.Tensor, int, float, bool, type(None)))]
-            if bad:
-                raise ConversionError(f"the opaque leaf {path} returns {bad[0]}, which a stand-in cannot repeat",
-                                      implementation=path, hint="an opaque leaf returns tensors and scalars")
-            records[path].append((spec, [output_record(x) for x in leaves]))
-        return hook
-
-    for path, module in twin.named_modules():
-        if path in wanted:
-            hooks.append(module.register_forward_hook(keep(path)))
-    try:
-        flags = [(m, m.training) for m in twin.modules()]
-        for m, _ in flags:
-            m.training = False
-        with torch.no_grad():
-            twin(*args, **dict(kwargs or {}))
-    except ConversionError:
-        raise
-    except Exception as exc:
-        raise ConversionError(f"the model fails in eager mode on these inputs: {type(exc).__name__}: {exc}",
-                              implementation="root", hint="check the example inputs") from exc
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return StandIns(modules, records)
-
-
-__all__ = ["OpaqueConverter", "StandIns", "inner_modules", "opaque_classes_of", "opaque_data", "opaque_modules",
-           "own_attributes", "record"]
+__all__ = ["OpaqueConverter", "inner_modules", "keep_tensor_attributes", "opaque_classes_of", "opaque_data",
+           "opaque_modules", "own_attributes"]

@@ -1,0 +1,197 @@
+"""Children of opaque leaves traced on their own (``torch2ir.opaque.children``): a model whose *own* code does not
+trace is kept as an opaque root, and every child it calls is converted alone on the inputs of its eager call,
+typed and traced as usual; the rebuild guards those inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import ir2torch
+import torch2ir
+from common import IR
+from common.errors import InputMismatchError
+from common.opaque import traced_alone
+from torch2ir.frontend import ExportFailedError
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("shift", torch.linspace(0, 1, 4), persistent=False)
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return torch.relu(self.lin(x)) * scale + self.shift
+
+    def width(self) -> int:
+        return self.lin.in_features
+
+
+class Root(nn.Module):
+    """Its own forward branches on data (export fails in the root's code); its children trace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            x = self.blocks[0](x)
+        return self.head(self.blocks[1](x, scale=2.0))
+
+
+ROOT = f"{__name__}.Root"
+X = torch.randn(3, 4).abs()
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+def _root() -> Root:
+    torch.manual_seed(0)
+    return Root().eval()
+
+
+def test_a_failing_root_is_opaque_and_its_children_are_traced() -> None:
+    model = _root()
+    with pytest.raises(ExportFailedError, match="in its own forward"):
+        torch2ir.convert(model, (X,))
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    assert [(p, c) for p, c, _ in ir.capture.opaque] == [("", ROOT)]
+    assert ir.root.type == "opaque" and ir["head"].type == "linear"
+    assert [ir["blocks.0"].type, ir["blocks.1"].type] == ["module", "module"]
+    assert ir["blocks.0"].nodes == ["x", "lin", "relu", "mul", "shift", "add", "output"]
+    mul = ir["blocks.1"].node("mul")  # the constant the root passed (scale=2.0) is in the child's graph
+    assert mul["args"][1] == 2.0 and ir["blocks.0"].node("mul")["args"][1] == 1.0
+    assert traced_alone(ir) == ["blocks.0", "blocks.1"]
+    assert torch.equal(ir.tensors["blocks.1.shift"], model.blocks[1].shift)
+
+
+def test_the_rebuild_is_exact_on_both_branches_trains_alike_and_closes_the_loop(tmp_path) -> None:
+    model = _root()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[ROOT])
+    assert type(rebuilt) is Root and type(rebuilt.blocks[0]) is not Block
+    for x in (X, -X):
+        assert _max_diff(rebuilt(x), model(x)) == 0
+    model.train(), rebuilt.train()
+    model(X).sum().backward()
+    rebuilt(X).sum().backward()
+    grads = dict(rebuilt.named_parameters())
+    for name, p in model.named_parameters():
+        assert torch.equal(p.grad, grads[name].grad), name
+    assert torch2ir.convert(rebuilt.eval(), (X,), opaque="auto") == ir
+    loaded = IR.load(ir.save(tmp_path / "m.ir.json"))
+    assert loaded == ir
+    again = ir2torch.convert(loaded, model.state_dict(), allow=[ROOT])
+    assert _max_diff(again(-X), model.eval()(-X)) == 0
+
+
+def test_a_child_traced_alone_guards_its_inputs() -> None:
+    model = _root()
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (X,), opaque="auto"), model.state_dict(), allow=[ROOT])
+    with pytest.raises(InputMismatchError, match=r"shape \(5, 4\)"):
+        rebuilt(torch.randn(5, 4).abs())  # the root passes its children other sizes than they were traced for
+    with pytest.raises(InputMismatchError, match="scale"):
+        rebuilt.blocks[1](X, scale=3.0)  # a constant the trace specialised on
+    assert _max_diff(rebuilt.blocks[1](X, scale=2.0), model.blocks[1](X, scale=2.0)) == 0
+    unguarded = ir2torch.convert(torch2ir.convert(model, (X,), opaque="auto"), model.state_dict(), allow=[ROOT],
+                                 guard_inputs=False)
+    assert unguarded(torch.randn(5, 4).abs()).shape == (5, 2)
+
+
+class Reuse(nn.Module):
+    """Calls one child with two input sizes: one graph cannot stand for both."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x) if x.sum() > 0 else x
+        return self.block(torch.cat([y, y])).sum(0)
+
+
+def test_a_child_called_with_different_inputs_stays_opaque() -> None:
+    torch.manual_seed(0)
+    model = Reuse().eval()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    assert ir["block"].type == "opaque"
+    reason = dict((p, r) for p, _, r in ir.capture.opaque)["block"]
+    assert "called 2 times with inputs of different sizes" in reason
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Reuse", f"{__name__}.Block"])
+    for x in (X, -X):
+        assert _max_diff(rebuilt(x), model(x)) == 0
+
+
+class Reads(nn.Module):
+    """Its code uses a child besides calling it: a method of its class and a module inside it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.left = nn.Sequential(Block())
+        self.mid = Wrapper()
+        self.right = Wrapper()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            x = x[:, : self.mid.block.width()]  # a method of a module inside `mid`
+        return self.right.block(self.mid(x)) + self.left(x)  # a module inside `right` called directly
+
+
+class Wrapper(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+        self.post = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.post(self.block(x))
+
+
+def test_a_child_used_besides_being_called_stays_opaque_and_its_children_are_traced() -> None:
+    torch.manual_seed(0)
+    model = Reads().eval()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    reasons = {p: r for p, _, r in ir.capture.opaque}
+    assert set(reasons) == {"", "mid", "mid.block", "right", "right.post"}
+    assert "calls right.block inside it" in reasons["right"]
+    assert "reads mid.block.width" in reasons["mid"] and "reads mid.block.width" in reasons["mid.block"]
+    assert "never called" in reasons["right.post"]  # right's own forward never runs
+    assert ir["mid"].type == ir["right"].type == "opaque"
+    assert {k: ir[k].type for k in ("mid.block", "mid.post", "right.block", "right.post", "left")} == {
+        "mid.block": "opaque", "mid.post": "module", "right.block": "module", "right.post": "opaque",
+        "left": "sequential"}
+    allow = [f"{__name__}.Reads", f"{__name__}.Wrapper", f"{__name__}.Block"]
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=allow)
+    for x in (X, -X):
+        assert _max_diff(rebuilt(x), model(x)) == 0
+
+
+class Stateful(nn.Module):
+    """Keeps a tensor between calls as a plain attribute (as Qwen2-VL's rope_deltas)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block()
+        self.last = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.last is None or x.sum() > 0:
+            self.last = x.mean(0)
+        return self.block(x) + self.last
+
+
+def test_a_tensor_attribute_of_an_opaque_leaf_is_kept_as_a_constant() -> None:
+    torch.manual_seed(0)
+    model = Stateful().eval()
+    model(X)  # the attribute now holds a tensor
+    ir = torch2ir.convert(model, (-X,), opaque="auto")
+    assert ir.root.state["last"]["kind"] == "constant" and torch.equal(ir.tensors["last"], model.last)
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Stateful"])
+    assert torch.equal(rebuilt.last, model.last)
+    assert _max_diff(rebuilt(-X), model(-X)) == 0

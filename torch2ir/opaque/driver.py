@@ -72,6 +72,10 @@ def _caller(model: nn.Module, path: str) -> nn.Module:
     return model
 
 
+def _inside(path: str, children: list[tuple[str, nn.Module]]) -> bool:
+    return any(path.startswith(f"{child}.") for child, _ in children)
+
+
 def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args: tuple,
                   kwargs: Mapping[str, Any] | None, why: dict[type, str], opaque: str | Collection[type | str],
                   **options: Any) -> IR:
@@ -85,8 +89,16 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
     held: list[tuple[str, nn.Module]] = []
     while True:
         opaque_ids = {id(m) for _, m in held}
-        children = traced_children([*modules, *held], converter.has_handler, tuple(CONTAINER_TYPES),
-                                   lambda m, ids=opaque_ids: type(m) in why or id(m) in ids)
+
+        def below(opaque: list[tuple[str, nn.Module]], ids: set[int] = opaque_ids) -> list[tuple[str, nn.Module]]:
+            return traced_children(opaque, converter.has_handler, tuple(CONTAINER_TYPES),
+                                   lambda module: type(module) in why or id(module) in ids)
+
+        children = below([*modules, *held])
+        # an opaque module inside a child traced on its own is that child's conversion's
+        modules = [(p, m) for p, m in modules if not _inside(p, children)]
+        held = [(p, m) for p, m in held if not _inside(p, children)]
+        children = below([*modules, *held])
         standins = record(model, args, kwargs, modules, inputs_of=[p for p, _ in children],
                           keeps_class=lambda m: type(m) in CONTAINER_TYPES or converter.has_handler(m))
         used = [(p, m) for p, m in children if p in standins.uses]

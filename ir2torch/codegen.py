@@ -121,7 +121,7 @@ class SafePyTreeCodeGen(_UniqueNames, _PyTreeCodeGen):
             outputs = self._output_nodes()
             values: dict[str, Any] = {generated_global("default", i): p.default
                                       for i, p in enumerate(self.parameters) if p.default is not NO_DEFAULT}
-            values.update({generated_global("sequences"): (tuple, list),
+            values.update({generated_global("sequences"): (tuple, list, torch.Size),
                            generated_global("not_a_sequence"): _not_a_sequence,
                            generated_global("call_module"): call_module, generated_global("child"): module_child})
             for i, spec in enumerate(outputs):

@@ -259,3 +259,22 @@ def test_symbolic_tracing_and_reconversion_pass_through_the_guard() -> None:
     again = ir2torch.convert(torch2ir.convert(new, (x, mask)), new.state_dict())
     assert max_abs_diff(model(x, mask), again(x, mask)) == 0.0
     _raises(lambda: again(torch.randn(3, 8), torch.ones(3, 8)), "(3, 8)", key="x")
+
+
+class _Positions(nn.Module):
+    """Takes a ``torch.Size`` (as transformers' learned position embeddings take ``input_ids.shape``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(16, 4)
+
+    def forward(self, shape: torch.Size, past: int = 0) -> torch.Tensor:
+        return self.emb(torch.arange(past, past + shape[1]))
+
+
+def test_a_torch_size_argument_binds_as_the_tuple_it_was_traced_as() -> None:
+    model = _Positions().eval()
+    new = ir2torch.convert(torch2ir.convert(model, (torch.Size([2, 5]),)), model.state_dict())
+    assert max_abs_diff(model(torch.Size([2, 5])), new(torch.Size([2, 5]))) == 0.0
+    assert max_abs_diff(model(torch.Size([2, 5])), new((2, 5))) == 0.0
+    _raises(lambda: new(torch.Size([2, 6])), "constant 5", key="shape[1]")

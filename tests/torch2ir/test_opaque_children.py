@@ -195,3 +195,37 @@ def test_a_tensor_attribute_of_an_opaque_leaf_is_kept_as_a_constant() -> None:
     rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Stateful"])
     assert torch.equal(rebuilt.last, model.last)
     assert _max_diff(rebuilt(-X), model(-X)) == 0
+
+
+class Branchy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) if x.mean() > 0 else -x
+
+
+class Stack(nn.Module):
+    """Traced blocks around an opaque one in a ModuleList run in turn by the root's own (failing) code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(), Branchy(), Block()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x) if x.sum() != 0 else x
+        return x
+
+
+def test_children_traced_alone_keep_their_place_among_their_siblings() -> None:
+    torch.manual_seed(0)
+    model = Stack().eval()
+    ir = torch2ir.convert(model, (X,), opaque=[Stack, Branchy])  # blocks.1 opaque from the start, not grafted
+    assert [ir[f"blocks.{i}"].type for i in range(3)] == ["module", "opaque", "module"]
+    assert [k for k in ir if k.startswith("blocks.") and k.count(".") == 1] == ["blocks.0", "blocks.1", "blocks.2"]
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Stack", f"{__name__}.Branchy"])
+    assert [name for name, _ in rebuilt.blocks.named_children()] == ["0", "1", "2"]
+    for x in (X, -X):
+        assert _max_diff(rebuilt(x), model(x)) == 0

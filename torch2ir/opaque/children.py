@@ -219,10 +219,12 @@ def graft(ir: IR, path: str, sub: IR) -> None:
         raise GraftError(path, f"the modules below {path} differ between the model and the child: "
                                f"{sorted(mine ^ theirs)[:3]}")
     notes = sub.root.meta
-    for key in sorted(mine):
+    renamed = {_target(k, path): _renamed(impl, path) for k, impl in sub.items()}
+    order = list(ir)  # kept: a rebuild attaches children (a ModuleList's items) in the IR's order
+    for key in order:
+        impl = renamed.get(key) or ir[key]
         del ir[key]
-    for impl in sub.values():
-        ir.add(_renamed(impl, path))
+        ir.add(impl)
     for name in [n for n in ir.tensors if n.startswith(prefix)]:
         del ir.tensors[name]
     for name, tensor in sub.tensors.items():

@@ -5,8 +5,10 @@ Its ``data`` is ``{"class": "package.module.Class", "attributes": {name: plain v
 attributes an IR cannot record as values (a transformers ``config``), ``"init"``: the arguments to construct it
 with, ``{parameter: plain value | {"$config": {"class": ..., "values": {...}, "private": {...}}}}`` (a
 configuration object: its class, its ``to_dict()`` and its plain private attributes such as
-``_attn_implementation``). This module checks that shape on load (:func:`check_data`) without importing anything
-the file names.
+``_attn_implementation``); or, for a module that cannot be constructed from its attributes but whose only other
+attributes are configuration objects, ``"configs"``: ``{attribute: {"$config": ...}}``, set on an instance made
+without running its ``__init__``. This module checks that shape on load (:func:`check_data`) without importing
+anything the file names.
 """
 
 from __future__ import annotations
@@ -82,9 +84,12 @@ CONFIG_TAG = "$config"
 
 
 def config_classes(data: Any) -> list[str]:
-    """The configuration classes named by an opaque leaf's constructor arguments (checked data)."""
-    init = data.get("init", {}) if isinstance(data, Mapping) else {}
-    return [v[CONFIG_TAG]["class"] for v in init.values() if isinstance(v, Mapping) and CONFIG_TAG in v]
+    """The configuration classes named by an opaque leaf's constructor arguments or configuration attributes
+    (checked data)."""
+    if not isinstance(data, Mapping):
+        return []
+    values = [*data.get("init", {}).values(), *data.get("configs", {}).values()]
+    return [v[CONFIG_TAG]["class"] for v in values if isinstance(v, Mapping) and CONFIG_TAG in v]
 
 
 def same_package(name: str, other: str) -> bool:
@@ -94,33 +99,44 @@ def same_package(name: str, other: str) -> bool:
     return name.split(".", 1)[0] == other.split(".", 1)[0]
 
 
-def _check_init(init: Any, impl: str) -> None:
+def _check_config(value: Any, name: str, impl: str) -> None:
+    """Check one recorded configuration object ``{"$config": {"class", "values", "private"}}``."""
+    config = value[CONFIG_TAG]
+    if len(value) != 1 or not isinstance(config, Mapping) or set(config) != {"class", "values", "private"}:
+        raise IRFormatError(f"opaque value {name!r}: {CONFIG_TAG} takes class, values and private",
+                            implementation=impl, key=name)
+    if not is_class_name(config["class"]):
+        raise UnsafeTargetError(f"configuration class {str(config['class'])[:100]!r} is not a dotted Python "
+                                "class name", implementation=impl, key=name)
+    for part in ("values", "private"):
+        if not isinstance(config[part], Mapping):
+            raise IRFormatError(f"{CONFIG_TAG}.{part} must be a mapping", implementation=impl, key=name)
+        why = check_value(dict(config[part]))
+        if why is not None:
+            raise IRFormatError(f"{CONFIG_TAG}.{part} of {name!r} is not plain ({why})", implementation=impl,
+                                key=name)
+    if not all(isinstance(k, str) and k.startswith("_") and not k.startswith("__") and _IDENTIFIER.match(k)
+               for k in config["private"]):
+        raise UnsafeTargetError(f"{CONFIG_TAG}.private of {name!r} names an attribute that is not a private "
+                                "identifier", implementation=impl, key=name)
+
+
+def _check_init(init: Any, impl: str, field: str = "init") -> None:
+    """Check ``init`` (constructor arguments: plain values or configuration objects) or, with ``field="configs"``,
+    the configuration objects set as attributes (configuration objects only)."""
     if not isinstance(init, Mapping):
-        raise IRFormatError("an opaque implementation's init must be a mapping", implementation=impl, key="init")
+        raise IRFormatError(f"an opaque implementation's {field} must be a mapping", implementation=impl, key=field)
     for name, value in init.items():
         if not is_attribute_name(name):
-            raise UnsafeTargetError(f"opaque constructor argument {str(name)[:100]!r} is not allowed",
-                                    implementation=impl, key="init", hint="argument names are identifiers")
+            raise UnsafeTargetError(f"opaque {'constructor argument' if field == 'init' else 'attribute'} "
+                                    f"{str(name)[:100]!r} is not allowed", implementation=impl, key=field,
+                                    hint="names are identifiers, neither dunder names nor nn.Module's own")
         if isinstance(value, Mapping) and CONFIG_TAG in value:
-            config = value[CONFIG_TAG]
-            if len(value) != 1 or not isinstance(config, Mapping) or set(config) != {"class", "values", "private"}:
-                raise IRFormatError(f"opaque constructor argument {name!r}: {CONFIG_TAG} takes class, values and "
-                                    "private", implementation=impl, key=name)
-            if not is_class_name(config["class"]):
-                raise UnsafeTargetError(f"configuration class {str(config['class'])[:100]!r} is not a dotted Python "
-                                        "class name", implementation=impl, key=name)
-            for part in ("values", "private"):
-                if not isinstance(config[part], Mapping):
-                    raise IRFormatError(f"{CONFIG_TAG}.{part} must be a mapping", implementation=impl, key=name)
-                why = check_value(dict(config[part]))
-                if why is not None:
-                    raise IRFormatError(f"{CONFIG_TAG}.{part} of {name!r} is not plain ({why})", implementation=impl,
-                                        key=name)
-            if not all(isinstance(k, str) and k.startswith("_") and not k.startswith("__") and _IDENTIFIER.match(k)
-                       for k in config["private"]):
-                raise UnsafeTargetError(f"{CONFIG_TAG}.private of {name!r} names an attribute that is not a private "
-                                        "identifier", implementation=impl, key=name)
+            _check_config(value, name, impl)
             continue
+        if field == "configs":
+            raise IRFormatError(f"opaque configs entry {name!r} is not {{{CONFIG_TAG!r}: ...}}", implementation=impl,
+                                key=name)
         why = check_value(value)
         if why is not None:
             raise IRFormatError(f"opaque constructor argument {name!r} is not a plain value ({why})",
@@ -135,11 +151,18 @@ def check_data(data: Any, impl: str) -> None:
             name or value is not allowed.
         UnsafeTargetError: the class is not a dotted Python name.
     """
-    if not isinstance(data, Mapping) or set(data) - {"init"} != {"class", "attributes"}:
+    if not isinstance(data, Mapping) or set(data) - {"init", "configs"} != {"class", "attributes"} or \
+            {"init", "configs"} <= set(data):
         raise IRFormatError("an opaque implementation's data must be {'class': ..., 'attributes': {...}} and "
-                            "optionally 'init'", implementation=impl, hint="re-save the IR with torch2ir")
+                            "optionally 'init' or 'configs'", implementation=impl, hint="re-save the IR with torch2ir")
     if "init" in data:
         _check_init(data["init"], impl)
+    if "configs" in data:
+        _check_init(data["configs"], impl, "configs")
+        clash = set(data["configs"]) & set(data["attributes"]) if isinstance(data["attributes"], Mapping) else set()
+        if clash:
+            raise IRFormatError(f"opaque attribute {sorted(clash)[0]!r} is both in attributes and configs",
+                                implementation=impl, key=sorted(clash)[0], hint="the file is corrupt or hostile")
     if not is_class_name(data["class"]):
         raise UnsafeTargetError(f"opaque class {str(data['class'])[:100]!r} is not a dotted Python class name",
                                 implementation=impl, key="class", hint="the file is corrupt or hostile")

@@ -13,7 +13,9 @@ builder of its own (``Ir2Torch.register_opaque``), before anything is built. For
    or of the opaque class's package), running the allowed class's ``__init__``; otherwise **without running its**
    ``__init__`` (``cls.__new__(cls)``, then ``nn.Module.__init__``);
 4. sets each recorded plain attribute in the instance's ``__dict__`` (refusing dunder names, ``nn.Module``'s own
-   bookkeeping, and names that would shadow a method, property or other descriptor of the class);
+   bookkeeping, and names that would shadow a method, property or other descriptor of the class), and each
+   configuration object the IR records as an attribute (``configs``: a module whose constructor cannot be called
+   again from its attributes, e.g. it takes a ``layer_idx`` it does not keep), built from its allowed class;
 5. creates each recorded parameter and buffer the constructor did not make, empty, of its recorded shape and
    dtype, for the state dict to fill.
 
@@ -127,6 +129,9 @@ def build_opaque(impl: Implementation) -> nn.Module:
         nn.Module.__init__(module)
     for name, value in impl.data["attributes"].items():
         vars(module)[name] = copy.deepcopy(value)
+    for name, value in impl.data.get("configs", {}).items():  # configuration objects set as attributes
+        _check_attribute(cls, name, impl.name)
+        vars(module)[name] = _config(value[CONFIG_TAG], impl.name)
     for name, record in impl.state.items():
         kind = record.get("kind")
         if kind not in ("parameter", "buffer") or name in module._parameters or name in module._buffers:
@@ -147,13 +152,19 @@ def _arguments(impl: Implementation) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in impl.data["init"].items():
         if isinstance(value, Mapping) and CONFIG_TAG in value:
-            config = value[CONFIG_TAG]
-            cls = _config_class(config["class"], impl.name)
-            out[name] = cls.from_dict(copy.deepcopy(dict(config["values"])))
-            for attr, item in config["private"].items():
-                setattr(out[name], attr, copy.deepcopy(item))
+            out[name] = _config(value[CONFIG_TAG], impl.name)
         else:
             out[name] = copy.deepcopy(value)
+    return out
+
+
+def _config(config: Mapping[str, Any], impl: str) -> Any:
+    """The configuration object ``{"class", "values", "private"}`` records (its class checked by
+    :func:`check_allowed` to be allowed)."""
+    cls = _config_class(config["class"], impl)
+    out = cls.from_dict(copy.deepcopy(dict(config["values"])))
+    for attr, item in config["private"].items():
+        setattr(out, attr, copy.deepcopy(item))
     return out
 
 

@@ -162,3 +162,94 @@ def _refused(tmp_path, doc: dict, state: dict, edit: Any) -> IRError:
 def test_hostile_init_fields_are_refused(tmp_path, saved, edit) -> None:
     doc, state = saved
     _refused(tmp_path, doc, state, edit)
+
+
+class Indexed(nn.Module):
+    """Holds only a config besides plain values and takes a ``layer_idx`` it does not keep (as LFM3-VL's vision
+    attention): it cannot be constructed again, so its config is recorded as an attribute (``configs``)."""
+
+    def __init__(self, config: TinyConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.config = config
+        self.scale = 1.0 + layer_idx
+        self.lin = nn.Linear(config.width, config.width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return self.lin(x) * self.config.gain * self.scale
+        return x
+
+
+class HasIndexed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        config = TinyConfig(gain=0.5)
+        config._impl = "sdpa"
+        self.block = Indexed(config, layer_idx=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) + 1
+
+
+INDEXED = f"{__name__}.Indexed"
+
+
+def _indexed() -> HasIndexed:
+    torch.manual_seed(0)
+    return HasIndexed().eval()
+
+
+def test_a_module_that_cannot_be_constructed_again_keeps_its_config_as_an_attribute(tmp_path) -> None:
+    model = _indexed()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    data = ir["block"].data
+    assert "init" not in data and data["attributes"] == {"scale": 3.0}
+    assert data["configs"]["config"]["$config"] == {"class": f"{__name__}.TinyConfig", "private": {"_impl": "sdpa"},
+                                                    "values": {"gain": 0.5, "labels": {}, "width": 4}}
+    ir.save(tmp_path / "m.ir.json")
+    rebuilt = ir2torch.convert(IR.load(tmp_path / "m.ir.json"), model.state_dict(), allow=[INDEXED])
+    block = rebuilt.block
+    assert type(block) is Indexed and type(block.config) is TinyConfig and block.config._impl == "sdpa"
+    for x in (X, -X):
+        assert torch.equal(rebuilt(x), model(x))
+    assert torch2ir.convert(rebuilt, (X,), opaque="auto") == ir
+
+
+@pytest.fixture(scope="module")
+def saved_configs(tmp_path_factory) -> tuple[dict, dict]:
+    model = _indexed()
+    path = tmp_path_factory.mktemp("configs") / "m.json"
+    torch2ir.convert(model, (X,), opaque="auto").save(path)
+    return json.loads(path.read_text()), model.state_dict()
+
+
+def _config_of(configs: dict) -> dict:
+    (tag, config), = configs["config"]["$dict"]
+    assert tag == "$config"
+    return config
+
+
+@pytest.mark.parametrize("edit", [
+    lambda block: _config_of(block["configs"]).update({"class": f"{NEVER}.Zen"}),
+    lambda block: _config_of(block["configs"]).update({"class": "os.system"}),
+    lambda block: _config_of(block["configs"]).update({"class": "not a name"}),
+    lambda block: _config_of(block["configs"])["private"].update({"__class__": 1}),
+    lambda block: block["configs"].update({"plain": 1}),
+    lambda block: block["configs"].update({"__class__": block["configs"]["config"]}),
+    lambda block: block["configs"].update({"forward": block["configs"]["config"]}),
+    lambda block: block["configs"].update({"train": block["configs"]["config"]}),  # would shadow a method
+    lambda block: block["configs"].update({"scale": block["configs"]["config"]}),  # also an attribute
+    lambda block: block.update({"configs": [1]}),
+    lambda block: block.update({"init": {}}),  # init and configs together
+], ids=["never", "os.system", "not-a-name", "dunder-private", "not-a-config", "dunder-name", "forward", "shadows",
+        "clash", "not-a-mapping", "with-init"])
+def test_hostile_configs_fields_are_refused(tmp_path, saved_configs, edit) -> None:
+    doc, state = saved_configs
+    doc = json.loads(json.dumps(doc))
+    edit(doc["implementations"]["block"])
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(doc))
+    before = set(sys.modules)
+    with pytest.raises(IRError):
+        ir2torch.convert(path, state, allow=[INDEXED])
+    assert NEVER not in sys.modules and not {m for m in set(sys.modules) - before if m.startswith(NEVER)}

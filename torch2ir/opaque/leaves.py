@@ -66,7 +66,14 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
             others[name] = value
     data: dict[str, Any] = {"class": qualified_name(module), "attributes": attributes}
     if others:  # a config object, a function...: the module is constructed again from its recorded arguments
-        data["init"] = constructor_arguments(module, others, path)
+        try:
+            data["init"] = constructor_arguments(module, others, path)
+        except ConversionError:
+            # or, when its other attributes are all configuration objects, they are set as attributes too
+            configs = {name: _encode_argument(value) for name, value in others.items()}
+            if not all(isinstance(c, dict) and CONFIG_TAG in c for c in configs.values()):
+                raise
+            data["configs"] = configs
     return data
 
 

@@ -229,3 +229,51 @@ def test_children_traced_alone_keep_their_place_among_their_siblings() -> None:
     assert [name for name, _ in rebuilt.blocks.named_children()] == ["0", "1", "2"]
     for x in (X, -X):
         assert _max_diff(rebuilt(x), model(x)) == 0
+
+
+class Codebook(nn.Module):
+    """Its data-dependent code runs through a method other than forward (as Mimi's codebook.encode)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encode(x)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        index = torch.cdist(x, self.embed).argmin(-1)
+        return self.embed[index] if index.max() > 2 else x
+
+
+class Quantizer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.codebook = Codebook()
+        self.proj = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.codebook.encode(self.proj(x))
+
+
+class Codec(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.quantizer = Quantizer()
+        self.head = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.quantizer(x))
+
+
+def test_a_failing_method_other_than_forward_makes_its_caller_opaque() -> None:
+    torch.manual_seed(0)
+    model = Codec().eval()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    reasons = {p: r for p, _, r in ir.capture.opaque}
+    assert "calls a method of the opaque leaf quantizer.codebook" in reasons["quantizer"]
+    assert reasons["quantizer.codebook"].startswith("GuardOnDataDependentSymNode")  # its own export failure
+    assert [ir["quantizer.proj"].type, ir["head"].type] == ["module", "module"]  # traced alone / in the trace
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Quantizer", f"{__name__}.Codebook"])
+    for x in (X, -X, X * 5):
+        assert _max_diff(rebuilt(x), model(x)) == 0

@@ -56,20 +56,33 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
         except ExportFailedError as exc:
             failure = getattr(exc, "failure", None)
             module = model if failure is not None and not failure.path else getattr(failure, "module", None)
+            reason = getattr(failure, "why", "")
+            path = failure.path if failure is not None else ""
+            if module is not None and type(module) in why and path:
+                # already opaque, so its code ran through another method than forward (Mimi's codebook.encode):
+                # the nearest caller above it that is not opaque yet is kept opaque instead
+                reason = f"it calls a method of the opaque leaf {path} whose trace fails ({reason[:120]})"
+                while type(module) in why and path:
+                    module, path = _caller_path(model, path)
             if (not auto or failure is None or module is None or type(module) in why
                     or len(why) >= MAX_OPAQUE_CLASSES):
                 raise
-            why[type(module)] = failure.why
+            why[type(module)] = reason
 
 
 def _caller(model: nn.Module, path: str) -> nn.Module:
     """The nearest module above ``path`` that can call it (a ``ModuleList`` or ``ModuleDict`` holds, never calls)."""
+    return _caller_path(model, path)[0]
+
+
+def _caller_path(model: nn.Module, path: str) -> tuple[nn.Module, str]:
+    """:func:`_caller` and its path (``""``: the root)."""
     while "." in path:
         path = path.rpartition(".")[0]
         module = model.get_submodule(path)
         if not isinstance(module, (nn.ModuleList, nn.ModuleDict)):
-            return module
-    return model
+            return module, path
+    return model, ""
 
 
 def _inside(path: str, children: list[tuple[str, nn.Module]]) -> bool:
@@ -131,7 +144,8 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
     keep_tensor_attributes(ir, [*modules, *inner])
     if getattr(ir, "capture", None) is not None:
         ir.capture.opaque = [*((path, qualified_name(m), why[type(m)]) for path, m in modules),
-                             *((path, qualified_name(m), kept.get(path, "inside an opaque leaf, without a handler"))
+                             *((path, qualified_name(m),
+                               kept.get(path) or why.get(type(m)) or "inside an opaque leaf, without a handler")
                                for path, m in inner),
                              *((f"{path}.{p}" if p else path, cls, reason) for path, sub in done.items()
                                for p, cls, reason in getattr(getattr(sub, "capture", None), "opaque", None) or [])]

@@ -11,7 +11,7 @@ from torch import nn
 import ir2torch
 import torch2ir
 from common import IR
-from common.errors import InputMismatchError
+from common.errors import ConversionError, InputMismatchError
 from common.opaque import traced_alone
 from torch2ir.frontend import ExportFailedError
 
@@ -68,6 +68,8 @@ def test_a_failing_root_is_opaque_and_its_children_are_traced() -> None:
     mul = ir["blocks.1"].node("mul")  # the constant the root passed (scale=2.0) is in the child's graph
     assert mul["args"][1] == 2.0 and ir["blocks.0"].node("mul")["args"][1] == 1.0
     assert traced_alone(ir) == ["blocks.0", "blocks.1"]
+    with pytest.raises(ConversionError, match="own forward is an opaque leaf"):
+        ir.lower()
     assert torch.equal(ir.tensors["blocks.1.shift"], model.blocks[1].shift)
 
 

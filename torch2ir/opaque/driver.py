@@ -143,6 +143,9 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
             del done[exc.path]
     keep_tensor_attributes(ir, [*modules, *inner])
     if getattr(ir, "capture", None) is not None:
+        if modules and not modules[0][0]:  # the root itself: no export ran
+            ir.capture.refused = ("the model's own forward is an opaque leaf (torch.export could not trace it), so no "
+                                  "trace of the whole model exists; its children were traced on their own")
         ir.capture.opaque = [*((path, qualified_name(m), why[type(m)]) for path, m in modules),
                              *((path, qualified_name(m),
                                kept.get(path) or why.get(type(m)) or "inside an opaque leaf, without a handler")

@@ -33,6 +33,7 @@ from .handlers.opaque import check_allowed as check_opaque_allowed
 from .handlers.quant import restore_quantization
 from .leaf_copies import LeafCopies
 from .rebuild import graph_module
+from .run_safety.flops import AUTO, FlopBudget
 from .shared_code import CodeCache
 from .state import StateMap, load_into, read_state
 
@@ -41,7 +42,7 @@ Builder = Callable[[Implementation], nn.Module]
 
 class _Unset:
     def __repr__(self) -> str:
-        return "<the converter's max_bytes>"
+        return "<the converter's budget>"
 
 
 _CONVERTER_BUDGET: Any = _Unset()
@@ -73,7 +74,8 @@ class Ir2Torch:
     ``module_path``), tried before the allow-list.
 
     ``max_bytes`` is the memory budget of :meth:`convert` (see :mod:`ir2torch.budget`): ``"available"``
-    (default: the memory available when converting), a number of bytes, or ``None`` (no check).
+    (default: the memory available when converting), a number of bytes, or ``None`` (no check); ``max_flops`` its
+    compute budget per call (:mod:`ir2torch.run_safety.flops`): ``"auto"`` (default), FLOPs, or ``None``.
     """
 
     def __init__(self) -> None:
@@ -81,6 +83,7 @@ class Ir2Torch:
         self.allowlist = Allowlist()
         self.executors: Registry[str, Executor] = new_executor_registry()
         self.max_bytes: Budget = AVAILABLE
+        self.max_flops: FlopBudget = AUTO
         #: builders of opaque leaves by qualified class name (:meth:`register_opaque`), before the default one
         self.opaque_builders: dict[str, Builder] = {}
 
@@ -140,6 +143,7 @@ class Ir2Torch:
         new.allowlist = self.allowlist.copy()
         new.executors = self.executors.copy()
         new.max_bytes = self.max_bytes
+        new.max_flops = self.max_flops
         return new
 
     def convert(
@@ -153,6 +157,7 @@ class Ir2Torch:
         guard_inputs: bool = True,
         allow: Iterable[str] | None = None,
         fold_constants: bool = True,
+        max_flops: FlopBudget | _Unset = _CONVERTER_BUDGET,
     ) -> nn.Module:
         r"""Rebuild the model described by ``ir``, optionally loading state.
 
@@ -188,6 +193,9 @@ class Ir2Torch:
                 a relative-position index or an all-true mask) once per module and reuse them on later calls
                 (:mod:`ir2torch.constant_fold`); tracers, modes and transforms still see every op. ``False``
                 recomputes them on every call, as the IR's graph does. Not used for a FlatIR.
+            max_flops: the compute budget of one call (:mod:`ir2torch.run_safety.flops`), counted on fake tensors
+                with the memory probe before anything runs: ``"auto"`` (65 536 FLOPs per parameter, at least
+                10**12), FLOPs, or ``None`` (not counted); default: this converter's ``max_flops``.
 
         Raises:
             IRError: the IR is malformed or unsafe, a type has no builder, or the state
@@ -204,7 +212,7 @@ class Ir2Torch:
             worker = self.copy()
             worker.allowlist = self.allowlist.extended(allow)
             return worker.convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes,
-                                  guard_inputs=guard_inputs, fold_constants=fold_constants)
+                                  guard_inputs=guard_inputs, fold_constants=fold_constants, max_flops=max_flops)
         budget = self.max_bytes if isinstance(max_bytes, _Unset) else max_bytes
         flat = self._as_flat(ir)
         if flat is not None:
@@ -219,7 +227,8 @@ class Ir2Torch:
                 model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
                 del ir  # one read from a file is freed now, before the collector walks what was built
         with collector_paused():  # one small object per generated module: nothing to collect
-            install_budgets(model, budget, target_device(device), guarded=static_guard(model))
+            install_budgets(model, budget, target_device(device), guarded=static_guard(model),
+                            flops=self.max_flops if isinstance(max_flops, _Unset) else max_flops)
         if flat is None and custom:
             warnings.warn(f"ir2torch: {custom_backward_message('the converted model', custom)}",
                           CustomBackwardWarning, stacklevel=2)
@@ -362,7 +371,9 @@ def convert(
     guard_inputs: bool = True,
     allow: Iterable[str] | None = None,
     fold_constants: bool = True,
+    max_flops: FlopBudget = AUTO,
 ) -> nn.Module:
     """Rebuild ``ir`` with a default converter (see :meth:`Ir2Torch.convert`)."""
     return get_default_converter().convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes,
-                                           guard_inputs=guard_inputs, allow=allow, fold_constants=fold_constants)
+                                           guard_inputs=guard_inputs, allow=allow, fold_constants=fold_constants,
+                                           max_flops=max_flops)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 import threading
 import weakref
@@ -52,6 +53,7 @@ from common.safety import ALLOCATING_OPS
 
 from .budget import AVAILABLE, Budget, available_bytes, human
 from .op_preconditions import DATA_SIZES, PRECONDITIONS, check_preconditions, qualified
+from .run_safety.flops import FlopBudget, flop_limit, human_flops, op_flops
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -86,9 +88,10 @@ def inside_checked_call() -> bool:
 class _OverBudget(Exception):
     """Raised inside a probe; turned into :class:`ResourceBudgetError` once out of the generated code."""
 
-    def __init__(self, message: str, implementation: str | None, node: str | None) -> None:
+    def __init__(self, message: str, implementation: str | None, node: str | None, flops: bool = False) -> None:
         super().__init__(message)
         self.message, self.implementation, self.node = message, implementation, node
+        self.flops = flops  # the compute budget, not the memory budget
 
 
 class ForwardBudget:
@@ -99,19 +102,21 @@ class ForwardBudget:
         device: the device the module was rebuilt on (for ``"available"``).
         static: the module's input guard fixes every input (shapes, dtypes, constants): one probe covers
             every call it lets through.
+        flops: the compute budget of one call in FLOPs (:mod:`ir2torch.run_safety.flops`), ``None``: not counted.
     """
 
-    __slots__ = ("budget", "checked", "device", "probed", "static")
+    __slots__ = ("budget", "checked", "device", "flops", "probed", "static")
 
-    def __init__(self, budget: Budget, device: torch.device, static: bool = False) -> None:
+    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None) -> None:
         self.budget = budget
         self.device = device
         self.static = static
+        self.flops = flops
         self.probed: set[Any] = set()
         self.checked: set[Any] = set()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
-        return ForwardBudget(self.budget, self.device, self.static)  # a copy is probed again
+        return ForwardBudget(self.budget, self.device, self.static, self.flops)  # a copy is probed again
 
     def limit(self) -> int | None:
         """The budget in bytes now (``"available"`` is read at each probe)."""
@@ -124,14 +129,14 @@ class ForwardBudget:
 
     def call(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
         """``call(obj, *args, **kwargs)`` after the probe of its signature (or checked op by op)."""
-        if self.budget is None:  # no memory limit: only what kernels assume unchecked, op by op
+        if self.budget is None and self.flops is None:  # no limit: only what kernels assume unchecked, op by op
             return self._run_checked(obj, call, args, kwargs)
         signature = None if self.static else _signature(args, kwargs)
         if signature not in self.probed:
             if signature in self.checked:
                 return self._run_checked(obj, call, args, kwargs)
             limit = self.limit()
-            if limit is None:
+            if limit is None and self.flops is None:
                 _remember(self.probed, signature)
             elif not self._probe(obj, call, args, kwargs, limit):
                 _remember(self.checked, signature)
@@ -145,7 +150,7 @@ class ForwardBudget:
             _LOCAL.depth -= 1
 
     def _probe(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
-               limit: int) -> bool:
+               limit: int | None) -> bool:
         """Run the call on fake tensors; True when it fits, False when it cannot be told (data-dependent sizes).
 
         Raises:
@@ -164,7 +169,7 @@ class ForwardBudget:
                 fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
                 external.update(_storage_key(t) for t in pytree.tree_leaves((fake_args, fake_kwargs))
                                 if isinstance(t, torch.Tensor))
-                with _Tally(limit, self._where(obj), external):
+                with _Tally(limit, self._where(obj), external, self.flops):
                     call(obj, *fake_args, **fake_kwargs)
         except _OverBudget as over:
             raise _budget_error(over, limit, self) from None
@@ -185,12 +190,12 @@ class ForwardBudget:
         limit = self.limit()
         _LOCAL.depth += 1
         try:
-            with _Checked(limit, self._where(obj)):
+            with _Checked(limit, self._where(obj), self.flops):
                 return call(obj, *args, **kwargs)
         except IRError as exc:
             over = _over_budget(exc)
-            if over is not None and limit is not None:
-                raise _budget_error(over, limit, self) from None
+            if over is not None and (limit is not None or over.flops):
+                raise _budget_error(over, limit or 0, self) from None
             raise
         except _OverBudget as over:
             raise _budget_error(over, limit or 0, self) from None
@@ -324,11 +329,17 @@ def _undecidable(exc: BaseException) -> bool:
                            UnsupportedOperatorException)) is not None
 
 
-def _budget_error(over: _OverBudget, limit: int, budget: ForwardBudget) -> ResourceBudgetError:
+def _budget_error(over: _OverBudget, limit: int | None, budget: ForwardBudget) -> ResourceBudgetError:
+    if over.flops:
+        return ResourceBudgetError(
+            f"{over.message}, more than the compute budget of {human_flops(budget.flops or 0)} per call (max_flops); "
+            "nothing was run", implementation=over.implementation, node=over.node,
+            hint="if the model is trusted, raise the budget: ir2torch.convert(..., max_flops=<FLOPs>) (None "
+                 "disables the count)")
     device = "cpu" if budget.device.type == "meta" else budget.device.type
     source = "max_bytes" if isinstance(budget.budget, int) else f"the memory available on {device}"
     return ResourceBudgetError(
-        f"{over.message}, more than the forward budget of {human(limit)} ({source}); nothing was allocated",
+        f"{over.message}, more than the forward budget of {human(limit or 0)} ({source}); nothing was allocated",
         implementation=over.implementation, node=over.node,
         hint="if the model is trusted and the memory is there, raise the budget: ir2torch.convert(..., "
              "max_bytes=<bytes>) (None disables the check)")
@@ -399,9 +410,11 @@ class _Tally(TorchDispatchMode):
     """Under a ``FakeTensorMode``: the storage each op creates, kept while a tensor holds it; raises
     :class:`_OverBudget` when one op's output or the live total exceeds ``limit``."""
 
-    def __init__(self, limit: int, where: str | None, external: set[Any]) -> None:
+    def __init__(self, limit: int | None, where: str | None, external: set[Any], flops: int | None = None) -> None:
         super().__init__()
-        self.limit, self.where, self.external = limit, where, external
+        self.limit = limit if limit is not None else math.inf
+        self.where, self.external = where, external
+        self.flops = _Flops(flops, where)
         self.live: dict[int, list[int]] = {}  # storage id -> [bytes, tensors holding it]
         self.total = 0
         self.peak = 0
@@ -413,6 +426,7 @@ class _Tally(TorchDispatchMode):
             return _higher_order(self, func, args, kwargs or {}, both_branches=True)
         check_preconditions(func, args, kwargs or {})
         out = func(*args, **(kwargs or {}))
+        self.flops.add(func, args, kwargs or {}, out)
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self._hold(t, func)
@@ -459,12 +473,29 @@ class _Tally(TorchDispatchMode):
         raise _OverBudget(message, implementation or self.where, node)
 
 
+class _Flops:
+    """The FLOPs of one call so far (:func:`~ir2torch.run_safety.flops.op_flops`), against ``limit``."""
+
+    def __init__(self, limit: int | None, where: str | None) -> None:
+        self.limit, self.where, self.total = limit, where, 0
+
+    def add(self, func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> None:
+        if self.limit is None:
+            return
+        self.total += op_flops(func, args, kwargs, out)
+        if self.total > self.limit:
+            implementation, node = _node_of_frame()
+            raise _OverBudget(f"{func} would bring the call to {human_flops(self.total)}",
+                              implementation or self.where, node, flops=True)
+
+
 class _Checked(TorchDispatchMode):
     """Runs each op for real after measuring its output on fake tensors (sizes that depend on data)."""
 
-    def __init__(self, limit: int | None, where: str | None) -> None:
+    def __init__(self, limit: int | None, where: str | None, flops: int | None = None) -> None:
         super().__init__()
         self.limit, self.where = limit, where
+        self.flops = _Flops(flops, where)
         self._fake: Any = None
 
     supports_higher_order_operators = True
@@ -474,7 +505,7 @@ class _Checked(TorchDispatchMode):
         if isinstance(func, torch._ops.HigherOrderOperator):
             return _higher_order(self, func, args, kwargs, both_branches=False)
         check_preconditions(func, args, kwargs)
-        if self.limit is not None:
+        if self.limit is not None or self.flops.limit is not None:
             self._measure(func, args, kwargs)
         return func(*args, **kwargs)
 
@@ -492,8 +523,11 @@ class _Checked(TorchDispatchMode):
             if not _undecidable(exc):
                 return  # the real op raises its own error (its checks differ from the fake's at times: grouped_mm)
             out = None
+        if out is not None:
+            self.flops.add(func, fargs, fkwargs, out)
         limit = self.limit
-        assert limit is not None
+        if limit is None:
+            return
         inputs = sum(t.numel() * t.element_size() for t in pytree.tree_leaves((args, kwargs))
                      if isinstance(t, torch.Tensor) and t.layout is torch.strided)
         for t in pytree.tree_leaves(out):
@@ -538,7 +572,8 @@ def _names_precondition_ops(module: nn.Module) -> bool:
                for node in graph.nodes)
 
 
-def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool) -> None:
+def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool,
+                    flops: FlopBudget = None) -> None:
     """Give every module of ``root`` whose forward is generated code a :class:`ForwardBudget`.
 
     Args:
@@ -548,14 +583,16 @@ def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guard
         device: the device it was rebuilt on (``meta`` included: factory ops of the graph run on the device they
             record, usually the CPU).
         guarded: the root has an input guard fixing every input (one probe covers every call).
+        flops: the compute budget (:func:`~ir2torch.run_safety.flops.flop_limit`: ``"auto"``, FLOPs or ``None``).
     """
+    flop_count = flop_limit(flops, root)
     for module in root.modules():
         if getattr(type(module), "_wrapped_call", None) is None:
             continue
-        if budget is None and not _names_precondition_ops(module):
+        if budget is None and flop_count is None and not _names_precondition_ops(module):
             continue  # nothing to measure and nothing a kernel assumes unchecked
         static = guarded and module is root
-        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static)
+        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count)
 
 
 __all__ = ["BUDGET_ATTR", "MAX_SIGNATURES", "ForwardBudget", "inside_checked_call", "install_budgets", "skip_budget",

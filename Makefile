@@ -6,7 +6,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-zoo lint clean
+.PHONY: install demo test test-zoo lint clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,15 @@ lint: $(STAMP)
 # --durations=25 lists the slowest tests at the end of every run (where the suite's time goes).
 # `make test` is the everyday suite; `make test-zoo` runs what it leaves out (the tests marked `zoo`: real-model
 # corpora, quantization stacks, long property and fuzz runs; the list is ZOO in tests/conftest.py). .ci/run runs both.
-test: lint
+# The view's tests run in headless Chromium: `browser` installs the distribution's package when it is missing
+# (scripts/install_browser.sh; CHROMIUM=<path> names another one).
+CHROMIUM ?= /usr/bin/chromium
+export CHROMIUM
+
+browser:
+	@scripts/install_browser.sh
+
+test: lint browser
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup --durations=25 -m "not zoo" $(PYTEST_ARGS)
 
 # The ecosystem packages (torchvision, timm, diffusers) go to their own folder, not into .venv: this torch build

@@ -1,19 +1,21 @@
 """Headless Chromium (Debian's ``chromium`` package) driven from the tests: the page's DOM after its scripts ran,
 a screenshot, and a PNG's pixels.
 
-The browser is a requirement of the test suite, not an option: without ``/usr/bin/chromium`` a test that needs it
-fails, naming the package to install (``.ci/run`` installs it).
+The browser is a requirement of the test suite, not an option: ``make test`` installs it when missing
+(``scripts/install_browser.sh``); without it (``/usr/bin/chromium``, or the ``CHROMIUM`` environment variable's
+path) a test that needs it fails, naming the package to install.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(os.environ.get("CHROMIUM") or "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -21,7 +23,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def _chromium(args: list[str], profile: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     if not CHROMIUM.is_file():
         pytest.fail(f"{CHROMIUM} is missing: the interactive view is tested in a real browser; install Debian's "
-                    "chromium package (apt-get install -y chromium), as .ci/run does", pytrace=False)
+                    "chromium package (apt-get install -y chromium), as make test does, or set CHROMIUM=<path>",
+                    pytrace=False)
     profile.mkdir(parents=True, exist_ok=True)
     return subprocess.run([str(CHROMIUM), *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True,
                           text=True, timeout=timeout, check=False)

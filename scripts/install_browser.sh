@@ -14,3 +14,7 @@ sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
 echo "make test: installing Chromium (apt-get install chromium) for the view's browser tests" >&2
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+if [ ! -x "$browser" ]; then
+  echo "make test: apt-get installed chromium, but $browser is still missing: pass CHROMIUM=<path>" >&2
+  exit 1
+fi

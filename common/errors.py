@@ -18,6 +18,19 @@ _TENSOR_REPR = re.compile(r"\btensor\(")
 _CLOSING = {"(": ")", "[": "]", "{": "}"}
 
 
+#: An error listing keys, nodes or problems shows this many, then how many more.
+SHOWN = 12
+
+
+def listing(lines: list[str], shown: int = SHOWN, sep: str = "\n  ") -> str:
+    """The first ``shown`` of ``lines`` joined by ``sep``, then ``... and N more`` (a state dict of 510 mismatching
+    keys is one readable error, not 510 lines)."""
+    text = sep.join(lines[:shown])
+    if len(lines) > shown:
+        text += f"{sep}... and {len(lines) - shown} more"
+    return text
+
+
 def without_values(text: str) -> str:
     """``text`` with each printed tensor (``tensor([[0.1, ...]], grad_fn=...)``) shortened to ``tensor(...)``.
 
@@ -209,6 +222,8 @@ class InputMismatchError(IRError):
 
 
 __all__ = [
+    "SHOWN",
+    "listing",
     "ArgumentMismatchError",
     "BuildError",
     "ConversionError",

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from .errors import IRFormatError, StateDictError
+from .errors import SHOWN, IRFormatError, StateDictError, listing
 from .ir import IR
 from .json_files import loads_json
 from .quantized_tensors import QUANTIZED_KEY, from_stored, read_records, to_stored
@@ -180,7 +180,8 @@ def remap_state_dict(
             (unknown, "keys of the state dict are no recorded state entry"),
             (problems, "tensors do not fit their records")) if lines]
         raise StateDictError(
-            "; ".join(counts) + ":\n  " + "\n  ".join(listed),
+            "; ".join(counts) + ":\n  " + "\n  ".join(
+                listing(lines, SHOWN // 2) for lines in (missing, unknown, problems) if lines),
             key=listed[0].split(":", 1)[0],
             hint="pass the original model's state dict (for an IR you rewrote: remap_state_dict(state_dict, ir), "
                  "which keeps only the IR's entries), or strict=False to leave missing entries uninitialised "
@@ -227,7 +228,7 @@ def check_state_dict(expected: Mapping[str, torch.Tensor], given: Mapping[str, A
         problems += [f"{k}: missing from the state dict" for k in expected if k not in given]
     if problems:
         raise StateDictError(
-            f"the state dict does not fit the rebuilt model ({len(problems)} problems):\n  " + "\n  ".join(problems),
+            f"the state dict does not fit the rebuilt model ({len(problems)} problems):\n  " + listing(problems),
             hint="remap it with common.remap_state_dict(state_dict, ir), declare a state_map on your override, "
             "or pass strict=False",
         )

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from common.errors import IRFormatError, StateDictError
+from common.errors import IRFormatError, StateDictError, listing
 from common.ir import IR, parent_key
 from common.state_dict import record_mismatch
 
@@ -178,7 +178,7 @@ def restore_tensors(ir: IR, modules: Mapping[str, nn.Module], device: torch.devi
     if problems:
         raise IRFormatError(
             f"the IR's tensors (ir.tensors, the .safetensors beside the JSON) do not fit its state records "
-            f"({len(problems)} problems):\n  " + "\n  ".join(problems),
+            f"({len(problems)} problems):\n  " + listing(problems),
             key=problems[0].split(":", 1)[0],
             hint="ir.tensors holds only values of recorded non-persistent buffers and constants, "
                  "of the recorded shape and dtype; re-save the IR from the model",
@@ -223,7 +223,7 @@ def restore_unsaved(ir: IR, modules: Mapping[str, nn.Module], state: Mapping[str
             found.append((prefix + name, value))
     if wrong:
         raise StateDictError(
-            f"{len(wrong)} tensor(s) outside the state dict do not fit their records:\n  " + "\n  ".join(wrong),
+            f"{len(wrong)} tensor(s) outside the state dict do not fit their records:\n  " + listing(wrong),
             key=wrong[0].split(":", 1)[0], hint="pass the original model's buffers",
         )
     for path, value in found:
@@ -231,7 +231,7 @@ def restore_unsaved(ir: IR, modules: Mapping[str, nn.Module], state: Mapping[str
         _put(owner, attr, value, path)
     if missing:
         raise StateDictError(
-            f"no value for {len(missing)} tensor(s) outside the state dict: {', '.join(missing)} "
+            f"no value for {len(missing)} tensor(s) outside the state dict: {listing(missing, sep=', ')} "
             "(non-persistent buffers or constants of a model converted on the meta device)",
             key=missing[0],
             hint="pass them with the weights: {**model.state_dict(), **dict(model.named_buffers())}, "

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.errors import StateDictError
+from common.errors import StateDictError, listing
 from common.flat import FlatIR, WeightMeta
 from common.values import dtype_from_name, dtype_name
 
@@ -120,7 +120,7 @@ def resolve_weights(
         chosen[key] = tensor
     if problems:
         raise StateDictError(
-            f"the state does not fit the FlatIR's weights ({len(problems)} problems):\n  " + "\n  ".join(problems),
+            f"the state does not fit the FlatIR's weights ({len(problems)} problems):\n  " + listing(problems),
             key=problems[0].split(":", 1)[0], hint=_MISSING_HINT,
         )
     check_budget(_allocated(flat, chosen, target), _BUDGET.get(), target_device(device), what="weight")

@@ -11,7 +11,7 @@ import networkx as nx
 import torch
 from torch import fx, nn
 
-from common.errors import ConversionError, IRError
+from common.errors import ConversionError, IRError, listing
 from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
 from common.notes import CUSTOM_BACKWARD_KEY
 from common.safety import Allowlist, function_names, required_ops_error
@@ -366,7 +366,7 @@ def _sync_call_types(ir: IR, called: Collection[str] | None = None) -> None:
 def _raise(problems: list[Problem]) -> None:
     if not problems:
         return
-    lines = "\n".join(f"  - {where}: {message} (fix: {hint})" for where, message, hint in problems)
+    lines = "  " + listing([f"- {where}: {message} (fix: {hint})" for where, message, hint in problems], sep="\n  ")
     raise ConversionError(f"{len(problems)} unsupported construct(s):\n{lines}",
                           implementation=problems[0][0], hint="see the list above; each line names its module")
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from common.errors import StateDictError
+from common.errors import StateDictError, listing
 from common.ir import IR
 from common.state_dict import record_mismatch, remap_state_dict, state_entries
 
@@ -128,7 +128,7 @@ def output_state(ir: IR, state: dict[str, torch.Tensor] | None, new: Mapping[str
         out[path] = value
     if problems:
         raise StateDictError(f"the rewritten state does not fit the rewritten IR ({len(problems)} problems):\n  "
-                             + "\n  ".join(problems), key=problems[0].split(":", 1)[0],
+                             + listing(problems), key=problems[0].split(":", 1)[0],
                              hint="the state transform must return every state entry of the new implementation")
     return out
 

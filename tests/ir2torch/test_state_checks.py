@@ -185,3 +185,15 @@ def test_an_alias_may_not_replace_a_stored_tensor(tmp_path):
         load_safetensors(path)
     saved = save_safetensors({"a": torch.ones(2)} | {"c": torch.zeros(1)}, tmp_path / "ok.safetensors")
     assert sorted(load_safetensors(saved)) == ["a", "c"]
+
+
+def test_a_state_dict_error_lists_the_first_keys_of_each_kind_and_counts_the_rest() -> None:
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(30)])
+    ir = torch2ir.convert(model, (torch.randn(2, 4),))
+    renamed = {f"{k}x": v for k, v in model.state_dict().items()}
+    with pytest.raises(StateDictError) as info:
+        ir2torch.convert(ir, renamed)
+    text = str(info.value)
+    assert "60 entries of the IR are missing" in text and "60 keys of the state dict are no recorded" in text
+    assert text.count("... and 54 more") == 2 and "0.weightx: unexpected key" in text
+    assert len(text.splitlines()) < 20  # not 120 lines

@@ -86,6 +86,7 @@ class VerifyReport:
     #: module path ("root" for the model) -> largest max abs diff over its compared calls (inf: shapes differ);
     #: ``ir2torch verify --report`` writes it, ``ir2torch view --overlay`` draws it
     module_diffs: dict[str, float] = field(default_factory=dict)
+    tolerance: str = ""  # the tolerance used, in words
 
     def __str__(self) -> str:
         lines = [
@@ -93,6 +94,12 @@ class VerifyReport:
             f"{self.calls_compared} module calls compared, {self.unmatched_calls} unmatched, "
             f"{len(self.skipped_keys)} skipped)"
         ]
+        if self.tolerance:
+            lines.append(f"tolerance: {self.tolerance}")
+        if self.unmatched_calls:
+            lines.append(f"unmatched: {self.unmatched_calls} module calls ran in one model only, so they were not "
+                         f"compared ({', '.join(self.unmatched_keys[:5])}{', ...' if self.unmatched_calls > 5 else ''})"
+                         ": modules a rewrite removed or merged, or a rebuild's leaves that call no submodule")
         if self.structure_mismatch:
             lines.append(f"structure mismatch: {self.structure_mismatch}")
         rows = [("output", "shape", "dtype", "max abs diff", "status")]
@@ -122,6 +129,7 @@ def verify(
     rtol: float = 1e-5,
     seed: int | None = 0,
     rewritten: Any = None,
+    scale: bool = False,
 ) -> VerifyReport:
     """Run ``original`` and ``rebuilt`` on ``args``/``kwargs`` under ``torch.no_grad()`` and compare them.
 
@@ -140,7 +148,8 @@ def verify(
         rebuilt: the model that should compute the same thing (e.g. from ``ir2torch.convert``).
         args: positional inputs of both forward passes.
         kwargs: keyword inputs of both forward passes.
-        atol: absolute tolerance.
+        atol: absolute tolerance; with ``scale``, relative to each compared tensor's largest finite magnitude
+            (at least 1): ``atol * max(1, max|original|)``.
         rtol: relative tolerance.
         seed: ``torch.manual_seed`` applied before each forward pass (``None``: leave the random state alone,
             so train-mode models with dropout differ).
@@ -149,6 +158,9 @@ def verify(
             folded in) is compared with the *last* original module it replaces (the batch norm), by the
             provenance records of the IR; where their outputs differ in shape (a fused QKV projection) the call
             is skipped.
+        scale: scale ``atol`` by each tensor's largest magnitude: a model with random weights reaches outputs of
+            1e7 and more, where an element near zero differs by rounding of the large ones (a folded batch norm
+            is then correct and fails a fixed ``atol``). The report says which tolerance it used.
 
     Returns:
         A :class:`VerifyReport` on the final outputs and on the first diverging module call.
@@ -167,7 +179,9 @@ def verify(
         mapped = {paths[p] for p, _, _ in calls_r if p in paths and paths[p] != p}
         calls_r = [(paths.get(p, p), n, output) for p, n, output in calls_r]
 
-    report = VerifyReport(ok=True, max_abs_diff=0.0)
+    report = VerifyReport(ok=True, max_abs_diff=0.0, tolerance=(
+        f"atol {atol:g} x each tensor's largest magnitude (at least 1), rtol {rtol:g}" if scale
+        else f"atol {atol:g}, rtol {rtol:g}"))
     paths_o, leaves_o = _flatten(out_o)
     paths_r, leaves_r = _flatten(out_r)
     difference = _structure_difference(out_o, out_r)
@@ -178,7 +192,7 @@ def verify(
         )
     if len(leaves_o) == len(leaves_r):
         for path, a, b in zip(paths_o, leaves_o, leaves_r):
-            ok, diff = _compare_leaf(a, b, atol, rtol)
+            ok, diff = _compare_leaf(a, b, atol, rtol, scale)
             tensor = isinstance(a, torch.Tensor)
             shape = tuple(a.shape) if tensor else None
             dtype = _kind(a) if _kind(a) == _kind(b) else f"{_kind(a)} -> {_kind(b)}"
@@ -201,7 +215,7 @@ def verify(
             report.skipped_keys.append(_call_key(path, n))  # e.g. a rebuilt module returning only the outputs used
             continue
         report.calls_compared += 1
-        ok, diff = _compare_leaves(pytree.tree_leaves(output), pytree.tree_leaves(other), atol, rtol)
+        ok, diff = _compare_leaves(pytree.tree_leaves(output), pytree.tree_leaves(other), atol, rtol, scale)
         key = path or "root"
         report.module_diffs[key] = max(report.module_diffs.get(key, 0.0), diff)
         if not ok:
@@ -350,16 +364,17 @@ def _kind(leaf: Any) -> str:
     return str(leaf.dtype) if isinstance(leaf, torch.Tensor) else type(leaf).__name__
 
 
-def _compare_leaves(xs: list[Any], ys: list[Any], atol: float, rtol: float) -> tuple[bool, float]:
+def _compare_leaves(xs: list[Any], ys: list[Any], atol: float, rtol: float,
+                    scale: bool = False) -> tuple[bool, float]:
     """Whether two equally long lists of leaves match pairwise, and their largest max abs diff."""
     ok, worst = True, 0.0
     for x, y in zip(xs, ys):
-        leaf_ok, diff = _compare_leaf(x, y, atol, rtol)
+        leaf_ok, diff = _compare_leaf(x, y, atol, rtol, scale)
         ok, worst = ok and leaf_ok, max(worst, diff)
     return ok, worst
 
 
-def _compare_leaf(a: Any, b: Any, atol: float, rtol: float) -> tuple[bool, float]:
+def _compare_leaf(a: Any, b: Any, atol: float, rtol: float, scale: bool = False) -> tuple[bool, float]:
     """Whether two leaves match and their max abs diff (0.0 for equal non-tensors, inf for differing kinds/types)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape:
@@ -368,6 +383,8 @@ def _compare_leaf(a: Any, b: Any, atol: float, rtol: float) -> tuple[bool, float
         diff = _max_abs_diff(a, b)
         if a.dtype != b.dtype:
             return False, diff
+        if scale:
+            atol = atol * max(1.0, _magnitude(a))
         return bool(torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)), diff
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) or type(a) is not type(b):
         return False, math.inf
@@ -378,6 +395,15 @@ def _compare_leaf(a: Any, b: Any, atol: float, rtol: float) -> tuple[bool, float
     except (TypeError, ValueError, RuntimeError):  # e.g. arrays whose == is elementwise
         equal = False
     return equal, 0.0 if equal else math.inf
+
+
+def _magnitude(a: torch.Tensor) -> float:
+    """The largest finite ``|a|`` (0 for an empty or non-floating tensor)."""
+    if a.numel() == 0 or not (a.is_floating_point() or a.is_complex()):
+        return 0.0
+    values = a.detach().abs().double()
+    finite = values[torch.isfinite(values)]
+    return float(finite.max()) if finite.numel() else 0.0
 
 
 def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:

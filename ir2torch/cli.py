@@ -105,7 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --against: the weights of ORIGINAL")
     verify.add_argument("--report", type=Path, metavar="REPORT.json", help="also write each module's max abs diff "
                         "as JSON ({module path: number}; null where shapes differ), for ir2torch view --overlay")
-    verify.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    verify.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5; scaled by each "
+                        "output's largest magnitude unless --tolerance absolute)")
+    verify.add_argument("--tolerance", choices=("scaled", "absolute"), default="scaled",
+                        help="scaled (default): atol x each tensor's largest magnitude (at least 1), so outputs of "
+                        "1e7 from random weights are compared at their own scale; absolute: atol as given")
     verify.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
     add_allow_op(verify)
     add_common_options(verify)
@@ -214,7 +218,8 @@ def _verify(options: argparse.Namespace) -> int:
                                    f"{options.file.name} was converted from") from exc
         with bar.stage("verify"):
             try:
-                report = verify(model, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol)
+                report = verify(model, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol,
+                                scale=options.tolerance == "scaled")
             except VerificationError as exc:
                 raise _forward_failed(exc, options) from exc
     print(report)
@@ -255,7 +260,7 @@ def _verify_against(options: argparse.Namespace) -> int:
         with bar.stage("verify"):
             try:
                 report = verify(original, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol,
-                                rewritten=rewritten)
+                                rewritten=rewritten, scale=options.tolerance == "scaled")
             except VerificationError as exc:
                 cause = exc.__cause__ if exc.__cause__ is not None else exc
                 if str(exc).startswith("the rebuilt model"):

@@ -102,6 +102,8 @@ def add_rewrite_command(commands: Any) -> None:
     cmd.add_argument("--vocab", type=int, default=100, metavar="N", help="integer inputs drawn from [0, N)")
     cmd.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance of --verify (default 1e-5)")
     cmd.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance of --verify (default 1e-5)")
+    cmd.add_argument("--tolerance", choices=("scaled", "absolute"), default="scaled",
+                     help="--verify's atol: scaled by each tensor's largest magnitude (default) or absolute")
     add_allow_op(cmd)
     add_common_options(cmd)
     cmd.set_defaults(func=rewrite_command)
@@ -164,7 +166,8 @@ def _verify(options: argparse.Namespace, ir: Any, state: Any, new_ir: Any, new_s
                                vocab=options.vocab, extra=parse_json_option(options.kwargs, "--kwargs"))
     original = convert(ir, state, allow=options.allow_op)
     rebuilt = convert(new_ir, new_state, allow=options.allow_op)
-    return verify(original, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol, rewritten=new_ir)
+    return verify(original, rebuilt, args, kwargs, atol=options.atol, rtol=options.rtol, rewritten=new_ir,
+                  scale=options.tolerance == "scaled")
 
 
 __all__ = ["PASSES", "add_rewrite_command", "rewrite_command"]

@@ -323,3 +323,26 @@ def test_train_mode_dropout_is_compared_from_the_same_seed():
     assert verify(model, twin, (x,), seed=7).ok
     unseeded = verify(model, twin, (x,), seed=None)
     assert not unseeded.ok and unseeded.first_divergence.path == "1"
+
+
+class _Huge(nn.Module):
+    """Outputs of 1e7 next to values near zero (as random-weight networks give)."""
+
+    def __init__(self, rounding: float = 0.0) -> None:
+        super().__init__()
+        self.rounding = rounding
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.stack([x.sum() * 1e7, x.sum() * 1e-3])
+        return out + torch.tensor([0.0, self.rounding])
+
+
+def test_a_scaled_tolerance_compares_each_tensor_at_its_own_magnitude() -> None:
+    x = torch.ones(4)
+    original, rebuilt = _Huge(), _Huge(rounding=1e-3)  # 1e-3 off on the small element: a rounding of 4e7
+    absolute = verify(original, rebuilt, (x,))
+    assert not absolute.ok and absolute.tolerance == "atol 1e-05, rtol 1e-05"
+    scaled = verify(original, rebuilt, (x,), scale=True)
+    assert scaled.ok and "largest magnitude" in scaled.tolerance and "tolerance: atol 1e-05 x" in str(scaled)
+    far = verify(original, _Huge(rounding=1e3), (x,), scale=True)  # beyond 1e-5 x 4e7 = 400: still a failure
+    assert not far.ok

@@ -47,13 +47,14 @@ from torch.nn.modules import module as _module
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
-from common.errors import ExecutionError, IRError, ResourceBudgetError
+from common.errors import ExecutionError, IRError, ResourceBudgetError, UnsafeTargetError
 from common.names import GENERATED_ATTRS
 from common.safety import ALLOCATING_OPS
 
 from .budget import AVAILABLE, Budget, available_bytes, human
 from .op_preconditions import DATA_SIZES, PRECONDITIONS, check_preconditions, qualified
 from .run_safety.flops import FlopBudget, flop_limit, human_flops, op_flops
+from .run_safety.writes import caller_write, writes_in_place
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -88,10 +89,12 @@ def inside_checked_call() -> bool:
 class _OverBudget(Exception):
     """Raised inside a probe; turned into :class:`ResourceBudgetError` once out of the generated code."""
 
-    def __init__(self, message: str, implementation: str | None, node: str | None, flops: bool = False) -> None:
+    def __init__(self, message: str, implementation: str | None, node: str | None, flops: bool = False,
+                 write: bool = False) -> None:
         super().__init__(message)
         self.message, self.implementation, self.node = message, implementation, node
         self.flops = flops  # the compute budget, not the memory budget
+        self.write = write  # a write into the caller's tensors (ir2torch.run_safety.writes)
 
 
 class ForwardBudget:
@@ -167,9 +170,9 @@ class ForwardBudget:
                     FakeTensorMode(allow_fallback_kernels=False) as mode, \
                     _fake_state(obj, mode) as external:
                 fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
-                external.update(_storage_key(t) for t in pytree.tree_leaves((fake_args, fake_kwargs))
-                                if isinstance(t, torch.Tensor))
-                with _Tally(limit, self._where(obj), external, self.flops):
+                inputs = _storages((fake_args, fake_kwargs))
+                external.update(inputs)
+                with _Tally(limit, self._where(obj), external, self.flops, inputs):
                     call(obj, *fake_args, **fake_kwargs)
         except _OverBudget as over:
             raise _budget_error(over, limit, self) from None
@@ -190,11 +193,11 @@ class ForwardBudget:
         limit = self.limit()
         _LOCAL.depth += 1
         try:
-            with _Checked(limit, self._where(obj), self.flops):
+            with _Checked(limit, self._where(obj), self.flops, _storages((args, kwargs))):
                 return call(obj, *args, **kwargs)
         except IRError as exc:
             over = _over_budget(exc)
-            if over is not None and (limit is not None or over.flops):
+            if over is not None and (limit is not None or over.flops or over.write):
                 raise _budget_error(over, limit or 0, self) from None
             raise
         except _OverBudget as over:
@@ -329,7 +332,11 @@ def _undecidable(exc: BaseException) -> bool:
                            UnsupportedOperatorException)) is not None
 
 
-def _budget_error(over: _OverBudget, limit: int | None, budget: ForwardBudget) -> ResourceBudgetError:
+def _budget_error(over: _OverBudget, limit: int | None, budget: ForwardBudget) -> IRError:
+    if over.write:
+        return UnsafeTargetError(f"{over.message}; nothing was written", implementation=over.implementation,
+                                 node=over.node, hint="the file is corrupt or hostile: a converted model's graph "
+                                 "writes in place only into its own intermediate values")
     if over.flops:
         return ResourceBudgetError(
             f"{over.message}, more than the compute budget of {human_flops(budget.flops or 0)} per call (max_flops); "
@@ -410,10 +417,11 @@ class _Tally(TorchDispatchMode):
     """Under a ``FakeTensorMode``: the storage each op creates, kept while a tensor holds it; raises
     :class:`_OverBudget` when one op's output or the live total exceeds ``limit``."""
 
-    def __init__(self, limit: int | None, where: str | None, external: set[Any], flops: int | None = None) -> None:
+    def __init__(self, limit: int | None, where: str | None, external: set[Any], flops: int | None = None,
+                 inputs: set[Any] | None = None) -> None:
         super().__init__()
         self.limit = limit if limit is not None else math.inf
-        self.where, self.external = where, external
+        self.where, self.external, self.inputs = where, external, inputs or set()
         self.flops = _Flops(flops, where)
         self.live: dict[int, list[int]] = {}  # storage id -> [bytes, tensors holding it]
         self.total = 0
@@ -425,6 +433,7 @@ class _Tally(TorchDispatchMode):
         if isinstance(func, torch._ops.HigherOrderOperator):
             return _higher_order(self, func, args, kwargs or {}, both_branches=True)
         check_preconditions(func, args, kwargs or {})
+        _no_caller_write(func, args, kwargs or {}, self.inputs, self.where)
         out = func(*args, **(kwargs or {}))
         self.flops.add(func, args, kwargs or {}, out)
         for t in pytree.tree_leaves(out):
@@ -473,6 +482,18 @@ class _Tally(TorchDispatchMode):
         raise _OverBudget(message, implementation or self.where, node)
 
 
+def _storages(tree: Any) -> set[Any]:
+    """The storage keys of the tensors in ``tree``."""
+    return {_storage_key(t) for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)}
+
+
+def _no_caller_write(func: Any, args: tuple, kwargs: dict[str, Any], inputs: set[Any], where: str | None) -> None:
+    why = caller_write(func, args, kwargs, inputs, _storage_key)
+    if why is not None:
+        implementation, node = _node_of_frame()
+        raise _OverBudget(why, implementation or where, node, write=True)
+
+
 class _Flops:
     """The FLOPs of one call so far (:func:`~ir2torch.run_safety.flops.op_flops`), against ``limit``."""
 
@@ -492,9 +513,10 @@ class _Flops:
 class _Checked(TorchDispatchMode):
     """Runs each op for real after measuring its output on fake tensors (sizes that depend on data)."""
 
-    def __init__(self, limit: int | None, where: str | None, flops: int | None = None) -> None:
+    def __init__(self, limit: int | None, where: str | None, flops: int | None = None,
+                 inputs: set[Any] | None = None) -> None:
         super().__init__()
-        self.limit, self.where = limit, where
+        self.limit, self.where, self.inputs = limit, where, inputs or set()
         self.flops = _Flops(flops, where)
         self._fake: Any = None
 
@@ -505,6 +527,7 @@ class _Checked(TorchDispatchMode):
         if isinstance(func, torch._ops.HigherOrderOperator):
             return _higher_order(self, func, args, kwargs, both_branches=False)
         check_preconditions(func, args, kwargs)
+        _no_caller_write(func, args, kwargs, self.inputs, self.where)
         if self.limit is not None or self.flops.limit is not None:
             self._measure(func, args, kwargs)
         return func(*args, **kwargs)
@@ -564,12 +587,13 @@ def static_guard(root: nn.Module) -> bool:
 
 
 def _names_precondition_ops(module: nn.Module) -> bool:
-    """Whether ``module``'s own graph calls an op of :data:`~ir2torch.op_preconditions.PRECONDITIONS`."""
+    """Whether ``module``'s own graph calls an op of :data:`~ir2torch.op_preconditions.PRECONDITIONS`, or one that
+    writes an argument in place (checked not to write its caller's tensors, :mod:`ir2torch.run_safety.writes`)."""
     graph = getattr(module, "graph", None)
     if not isinstance(graph, torch.fx.Graph):
         return False
-    return any(node.op == "call_function" and qualified(getattr(node.target, "overload", node.target)) in PRECONDITIONS
-               for node in graph.nodes)
+    targets = [getattr(node.target, "overload", node.target) for node in graph.nodes if node.op == "call_function"]
+    return any(qualified(target) in PRECONDITIONS or writes_in_place(target) for target in targets)
 
 
 def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool,

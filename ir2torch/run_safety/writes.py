@@ -1,0 +1,56 @@
+"""A rebuilt model never writes into its caller's tensors.
+
+A file may name in-place and ``out=`` operators (``aten.add_``, ``aten.zeros.out``, ``aten.resize_``): real
+graphs use them on their own intermediate values (``ReLU(inplace=True)``). Aimed at an input, they would resize
+or overwrite the caller's tensor, memory the model does not own and the memory budget does not count. The
+forward's probe (and a checked call, op by op) therefore refuses an operator that writes a tensor sharing storage
+with one of the call's inputs, before it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+
+def written(func: Any, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(argument name, tensor)`` of each tensor argument ``func``'s schema marks as written (``self`` of an
+    in-place op, ``out=``)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return
+    for index, argument in enumerate(schema.arguments):
+        info = argument.alias_info
+        if info is None or not info.is_write:
+            continue
+        if argument.kwarg_only or index >= len(args):
+            value = kwargs.get(argument.name)
+        else:
+            value = args[index]
+        for tensor in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(tensor, torch.Tensor):
+                yield argument.name, tensor
+
+
+def writes_in_place(func: Any) -> bool:
+    """Whether ``func``'s schema marks an argument as written."""
+    schema = getattr(func, "_schema", None)
+    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def caller_write(func: Any, args: tuple, kwargs: dict[str, Any], inputs: set[Any],
+                 key: Callable[[torch.Tensor], Any]) -> str | None:
+    """Why ``func`` may not run (it writes a tensor whose storage ``key`` is one of the call's ``inputs``), or
+    ``None``."""
+    if not inputs:
+        return None
+    for name, tensor in written(func, args, kwargs):
+        if key(tensor) in inputs:
+            return (f"{func} writes its argument {name!r} in place, which shares memory with an input of the call: "
+                    "a rebuilt model never resizes or overwrites its caller's tensors")
+    return None
+
+
+__all__ = ["caller_write", "writes_in_place", "written"]

@@ -1,0 +1,73 @@
+"""A rebuilt model never writes into its caller's tensors (:mod:`ir2torch.run_safety.writes`): a file whose graph
+aims an in-place or ``out=`` operator at an input (or a view of one) is refused at the call, before the write,
+with an ``IRError``; the caller's tensor keeps its values and size. In-place operators on the graph's own values,
+which real conversions emit (``ReLU(inplace=True)``), run as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import ir2torch
+import torch2ir
+from common.errors import IRError
+
+
+class _InPlace(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y.add_(1)
+        return torch.relu_(y)
+
+
+def _saved(tmp_path: Path) -> tuple[Path, dict]:
+    path = torch2ir.convert(_InPlace(), (torch.randn(3),)).save(tmp_path / "m.ir.json")
+    return path, json.loads(path.read_text())
+
+
+def _planted(tmp_path: Path, doc: dict, node: dict) -> Path:
+    """``doc`` with node ``add_`` replaced by ``node``'s fields, its in-edges made to fit its references."""
+    root = doc["implementations"]["root"]
+    root["nodes"]["add_"] = {**root["nodes"]["add_"], **node}
+    planted = root["nodes"]["add_"]
+    edges = [e for e in root["edges"] if e["dst"] != "add_"]
+    for slot, value in [*enumerate(planted["args"]), *planted.get("kwargs", {}).items()]:
+        if isinstance(value, dict) and "$ref" in value:
+            edges.append({"src": value["$ref"], "dst": "add_", "slot": slot})
+    root["edges"] = edges
+    path = tmp_path / "hostile.ir.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+X = {"$ref": "x"}
+
+
+@pytest.mark.parametrize("node", [
+    {"args": [X, 1]},  # add_ on the input itself
+    {"implementation": "aten.resize_.default", "args": [X, [100000]]},  # the caller's tensor resized
+    {"implementation": "aten.zeros.out", "args": [[3]], "kwargs": {"out": X}},  # out= into the input
+    {"implementation": "aten.fill_.Scalar", "args": [X, 7.0]},
+    {"implementation": "aten.copy_.default", "args": [X, {"$ref": "mul"}]},
+], ids=["add_", "resize_", "zeros.out", "fill_", "copy_"])
+@pytest.mark.parametrize("max_bytes", ["available", None], ids=["probed", "checked"])
+def test_a_write_into_the_callers_tensor_is_refused_before_it_happens(tmp_path, node, max_bytes) -> None:
+    _, doc = _saved(tmp_path)
+    model = ir2torch.convert(_planted(tmp_path, doc, node), max_bytes=max_bytes, max_flops=None)
+    x = torch.arange(3.0)
+    with pytest.raises(IRError, match="shares memory with an input of the call") as info:
+        model(x)
+    assert info.value.node == "add_"
+    assert torch.equal(x, torch.arange(3.0)) and x.untyped_storage().nbytes() == 12  # untouched, not resized
+
+
+def test_in_place_ops_on_the_graphs_own_values_run_as_converted(tmp_path) -> None:
+    path, _ = _saved(tmp_path)
+    x = torch.randn(3)
+    for max_bytes in ("available", None):
+        model = ir2torch.convert(path, max_bytes=max_bytes, max_flops=None)
+        assert torch.equal(model(x), _InPlace()(x.clone()))

@@ -289,3 +289,40 @@ def test_auto_adds_each_failing_class_in_turn() -> None:
     rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[GATE, f"{__name__}.Split"])
     for x in (X, -X, torch.randn(2, 4)):
         assert _max_diff(rebuilt(x), model(x)) == 0
+
+
+class Router(nn.Module):
+    """Moves its typed child to another dtype inside forward (Switch Transformers' router): the export fails in
+    nn.Linear's own code, but the failure is the router's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.classifier = nn.Linear(4, 3, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.classifier = self.classifier.to(torch.float64)
+        return self.classifier(x.double()).float()
+
+
+class Routed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = Router()
+        self.out = nn.Linear(3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.router(x))
+
+
+def test_a_typed_leaf_is_never_made_opaque_its_caller_is() -> None:
+    torch.manual_seed(0)
+    model = Routed().eval()
+    with pytest.raises(ExportFailedError, match=r"router.classifier \(torch.nn.modules.linear.Linear\)"):
+        torch2ir.convert(model, (X,))
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    assert [(p, c) for p, c, _ in ir.capture.opaque] == [("router", f"{__name__}.Router")]
+    assert "its use of router.classifier (Linear) fails to trace" in ir.capture.opaque[0][2]
+    assert ir["router.classifier"].type == "linear" and ir["out"].type == "linear"
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Router"])
+    for x in BRANCHES:
+        assert _max_diff(rebuilt(x), model(x)) == 0

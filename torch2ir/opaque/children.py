@@ -127,8 +127,13 @@ class Watch:
                     if sub != path:
                         handles.append(module.register_forward_pre_hook(self._inside(path, sub)))
                     if sub == path or not self.keeps_class(module):
-                        swapped.append((module, type(module)))
-                        module.__class__ = self._recording(module, path, sub)
+                        cls = type(module)
+                        try:
+                            module.__class__ = self._recording(module, path, sub)
+                        except TypeError:  # a class whose instances cannot change class: not watched, so kept
+                            self.uses.setdefault(path, f"the opaque leaf's use of {sub} cannot be watched")
+                            continue
+                        swapped.append((module, cls))
             yield
         finally:
             for handle in handles:

@@ -64,6 +64,12 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                 reason = f"it calls a method of the opaque leaf {path} whose trace fails ({reason[:120]})"
                 while type(module) in why and path:
                     module, path = _caller_path(model, path)
+            if module is not None and path and converter.has_handler(module):
+                # a typed leaf (nn.Linear) is never made opaque: the failure is its caller's use of it (Switch
+                # Transformers' router moves its classifier to another dtype inside forward)
+                reason = f"its use of {path} ({type(module).__name__}) fails to trace ({reason[:120]})"
+                while path and (type(module) in why or converter.has_handler(module)):
+                    module, path = _caller_path(model, path)
             if (not auto or failure is None or module is None or type(module) in why
                     or len(why) >= MAX_OPAQUE_CLASSES):
                 raise

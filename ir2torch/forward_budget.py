@@ -53,7 +53,7 @@ from common.safety import ALLOCATING_OPS
 
 from .budget import AVAILABLE, Budget, available_bytes, human
 from .op_preconditions import DATA_SIZES, PRECONDITIONS, check_preconditions, qualified
-from .run_safety.flops import FlopBudget, flop_limit, human_flops, op_flops
+from .run_safety.flops import FlopBudget, flop_limit, has_formula, human_flops, op_flops
 from .run_safety.writes import caller_write, writes_in_place
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
@@ -132,7 +132,7 @@ class ForwardBudget:
 
     def call(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
         """``call(obj, *args, **kwargs)`` after the probe of its signature (or checked op by op)."""
-        if self.budget is None and self.flops is None:  # no limit: only what kernels assume unchecked, op by op
+        if self.budget is None:  # no memory limit: checked op by op (preconditions, FLOPs, writes)
             return self._run_checked(obj, call, args, kwargs)
         signature = None if self.static else _signature(args, kwargs)
         if signature not in self.probed:
@@ -528,7 +528,7 @@ class _Checked(TorchDispatchMode):
             return _higher_order(self, func, args, kwargs, both_branches=False)
         check_preconditions(func, args, kwargs)
         _no_caller_write(func, args, kwargs, self.inputs, self.where)
-        if self.limit is not None or self.flops.limit is not None:
+        if self.limit is not None or (self.flops.limit is not None and has_formula(func)):
             self._measure(func, args, kwargs)
         return func(*args, **kwargs)
 

@@ -49,12 +49,21 @@ def _formulas() -> dict[Any, Any]:
 _TABLE: dict[Any, Any] | None = None
 
 
-def op_flops(func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> int:
-    """The FLOPs of one call of ``func`` (0 for an operator without a formula: it does not multiply)."""
+def _table() -> dict[Any, Any]:
     global _TABLE
     if _TABLE is None:
         _TABLE = _formulas()
-    formula = _TABLE.get(getattr(func, "overloadpacket", func))
+    return _TABLE
+
+
+def has_formula(func: Any) -> bool:
+    """Whether ``func`` multiplies (its FLOPs are counted)."""
+    return getattr(func, "overloadpacket", func) in _table()
+
+
+def op_flops(func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> int:
+    """The FLOPs of one call of ``func`` (0 for an operator without a formula: it does not multiply)."""
+    formula = _table().get(getattr(func, "overloadpacket", func))
     if formula is None:
         return 0
     if formula is _sdpa_cpu:
@@ -88,4 +97,5 @@ def human_flops(n: int) -> str:
     return f"{n} FLOP"
 
 
-__all__ = ["AUTO", "FLOPS_PER_PARAMETER", "FlopBudget", "MIN_FLOPS", "flop_limit", "human_flops", "op_flops"]
+__all__ = ["AUTO", "FLOPS_PER_PARAMETER", "FlopBudget", "MIN_FLOPS", "flop_limit", "has_formula", "human_flops",
+           "op_flops"]

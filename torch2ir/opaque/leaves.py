@@ -157,8 +157,12 @@ def constructor_arguments(module: nn.Module, others: Mapping[str, Any], path: st
             raise _refuse(module, path, name, "it is a constructor argument that is neither plain nor a configuration "
                                               "object (to_dict / from_dict)")
         init[name] = encoded
-        live[name] = decode_config(encoded[CONFIG_TAG], type(vars(module)[name])) \
-            if isinstance(encoded, dict) and CONFIG_TAG in encoded else copy.deepcopy(encoded)
+        try:
+            live[name] = decode_config(encoded[CONFIG_TAG], type(vars(module)[name])) \
+                if isinstance(encoded, dict) and CONFIG_TAG in encoded else copy.deepcopy(encoded)
+        except Exception as exc:  # its class does not take back what to_dict gave (a validator of its own)
+            raise _refuse(module, path, name, f"its configuration does not load back from its to_dict() "
+                                              f"({type(exc).__name__}: {str(exc)[:120]})") from exc
     # on meta, unless an attribute holds tensors: their values are compared
     device = "cpu" if any(isinstance(t, torch.Tensor) for t in pytree.tree_leaves(dict(others))) else "meta"
     try:

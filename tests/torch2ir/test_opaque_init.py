@@ -253,3 +253,17 @@ def test_hostile_configs_fields_are_refused(tmp_path, saved_configs, edit) -> No
     with pytest.raises(IRError):
         ir2torch.convert(path, state, allow=[INDEXED])
     assert NEVER not in sys.modules and not {m for m in set(sys.modules) - before if m.startswith(NEVER)}
+
+
+class StrictConfig(TinyConfig):
+    """Refuses what its own to_dict gives (as a transformers config with a validator the shrunk values fail)."""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StrictConfig:
+        raise ValueError("`mrope_section` must have three entries")
+
+
+def test_a_configuration_that_does_not_load_back_is_refused_by_name() -> None:
+    model = Outer(StrictConfig())
+    with pytest.raises(ConversionError, match=r"'config' .* does not load back from its to_dict\(\) \(ValueError"):
+        torch2ir.convert(model.eval(), (X,), opaque="auto")

@@ -38,3 +38,28 @@ def test_auto_keeps_the_failing_modules_and_the_rebuild_is_exact(arch, tmp_path)
     assert len(expected) == len(got) and all(torch.equal(a, b) for a, b in zip(expected, got, strict=True)
                                              if isinstance(a, torch.Tensor))
     assert torch2ir.convert(rebuilt, args, kwargs, opaque="auto") == ir
+
+
+def test_a_model_whose_own_forward_does_not_trace_is_an_opaque_root_around_traced_children(tmp_path) -> None:
+    """FSMT's own forward reads data (``Eq(u0, 1)``): the root is the opaque leaf, its encoder and decoder are
+    traced on their own (graphs, their inputs guarded), the rebuild is exact and converts back to the same IR."""
+    from transformers import FSMTConfig, FSMTModel
+
+    from common.opaque import traced_alone
+
+    config = FSMTConfig(langs=["en", "de"], src_vocab_size=64, tgt_vocab_size=64, d_model=16, encoder_layers=1,
+                        decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                        decoder_ffn_dim=32, max_position_embeddings=32, use_cache=False)
+    torch.manual_seed(0)
+    model = FSMTModel(config).eval()
+    ids, decoder_ids = torch.randint(3, 64, (1, 6)), torch.randint(3, 64, (1, 5))
+    kwargs = {"decoder_input_ids": decoder_ids}
+    ir = torch2ir.convert(model, (ids,), kwargs, opaque="auto")
+    assert [(p, c) for p, c, _ in ir.capture.opaque] == [("", "transformers.models.fsmt.modeling_fsmt.FSMTModel")]
+    assert traced_alone(ir) == ["encoder", "decoder"] and ir["encoder.layers.0"].type == "module"
+    ir.save(tmp_path / "m.ir.json")
+    rebuilt = ir2torch.convert(IR.load(tmp_path / "m.ir.json"), model.state_dict(),
+                               allow=["transformers.models.fsmt.modeling_fsmt.FSMTModel"])
+    expected, got = model(ids, **kwargs), rebuilt(ids, **kwargs)
+    assert torch.equal(expected.last_hidden_state, got.last_hidden_state)
+    assert torch2ir.convert(rebuilt, (ids,), kwargs, opaque="auto") == ir

@@ -175,9 +175,12 @@ def constructor_arguments(module: nn.Module, others: Mapping[str, Any], path: st
         if not _same(vars(fresh).get(name), value):
             raise _refuse(module, path, name, f"constructing {cls.__qualname__} again from its recorded arguments "
                                               "does not reproduce it")
-    if {k: type(m) for k, m in fresh.named_modules()} != {k: type(m) for k, m in module.named_modules()} or \
-            {k: tuple(t.shape) for k, t in fresh.state_dict().items()} != \
-            {k: tuple(t.shape) for k, t in module.state_dict().items()}:
+    # its own state and where its children hang (their classes may differ: a rebuilt model's children are
+    # generated modules, and a rebuild replaces the constructor's children by the IR's own)
+    own = {**dict(module.named_parameters(recurse=False)), **dict(module.named_buffers(recurse=False))}
+    made = {**dict(fresh.named_parameters(recurse=False)), **dict(fresh.named_buffers(recurse=False))}
+    if {k for k, _ in fresh.named_modules()} != {k for k, _ in module.named_modules()} or \
+            {k: tuple(t.shape) for k, t in made.items()} != {k: tuple(t.shape) for k, t in own.items()}:
         raise _refuse(module, path, first, f"constructing {cls.__qualname__} again from its recorded arguments gives "
                                            "other children, parameters or buffers")
     return init

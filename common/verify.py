@@ -180,7 +180,7 @@ def verify(
         calls_r = [(paths.get(p, p), n, output) for p, n, output in calls_r]
 
     report = VerifyReport(ok=True, max_abs_diff=0.0, tolerance=(
-        f"atol {atol:g} x each tensor's largest magnitude (at least 1), rtol {rtol:g}" if scale
+        f"atol {atol:g} scaled by the largest magnitude of each tensor (at least 1), rtol {rtol:g}" if scale
         else f"atol {atol:g}, rtol {rtol:g}"))
     paths_o, leaves_o = _flatten(out_o)
     paths_r, leaves_r = _flatten(out_r)

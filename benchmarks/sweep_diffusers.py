@@ -148,9 +148,68 @@ def more_diffusers() -> dict[str, Callable[[], Built]]:
                                num_embeddings=7, additional_embeddings=4)
         return m, (r(1, 8), t, r(1, 8)), {"encoder_hidden_states": r(1, 7, 8), **no_dict}
 
+    def mochi() -> Built:
+        m = d.MochiTransformer3DModel(patch_size=2, num_attention_heads=2, attention_head_dim=8, num_layers=2,
+                                      pooled_projection_dim=16, in_channels=4, text_embed_dim=16,
+                                      time_embed_dim=4, activation_fn="swiglu", max_sequence_length=16)
+        return m, (r(1, 4, 2, 8, 8), r(1, 5, 16), t, torch.ones(1, 5, dtype=torch.bool)), no_dict
+
+    def hunyuan_video() -> Built:
+        m = d.HunyuanVideoTransformer3DModel(in_channels=4, out_channels=4, num_attention_heads=2,
+                                             attention_head_dim=10, num_layers=1, num_single_layers=1,
+                                             num_refiner_layers=1, patch_size=1, patch_size_t=1,
+                                             guidance_embeds=True, text_embed_dim=16, pooled_projection_dim=8,
+                                             rope_axes_dim=(2, 4, 4))
+        return m, (r(1, 4, 1, 8, 8), t, r(1, 5, 16), torch.ones(1, 5), r(1, 8)), {
+            "guidance": torch.tensor([3.0]), **no_dict}
+
+    def latte() -> Built:
+        m = d.LatteTransformer3DModel(sample_size=8, video_length=2, num_layers=1, patch_size=2, attention_head_dim=8,
+                                      num_attention_heads=2, caption_channels=16, in_channels=4,
+                                      cross_attention_dim=16, out_channels=8, attention_bias=True,
+                                      activation_fn="gelu-approximate", num_embeds_ada_norm=1000,
+                                      norm_type="ada_norm_single", norm_elementwise_affine=False, norm_eps=1e-6)
+        return m, (r(1, 4, 2, 8, 8),), {"timestep": t, "encoder_hidden_states": r(1, 5, 16),
+                                        "enable_temporal_attentions": True, **no_dict}
+
+    def chroma() -> Built:
+        m = d.ChromaTransformer2DModel(patch_size=1, in_channels=4, num_layers=1, num_single_layers=1,
+                                       attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
+                                       axes_dims_rope=(4, 4, 8), approximator_num_channels=8,
+                                       approximator_hidden_dim=16, approximator_layers=1)
+        return m, (r(1, 16, 4),), {"encoder_hidden_states": r(1, 5, 32), "timestep": torch.tensor([0.5]),
+                                   "img_ids": torch.zeros(16, 3), "txt_ids": torch.zeros(5, 3), **no_dict}
+
+    def stable_audio_dit() -> Built:
+        m = d.StableAudioDiTModel(sample_size=4, in_channels=3, num_layers=2, attention_head_dim=4,
+                                  num_key_value_attention_heads=2, num_attention_heads=2, out_channels=3,
+                                  cross_attention_dim=4, time_proj_dim=8, global_states_input_dim=8,
+                                  cross_attention_input_dim=4)
+        return m, (r(1, 3, 4),), {"timestep": t, "encoder_hidden_states": r(1, 5, 4),
+                                  "global_hidden_states": r(1, 1, 8), "rotary_embedding": None, **no_dict}
+
+    def autoencoder_kl_wan() -> Built:
+        m = d.AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                               temperal_downsample=[False, True, True])
+        return m, (r(1, 3, 9, 16, 16),), no_dict
+
+    def autoencoder_oobleck() -> Built:
+        m = d.AutoencoderOobleck(encoder_hidden_size=12, downsampling_ratios=[2, 4], decoder_channels=12,
+                                 decoder_input_channels=6, audio_channels=2, channel_multiples=[2, 4],
+                                 sampling_rate=16000)
+        return m, (r(1, 2, 64),), {"sample_posterior": False, **no_dict}
+
+    def autoencoder_kl_temporal_decoder() -> Built:
+        m = d.AutoencoderKLTemporalDecoder(block_out_channels=(32, 32), in_channels=3, out_channels=3,
+                                           down_block_types=("DownEncoderBlock2D",) * 2, latent_channels=4,
+                                           layers_per_block=1)
+        return m, (r(2, 3, 16, 16),), {"num_frames": 2, **no_dict}
+
     return {f.__name__: f for f in (unet2d_condition_sdxl, unet2d_condition_simple, unet1d, vq_model,
                                       autoencoder_tiny, autoencoder_dc, controlnet, pixart, sana, hunyuan_dit,
-                                      cogvideox, wan, ltx_video, aura_flow, lumina2, prior_transformer)}
+                                      cogvideox, wan, ltx_video, aura_flow, lumina2, prior_transformer, mochi,
+                                      hunyuan_video, latte, chroma, stable_audio_dit, autoencoder_kl_wan,
+                                      autoencoder_oobleck, autoencoder_kl_temporal_decoder)}
 
 
 def _rotary_2d(height: int, width: int, head_dim: int) -> tuple[Any, Any]:

@@ -11,6 +11,7 @@ Usage::
     python -m benchmarks.sweep --zoo brevitas --opaque                  # export failures again with opaque="auto"
     python -m benchmarks.sweep --zoo transformers --limit 0 --timeout 60   # every model type, shrunk configs
     python -m benchmarks.sweep --zoo timm --limit 0 --rows timm.jsonl --shard 1/2   # half, each row kept as it comes
+    python -m benchmarks.sweep --zoo timm --limit 0 --rows b.jsonl --resume timm.jsonl   # the models it lacks
     python -m benchmarks.sweep --zoo timm --merge timm.jsonl other.jsonl --output timm.md   # the table of saved rows
 
 Each model is built with random weights (seeded, no download), put in eval mode and called on a small input;
@@ -305,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=Path, help="append each row to this JSON-lines file as it comes")
     parser.add_argument("--shard", help="K/N: only every N-th model of the list, from the K-th (1-based)")
     parser.add_argument("--merge", type=Path, nargs="+", help="no sweep: the table of these --rows files")
+    parser.add_argument("--resume", type=Path, nargs="+", help="skip the models these --rows files have rows for")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.child:
@@ -330,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in names if any(fnmatch.fnmatch(n, glob) for glob in ns.filter.split(","))]
     if ns.zoo != "timm" and ns.limit and len(names) > ns.limit:
         names = names[: ns.limit]
+    if ns.resume:
+        done = {r["name"] for r in read_rows(p for p in ns.resume if p.exists())}
+        names = [n for n in names if n not in done]
     if ns.shard:
         k, n = (int(v) for v in ns.shard.split("/"))
         names = names[k - 1::n]

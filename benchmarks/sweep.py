@@ -10,6 +10,9 @@ Usage::
     python -m benchmarks.sweep --zoo brevitas                           # BNN-PYNQ, ImageNet examples, ESPCN
     python -m benchmarks.sweep --zoo brevitas --opaque                  # export failures again with opaque="auto"
     python -m benchmarks.sweep --zoo transformers --limit 0 --timeout 60   # every model type, shrunk configs
+    python -m benchmarks.sweep --zoo timm --limit 0 --rows timm.jsonl --shard 1/2   # half, each row kept as it comes
+    python -m benchmarks.sweep --zoo timm --limit 0 --rows b.jsonl --resume timm.jsonl   # the models it lacks
+    python -m benchmarks.sweep --zoo timm --merge timm.jsonl other.jsonl --output timm.md   # the table of saved rows
 
 Each model is built with random weights (seeded, no download), put in eval mode and called on a small input;
 then ``torch2ir.convert`` → ``ir2torch.convert(ir, model.state_dict())`` → the rebuilt model is called on the
@@ -35,6 +38,11 @@ whose trace fails kept as opaque leaves), rebuilt with their classes allowed and
 that status, the leaves and the share of the model's parameters inside them, and the summary the count of exact
 ones with the median and maximum share.
 
+timm's names (``--limit`` N, or 0 for all) come in a seeded round robin over its families, so the rows of an
+interrupted sweep are still spread over them. torchvision's detection models run with pure-PyTorch kernels for the
+extension's ``nms`` and ``roi_align`` where it does not load (:mod:`benchmarks.torchvision_nms`), the R-CNNs,
+RetinaNet and FCOS at 320x320 rather than 800x800.
+
 The output is a Markdown table (model, status, convert time) and a count per status; ``--output`` writes it to
 a file as well. No assertion: this measures what CI cannot hold (``tests/ecosystems`` holds a sample).
 """
@@ -46,7 +54,6 @@ import fnmatch
 import json
 import os
 import queue
-import random
 import statistics
 import subprocess
 import sys
@@ -63,133 +70,12 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from benchmarks.sweep_compare import DIFFERS, first_line, max_diff
 from benchmarks.sweep_opaque import opaque_row, opaque_text
-from benchmarks.sweep_transformers import transformers_model, transformers_names, transformers_params
+from benchmarks.sweep_registries import build, params_on_meta, timm_names, torchvision_names
+from benchmarks.sweep_transformers import transformers_names
 from benchmarks.sweep_zoos import brevitas_models, diffusers_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 
-
-# ---------------------------------------------------------------------------------------------- registries
-
-
-def _torchvision():
-    from tests.ecosystems.load import torchvision
-
-    return torchvision()
-
-
-def torchvision_names(tasks: Iterable[str]) -> list[str]:
-    tv = _torchvision()
-    modules = {
-        "classification": tv.models,
-        "segmentation": tv.models.segmentation,
-        "detection": tv.models.detection,
-        "video": tv.models.video,
-        "quantization": tv.models.quantization,
-        "optical_flow": tv.models.optical_flow,
-    }
-    names: list[str] = []
-    for task in tasks:
-        prefix = "" if task == "classification" else task + "."
-        names += [prefix + n for n in tv.models.list_models(module=modules[task])]
-    return names
-
-
-def timm_names(pattern: str, limit: int, seed: int) -> list[str]:
-    """Matches of ``pattern``; with a limit, a seeded sample spread over timm's families (one per module first)."""
-    from tests.ecosystems.load import timm
-
-    tm = timm()
-    names = tm.list_models(pattern)
-    if not limit or limit >= len(names):
-        return names
-    from timm.models import _registry
-
-    rng = random.Random(seed)
-    by_family: dict[str, list[str]] = {}
-    for n in names:
-        by_family.setdefault(_registry._model_to_module.get(n, "?"), []).append(n)
-    chosen: list[str] = []
-    # in a family's seeded order, the sizes --max-params skips anyway come last
-    def large(n: str) -> bool:
-        return any(w in n for w in ("large", "huge", "giant", "gigantic", "xlarge", "enormous", "_g_", "_e_"))
-
-    pools = [sorted(rng.sample(v, len(v)), key=large, reverse=True) for _, v in sorted(by_family.items())]
-    while len(chosen) < limit:  # round robin over the families, each in a seeded order
-        for pool in pools:
-            if pool and len(chosen) < limit:
-                chosen.append(pool.pop())
-    return sorted(chosen)
-
-
-# --------------------------------------------------------------------------------------------- one model
-
-
-def _build(zoo: str, name: str, size: int) -> tuple[Any, tuple, dict]:
-    import torch
-
-    if zoo == "torchvision":
-        tv = _torchvision()
-        task, _, arch = name.rpartition(".")
-        extra: dict[str, Any] = {}
-        if arch in ("googlenet", "inception_v3"):
-            extra = {"aux_logits": False, "init_weights": False}
-        if task in ("segmentation", "detection"):
-            extra["weights_backbone"] = None
-        if task == "quantization":
-            extra["quantize"] = False
-        model = tv.models.get_model(arch, weights=None, **extra)
-        side = 299 if arch.endswith("inception_v3") else 224 if arch.startswith(("vit", "swin", "maxvit")) else size
-        if task == "video":
-            x = torch.randn(1, 3, 4, 64, 64) if not arch.startswith(("mvit", "s3d", "swin3d")) else \
-                torch.randn(1, 3, 16, 224, 224)
-            return model, (x,), {}
-        if task == "detection":
-            return model, ([torch.rand(3, size, size)],), {}
-        if task == "optical_flow":
-            return model, (torch.randn(1, 3, 128, 128), torch.randn(1, 3, 128, 128)), {"num_flow_updates": 2}
-        return model, (torch.randn(1, 3, side, side),), {}
-    if zoo == "timm":
-        from tests.ecosystems.load import timm
-
-        tm = timm()
-        try:
-            model = tm.create_model(name, pretrained=False, img_size=size)
-        except TypeError:
-            model = tm.create_model(name, pretrained=False)
-        model.eval()
-        x = torch.randn(1, 3, size, size)
-        try:
-            with torch.no_grad():
-                model(x)
-        except Exception:  # noqa: BLE001 - a model of fixed input size: built again at its own size
-            model = tm.create_model(name, pretrained=False).eval()
-            x = torch.randn(1, *model.pretrained_cfg.get("input_size", (3, 224, 224)))
-        return model, (x,), {}
-    if zoo == "diffusers":
-        return diffusers_blocks()[name]()
-    if zoo == "brevitas":
-        return brevitas_models()[name]()
-    if zoo == "transformers":
-        return transformers_model(name)
-    raise ValueError(zoo)
-
-
-def _params_on_meta(zoo: str, name: str) -> int | None:
-    if zoo == "transformers":
-        return transformers_params(name)
-    if zoo != "timm":
-        return None
-    import torch
-
-    from tests.ecosystems.load import timm
-
-    try:
-        with torch.device("meta"):
-            model = timm().create_model(name, pretrained=False)
-    except Exception:  # noqa: BLE001 - unknown size; the build proper reports the failure
-        return None
-    return sum(p.numel() for p in model.parameters())
 
 
 def run_one(zoo: str, name: str, size: int, max_params: float, opaque: bool = False) -> dict[str, Any]:
@@ -200,7 +86,7 @@ def run_one(zoo: str, name: str, size: int, max_params: float, opaque: bool = Fa
         import torch
 
         torch.manual_seed(0)  # the same weights as the row's own model
-        row["opaque"] = opaque_row(*_build(zoo, name, size))
+        row["opaque"] = opaque_row(*build(zoo, name, size))
     return row
 
 
@@ -216,11 +102,11 @@ def _run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any
 
     warnings.simplefilter("ignore")
     torch.manual_seed(0)
-    params = _params_on_meta(zoo, name)
+    params = params_on_meta(zoo, name)
     if params is not None and params > max_params:
         return {"status": f"skipped ({params / 1e6:.0f} M parameters)"}
     try:
-        model, args, kwargs = _build(zoo, name, size)
+        model, args, kwargs = build(zoo, name, size)
         model.eval()
         torch.manual_seed(0)  # models drawing random numbers in eval mode (ViTMAE's masking, VITS' noise)
         with torch.no_grad():
@@ -291,8 +177,10 @@ def child(zoo: str, names: list[str], size: int, max_params: float, opaque: bool
 
 
 def sweep(zoo: str, names: list[str], *, size: int, timeout: float, max_params: float, opaque: bool = False,
-          echo: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+          echo: Callable[[str], None] = print, rows_file: Path | None = None) -> list[dict[str, Any]]:
+    """Every model of ``names`` in child processes (a new one after a timeout or a crash); with ``rows_file``, each
+    row is appended to it as a JSON line as soon as it is known (an interrupted sweep keeps its rows)."""
+    rows: list[dict[str, Any]] = _Rows(rows_file)
     todo = list(names)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "HF_HUB_OFFLINE": "1"}
     while todo:
@@ -339,6 +227,31 @@ def sweep(zoo: str, names: list[str], *, size: int, timeout: float, max_params: 
     return rows
 
 
+class _Rows(list):
+    """A list of rows that also appends each row to a JSON-lines file."""
+
+    def __init__(self, path: Path | None) -> None:
+        super().__init__()
+        self.path = path
+
+    def append(self, row: dict[str, Any]) -> None:
+        super().append(row)
+        if self.path is not None:
+            with self.path.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+def read_rows(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """The rows of JSON-lines files written by ``--rows`` (a model in several: its last row)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                rows[row["name"]] = row
+    return list(rows.values())
+
+
 def _kind(status: str) -> str:
     for prefix in (DIFFERS, "exact", "export differs", "refused", "error", "export failed", "eager failed", "skipped",
                    "timeout", "crashed"):
@@ -369,7 +282,7 @@ def table(zoo: str, rows: list[dict[str, Any]]) -> str:
                     "**", ""]
     out += ["| model | status | convert (s) |" + (" opaque=\"auto\" |" if tried else ""),
             "|---|---|---:|" + ("---|" if tried else "")]
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r["name"]):
         seconds = f"{r['convert_s']:.1f}" if "convert_s" in r else ""
         extra = (f" {opaque_text(r['opaque'])} |" if "opaque" in r else " |") if tried else ""
         out.append(f"| {r['name']} | {r['status']} | {seconds} |{extra}")
@@ -392,11 +305,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="also write the Markdown table here")
     parser.add_argument("--opaque", action="store_true",
                         help='convert the models torch.export cannot trace again with opaque="auto"')
+    parser.add_argument("--rows", type=Path, help="append each row to this JSON-lines file as it comes")
+    parser.add_argument("--shard", help="K/N: only every N-th model of the list, from the K-th (1-based)")
+    parser.add_argument("--merge", type=Path, nargs="+", help="no sweep: the table of these --rows files")
+    parser.add_argument("--resume", type=Path, nargs="+", help="skip the models these --rows files have rows for")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     ns = parser.parse_args(argv)
     if ns.child:
         spec = json.loads(ns.child)
         child(spec["zoo"], spec["names"], spec["size"], spec["max_params"], spec.get("opaque", False))
+        return 0
+    if ns.merge:
+        text = table(ns.zoo, read_rows(ns.merge))
+        print(text)
+        if ns.output:
+            ns.output.write_text(text)
         return 0
     if ns.zoo == "torchvision":
         names = torchvision_names(ns.tasks.split(","))
@@ -411,8 +334,14 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in names if any(fnmatch.fnmatch(n, glob) for glob in ns.filter.split(","))]
     if ns.zoo != "timm" and ns.limit and len(names) > ns.limit:
         names = names[: ns.limit]
+    if ns.resume:
+        done = {r["name"] for r in read_rows(p for p in ns.resume if p.exists())}
+        names = [n for n in names if n not in done]
+    if ns.shard:
+        k, n = (int(v) for v in ns.shard.split("/"))
+        names = names[k - 1::n]
     rows = sweep(ns.zoo, names, size=ns.size, timeout=ns.timeout, max_params=ns.max_params, opaque=ns.opaque,
-                 echo=lambda s: print(s, file=sys.stderr, flush=True))
+                 echo=lambda s: print(s, file=sys.stderr, flush=True), rows_file=ns.rows)
     text = table(ns.zoo, rows)
     print(text)
     if ns.output:

@@ -10,7 +10,8 @@ from typing import Any
 
 
 def diffusers_blocks() -> dict[str, Callable[[], tuple[Any, tuple, dict]]]:
-    """Tiny configurations of diffusers' backbones: ``name -> () -> (model, args, kwargs)``."""
+    """Tiny configurations of diffusers' backbones: ``name -> () -> (model, args, kwargs)``, with the further classes
+    of :func:`benchmarks.sweep_diffusers.more_diffusers`."""
     import torch
 
     from tests.ecosystems.load import diffusers
@@ -77,8 +78,10 @@ def diffusers_blocks() -> dict[str, Callable[[], tuple[Any, tuple, dict]]]:
                                               "timestep": torch.tensor([0.5]), "img_ids": torch.zeros(16, 3),
                                               "txt_ids": torch.zeros(5, 3), "return_dict": False}
 
-    return {f.__name__: f for f in (unet2d, unet2d_condition, unet3d_condition, autoencoder_kl, dit,
-                                      transformer2d, sd3, flux)}
+    from benchmarks.sweep_diffusers import more_diffusers
+
+    return {**{f.__name__: f for f in (unet2d, unet2d_condition, unet3d_condition, autoencoder_kl, dit,
+                                         transformer2d, sd3, flux)}, **more_diffusers()}
 
 
 #: brevitas' BNN-PYNQ networks (``brevitas_examples.bnn_pynq``: their shipped .ini files) and the input each takes

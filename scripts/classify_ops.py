@@ -209,6 +209,11 @@ EXPORTED_PRIVATE: dict[str, str] = {
     "_upsample_bilinear2d_aa": "interpolate(mode='bilinear', antialias=True) (export): the corpus' antialias layer",
     "_upsample_bicubic2d_aa": "interpolate(mode='bicubic', antialias=True) (export): timm's naflexvit and samvit "
                               "position-embedding resize",
+    "_upsample_nearest_exact1d": "interpolate(mode='nearest-exact') of a 3-D input (export): the corpus' "
+                                 "nearest-exact layer",
+    "_upsample_nearest_exact2d": "interpolate(mode='nearest-exact') (export): diffusers' AutoencoderKLWan upsampler",
+    "_upsample_nearest_exact3d": "interpolate(mode='nearest-exact') of a 5-D input (export): the corpus' "
+                                 "nearest-exact layer",
     # the core-ATen decompositions (lower with decompose=True)
     "_softmax": "softmax decomposition: every attention (bert, gpt2, llama, vit, nn.Transformer...)",
     "_log_softmax": "log_softmax and cross_entropy decomposition: the corpus' log-softmax layers",

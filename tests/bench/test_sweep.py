@@ -46,3 +46,14 @@ def test_the_opaque_column_counts_exact_ones_and_their_share():
     assert "median 6.0 %, max 10.0 %" in text
     assert "| a | export failed X |  | exact: 1 opaque leaves (m.gate), 2.0 % of the parameters |" in text
     assert "| d | exact |  | |" in text
+
+
+def test_rows_are_kept_as_json_lines_and_merged(tmp_path):
+    from benchmarks.sweep import _Rows, read_rows
+
+    rows = _Rows(tmp_path / "a.jsonl")
+    rows.append({"name": "m1", "status": "timeout"})
+    (tmp_path / "b.jsonl").write_text('{"name": "m1", "status": "exact"}\n{"name": "m0", "status": "exact"}\n')
+    merged = read_rows([tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
+    assert sorted((r["name"], r["status"]) for r in merged) == [("m0", "exact"), ("m1", "exact")]
+    assert table("timm", merged).index("| m0 |") < table("timm", merged).index("| m1 |")

@@ -182,6 +182,11 @@ def _layers() -> list[tuple[str, Callable[[], nn.Module], Callable[[], tuple[tup
         ("layer_antialias_bicubic",  # timm's naflexvit / samvit position-embedding resize
          lambda: _Call(lambda x: F.interpolate(x, size=(6, 6), mode="bicubic", antialias=True)),
          _randn(2, 3, 8, 8), ()),
+        ("layer_nearest_exact",  # diffusers' AutoencoderKLWan upsampler; 1-D, 2-D and 3-D
+         lambda: _Call(lambda x: (F.interpolate(x, scale_factor=2.0, mode="nearest-exact"),
+                                  F.interpolate(x.flatten(2), size=5, mode="nearest-exact"),
+                                  F.interpolate(x[:, :, None], scale_factor=(1.0, 1.5, 1.5), mode="nearest-exact"))),
+         _randn(2, 3, 8, 8), ()),
     ]
 
 

@@ -84,12 +84,13 @@ CONFIG_TAG = "$config"
 
 
 def config_classes(data: Any) -> list[str]:
-    """The configuration classes named by an opaque leaf's constructor arguments or configuration attributes
-    (checked data)."""
+    """The classes besides its own an opaque leaf's data names (checked data): configuration classes of its
+    constructor arguments or configuration attributes, and the classes of its plain helper objects."""
     if not isinstance(data, Mapping):
         return []
     values = [*data.get("init", {}).values(), *data.get("configs", {}).values()]
-    return [v[CONFIG_TAG]["class"] for v in values if isinstance(v, Mapping) and CONFIG_TAG in v]
+    return [*(v[CONFIG_TAG]["class"] for v in values if isinstance(v, Mapping) and CONFIG_TAG in v),
+            *(v["class"] for v in data.get("objects", {}).values())]
 
 
 def same_package(name: str, other: str) -> bool:
@@ -143,6 +144,32 @@ def _check_init(init: Any, impl: str, field: str = "init") -> None:
                                 implementation=impl, key=name)
 
 
+def _check_objects(objects: Any, impl: str) -> None:
+    """Check ``objects``: ``{attribute: {"class": dotted name, "attributes": {name: plain value}}}``."""
+    if not isinstance(objects, Mapping):
+        raise IRFormatError("an opaque implementation's objects must be a mapping", implementation=impl, key="objects")
+    for name, value in objects.items():
+        if not is_attribute_name(name):
+            raise UnsafeTargetError(f"opaque attribute {str(name)[:100]!r} is not allowed", implementation=impl,
+                                    key="objects", hint="names are identifiers, neither dunder names nor "
+                                    "nn.Module's own")
+        if not isinstance(value, Mapping) or set(value) != {"class", "attributes"} or \
+                not isinstance(value["attributes"], Mapping):
+            raise IRFormatError(f"opaque object {name!r} must be {{'class': ..., 'attributes': {{...}}}}",
+                                implementation=impl, key=name)
+        if not is_class_name(value["class"]):
+            raise UnsafeTargetError(f"object class {str(value['class'])[:100]!r} is not a dotted Python class name",
+                                    implementation=impl, key=name, hint="the file is corrupt or hostile")
+        for attribute, item in value["attributes"].items():
+            if not is_attribute_name(attribute):
+                raise UnsafeTargetError(f"attribute {str(attribute)[:100]!r} of opaque object {name!r} is not "
+                                        "allowed", implementation=impl, key=name, hint="the file is corrupt or hostile")
+            why = check_value(item)
+            if why is not None:
+                raise IRFormatError(f"attribute {attribute!r} of opaque object {name!r} is not a plain value ({why})",
+                                    implementation=impl, key=name)
+
+
 def check_data(data: Any, impl: str) -> None:
     """Check the data of an ``"opaque"`` implementation.
 
@@ -151,17 +178,25 @@ def check_data(data: Any, impl: str) -> None:
             name or value is not allowed.
         UnsafeTargetError: the class is not a dotted Python name.
     """
-    if not isinstance(data, Mapping) or set(data) - {"init", "configs"} != {"class", "attributes"} or \
-            {"init", "configs"} <= set(data):
+    if not isinstance(data, Mapping) or set(data) - {"init", "configs", "objects"} != {"class", "attributes"} or \
+            ("init" in data and ({"configs", "objects"} & set(data))):
         raise IRFormatError("an opaque implementation's data must be {'class': ..., 'attributes': {...}} and "
-                            "optionally 'init' or 'configs'", implementation=impl, hint="re-save the IR with torch2ir")
+                            "optionally 'init', or 'configs' and 'objects'", implementation=impl,
+                            hint="re-save the IR with torch2ir")
     if "init" in data:
         _check_init(data["init"], impl)
     if "configs" in data:
         _check_init(data["configs"], impl, "configs")
-        clash = set(data["configs"]) & set(data["attributes"]) if isinstance(data["attributes"], Mapping) else set()
+    if "objects" in data:
+        _check_objects(data["objects"], impl)
+    named = [*data.get("configs", {}), *data.get("objects", {})]
+    if named:
+        clash = set(named) & set(data["attributes"]) if isinstance(data["attributes"], Mapping) else set()
+        if len(set(named)) != len(named):
+            clash |= {n for n in named if named.count(n) > 1}
         if clash:
-            raise IRFormatError(f"opaque attribute {sorted(clash)[0]!r} is both in attributes and configs",
+            raise IRFormatError(f"opaque attribute {sorted(clash)[0]!r} is recorded twice (attributes, configs, "
+                                "objects)",
                                 implementation=impl, key=sorted(clash)[0], hint="the file is corrupt or hostile")
     if not is_class_name(data["class"]):
         raise UnsafeTargetError(f"opaque class {str(data['class'])[:100]!r} is not a dotted Python class name",

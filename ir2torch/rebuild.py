@@ -26,7 +26,7 @@ import torch
 from torch import fx, nn
 from torch.fx.immutable_collections import immutable_dict
 
-from common.errors import ArgumentMismatchError, IRValidationError
+from common.errors import ArgumentMismatchError, BuildError, IRValidationError
 from common.functional_modules import method_of
 from common.ir import CARRIED_NOTES, NOTES_KEY, ORIGINAL_CLASS_KEY, Implementation, slot_path
 from common.names import CODEGEN_NAMES, sanitize, without_counter
@@ -79,7 +79,12 @@ def owner_of(root: nn.Module, path: str) -> tuple[nn.Module, str]:
 def set_submodule(root: nn.Module, path: str, child: nn.Module) -> None:
     """``root.<path> = child`` (see :func:`owner_of`)."""
     module, last = owner_of(root, path)
-    module.add_module(last, child)
+    try:
+        module.add_module(last, child)
+    except (KeyError, TypeError) as exc:  # an attribute of that name is already there (an opaque leaf's)
+        raise BuildError(f"cannot attach the module {path!r}: {exc}", key=path,
+                         hint="an implementation's attribute and a child share a name: the file is corrupt or "
+                              "hostile") from None
 
 
 def _call_target(impl: Implementation, node: str, attrs: dict[str, Any]) -> str:

@@ -12,7 +12,9 @@ builder of its own (``Ir2Torch.register_opaque``), before anything is built. For
    holds a configuration object or another value an IR cannot record; its configuration classes must be allowed
    or of the opaque class's package), running the allowed class's ``__init__``; otherwise **without running its**
    ``__init__`` (``cls.__new__(cls)``, then ``nn.Module.__init__``);
-4. sets each recorded plain attribute in the instance's ``__dict__`` (refusing dunder names, ``nn.Module``'s own
+4. sets each recorded plain attribute in the instance's ``__dict__``, each plain helper object (``objects``:
+   an instance of its class made by ``object.__new__``, its plain attributes set, its class allowed or of the
+   opaque class's package) (refusing dunder names, ``nn.Module``'s own
    bookkeeping, and names that would shadow a method, property or other descriptor of the class), and each
    configuration object the IR records as an attribute (``configs``: a module whose constructor cannot be called
    again from its attributes, e.g. it takes a ``layer_idx`` it does not keep), built from its allowed class;
@@ -132,6 +134,9 @@ def build_opaque(impl: Implementation) -> nn.Module:
     for name, value in impl.data.get("configs", {}).items():  # configuration objects set as attributes
         _check_attribute(cls, name, impl.name)
         vars(module)[name] = _config(value[CONFIG_TAG], impl.name)
+    for name, value in impl.data.get("objects", {}).items():  # plain helper objects (torchvision's BoxCoder)
+        _check_attribute(cls, name, impl.name)
+        vars(module)[name] = _object(value, impl.name)
     for name, record in impl.state.items():
         kind = record.get("kind")
         if kind not in ("parameter", "buffer") or name in module._parameters or name in module._buffers:
@@ -166,6 +171,39 @@ def _config(config: Mapping[str, Any], impl: str) -> Any:
     for attr, item in config["private"].items():
         setattr(out, attr, copy.deepcopy(item))
     return out
+
+
+def _object(record: Mapping[str, Any], impl: str) -> Any:
+    """A plain helper object ``{"class", "attributes"}`` records: an instance of its class (allowed, or of the
+    opaque class's package: checked by :func:`check_allowed`) made by ``object.__new__``, without running its
+    ``__init__``, its recorded attributes set in its ``__dict__``.
+
+    Raises:
+        BuildError: the class cannot be imported, is a module class, has a ``__new__`` or ``__slots__`` of its own.
+        UnsafeTargetError: an attribute would shadow a method, property or other descriptor of the class.
+    """
+    name = record["class"]
+    parts = name.split(".")
+    obj: Any = None
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = sys.modules.get(".".join(parts[:cut])) or importlib.import_module(".".join(parts[:cut]))
+            for attr in parts[cut:]:
+                obj = inspect.getattr_static(obj, attr)
+        except (ImportError, AttributeError):
+            obj = None
+            continue
+        break
+    if not isinstance(obj, type) or issubclass(obj, nn.Module) or obj.__new__ is not object.__new__ or \
+            "__slots__" in vars(obj) or obj.__module__ in ("builtins", "os", "sys", "subprocess"):
+        raise BuildError(f"object class {name!r} cannot be imported or is not a plain class (a module class, its own "
+                         "__new__ or __slots__)", implementation=impl,
+                         hint="an opaque leaf's helper objects are instances of plain classes of its package")
+    for attribute in record["attributes"]:
+        _check_attribute(obj, attribute, impl)
+    instance = object.__new__(obj)
+    vars(instance).update(copy.deepcopy(dict(record["attributes"])))
+    return instance
 
 
 def _config_class(name: str, impl: str) -> type:

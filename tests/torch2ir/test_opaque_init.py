@@ -267,3 +267,96 @@ def test_a_configuration_that_does_not_load_back_is_refused_by_name() -> None:
     model = Outer(StrictConfig())
     with pytest.raises(ConversionError, match=r"'config' .* does not load back from its to_dict\(\) \(ValueError"):
         torch2ir.convert(model.eval(), (X,), opaque="auto")
+
+
+class BoxCoder:
+    """A plain helper object (as torchvision's detection helpers): made in a module's constructor from an
+    argument the module does not keep."""
+
+    def __init__(self, weights: tuple[float, float]) -> None:
+        self.weights = weights
+        self.clip = 4.0
+
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        return (x * self.weights[0]).clamp(max=self.clip)
+
+
+class Proposals(nn.Module):
+    def __init__(self, fg_iou_thresh: float) -> None:
+        super().__init__()
+        self.box_coder = BoxCoder((fg_iou_thresh, 1.0))
+        self.conv = nn.Conv2d(1, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = self.conv(x).flatten()
+        kept = kept[kept > 0]
+        return self.box_coder.decode(kept).sum() if kept.numel() > 4 else kept.sum()
+
+
+class Detector(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rpn = Proposals(0.7)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.rpn(x) * 2
+
+
+PROPOSALS = f"{__name__}.Proposals"
+IMAGE = torch.randn(1, 1, 4, 4)
+
+
+def test_plain_helper_objects_are_recorded_and_made_again_without_their_constructor(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = Detector().eval()
+    ir = torch2ir.convert(model, (IMAGE,), opaque="auto")
+    data = ir["rpn"].data
+    assert "init" not in data and data["objects"] == {
+        "box_coder": {"class": f"{__name__}.BoxCoder", "attributes": {"weights": (0.7, 1.0), "clip": 4.0}}}
+    ir.save(tmp_path / "m.ir.json")
+    rebuilt = ir2torch.convert(IR.load(tmp_path / "m.ir.json"), model.state_dict(), allow=[PROPOSALS])
+    assert type(rebuilt.rpn.box_coder) is BoxCoder and rebuilt.rpn.box_coder.weights == (0.7, 1.0)
+    for x in (IMAGE, -IMAGE, IMAGE * 3):
+        assert torch.equal(rebuilt(x), model(x))
+    assert torch2ir.convert(rebuilt, (IMAGE,), opaque="auto") == ir
+
+
+@pytest.fixture(scope="module")
+def saved_objects(tmp_path_factory) -> tuple[dict, dict]:
+    torch.manual_seed(0)
+    model = Detector().eval()
+    path = tmp_path_factory.mktemp("objects") / "m.json"
+    torch2ir.convert(model, (IMAGE,), opaque="auto").save(path)
+    return json.loads(path.read_text()), model.state_dict()
+
+
+def _box_coder(rpn: dict) -> dict:
+    return rpn["objects"]["box_coder"]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda rpn: _box_coder(rpn).update({"class": f"{NEVER}.Zen"}),  # another package, not allowed
+    lambda rpn: _box_coder(rpn).update({"class": "os.system"}),
+    lambda rpn: _box_coder(rpn).update({"class": "not a name"}),
+    lambda rpn: _box_coder(rpn).update({"class": f"{__name__}.Configured"}),  # a module class
+    lambda rpn: _box_coder(rpn).update({"class": f"{__name__}.TinyConfig", "attributes": {"to_dict": 1}}),
+    lambda rpn: _box_coder(rpn)["attributes"].update({"__class__": 1}),
+    lambda rpn: _box_coder(rpn)["attributes"].update({"decode": 1}),  # would shadow its method
+    lambda rpn: _box_coder(rpn)["attributes"].update({"x": {"$ref": "y"}}),
+    lambda rpn: _box_coder(rpn).update({"extra": 1}),
+    lambda rpn: rpn["objects"].update({"__dict__": _box_coder(rpn)}),
+    lambda rpn: rpn["objects"].update({"conv": _box_coder(rpn)}),  # also a child's name: shadows nothing? refused
+    lambda rpn: rpn.update({"objects": [1]}),
+    lambda rpn: rpn.update({"init": {}}),
+], ids=["never", "os.system", "not-a-name", "module-class", "shadows-config-method", "dunder", "shadows-method",
+        "not-plain", "extra-field", "dunder-name", "child-name", "not-a-mapping", "with-init"])
+def test_hostile_objects_fields_are_refused(tmp_path, saved_objects, edit) -> None:
+    doc, state = saved_objects
+    doc = json.loads(json.dumps(doc))
+    edit(doc["implementations"]["rpn"])
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(doc))
+    before = set(sys.modules)
+    with pytest.raises(IRError):
+        ir2torch.convert(path, state, allow=[PROPOSALS])
+    assert NEVER not in sys.modules and not {m for m in set(sys.modules) - before if m.startswith(NEVER)}

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 from collections.abc import Iterable, Mapping
@@ -69,12 +70,33 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
         try:
             data["init"] = constructor_arguments(module, others, path)
         except ConversionError:
-            # or, when its other attributes are all configuration objects, they are set as attributes too
+            # or, when its other attributes are all configuration objects or plain helper objects (torchvision's
+            # BoxCoder), they are set as attributes too, on an instance made without running __init__
             configs = {name: _encode_argument(value) for name, value in others.items()}
-            if not all(isinstance(c, dict) and CONFIG_TAG in c for c in configs.values()):
+            objects = {name: _encode_object(value) for name, value in others.items()
+                       if not (isinstance(configs[name], dict) and CONFIG_TAG in configs[name])}
+            if any(o is None for o in objects.values()):
                 raise
-            data["configs"] = configs
+            if len(objects) < len(configs):
+                data["configs"] = {name: c for name, c in configs.items() if name not in objects}
+            if objects:
+                data["objects"] = objects
     return data
+
+
+def _encode_object(value: Any) -> dict[str, Any] | None:
+    """A plain helper object (not a module, not a class or function: an instance of an importable class made by
+    ``object.__new__``, every instance attribute a plain value) as ``{"class", "attributes"}``, else ``None``."""
+    cls = type(value)
+    if isinstance(value, (nn.Module, type, functools.partial)) or inspect.isroutine(value) or \
+            not is_class_name(qualified_name(value)):
+        return None
+    if getattr(cls, "__slots__", None) or cls.__new__ is not object.__new__ or not hasattr(value, "__dict__"):
+        return None
+    attributes = dict(vars(value))
+    if not all(is_attribute_name(k) for k in attributes) or check_value(attributes) is not None:
+        return None
+    return {"class": qualified_name(value), "attributes": attributes}
 
 
 def keep_tensor_attributes(ir: Any, modules: Iterable[tuple[str, nn.Module]]) -> None:

@@ -90,7 +90,7 @@ def config_classes(data: Any) -> list[str]:
         return []
     values = [*data.get("init", {}).values(), *data.get("configs", {}).values()]
     return [*(v[CONFIG_TAG]["class"] for v in values if isinstance(v, Mapping) and CONFIG_TAG in v),
-            *(v["class"] for v in data.get("objects", {}).values())]
+            *(v.get("class") or v.get("function") for v in data.get("objects", {}).values())]
 
 
 def same_package(name: str, other: str) -> bool:
@@ -145,7 +145,8 @@ def _check_init(init: Any, impl: str, field: str = "init") -> None:
 
 
 def _check_objects(objects: Any, impl: str) -> None:
-    """Check ``objects``: ``{attribute: {"class": dotted name, "attributes": {name: plain value}}}``."""
+    """Check ``objects``: ``{attribute: {"class": dotted name, "attributes": {name: plain value}} | {"function":
+    dotted name}}``."""
     if not isinstance(objects, Mapping):
         raise IRFormatError("an opaque implementation's objects must be a mapping", implementation=impl, key="objects")
     for name, value in objects.items():
@@ -153,10 +154,15 @@ def _check_objects(objects: Any, impl: str) -> None:
             raise UnsafeTargetError(f"opaque attribute {str(name)[:100]!r} is not allowed", implementation=impl,
                                     key="objects", hint="names are identifiers, neither dunder names nor "
                                     "nn.Module's own")
+        if isinstance(value, Mapping) and set(value) == {"function"}:
+            if not is_class_name(value["function"]):
+                raise UnsafeTargetError(f"function {str(value['function'])[:100]!r} is not a dotted Python name",
+                                        implementation=impl, key=name, hint="the file is corrupt or hostile")
+            continue
         if not isinstance(value, Mapping) or set(value) != {"class", "attributes"} or \
                 not isinstance(value["attributes"], Mapping):
-            raise IRFormatError(f"opaque object {name!r} must be {{'class': ..., 'attributes': {{...}}}}",
-                                implementation=impl, key=name)
+            raise IRFormatError(f"opaque object {name!r} must be {{'class': ..., 'attributes': {{...}}}} or "
+                                "{'function': ...}", implementation=impl, key=name)
         if not is_class_name(value["class"]):
             raise UnsafeTargetError(f"object class {str(value['class'])[:100]!r} is not a dotted Python class name",
                                     implementation=impl, key=name, hint="the file is corrupt or hostile")

@@ -32,6 +32,7 @@ import copy
 import importlib
 import inspect
 import sys
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -182,6 +183,8 @@ def _object(record: Mapping[str, Any], impl: str) -> Any:
         BuildError: the class cannot be imported, is a module class, has a ``__new__`` or ``__slots__`` of its own.
         UnsafeTargetError: an attribute would shadow a method, property or other descriptor of the class.
     """
+    if "function" in record:
+        return _function(record["function"], impl)
     name = record["class"]
     parts = name.split(".")
     obj: Any = None
@@ -204,6 +207,27 @@ def _object(record: Mapping[str, Any], impl: str) -> Any:
     instance = object.__new__(obj)
     vars(instance).update(copy.deepcopy(dict(record["attributes"])))
     return instance
+
+
+def _function(name: str, impl: str) -> Any:
+    """The plain Python function ``name`` names (allowed, or of the opaque class's package).
+
+    Raises:
+        BuildError: nothing importable has that name, or it is no plain Python function (a builtin, a class).
+    """
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = sys.modules.get(".".join(parts[:cut])) or importlib.import_module(".".join(parts[:cut]))
+            for attr in parts[cut:]:
+                obj = inspect.getattr_static(obj, attr)
+        except (ImportError, AttributeError):
+            continue
+        if isinstance(obj, types.FunctionType):
+            return obj
+        break
+    raise BuildError(f"function {name!r} cannot be imported or is no plain Python function", implementation=impl,
+                     hint="an opaque leaf's function attributes are module-level functions of its package")
 
 
 def _config_class(name: str, impl: str) -> type:

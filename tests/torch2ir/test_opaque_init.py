@@ -103,8 +103,11 @@ def test_an_attribute_the_construction_does_not_reproduce_is_refused_by_name() -
     model = _model()
     model.block.config = TinyConfig(width=4, gain=9.0)  # no longer the config its parameters were made with
     model.block.lin2 = nn.Linear(4, 4)  # a child the constructor does not make
-    with pytest.raises(ConversionError, match="does not reproduce|other children"):
-        torch2ir.convert(model, (X,), opaque="auto")
+    # constructing it again would differ: its attributes are recorded as they are instead (configs, objects)
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    assert "init" not in ir["block"].data and ir["block"].data["configs"]["config"]["$config"]["values"]["gain"] == 9
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[CLASS])
+    assert rebuilt.block.config.gain == 9.0 and torch.equal(rebuilt(X), model(X))
 
 
 class NoKeep(Configured):
@@ -114,9 +117,16 @@ class NoKeep(Configured):
         super().__init__(config)
 
 
-def test_a_required_argument_the_module_does_not_keep_is_refused() -> None:
+def test_a_required_argument_the_module_does_not_keep_records_its_attributes_instead() -> None:
     model = Outer(TinyConfig())
     model.block = NoKeep(TinyConfig(), secret=1)
+    ir = torch2ir.convert(model.eval(), (X,), opaque=[NoKeep])
+    data = ir["block"].data  # its config set as an attribute, its function attribute named
+    assert "init" not in data and set(data["configs"]) == {"config"}
+    assert data["objects"] == {"act": {"function": f"{__name__}._double"}}
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.NoKeep"])
+    assert rebuilt.block.act is _double and torch.equal(rebuilt(X), model(X)) and torch.equal(rebuilt(-X), model(-X))
+    model.block.act = lambda x: x  # a function an IR cannot name: refused
     with pytest.raises(ConversionError, match="takes 'secret'"):
         torch2ir.convert(model.eval(), (X,), opaque=[NoKeep])
 
@@ -285,12 +295,13 @@ class Proposals(nn.Module):
     def __init__(self, fg_iou_thresh: float) -> None:
         super().__init__()
         self.box_coder = BoxCoder((fg_iou_thresh, 1.0))
+        self.similarity = _double  # a module-level function (as torchvision's box_iou)
         self.conv = nn.Conv2d(1, 1, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         kept = self.conv(x).flatten()
         kept = kept[kept > 0]
-        return self.box_coder.decode(kept).sum() if kept.numel() > 4 else kept.sum()
+        return self.similarity(self.box_coder.decode(kept)).sum() if kept.numel() > 4 else kept.sum()
 
 
 class Detector(nn.Module):
@@ -312,10 +323,12 @@ def test_plain_helper_objects_are_recorded_and_made_again_without_their_construc
     ir = torch2ir.convert(model, (IMAGE,), opaque="auto")
     data = ir["rpn"].data
     assert "init" not in data and data["objects"] == {
-        "box_coder": {"class": f"{__name__}.BoxCoder", "attributes": {"weights": (0.7, 1.0), "clip": 4.0}}}
+        "box_coder": {"class": f"{__name__}.BoxCoder", "attributes": {"weights": (0.7, 1.0), "clip": 4.0}},
+        "similarity": {"function": f"{__name__}._double"}}
     ir.save(tmp_path / "m.ir.json")
     rebuilt = ir2torch.convert(IR.load(tmp_path / "m.ir.json"), model.state_dict(), allow=[PROPOSALS])
     assert type(rebuilt.rpn.box_coder) is BoxCoder and rebuilt.rpn.box_coder.weights == (0.7, 1.0)
+    assert rebuilt.rpn.similarity is _double
     for x in (IMAGE, -IMAGE, IMAGE * 3):
         assert torch.equal(rebuilt(x), model(x))
     assert torch2ir.convert(rebuilt, (IMAGE,), opaque="auto") == ir
@@ -348,8 +361,15 @@ def _box_coder(rpn: dict) -> dict:
     lambda rpn: rpn["objects"].update({"conv": _box_coder(rpn)}),  # also a child's name: shadows nothing? refused
     lambda rpn: rpn.update({"objects": [1]}),
     lambda rpn: rpn.update({"init": {}}),
+    lambda rpn: rpn["objects"].update({"similarity": {"function": "os.system"}}),
+    lambda rpn: rpn["objects"].update({"similarity": {"function": f"{__name__}.TinyConfig"}}),  # a class
+    lambda rpn: rpn["objects"].update({"similarity": {"function": f"{__name__}.NEVER"}}),  # a string constant
+    lambda rpn: rpn["objects"].update({"similarity": {"function": "builtins.eval"}}),
+    lambda rpn: rpn["objects"].update({"similarity": {"function": "not a name"}}),
+    lambda rpn: rpn["objects"].update({"similarity": {"function": f"{__name__}._double", "x": 1}}),
 ], ids=["never", "os.system", "not-a-name", "module-class", "shadows-config-method", "dunder", "shadows-method",
-        "not-plain", "extra-field", "dunder-name", "child-name", "not-a-mapping", "with-init"])
+        "not-plain", "extra-field", "dunder-name", "child-name", "not-a-mapping", "with-init", "fn-os.system",
+        "fn-class", "fn-constant", "fn-eval", "fn-not-a-name", "fn-extra-field"])
 def test_hostile_objects_fields_are_refused(tmp_path, saved_objects, edit) -> None:
     doc, state = saved_objects
     doc = json.loads(json.dumps(doc))

@@ -18,6 +18,7 @@ import copy
 import functools
 import inspect
 import json
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -75,7 +76,8 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
             configs = {name: _encode_argument(value) for name, value in others.items()}
             objects = {name: _encode_object(value) for name, value in others.items()
                        if not (isinstance(configs[name], dict) and CONFIG_TAG in configs[name])}
-            if any(o is None for o in objects.values()):
+            if any(o is None for o in objects.values()) or not all(
+                    _loads_back(others[name], c) for name, c in configs.items() if name not in objects):
                 raise
             if len(objects) < len(configs):
                 data["configs"] = {name: c for name, c in configs.items() if name not in objects}
@@ -84,10 +86,25 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
     return data
 
 
+def _loads_back(value: Any, encoded: Any) -> bool:
+    """Whether the configuration object ``encoded`` records is made again with the same values."""
+    try:
+        return _config_values(decode_config(encoded[CONFIG_TAG], type(value))) == _config_values(value)
+    except Exception:  # noqa: BLE001 - its class refuses what its to_dict gave
+        return False
+
+
 def _encode_object(value: Any) -> dict[str, Any] | None:
-    """A plain helper object (not a module, not a class or function: an instance of an importable class made by
-    ``object.__new__``, every instance attribute a plain value) as ``{"class", "attributes"}``, else ``None``."""
+    """A plain helper object (not a module or class: an instance of an importable class made by ``object.__new__``,
+    every instance attribute a plain value) as ``{"class", "attributes"}``, or a module-level function as
+    ``{"function": its qualified name}``, else ``None``."""
     cls = type(value)
+    if inspect.isfunction(value):  # a module-level function of a package (torchvision's box_iou)
+        name = f"{value.__module__}.{value.__qualname__}"
+        home = sys.modules.get(value.__module__)
+        if is_class_name(name) and "." not in value.__qualname__ and getattr(home, value.__name__, None) is value:
+            return {"function": name}
+        return None
     if isinstance(value, (nn.Module, type, functools.partial)) or inspect.isroutine(value) or \
             not is_class_name(qualified_name(value)):
         return None

@@ -33,7 +33,8 @@ class Copy:
         traced, stood_in: module paths of the traced member and of the member stood in for.
         traced_key, stood_in_key: their keys in the IR.
         nodes: the traced call's ``call_function`` nodes, in graph order.
-        inputs: the traced call's input node -> the stood-in call's input node.
+        inputs: the traced call's input node (or a no-op ``.to()`` of one it reads, :func:`_passed_alias`) ->
+            the stood-in call's input node.
         outputs: the stood-in call's output node -> the traced call's output node it stands for.
         stand_ins: the stood-in call's nodes (removed once their uses read the copies, unless a size computed
             there is read later on).
@@ -100,6 +101,10 @@ def plan(hierarchy: Any, table: Any, standins: Any) -> tuple[list[Copy], str | N
             for arg in node.all_input_nodes:
                 if arg.name in inside or arg.name in inputs:
                     continue
+                passed = _passed_alias(hierarchy, arg, ft, inputs)
+                if passed is not None:
+                    inputs[arg.name] = passed
+                    continue
                 fqn = fqn_of.get(arg.name) if arg.op == "placeholder" else None
                 if fqn is not None and fqn.startswith(traced + "."):
                     other = placeholder_of.get(stood_in + fqn[len(traced):])
@@ -123,6 +128,20 @@ def plan(hierarchy: Any, table: Any, standins: Any) -> tuple[list[Copy], str | N
         copies.append(Copy(traced, stood_in, table.key(traced), table.key(stood_in), tuple(n.name for n in body),
                            inputs, outputs, tuple(stands), state))
     return copies, None
+
+
+def _passed_alias(hierarchy: Any, value: fx.Node, frame: Any, inputs: Mapping[str, str]) -> str | None:
+    """What the stood-in call reads for ``value`` when the traced call (``frame``) reads it as the very tensor it
+    was passed under another name: a no-op ``.to()`` computed outside the call, which the tracer names later uses
+    of the tensor after (transformers 5.24's rotary embedding returns ``cos.to(dtype=x.dtype)`` to every decoder
+    layer), while the call's recorded signature names the tensor itself (:meth:`Hierarchy.outer_value`). The
+    stood-in reads the same ``.to()`` when it was passed the same tensor (as a full trace reads it), else its own
+    input; ``None`` when ``value`` is no such alias of an input."""
+    source = hierarchy.outer_value(value, frame)
+    if source is value or source.name not in inputs:
+        return None
+    other = inputs[source.name]
+    return value.name if other == source.name else other
 
 
 def _moved(path: str, traced: str, stood_in: str) -> str | None:

@@ -94,6 +94,46 @@ class _UnlikeStack(nn.Module):
         return x
 
 
+class _Rotary(nn.Module):
+    """transformers 5.24's rotary embedding: returns ``cos.to(dtype=x.dtype)``, a no-op ``.to()`` outside the
+    decoder layers (5.23 computed it under ``torch.no_grad()``, which export turns into a higher-order op)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inv_freq = nn.Buffer(torch.arange(1.0, 5.0), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = x[..., :4] * self.inv_freq
+        return freqs.cos().to(dtype=x.dtype), freqs.sin().to(dtype=x.dtype)
+
+
+class _RotaryBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, position: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        cos, sin = position
+        return x + self.lin(x) * cos.repeat(1, 2) + sin.sum(-1, keepdim=True)
+
+
+class _RotaryStack(nn.Module):
+    """Alike blocks passed the no-op ``.to()`` results of a module called outside them: once for all (``shared``,
+    as Llama, Qwen2, Mistral and Phi-3 do) or once per block (each stood-in block then reads its own)."""
+
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        self.shared = shared
+        self.rotary = _Rotary()
+        self.blocks = nn.ModuleList(_RotaryBlock() for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        position = self.rotary(x) if self.shared else None
+        for block in self.blocks:
+            x = block(x, position or self.rotary(x))
+        return x
+
+
 def _ops(flat: FlatIR) -> Counter:
     return Counter((n.op_type, n.module_path) for n in flat.nodes)
 
@@ -148,6 +188,18 @@ def test_a_traced_call_reading_a_stand_ins_output_is_copied_reading_its_own_inpu
     traced block's value instead of the stood-in block's."""
     torch.manual_seed(0)
     _check_lowered(_UnlikeStack().eval(), (torch.randn(2, 8),))
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "per_block"])
+def test_blocks_passed_a_no_op_to_computed_outside_them_lower_to_the_full_trace(shared: bool) -> None:
+    """transformers 5.24 (issue 52): the traced layer reads the rotary embedding's ``.to()``, which the tracer
+    names the tensor after, while the layer's signature names the tensor itself; the plan of copies refused the
+    capture ("reads 'to_4', which it is not passed")."""
+    torch.manual_seed(0)
+    model = _RotaryStack(shared).eval()
+    ir = torch2ir.convert(model, (torch.randn(2, 8),), trace_once=True)
+    assert ir.capture.refused is None, ir.capture.refused
+    _check_lowered(model, (torch.randn(2, 8),))
 
 
 @pytest.mark.parametrize("name", ["llama", "bert", "vit", "t5_encoder", "mobilenet_v2"])

@@ -279,3 +279,38 @@ def test_a_failing_method_other_than_forward_makes_its_caller_opaque() -> None:
     rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Quantizer", f"{__name__}.Codebook"])
     for x in (X, -X, X * 5):
         assert _max_diff(rebuilt(x), model(x)) == 0
+
+
+class Images:
+    """A plain container of tensors (as torchvision's ImageList): neither a tensor nor a constant."""
+
+    def __init__(self, tensors: torch.Tensor) -> None:
+        self.tensors = tensors
+
+
+class Proposer(nn.Module):
+    def forward(self, images: Images) -> torch.Tensor:
+        x = images.tensors
+        return x[x > 0].sum() * torch.ones_like(x) if (x > 0).any() else x
+
+
+class TwoStage(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rpn = Proposer()
+        self.head = Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.rpn(Images(x)))
+
+
+def test_an_opaque_leaf_the_root_passes_an_object_makes_the_root_opaque() -> None:
+    torch.manual_seed(0)
+    model = TwoStage().eval()
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    assert [p for p, _, _ in ir.capture.opaque] == ["", "rpn"]  # each once
+    assert "passes an opaque leaf a value computed from tensor data" in ir.capture.opaque[0][2]
+    assert ir["head"].type == "module" and traced_alone(ir) == ["head"]
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.TwoStage", f"{__name__}.Proposer"])
+    for x in (X, -X):
+        assert _max_diff(rebuilt(x), model(x)) == 0

@@ -47,7 +47,7 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
         except OpaqueCallError as exc:
             # a caller passes an opaque leaf a value computed from tensor data: its caller is kept opaque instead
             # (up the tree, while the calls of the opaque leaves cannot be kept)
-            parents = {type(_caller(model, p)) for p in exc.leaves if "." in p}
+            parents = {type(_caller(model, p)) for p in exc.leaves if p}  # the root included
             new = [cls for cls in parents if cls not in why]
             if not auto or not new or len(why) + len(new) > MAX_OPAQUE_CLASSES:
                 raise

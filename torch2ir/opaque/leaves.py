@@ -307,7 +307,7 @@ def opaque_modules(model: nn.Module, classes: Iterable[type]) -> list[tuple[str,
     seen: set[int] = set()
     for path, module in model.named_modules():
         if type(module) in classes and id(module) not in seen and not any(
-                path.startswith(p + ".") for p, _ in found):
+                not p or path.startswith(p + ".") for p, _ in found):
             found.append((path, module))
             seen.add(id(module))
     return found

@@ -19,7 +19,7 @@ def opaque_row(model: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     import ir2torch
     import torch2ir
     from common.errors import IRError
-    from common.opaque import traced_alone
+    from common.opaque import named_classes, traced_alone
 
     warnings.simplefilter("ignore")
     model.eval()
@@ -29,7 +29,8 @@ def opaque_row(model: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     try:
         ir = torch2ir.convert(model, args, kwargs, opaque="auto")
         leaves = list(ir.capture.opaque)
-        rebuilt = ir2torch.convert(ir, model.state_dict(), allow=sorted({cls for _, cls, _ in leaves}))
+        allow = sorted({cls for _, cls, _ in leaves} | set(named_classes(ir.values())))
+        rebuilt = ir2torch.convert(ir, model.state_dict(), allow=allow)
         torch.manual_seed(0)
         with torch.no_grad():
             got = rebuilt(*args, **kwargs)

@@ -7,8 +7,11 @@ with, ``{parameter: plain value | {"$config": {"class": ..., "values": {...}, "p
 configuration object: its class, its ``to_dict()`` and its plain private attributes such as
 ``_attn_implementation``); or, for a module that cannot be constructed from its attributes but whose only other
 attributes are configuration objects, ``"configs"``: ``{attribute: {"$config": ...}}``, set on an instance made
-without running its ``__init__``. This module checks that shape on load (:func:`check_data`) without importing
-anything the file names.
+without running its ``__init__``. A constructor argument may also be an injector record (a brevitas quantizer,
+:mod:`common.injectors`). A leaf constructed again whose constructor makes its whole subtree (a brevitas layer and
+its quantizer proxies) has ``"owns": true``: every module below it is an ``"owned"`` implementation, kept as that
+constructor makes it. This module checks those shapes on load (:func:`check_data`, :func:`check_owned`) without
+importing anything the file names.
 """
 
 from __future__ import annotations
@@ -22,8 +25,12 @@ import torch
 from torch import nn
 
 from .errors import IRFormatError, UnsafeTargetError
+from .injectors import INJECTOR_TAG, check_injector, injector_classes, tag_of
 
 OPAQUE_TYPE = "opaque"
+#: A module made by the constructor of the opaque leaf above it (``"owns": true``): kept as that constructor made
+#: it, its plain attributes set (its data: ``{"class": qualified name, "attributes": {name: plain value}}``).
+OWNED_TYPE = "owned"
 
 #: Plain values nest at most this deep (a list in a dict in a list ... counts one per level).
 MAX_DEPTH = 16
@@ -90,7 +97,21 @@ def config_classes(data: Any) -> list[str]:
         return []
     values = [*data.get("init", {}).values(), *data.get("configs", {}).values()]
     return [*(v[CONFIG_TAG]["class"] for v in values if isinstance(v, Mapping) and CONFIG_TAG in v),
-            *(v.get("class") or v.get("function") for v in data.get("objects", {}).values())]
+            *(v.get("class") or v.get("function") for v in data.get("objects", {}).values()),
+            *(name for v in data.get("init", {}).values() if tag_of(v) == INJECTOR_TAG
+              for _, name in injector_classes(v))]
+
+
+def named_classes(impls: Iterable[Any]) -> list[str]:
+    """Every class the opaque implementations of ``impls`` name (their own, their configuration, helper-object and
+    injector classes), sorted: what ``allow=`` takes to rebuild them all (classes of an allowed opaque class's
+    package and ``torch.nn`` classes let in an injector need no entry, but may have one)."""
+    names: set[str] = set()
+    for impl in impls:
+        if impl.type == OPAQUE_TYPE and isinstance(impl.data, Mapping):
+            names.add(str(impl.data.get("class")))
+            names.update(str(n) for n in config_classes(impl.data))
+    return sorted(names)
 
 
 def same_package(name: str, other: str) -> bool:
@@ -134,6 +155,9 @@ def _check_init(init: Any, impl: str, field: str = "init") -> None:
                                     hint="names are identifiers, neither dunder names nor nn.Module's own")
         if isinstance(value, Mapping) and CONFIG_TAG in value:
             _check_config(value, name, impl)
+            continue
+        if field == "init" and tag_of(value) == INJECTOR_TAG:
+            check_injector(value, impl, name)
             continue
         if field == "configs":
             raise IRFormatError(f"opaque configs entry {name!r} is not {{{CONFIG_TAG!r}: ...}}", implementation=impl,
@@ -184,10 +208,11 @@ def check_data(data: Any, impl: str) -> None:
             name or value is not allowed.
         UnsafeTargetError: the class is not a dotted Python name.
     """
-    if not isinstance(data, Mapping) or set(data) - {"init", "configs", "objects"} != {"class", "attributes"} or \
-            ("init" in data and ({"configs", "objects"} & set(data))):
+    if not isinstance(data, Mapping) or set(data) - {"init", "configs", "objects", "owns"} != {"class", "attributes"} \
+            or ("init" in data and ({"configs", "objects"} & set(data))) or \
+            ("owns" in data and (data["owns"] is not True or "init" not in data)):
         raise IRFormatError("an opaque implementation's data must be {'class': ..., 'attributes': {...}} and "
-                            "optionally 'init', or 'configs' and 'objects'", implementation=impl,
+                            "optionally 'init' (and 'owns': true), or 'configs' and 'objects'", implementation=impl,
                             hint="re-save the IR with torch2ir")
     if "init" in data:
         _check_init(data["init"], impl)
@@ -222,6 +247,44 @@ def check_data(data: Any, impl: str) -> None:
                                 key=name, hint="attributes are numbers, strings, None, lists and dicts of those")
 
 
+def check_owned(data: Any, impl: str) -> None:
+    """Check the data of an ``"owned"`` implementation: ``{"class": dotted name, "attributes": {name: plain}}``.
+
+    Raises:
+        IRFormatError: another form, or an attribute value that is not plain.
+        UnsafeTargetError: the class is not a dotted Python name, or an attribute name is not allowed.
+    """
+    if not isinstance(data, Mapping) or set(data) != {"class", "attributes"} or \
+            not isinstance(data["attributes"], Mapping):
+        raise IRFormatError("an owned implementation's data must be {'class': ..., 'attributes': {...}}",
+                            implementation=impl, hint="re-save the IR with torch2ir")
+    if not is_class_name(data["class"]):
+        raise UnsafeTargetError(f"owned class {str(data['class'])[:100]!r} is not a dotted Python class name",
+                                implementation=impl, key="class", hint="the file is corrupt or hostile")
+    for name, value in data["attributes"].items():
+        if not is_attribute_name(name):
+            raise UnsafeTargetError(f"owned attribute name {str(name)[:100]!r} is not allowed", implementation=impl,
+                                    key="attributes", hint="the file is corrupt or hostile")
+        why = check_value(value)
+        if why is not None:
+            raise IRFormatError(f"owned attribute {name!r} is not a plain value ({why})", implementation=impl,
+                                key=name, hint="attributes are numbers, strings, None, lists and dicts of those")
+
+
+def owner_of(key: str, ir: Mapping[str, Any]) -> str | None:
+    """The key of the opaque leaf that owns the ``"owned"`` implementation ``key``: its nearest ancestor that is
+    not owned, when that one is an opaque leaf with ``"owns": true``; else ``None``."""
+    from .ir import parent_key
+
+    parent = parent_key(key, ir)
+    while parent != "root" and ir[parent].type == OWNED_TYPE:
+        parent = parent_key(parent, ir)
+    impl = ir[parent]
+    if impl.type == OPAQUE_TYPE and isinstance(impl.data, Mapping) and impl.data.get("owns") is True:
+        return parent
+    return None
+
+
 #: IR types of containers: a module below one hangs, for what calls it, under the container's own parent.
 CONTAINER_IR_TYPES = frozenset({"modulelist", "moduledict", "sequential"})
 
@@ -253,5 +316,6 @@ def opaque_classes(impls: Iterable[Any]) -> dict[str, list[str]]:
     return out
 
 
-__all__ = ["CONFIG_TAG", "CONTAINER_IR_TYPES", "MAX_DEPTH", "OPAQUE_TYPE", "check_data", "check_value",
-           "config_classes", "is_attribute_name", "is_class_name", "opaque_classes", "same_package", "traced_alone"]
+__all__ = ["CONFIG_TAG", "CONTAINER_IR_TYPES", "MAX_DEPTH", "OPAQUE_TYPE", "OWNED_TYPE", "check_data", "check_owned",
+           "check_value", "config_classes", "is_attribute_name", "is_class_name", "named_classes", "opaque_classes", "owner_of",
+           "same_package", "traced_alone"]

@@ -36,6 +36,13 @@ def _prefix(path: str) -> str:
     return "" if path in ("", "root") else path + "."
 
 
+def in_state_dict(rec: Mapping[str, Any]) -> bool:
+    """Whether a state record's value is in the model's state dict: parameters and buffers, unless recorded
+    ``"persistent": false`` (a non-persistent buffer, or a parameter its module leaves out of its state dict, as
+    brevitas' runtime-statistics scale does until statistics are collected); never a constant."""
+    return rec["kind"] in ("parameter", "buffer") and bool(rec.get("persistent", True))
+
+
 def state_entries(ir: IR) -> dict[str, tuple[str, str]]:
     """``{rebuilt state-dict key: (implementation key, state name)}`` for every entry a
     state dict of the rebuilt model holds (parameters and persistent buffers, at the
@@ -43,7 +50,7 @@ def state_entries(ir: IR) -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     for key, impl in ir.items():
         for name, rec in impl.state.items():
-            if rec["kind"] == "constant" or (rec["kind"] == "buffer" and not rec.get("persistent", True)):
+            if not in_state_dict(rec):
                 continue
             for path in (key, *impl.aliases):
                 out[_prefix(path) + name] = (key, name)

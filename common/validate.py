@@ -43,7 +43,7 @@ from .functional_modules import method_of
 from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem
-from .opaque import OPAQUE_TYPE, check_data
+from .opaque import OPAQUE_TYPE, OWNED_TYPE, check_data, check_owned, owner_of
 from .provenance import check_provenance
 from .safety import DEFAULT_ALLOWLIST, Allowlist
 from .validate_names import acyclic, check_graph_names, check_names
@@ -80,6 +80,12 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
             )
         if impl.type == OPAQUE_TYPE:
             check_data(impl.data, key)
+        elif impl.type == OWNED_TYPE:
+            check_owned(impl.data, key)
+            if key == "root" or owner_of(key, ir) is None:
+                raise IRValidationError(f"the owned implementation {key!r} has no opaque leaf above it that owns it",
+                                        implementation=key, hint="an owned module hangs below an opaque leaf with "
+                                        "'owns': true, whose constructor makes it; the file is corrupt or hostile")
         check_provenance(key, impl.meta)
         custom_backward_names(impl.meta, key)
         _check_children(impl.meta, key)

@@ -12,7 +12,7 @@ from torch import nn
 
 from common.errors import IRFormatError, StateDictError, listing
 from common.ir import IR, parent_key
-from common.state_dict import record_mismatch
+from common.state_dict import in_state_dict, record_mismatch
 
 from .rebuild import relative_path, set_submodule
 
@@ -135,14 +135,16 @@ def _plain_flag(cls: type) -> bool:
 
 def _unsaved(rec: dict) -> bool:
     """A record whose value is in no state dict: a non-persistent buffer or a constant, not tied."""
-    kind = rec["kind"]
-    return (kind == "constant" or (kind == "buffer" and not rec.get("persistent", True))) and "tie" not in rec
+    return not in_state_dict(rec) and "tie" not in rec
 
 
 def _put(owner: nn.Module, name: str, value: torch.Tensor, path: str) -> None:
     """Set a buffer or plain tensor attribute ``name`` of ``owner``, never shadowing anything else."""
     if name in owner._buffers:
         owner._buffers[name] = value
+        return
+    if owner._parameters.get(name) is not None:  # a parameter its module leaves out of its state dict
+        owner._parameters[name] = nn.Parameter(value, requires_grad=owner._parameters[name].requires_grad)
         return
     current = vars(owner).get(name)
     if not isinstance(current, torch.Tensor) and (
@@ -209,8 +211,7 @@ def restore_unsaved(ir: IR, modules: Mapping[str, nn.Module], state: Mapping[str
         source = source if isinstance(source, str) else key
         source_prefix = "" if source in ("", "root") else source + "."
         for name, rec in impl.state.items():
-            persistent = rec["kind"] == "parameter" or (rec["kind"] == "buffer" and rec.get("persistent", True))
-            if persistent or "tie" in rec or prefix + name in ir.tensors:
+            if in_state_dict(rec) or "tie" in rec or prefix + name in ir.tensors:
                 continue
             value = state.get(source_prefix + name, state.get(prefix + name))
             if value is None:

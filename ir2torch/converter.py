@@ -30,6 +30,7 @@ from .forward_budget import install_budgets, static_guard
 from .guard_specs import root_guard
 from .guarded_root import guard_builder_root
 from .handlers.opaque import check_allowed as check_opaque_allowed
+from .handlers.owned import take_owned
 from .handlers.quant import restore_quantization
 from .leaf_copies import LeafCopies
 from .rebuild import graph_module
@@ -250,6 +251,7 @@ class Ir2Torch:
         guarded = {"root", *traced_alone(ir)} if guard_inputs else set()
         modules = {key: self._build_one(impl, device, maps, key in guarded, codes, fold_constants, leaves)
                    for key, impl in ir.items()}
+        take_owned(ir, modules)  # modules an opaque leaf's constructor made (a brevitas layer's quantizers)
         root = attach_children(ir, modules)
         restore_quantization(ir, modules)
         restore_state_layout(ir, modules)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import functools
 import keyword
 import operator
 from typing import Any
@@ -399,10 +400,17 @@ def _set_state(root: nn.Module, path: str, tensor: torch.Tensor, kind: str, pers
     module, last = owner_of(root, path)
     if kind == "parameter":
         module.register_parameter(last, tensor)  # type: ignore[arg-type]
+        if not persistent:  # its original module leaves it out of its state dict (brevitas' uncollected scale)
+            module._register_state_dict_hook(functools.partial(_drop_entry, last))
     elif kind == "buffer":
         module.register_buffer(last, tensor, persistent=persistent)
     else:  # lifted constant: a plain tensor attribute, not part of the state dict
         setattr(module, last, tensor)
+
+
+def _drop_entry(name: str, module: nn.Module, state: dict[str, Any], prefix: str, local_metadata: Any) -> None:
+    """State-dict hook: leave the parameter ``name`` out, as the module it was converted from did."""
+    state.pop(prefix + name, None)
 
 
 def _class_name(impl: Implementation) -> str:

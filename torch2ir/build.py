@@ -15,6 +15,7 @@ from common.errors import ConversionError, IRError, listing
 from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
 from common.notes import CUSTOM_BACKWARD_KEY
 from common.safety import Allowlist, function_names, required_ops_error
+from common.state_dict import in_state_dict
 from common.validate import validate
 
 from .capture import Capture
@@ -30,6 +31,7 @@ from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
 from .int8 import has_int8, int8_stand_ins, refuse_int8
 from .lowering import spec_text
+from .model_state import kept_attributes
 from .modules import ModuleTable
 from .opaque.driver import with_opaque
 from .opaque.recording import StandIns as OpaqueStandIns
@@ -67,6 +69,15 @@ def build_ir(
     Raises:
         ConversionError: every construct the IR cannot hold, listed together.
     """
+    with kept_attributes(model):  # the model's code runs for real: its own attributes are put back after
+        return _convert(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                        allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once,
+                        opaque=opaque)
+
+
+def _convert(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
+             dynamic_shapes: Any, allowlist: Any, captured: Any, train_checks: bool, trace_once: Any,
+             opaque: Any) -> IR:
     if opaque and captured is None:
         if strict:
             raise ConversionError("opaque leaves need the non-strict export: strict export (dynamo) traces their "
@@ -484,9 +495,10 @@ def _keep_tensors(ir: IR, table: ModuleTable, constants: Mapping[str, Any]) -> N
         prefix = "" if key == "root" else key + "."
         module = table.module_of_key[key]
         for name, rec in impl.state.items():
-            if rec["kind"] == "parameter" or (rec.get("persistent", True) and rec["kind"] == "buffer"):
+            if in_state_dict(rec):
                 continue
-            value = module._buffers.get(name) if rec["kind"] == "buffer" else constants.get(prefix + name)
+            value = module._buffers.get(name) if rec["kind"] == "buffer" else \
+                module._parameters.get(name) if rec["kind"] == "parameter" else constants.get(prefix + name)
             if value is None:
                 value = getattr(module, name, None)
             if isinstance(value, torch.Tensor) and not value.is_meta and "tie" not in rec:

@@ -166,6 +166,20 @@ class OpaqueCallError(ExportFailedError):
 
     leaves: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, path: str, kind: str, exc: BaseException) -> ExportFailedError:
+        """The refusal of a leaf call whose arguments cannot be written as a call (a container of its inputs, such
+        as brevitas' ``QuantTensor``, cannot be made again around references): an :class:`OpaqueCallError` for an
+        opaque leaf, whose caller ``opaque="auto"`` then keeps opaque; an :class:`ExportFailedError` otherwise."""
+        message = (f"the call of {path} ({kind}) passes it a structure that cannot be written with references to "
+                   f"its values ({type(exc).__name__}: {str(exc)[:160]})")
+        if kind != "opaque":
+            return ExportFailedError(message, implementation=path, hint="report this model: the leaf's inputs "
+                                     "are a container the IR cannot write")
+        error = cls(message, implementation=path, hint="opaque=\"auto\" keeps its caller opaque instead")
+        error.leaves = (path,)
+        return error
+
 
 def export(
     model: nn.Module,

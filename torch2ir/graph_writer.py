@@ -23,6 +23,7 @@ from common.names import without_counter
 from common.safety import function_name
 from common.values import Ref, Subgraph, encode
 
+from .frontend import OpaqueCallError
 from .graphs import add_node_with_edges, flat_implementation
 from .hierarchy import Frame, Hierarchy
 from .signature_match import Dead, Signature, is_stand_in
@@ -184,7 +185,7 @@ class GraphWriter:
             return
         rel = self.frame.relative(child.path)
         extra = {} if rel == default_target(self.impl.name, callee) else {"target": rel}
-        ctype = self.h.table.converter.type_of(type(self.h.table.module_of_key[callee])) if child.leaf else "module"
+        ctype = self.h.table.leaf_type(self.h.table.module_of_key[callee]) if child.leaf else "module"
         name = self.name(rel if child.call_index == 0 else f"{rel}@{child.call_index}")
         sig = self.h.signed.get(id(child))
         if child.leaf:
@@ -238,7 +239,10 @@ class GraphWriter:
         by_name = {n.name: n for n in self.h.ep.graph.nodes}
         leaves = [self.ref(by_name[a.name]) if hasattr(a, "name") and a.name in by_name else a.value
                   for a in sig.inputs]
-        call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
+        try:
+            call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
+        except Exception as exc:  # noqa: BLE001 - a container whose constructor checks its items (brevitas' QuantTensor)
+            raise OpaqueCallError.of(child.path, ctype, exc) from exc
         add_node_with_edges(self.impl, name, ctype, callee, call_args, call_kwargs, **extra,
                             meta=value_meta(_first_val(by_name, sig.outputs)))
         self.h.origin[child] = (self.impl, name)

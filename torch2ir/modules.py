@@ -63,6 +63,11 @@ class ModuleTable:
     def is_leaf(self, module: nn.Module) -> bool:
         return self.converter.has_handler(module)
 
+    def leaf_type(self, module: nn.Module) -> str:
+        """The IR type of the handled leaf ``module`` (by its class; an opaque view's owned modules by identity)."""
+        type_of_module = getattr(self.converter, "type_of_module", None)
+        return type_of_module(module) if type_of_module is not None else self.converter.type_of(type(module))
+
     def outermost_leaves(self) -> list[str]:
         """Paths of the handled leaves that are not inside another handled leaf (root excluded), in
         ``named_modules()`` order; read once per table."""
@@ -151,7 +156,7 @@ class ModuleTable:
                 self.errors.append((key, f"handler for {cls.__name__} failed: {type(exc).__name__}: {exc}",
                                     "fix or override the handler for this class"))
                 data = {}
-            return Implementation(key, self.converter.type_of(cls), data, meta=meta)
+            return Implementation(key, self.leaf_type(module), data, meta=meta)
         if cls in CONTAINER_TYPES and not called:
             return Implementation(key, CONTAINER_TYPES[cls], meta=meta)
         return Implementation(key, GRAPH_TYPE, meta=meta)
@@ -184,6 +189,8 @@ class ModuleTable:
                 if param is None:
                     continue
                 rec = state_record(param, "parameter", requires_grad=param.requires_grad)
+                if prefix + name not in saved:  # left out of its module's state dict: its value travels in the IR
+                    rec["persistent"] = False
                 tie = owner.setdefault(id(param), prefix + name)
                 if tie != prefix + name:
                     rec["tie"] = tie

@@ -21,6 +21,7 @@ from . import (
     loss,
     norm,
     opaque,
+    owned,
     pooling,
     quant,
     recurrent,
@@ -32,6 +33,7 @@ def register_defaults(converter: Any) -> None:
     """Register every default builder on ``converter`` (an ``Ir2Torch``)."""
     linear.register(converter)
     opaque.register(converter)
+    owned.register(converter)
     conv.register(converter)
     norm.register(converter)
     embedding.register(converter)

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from common.errors import BuildError, UnsafeTargetError
+from common.injectors import INJECTOR_TAG, injector_classes, tag_of
 from common.ir import IR, Implementation
 from common.opaque import (
     CONFIG_TAG,
@@ -51,6 +52,8 @@ from common.opaque import (
     same_package,
 )
 from common.safety import Allowlist
+
+from .owned import FREE_CLASS_PREFIX, injector
 
 Builder = Callable[[Implementation], nn.Module]
 
@@ -64,8 +67,11 @@ def check_allowed(ir: IR, allowlist: Allowlist, builders: Mapping[str, Builder])
     for impl in ir.values():
         if impl.type != OPAQUE_TYPE or not isinstance(impl.data, Mapping) or impl.data.get("class") in builders:
             continue
+        free = {name for value in impl.data.get("init", {}).values() if tag_of(value) == INJECTOR_TAG
+                for kind, name in injector_classes(value) if kind == "class" and name.startswith(FREE_CLASS_PREFIX)}
         for config in config_classes(impl.data):
-            if not (allowlist.allows_class(config) or same_package(config, str(impl.data.get("class")))):
+            if not (config in free or allowlist.allows_class(config) or
+                    same_package(config, str(impl.data.get("class")))):
                 refused.setdefault(config, []).append(impl.name)
     if not refused:
         return
@@ -159,6 +165,8 @@ def _arguments(impl: Implementation) -> dict[str, Any]:
     for name, value in impl.data["init"].items():
         if isinstance(value, Mapping) and CONFIG_TAG in value:
             out[name] = _config(value[CONFIG_TAG], impl.name)
+        elif tag_of(value) == INJECTOR_TAG:  # a brevitas quantizer's injector
+            out[name] = injector(value, impl.name)
         else:
             out[name] = copy.deepcopy(value)
     return out

@@ -223,6 +223,10 @@ def graft(ir: IR, path: str, sub: IR) -> None:
     if mine != theirs:
         raise GraftError(path, f"the modules below {path} differ between the model and the child: "
                                f"{sorted(mine ^ theirs)[:3]}")
+    for key in sorted(mine):  # a module below path also held elsewhere (brevitas shares quantizer parts)
+        outside = [a for a in ir[key].aliases if not (a == path or a.startswith(prefix))]
+        if outside:
+            raise GraftError(path, f"{key} is also held at {outside[0]}, outside {path}")
     notes = sub.root.meta
     renamed = {_target(k, path): _renamed(impl, path) for k, impl in sub.items()}
     order = list(ir)  # kept: a rebuild attaches children (a ModuleList's items) in the IR's order

@@ -12,12 +12,16 @@ from typing import Any
 
 from torch import nn
 
+from common.errors import ConversionError
+from common.injectors import is_injector
 from common.ir import IR
 
 from ..frontend import ExportFailedError, OpaqueCallError
+from ..model_state import kept_attributes
 from ..modules import CONTAINER_TYPES
 from .attribution import qualified_name
 from .children import GraftError, convert_children, graft, traced_children
+from .constructed import holds_injectors, owns_subtree
 from .leaves import (
     OpaqueConverter,
     inner_modules,
@@ -43,7 +47,8 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                                                             for cls in opaque_classes_of(model, opaque)}
     while True:
         try:
-            return _build_opaque(build, converter, model, args, kwargs, why, opaque, **options)
+            with kept_attributes(model):  # each attempt starts from the model's own attributes (brevitas' counters)
+                return _build_opaque(build, converter, model, args, kwargs, why, opaque, **options)
         except OpaqueCallError as exc:
             # a caller passes an opaque leaf a value computed from tensor data: its caller is kept opaque instead
             # (up the tree, while the calls of the opaque leaves cannot be kept)
@@ -58,6 +63,8 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
             module = model if failure is not None and not failure.path else getattr(failure, "module", None)
             reason = getattr(failure, "why", "")
             path = failure.path if failure is not None else ""
+            if module is not None and path:  # inside a brevitas layer: the layer, made again by its constructor
+                module, path = _owning_layer(model, module, path)
             if module is not None and type(module) in why and path:
                 # already opaque, so its code ran through another method than forward (Mimi's codebook.encode):
                 # the nearest caller above it that is not opaque yet is kept opaque instead
@@ -76,6 +83,23 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
             why[type(module)] = reason
 
 
+def _owning_layer(model: nn.Module, module: nn.Module, path: str) -> tuple[nn.Module, str]:
+    """The nearest module at or above ``path`` that owns its subtree (a brevitas layer whose quantizer internals
+    fail to trace: the layer is kept opaque as a whole), else ``module`` at ``path`` itself."""
+    parts = path.split(".")
+    for cut in range(len(parts), 0, -1):
+        sub = ".".join(parts[:cut])
+        candidate = model.get_submodule(sub)
+        if isinstance(candidate, tuple(CONTAINER_TYPES)) or not holds_injectors(candidate):
+            continue
+        try:
+            if owns_subtree(candidate, sub):
+                return candidate, sub
+        except ConversionError:  # a quantizer proxy: the layer above it may own it
+            continue
+    return module, path
+
+
 def _caller(model: nn.Module, path: str) -> nn.Module:
     """The nearest module above ``path`` that can call it (a ``ModuleList`` or ``ModuleDict`` holds, never calls)."""
     return _caller_path(model, path)[0]
@@ -91,6 +115,23 @@ def _caller_path(model: nn.Module, path: str) -> tuple[nn.Module, str]:
     return model, ""
 
 
+def _owned(inner: list[tuple[str, nn.Module]], owning: list[tuple[str, nn.Module]]
+           ) -> tuple[list[tuple[str, nn.Module]], list[tuple[str, nn.Module]]]:
+    """The inner opaque modules left once the owning leaves (``owning``, and each inner module that owns its
+    subtree: a brevitas layer inside an opaque block) have taken what is below them, and those owned modules."""
+    roots = [p for p, _ in owning]
+    kept = []
+    for path, module in sorted(inner, key=lambda item: item[0]):
+        if any(path.startswith(r + ".") for r in roots):
+            continue
+        if owns_subtree(module, path):
+            roots.append(path)
+        kept.append((path, module))
+    owned = [(sub, m) for path, leaf in [*owning, *kept] if path in roots
+             for sub, m in leaf.named_modules(prefix=path) if sub != path]
+    return kept, owned
+
+
 def _inside(path: str, children: list[tuple[str, nn.Module]]) -> bool:
     return any(path.startswith(f"{child}.") for child, _ in children)
 
@@ -102,6 +143,14 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
     if not why:
         return build(converter, model, args, kwargs, **options)
     modules = opaque_modules(model, why)
+    # a leaf whose constructor makes everything below it (a brevitas layer) owns its subtree: nothing below it is
+    # traced on its own or kept opaque, the rebuild takes it from the constructor
+    # a brevitas quantizer (a module keeping an injector) and what it holds are parts of their layer: never traced
+    # on their own, the layer owns them
+    quantizers = {id(sub) for m in model.modules() if any(is_injector(v) for v in vars(m).values())
+                  for sub in m.modules()}
+    owning = [(p, m) for p, m in modules if owns_subtree(m, p)]
+    owning_ids = {id(m) for _, m in owning}
     # children of opaque leaves traced on their own; one the opaque code uses besides calling it is opaque too
     # (its own children traced in turn): found by one eager call each round, down the tree
     kept: dict[str, str] = {}
@@ -110,14 +159,15 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
         opaque_ids = {id(m) for _, m in held}
 
         def below(opaque: list[tuple[str, nn.Module]], ids: set[int] = opaque_ids) -> list[tuple[str, nn.Module]]:
-            return traced_children(opaque, converter.has_handler, tuple(CONTAINER_TYPES),
-                                   lambda module: type(module) in why or id(module) in ids)
+            return traced_children([(p, m) for p, m in opaque if id(m) not in quantizers],
+                                   converter.has_handler, tuple(CONTAINER_TYPES),
+                                   lambda module: type(module) in why or id(module) in ids or id(module) in quantizers)
 
-        children = below([*modules, *held])
+        children = below([(p, m) for p, m in [*modules, *held] if id(m) not in owning_ids])
         # an opaque module inside a child traced on its own is that child's conversion's
         modules = [(p, m) for p, m in modules if not _inside(p, children)]
         held = [(p, m) for p, m in held if not _inside(p, children)]
-        children = below([*modules, *held])
+        children = below([(p, m) for p, m in [*modules, *held] if id(m) not in owning_ids])
         standins = record(model, args, kwargs, modules, inputs_of=[p for p, _ in children],
                           keeps_class=lambda m: type(m) in CONTAINER_TYPES or converter.has_handler(m))
         used = [(p, m) for p, m in children if p in standins.uses]
@@ -135,10 +185,12 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
     done, refused = convert_children(convert, children, standins.inputs)
     kept.update(refused)
     while True:
-        inner = inner_modules(modules, converter, CONTAINER_TYPES, traced=done)
+        inner = inner_modules([(p, m) for p, m in modules if id(m) not in owning_ids], converter, CONTAINER_TYPES,
+                              traced=done)
+        inner, owned = _owned(inner, owning)
         for path, module in [*modules, *inner]:
             opaque_data(module, path)  # refuses an attribute the IR cannot record, before anything is traced
-        ir = build(OpaqueConverter(converter, why, [m for _, m in inner]), model, args, kwargs,
+        ir = build(OpaqueConverter(converter, why, [m for _, m in inner], [m for _, m in owned]), model, args, kwargs,
                    opaque_standins=standins, **options)
         try:
             for path, sub in done.items():
@@ -147,7 +199,7 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
         except GraftError as exc:  # a module shared across a child's boundary: that child stays opaque
             kept[exc.path] = f"it cannot be traced on its own: {exc}"
             del done[exc.path]
-    keep_tensor_attributes(ir, [*modules, *inner])
+    keep_tensor_attributes(ir, [*modules, *inner, *owned])
     if getattr(ir, "capture", None) is not None:
         if modules and not modules[0][0]:  # the root itself: no export ran
             ir.capture.refused = ("the model's own forward is an opaque leaf (torch.export could not trace it), so no "

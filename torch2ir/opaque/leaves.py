@@ -27,10 +27,12 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError
-from common.opaque import CONFIG_TAG, OPAQUE_TYPE, check_value, is_attribute_name, is_class_name
+from common.opaque import CONFIG_TAG, OPAQUE_TYPE, OWNED_TYPE, check_value, is_attribute_name, is_class_name
 
 from ..tensormeta import state_record
 from .attribution import qualified_name
+from .constructed import holds_injectors, owned_data, owning_data
+from .injectors import is_injector
 
 #: Instance attributes every ``nn.Module`` has: not the module's own.
 _MODULE_ATTRIBUTES = frozenset(vars(nn.Module()))
@@ -53,6 +55,12 @@ def opaque_data(module: nn.Module, path: str = "") -> dict[str, Any]:
             f"the opaque leaf {path or '(root)'} has class {qualified_name(module)}, which cannot be imported by that "
             "name when the IR is rebuilt", implementation=path or "root",
             hint="define the class at the top level of a module (not inside a function)")
+    if holds_injectors(module):  # a brevitas layer: made again by its constructor, with everything below it
+        try:
+            return owning_data(module, path)
+        except ConversionError:
+            if any(is_injector(value) for value in vars(module).values()):
+                raise  # else a block of brevitas layers, which may own theirs: an opaque leaf as any other
     attributes, others = {}, {}
     for name, value in own_attributes(module).items():
         if type(value) is torch.Tensor:  # kept as a constant of its state (keep_tensor_attributes)
@@ -256,13 +264,16 @@ class OpaqueConverter:
     """A view of a ``Torch2Ir`` converter for which every instance of ``classes`` is a handled leaf of type
     ``"opaque"`` (before any handler of its own class), and so is each module of ``inner`` (instances inside an
     opaque leaf that neither have a handler nor are containers: never called in a graph, they are rebuilt as their
-    own class too, so the leaf's real forward can call them)."""
+    own class too, so the leaf's real forward can call them). Each module of ``owned`` (below an opaque leaf that
+    owns its subtree, :mod:`torch2ir.opaque.constructed`) is a handled leaf of type ``"owned"``."""
 
-    def __init__(self, base: Any, classes: Iterable[type], inner: Iterable[nn.Module] = ()) -> None:
+    def __init__(self, base: Any, classes: Iterable[type], inner: Iterable[nn.Module] = (),
+                 owned: Iterable[nn.Module] = ()) -> None:
         self._base = base
         self.classes = frozenset(classes)
         self.inner = {id(m) for m in inner}
         self._inner_classes = frozenset(type(m) for m in inner)
+        self.owned = {id(m) for m in owned}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._base, name)
@@ -271,7 +282,11 @@ class OpaqueConverter:
         return type(module) in self.classes or id(module) in self.inner
 
     def has_handler(self, module: nn.Module) -> bool:
-        return self._opaque(module) or self._base.has_handler(module)
+        return id(module) in self.owned or self._opaque(module) or self._base.has_handler(module)
+
+    def type_of_module(self, module: nn.Module) -> str:
+        """The IR type of the handled leaf ``module`` (an owned module's is ``"owned"``, whatever its class)."""
+        return OWNED_TYPE if id(module) in self.owned else self.type_of(type(module))
 
     def type_of(self, cls: type) -> str:
         # asked for leaves only: an instance of an inner class outside opaque leaves is not one
@@ -280,6 +295,8 @@ class OpaqueConverter:
         return self._base.type_of(cls)
 
     def attributes(self, module: nn.Module) -> dict[str, Any]:
+        if id(module) in self.owned:
+            return owned_data(module)
         return opaque_data(module) if self._opaque(module) else self._base.attributes(module)
 
 

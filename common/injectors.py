@@ -37,6 +37,7 @@ MAX_INJECTOR_DEPTH = 8
 MAX_LETS = 256
 
 
+_HOSTILE = "the file is corrupt or hostile"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -98,13 +99,13 @@ def check_injector(value: Any, impl: str, key: str, depth: int = 0) -> None:
         elif tag == CLASS_TAG:
             if not is_class_name(item[CLASS_TAG]):
                 raise UnsafeTargetError(f"class {str(item[CLASS_TAG])[:100]!r} let in {key!r} is not a dotted Python "
-                                        "class name", implementation=impl, key=key, hint="the file is corrupt or hostile")
+                                        "class name", implementation=impl, key=key, hint=_HOSTILE)
         elif tag == ENUM_TAG:
             enum = item[ENUM_TAG]
             if not isinstance(enum, Mapping) or set(enum) != {"class", "member"} or not is_class_name(enum["class"]) \
                     or not _is_let_name(enum["member"]):
                 raise UnsafeTargetError(f"enum value let in {key!r} must be {{'class': dotted name, 'member': "
-                                        "identifier}", implementation=impl, key=key, hint="the file is corrupt or hostile")
+                                        "identifier}", implementation=impl, key=key, hint=_HOSTILE)
         else:
             if isinstance(item, Mapping) and any(isinstance(k, str) and k.startswith("$") for k in item):
                 raise IRFormatError(f"value {name!r} let in {key!r} is a mapping with a '$' key that is no tag",

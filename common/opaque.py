@@ -317,5 +317,5 @@ def opaque_classes(impls: Iterable[Any]) -> dict[str, list[str]]:
 
 
 __all__ = ["CONFIG_TAG", "CONTAINER_IR_TYPES", "MAX_DEPTH", "OPAQUE_TYPE", "OWNED_TYPE", "check_data", "check_owned",
-           "check_value", "config_classes", "is_attribute_name", "is_class_name", "named_classes", "opaque_classes", "owner_of",
-           "same_package", "traced_alone"]
+           "check_value", "config_classes", "is_attribute_name", "is_class_name", "named_classes", "opaque_classes",
+           "owner_of", "same_package", "traced_alone"]

@@ -241,7 +241,7 @@ class GraphWriter:
                   for a in sig.inputs]
         try:
             call_args, call_kwargs = pytree.tree_unflatten(leaves, sig.in_spec)
-        except Exception as exc:  # noqa: BLE001 - a container whose constructor checks its items (brevitas' QuantTensor)
+        except Exception as exc:  # a container whose constructor checks its items (brevitas' QuantTensor)
             raise OpaqueCallError.of(child.path, ctype, exc) from exc
         add_node_with_edges(self.impl, name, ctype, callee, call_args, call_kwargs, **extra,
                             meta=value_meta(_first_val(by_name, sig.outputs)))

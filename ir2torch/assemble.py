@@ -235,6 +235,7 @@ def restore_unsaved(ir: IR, modules: Mapping[str, nn.Module], state: Mapping[str
             f"no value for {len(missing)} tensor(s) outside the state dict: {listing(missing, sep=', ')} "
             "(non-persistent buffers or constants of a model converted on the meta device)",
             key=missing[0],
-            hint="pass them with the weights: {**model.state_dict(), **dict(model.named_buffers())}, "
-                 "or convert a model whose buffers hold real values",
+            hint="pass them with the weights: {**model.state_dict(), **dict(model.named_buffers())} (and "
+                 "**dict(model.named_parameters()) for parameters a module leaves out of its state dict), or convert "
+                 "a model whose buffers hold real values",
         )

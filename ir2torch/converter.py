@@ -30,7 +30,7 @@ from .forward_budget import install_budgets, static_guard
 from .guard_specs import root_guard
 from .guarded_root import guard_builder_root
 from .handlers.opaque import check_allowed as check_opaque_allowed
-from .handlers.owned import take_owned
+from .handlers.owned import kept_quantizers, restore_attributes, take_owned
 from .handlers.quant import restore_quantization
 from .leaf_copies import LeafCopies
 from .rebuild import graph_module
@@ -259,8 +259,10 @@ class Ir2Torch:
         restore_modes(ir, modules)
         if state_dict is not None:
             state = read_state(state_dict)
-            load_into(root, ir, state, maps, strict=strict, retie=lambda: restore_state_layout(ir, modules))
+            with kept_quantizers(ir):
+                load_into(root, ir, state, maps, strict=strict, retie=lambda: restore_state_layout(ir, modules))
             restore_unsaved(ir, modules, state)
+            restore_attributes(ir, modules)  # as the original was, whatever loading its state changed
         return root
 
     def declared_sizes(self, ir: IR) -> dict[str, int]:

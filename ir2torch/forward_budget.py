@@ -48,6 +48,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from common.errors import ExecutionError, IRError, ResourceBudgetError, UnsafeTargetError
+from common.module_state import kept_attributes
 from common.names import GENERATED_ATTRS
 from common.safety import ALLOCATING_OPS
 
@@ -166,7 +167,7 @@ class ForwardBudget:
             return True  # a caller's fake tensors (its own FakeTensorMode runs the ops): nothing real runs
         _LOCAL.depth += 1
         try:
-            with _disable_current_modes(), _quiet_fake_tensors(), _hooks_off(obj), \
+            with kept_attributes(obj), _disable_current_modes(), _quiet_fake_tensors(), _hooks_off(obj), \
                     FakeTensorMode(allow_fallback_kernels=False) as mode, \
                     _fake_state(obj, mode) as external:
                 fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))

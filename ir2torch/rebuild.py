@@ -355,7 +355,7 @@ def graph_module(
         tensor = torch.empty(shape, dtype=rec["dtype"], device=device)
         if rec["kind"] == "parameter":
             value: torch.Tensor = nn.Parameter(tensor, requires_grad=bool(rec.get("requires_grad", True)))
-            _set_state(gm, name, value, "parameter", True)
+            _set_state(gm, name, value, "parameter", bool(rec.get("persistent", True)))
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
     if template is not None:

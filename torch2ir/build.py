@@ -13,6 +13,7 @@ from torch import fx, nn
 
 from common.errors import ConversionError, IRError, listing
 from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
+from common.module_state import kept_attributes
 from common.notes import CUSTOM_BACKWARD_KEY
 from common.safety import Allowlist, function_names, required_ops_error
 from common.state_dict import in_state_dict
@@ -31,7 +32,6 @@ from .hierarchy import Frame, Hierarchy, Problem
 from .hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
 from .int8 import has_int8, int8_stand_ins, refuse_int8
 from .lowering import spec_text
-from .model_state import kept_attributes
 from .modules import ModuleTable
 from .opaque.driver import with_opaque
 from .opaque.recording import StandIns as OpaqueStandIns

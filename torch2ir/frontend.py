@@ -22,6 +22,7 @@ import torch
 from torch import fx, nn
 
 from common.errors import ConversionError
+from common.module_state import kept_attributes
 
 from . import custom_backward
 from .observers import is_observer, untraceable_observer
@@ -211,7 +212,8 @@ def export(
         if on_attempt is not None:
             on_attempt()  # forget what a failed attempt recorded
         try:
-            with traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), torch_logs_to_debug(), \
+            with kept_attributes(model), traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), \
+                    torch_logs_to_debug(), \
                     custom_backward.recording() as functions, lean_export():
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)

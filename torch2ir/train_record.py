@@ -29,6 +29,8 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from common.module_state import kept_attributes
+
 from .frontend import traced_mode
 from .train_device import guarded_call
 
@@ -254,7 +256,8 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
     try:
         copy = (lambda t: t.to("meta")) if device == "meta" else (lambda t: t.clone())
         meta = pytree.tree_map_only(torch.Tensor, copy, (tuple(args), dict(kwargs or {})))
-        with _copied(model, device) as copies, traced_mode(model, training=training), _compiling_state_context(), \
+        with kept_attributes(model), _copied(model, device) as copies, traced_mode(model, training=training), \
+                _compiling_state_context(), \
                 (torch.random.fork_rng(devices=[]) if device != "meta" else contextlib.nullcontext()), \
                 (stand_ins.installed() if stand_ins is not None else contextlib.nullcontext()), \
                 _Recorder(current, random_names, ops, flows, guarded=device != "meta"):

@@ -12,12 +12,13 @@ attributes, instead of building it. The builder of the type itself returns a pla
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import enum
 import importlib
 import inspect
 import sys
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 from torch import nn
@@ -25,7 +26,7 @@ from torch import nn
 from common.errors import BuildError, IRFormatError
 from common.injectors import CLASS_TAG, ENUM_TAG, INJECTOR_TAG, is_injector, tag_of
 from common.ir import IR, Implementation
-from common.opaque import OWNED_TYPE, check_owned, owner_of
+from common.opaque import OPAQUE_TYPE, OWNED_TYPE, check_owned, owner_of
 
 from ..rebuild import relative_path
 
@@ -130,8 +131,42 @@ def take_owned(ir: IR, modules: MutableMapping[str, nn.Module]) -> None:
         modules[key] = module
 
 
+def restore_attributes(ir: IR, modules: Mapping[str, nn.Module]) -> None:
+    """Set the recorded plain attributes of every opaque and owned module again, after the state dict is loaded:
+    a module's loading may change them (brevitas' runtime-statistics scale marks its statistics as collected when
+    its scale is loaded), and the rebuild must continue from where the original was."""
+    root = modules["root"]
+    for key, impl in ir.items():
+        if impl.type in (OWNED_TYPE, OPAQUE_TYPE) and isinstance(impl.data, Mapping):
+            module = root.get_submodule(key) if impl.type == OWNED_TYPE and key != "root" else modules[key]
+            for name, value in impl.data.get("attributes", {}).items():
+                vars(module)[name] = copy.deepcopy(value)  # names checked when the module was built
+
+
+@contextlib.contextmanager
+def kept_quantizers(ir: IR) -> Iterator[None]:
+    """While a state dict is loaded into a rebuild with brevitas layers that own their subtree: brevitas makes a
+    layer's quantizer modules anew when its state is loaded (``brevitas.config.REINIT_ON_STATE_DICT_LOAD``), which
+    would drop what the IR restored into the ones its constructor made (the runtime statistics a scale collected,
+    kept in a buffer outside the state dict). The rebuild keeps them, so the layer continues exactly where the
+    original was, in eval and train mode alike; the setting is put back afterwards."""
+    config = sys.modules.get("brevitas.config")
+    owning = any(impl.type == OPAQUE_TYPE and isinstance(impl.data, Mapping) and impl.data.get("owns") is True
+                 and str(impl.data.get("class")).startswith("brevitas.") for impl in ir.values())
+    if config is None or not owning or not hasattr(config, "REINIT_ON_STATE_DICT_LOAD"):
+        yield
+        return
+    saved = config.REINIT_ON_STATE_DICT_LOAD
+    config.REINIT_ON_STATE_DICT_LOAD = False
+    try:
+        yield
+    finally:
+        config.REINIT_ON_STATE_DICT_LOAD = saved
+
+
 def register(converter: Any) -> None:
     converter.register(OWNED_TYPE, build_owned)
 
 
-__all__ = ["FREE_CLASS_PREFIX", "build_owned", "injector", "register", "take_owned"]
+__all__ = ["FREE_CLASS_PREFIX", "build_owned", "injector", "register", "kept_quantizers", "restore_attributes",
+           "take_owned"]

@@ -47,10 +47,14 @@ def _convert(model: nn.Module) -> IR:
 
 def test_brevitas_network_round_trips_exactly_from_its_own_state_dict(tmp_path) -> None:
     model = _model()
+    before = model.state_dict()
     ir = _convert(model)
-    # taken after converting: the conversion's train-mode trace advances brevitas' runtime-stats counter (a Python
-    # int) by one, after which its state_dict() holds scaling_impl.value (a known side effect, see the report)
+    # converting runs the model's code (export, the train-mode pass) but leaves its attributes as they were:
+    # brevitas' runtime-stats counter (a Python int) still says no statistics were collected, so the state dict
+    # still leaves scaling_impl.value out, and the IR carries its value instead
     state = model.state_dict()
+    assert list(state) == list(before)
+    assert not any(k.endswith("scaling_impl.value") for k in state)
     hidden = {k for k, _ in model.named_buffers()} - set(state)
     assert len(hidden) >= 10  # brevitas keeps these registered buffers out of its state dict
     ir.save(tmp_path / "b.ir.json")
@@ -67,7 +71,8 @@ def test_brevitas_network_round_trips_exactly_from_its_own_state_dict(tmp_path) 
 def test_brevitas_buffers_absent_from_the_state_dict_are_named(strict: bool) -> None:
     model = _model()
     ir = _convert(model)
-    hidden = sorted({k for k, _ in model.named_buffers()} - set(model.state_dict()))
+    # registered buffers and parameters (the uncollected scale) brevitas keeps out of its state dict
+    hidden = sorted({k for k, _ in (*model.named_buffers(), *model.named_parameters())} - set(model.state_dict()))
     assert sorted(ir.tensors) == hidden  # carried by the IR ...
     ir.tensors.clear()  # ... and absent, as from a model converted without values
     with pytest.raises(StateDictError) as info:
@@ -75,6 +80,7 @@ def test_brevitas_buffers_absent_from_the_state_dict_are_named(strict: bool) -> 
     text = info.value.message  # the first few named, the rest counted
     assert f"no value for {len(hidden)} tensor" in text and any(name in text for name in hidden)
     assert len(hidden) <= SHOWN or f"... and {len(hidden) - SHOWN} more" in text
-    # the documented way: pass the buffers along with the weights
-    rebuilt = ir2torch.convert(ir, {**model.state_dict(), **dict(model.named_buffers())}, strict=strict)
+    # the documented way: pass the buffers (and parameters) along with the weights
+    rebuilt = ir2torch.convert(ir, {**model.state_dict(), **dict(model.named_buffers()),
+                                    **dict(model.named_parameters())}, strict=strict)
     assert torch.equal(model(X), rebuilt(X))

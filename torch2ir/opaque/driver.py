@@ -15,9 +15,9 @@ from torch import nn
 from common.errors import ConversionError
 from common.injectors import is_injector
 from common.ir import IR
+from common.module_state import kept_attributes
 
 from ..frontend import ExportFailedError, OpaqueCallError
-from ..model_state import kept_attributes
 from ..modules import CONTAINER_TYPES
 from .attribution import qualified_name
 from .children import GraftError, convert_children, graft, traced_children

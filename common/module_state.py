@@ -1,10 +1,11 @@
-"""Converting never changes the model's own Python attributes.
+"""Running a model's code on stand-in tensors never changes its own Python attributes.
 
-The conversion calls the model's code for real: ``torch.export``'s non-strict trace and the train-mode pass run its
-Python, so a module that counts its calls in a plain attribute (brevitas' runtime statistics: ``counter``, which
-decides whether a scale is still being collected and whether the scale is in the state dict) would come out of
-``torch2ir.convert`` with another value, and behave otherwise afterwards. :func:`kept_attributes` puts every
-module's own attributes back as they were (rebinding only: an object changed in place stays changed).
+Converting calls the model's code for real (``torch.export``'s non-strict trace and the train-mode pass run its
+Python), and so does a rebuild's fake-tensor probe of a call's memory and compute: a module that counts its calls
+in a plain attribute (brevitas' runtime statistics: ``counter``, which decides whether a scale is still being
+collected and whether the scale is in the state dict) would come out of either with another value, and behave
+otherwise afterwards. :func:`kept_attributes` puts every module's own attributes back as they were (rebinding
+only: an object changed in place stays changed).
 """
 
 from __future__ import annotations

@@ -1,0 +1,148 @@
+"""``generate()`` for a rebuilt transformers decoder: :func:`for_generation`.
+
+A decoder converted by ``torch2ir.generation.convert_for_generation`` is rebuilt as a module whose ``forward`` runs
+one decoding step: ``rebuilt(input_ids=, past_key_values=, attention_mask=)`` returns the original output type
+(``CausalLMOutputWithPast``) holding the logits and a new ``DynamicCache``. :func:`for_generation` wraps it in a
+transformers ``PreTrainedModel`` with ``GenerationMixin`` holding the original model's config, so that transformers'
+own ``generate()`` (greedy, sampling, beam search, stopping criteria, ...) drives it. The wrapper's ``forward``
+
+- passes the three arguments the IR was converted for; ``generate()``'s empty cache of the prompt step is given
+  key/value tensors of 0 tokens (shapes from the rebuild's recorded inputs), and a missing attention mask is
+  all ones;
+- refuses, with :class:`~common.caches.UnsupportedCacheError` naming it, any cache other than a ``DynamicCache``
+  of plain or sliding-window layers (``cache_implementation="static"`` gives a ``StaticCache``: refused), a
+  sliding-window layer past its window, and an argument it cannot pass on (``inputs_embeds``, ...).
+
+transformers is imported by :func:`for_generation` (its caller holds a transformers config); nothing here runs at
+import.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+
+from common.caches import UnsupportedCacheError, check_dynamic_cache
+from common.errors import BuildError, InputMismatchError
+
+#: Arguments ``generate()`` passes that the wrapper checks and drops: ``{name: values it may have}``.
+_DROPPED = {"use_cache": (True, None), "return_dict": (True, None), "output_attentions": (False, None),
+            "output_hidden_states": (False, None)}
+
+
+def _past_leaves(rebuilt: nn.Module) -> list[tuple[tuple[int | str, ...], torch.dtype]]:
+    """``(shape, dtype)`` of each key/value tensor of the past the rebuild was converted for, in pytree order.
+
+    Raises:
+        BuildError: the rebuild has no input guard recording them, or was not converted with a past.
+    """
+    meta = getattr(rebuilt, "meta", None)
+    guard = meta.get("input_guard") if isinstance(meta, dict) else None
+    if guard is None:
+        raise BuildError("the rebuilt model records no input specs (rebuilt with guard_inputs=False, or not a "
+                         "graph module): for_generation reads the shapes of the past from them",
+                         hint="rebuild with ir2torch.convert(ir, state) (the default guard_inputs=True)")
+    leaves = [(tuple(leaf.shape), leaf.dtype) for leaf in guard.leaves
+              if leaf.path.startswith("past_key_values") and leaf.kind == "tensor"]
+    if not leaves:
+        raise BuildError("the rebuilt model takes no past_key_values tensors: it was not converted for generation",
+                         hint="convert with torch2ir.generation.convert_for_generation(model)")
+    return leaves
+
+
+def _fill_empty(cache: Any, leaves: list[tuple[tuple[int | str, ...], torch.dtype]], batch: int,
+                device: torch.device) -> None:
+    """Give each layer of ``generate()``'s empty ``cache`` keys and values of 0 tokens (the prompt step)."""
+    layers = len(cache.layers)
+    if len(leaves) != 2 * layers:
+        raise InputMismatchError(f"the cache has {layers} layers, the rebuilt model was converted for "
+                                 f"{len(leaves) // 2}")
+    empty = [torch.zeros([batch if i == 0 else (s if isinstance(s, int) else 0) for i, s in enumerate(shape)],
+                         dtype=dtype, device=device) for shape, dtype in leaves]
+    for i, layer in enumerate(cache.layers):
+        layer.update(empty[i], empty[layers + i])
+
+
+def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], torch.dtype]],
+                 input_ids: torch.Tensor, past_key_values: Any, attention_mask: torch.Tensor | None,
+                 extra: dict[str, Any]) -> Any:
+    """One decoding step of ``rebuilt`` with ``generate()``'s arguments (see the module's text)."""
+    for name, value in extra.items():
+        if name not in _DROPPED or not any(value is v or value == v for v in _DROPPED[name]):
+            raise InputMismatchError(f"generate() passed {name}={type(value).__name__}, which the rebuilt decoder "
+                                     "was not converted to take", hint="generate from input_ids only")
+    kind = type(past_key_values).__name__
+    if kind != "DynamicCache":
+        raise UnsupportedCacheError(f"a rebuilt decoder takes a DynamicCache, not a {kind}",
+                                    hint="generate with the default cache (no cache_implementation=) and "
+                                    "use_cache=True")
+    check_dynamic_cache(past_key_values)
+    if all(not getattr(layer, "is_initialized", False) for layer in past_key_values.layers):
+        _fill_empty(past_key_values, leaves, input_ids.shape[0], input_ids.device)
+    if attention_mask is None:
+        seen = past_key_values.get_seq_length()
+        attention_mask = torch.ones(input_ids.shape[0], seen + input_ids.shape[1], dtype=torch.long,
+                                    device=input_ids.device)
+    return rebuilt(input_ids=input_ids, past_key_values=past_key_values, attention_mask=attention_mask)
+
+
+@functools.cache
+def _wrapper_class() -> type:
+    """The ``PreTrainedModel`` + ``GenerationMixin`` class around a rebuilt decoder (made once, on first use)."""
+    from transformers import GenerationMixin, PreTrainedModel
+
+    class RebuiltForGeneration(PreTrainedModel, GenerationMixin):
+        """A rebuilt decoder (``self.rebuilt``) that transformers' ``generate()`` drives; see
+        :mod:`ir2torch.generation`."""
+
+        base_model_prefix = "rebuilt"
+        main_input_name = "input_ids"
+        _supports_cache_class = True
+        # the attention ran when the IR was traced: any implementation the config names is accepted here
+        _supports_sdpa = _supports_flash_attn = _supports_flex_attn = _supports_attention_backend = True
+
+        def __init__(self, config: Any, rebuilt: nn.Module) -> None:
+            super().__init__(config)
+            self.rebuilt = rebuilt
+            self._past_leaves = _past_leaves(rebuilt)
+
+        def forward(self, input_ids: torch.Tensor, past_key_values: Any = None,
+                    attention_mask: torch.Tensor | None = None, **kwargs: Any) -> Any:
+            """One decoding step (:func:`forward_step`)."""
+            return forward_step(self.rebuilt, self._past_leaves, input_ids, past_key_values, attention_mask,
+                                kwargs)
+
+        def _init_weights(self, module: nn.Module) -> None:
+            """Nothing: the rebuild holds the original's weights."""
+
+    return RebuiltForGeneration
+
+
+def for_generation(rebuilt: nn.Module, config: Any, generation_config: Any = None) -> nn.Module:
+    """A module whose ``generate()`` runs ``rebuilt`` (a decoder converted by
+    ``torch2ir.generation.convert_for_generation``) as transformers runs the original.
+
+    Args:
+        rebuilt: ``ir2torch.convert(ir, state)`` of that IR.
+        config: the original model's config (``model.config``): ``generate()`` reads its special tokens and sizes.
+        generation_config: the original's ``model.generation_config`` (default: made from ``config``, as
+            transformers does for a model without a ``generation_config.json``).
+
+    Returns:
+        a ``transformers.PreTrainedModel`` with ``GenerationMixin``; its ``rebuilt`` attribute is ``rebuilt``
+        (registered as a child: ``.to()``, ``.eval()`` and ``parameters()`` reach it).
+
+    Raises:
+        BuildError: ``rebuilt`` was not converted with a past, or records no input specs.
+    """
+    model = _wrapper_class()(copy.deepcopy(config), rebuilt)  # PreTrainedModel writes into its config
+    if generation_config is not None:
+        model.generation_config = generation_config
+    return model.eval() if not rebuilt.training else model
+
+
+__all__ = ["for_generation", "forward_step"]

@@ -102,8 +102,12 @@ def _wrapper_class() -> type:
         base_model_prefix = "rebuilt"
         main_input_name = "input_ids"
         _supports_cache_class = True
-        # the attention ran when the IR was traced: any implementation the config names is accepted here
-        _supports_sdpa = _supports_flash_attn = _supports_flex_attn = _supports_attention_backend = True
+        # the attention and experts ran when the IR was traced: the config's choices are kept as they are
+        def _check_and_adjust_attn_implementation(self, requested: Any, *args: Any, **kwargs: Any) -> Any:
+            return requested
+
+        def _check_and_adjust_experts_implementation(self, requested: Any, *args: Any, **kwargs: Any) -> Any:
+            return requested
 
         def __init__(self, config: Any, rebuilt: nn.Module) -> None:
             super().__init__(config)

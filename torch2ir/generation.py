@@ -11,6 +11,8 @@ graph. ``ir2torch.generation.for_generation`` gives the rebuild a ``generate()``
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,7 +93,43 @@ def convert_for_generation(model: nn.Module, *, max_length: int | None = None,
     from .converter import convert
 
     kwargs, dynamic = generation_call(model, max_length)
-    return convert(model, (), kwargs, dynamic_shapes=dynamic, **dict(convert_kwargs or {}))
+    options = dict(convert_kwargs or {})
+    try:
+        return convert(model, (), kwargs, dynamic_shapes=dynamic, **options)
+    except ConversionError as exc:
+        # the traced code bounds a size more tightly than the config says (a sliding window's mask): once, with
+        # the ranges export proposes (the rebuild then refuses sizes outside them)
+        cause = str(exc.__cause__ or "")
+        if "Suggested fixes" not in cause:
+            raise
+        bounds = {name: int(bound) for name, bound in _SUGGESTED_MAX.findall(cause.partition("Suggested fixes:")[2])}
+        if not bounds:
+            raise
+    return convert(model, (), kwargs, dynamic_shapes=_bounded(dynamic, bounds), **options)
+
+
+#: A bound ``torch.export`` suggests for a dim of :func:`generation_call` (``past_tokens = Dim('past_tokens',
+#: max=60)``): only the ``max``, read as an integer (its ``min`` reflects the example's 0/1 specialization).
+_SUGGESTED_MAX = re.compile(r"^\s*(batch|new_tokens|past_tokens) = Dim\('\1'(?:, min=\d+)?, max=(\d+)\)\s*$",
+                            re.MULTILINE)
+
+
+def _bounded(dynamic: Any, bounds: Mapping[str, int]) -> Any:
+    """``dynamic`` with each named ``Dim`` of ``bounds`` replaced by one of the same minimum and that maximum."""
+    if isinstance(dynamic, dict):
+        return {key: _bounded(value, bounds) for key, value in dynamic.items()}
+    if isinstance(dynamic, list):
+        return [_bounded(value, bounds) for value in dynamic]
+    name = getattr(dynamic, "__name__", None)
+    if name in bounds:
+        return _dim(name, dynamic.min, min(bounds[name], dynamic.max))
+    return dynamic
+
+
+@functools.lru_cache(maxsize=64)
+def _dim(name: str, low: int, high: int) -> Any:
+    """One ``Dim`` object per name and range (every tensor of a size shares it)."""
+    return Dim(name, min=low, max=high)
 
 
 __all__ = ["convert_for_generation", "generation_call"]

@@ -1,14 +1,18 @@
 """``generate()`` for a rebuilt transformers decoder: :func:`for_generation`.
 
 A decoder converted by ``torch2ir.generation.convert_for_generation`` is rebuilt as a module whose ``forward`` runs
-one decoding step: ``rebuilt(input_ids=, past_key_values=, attention_mask=)`` returns the original output type
+one decoding step: ``rebuilt(input_ids=, past_key_values=, position_ids=, attention_mask=, logits_to_keep=1)``
+returns the original output type
 (``CausalLMOutputWithPast``) holding the logits and a new ``DynamicCache``. :func:`for_generation` wraps it in a
 transformers ``PreTrainedModel`` with ``GenerationMixin`` holding the original model's config, so that transformers'
 own ``generate()`` (greedy, sampling, beam search, stopping criteria, ...) drives it. The wrapper's ``forward``
 
-- passes the three arguments the IR was converted for; ``generate()``'s empty cache of the prompt step is given
-  key/value tensors of 0 tokens (shapes from the rebuild's recorded inputs), and a missing attention mask is
-  all ones;
+- has the original's generation arguments in its signature (``position_ids``, ``logits_to_keep``), so that
+  ``generate()`` computes and passes them as it does to the original (padding-aware position ids, logits of the
+  last token only), and passes the five arguments the IR was converted for; ``generate()``'s empty cache of the
+  prompt step is given key/value tensors of 0 tokens (shapes from the rebuild's recorded inputs), a missing
+  attention mask is all ones and missing position ids the cache's positions (what the original computes);
+  ``logits_to_keep`` other than the converted ``1`` is refused by the rebuild's input guard;
 - refuses, with :class:`~common.caches.UnsupportedCacheError` naming it, any cache other than a ``DynamicCache``
   of plain or sliding-window layers (``cache_implementation="static"`` gives a ``StaticCache``: refused), a
   sliding-window layer past its window, and an argument it cannot pass on (``inputs_embeds``, ...).
@@ -68,8 +72,8 @@ def _fill_empty(cache: Any, leaves: list[tuple[tuple[int | str, ...], torch.dtyp
 
 
 def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], torch.dtype]],
-                 input_ids: torch.Tensor, past_key_values: Any, attention_mask: torch.Tensor | None,
-                 extra: dict[str, Any]) -> Any:
+                 input_ids: torch.Tensor, past_key_values: Any, position_ids: torch.Tensor | None,
+                 attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any]) -> Any:
     """One decoding step of ``rebuilt`` with ``generate()``'s arguments (see the module's text)."""
     for name, value in extra.items():
         if name not in _DROPPED or not any(value is v or value == v for v in _DROPPED[name]):
@@ -83,11 +87,14 @@ def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], t
     check_dynamic_cache(past_key_values)
     if all(not getattr(layer, "is_initialized", False) for layer in past_key_values.layers):
         _fill_empty(past_key_values, leaves, input_ids.shape[0], input_ids.device)
+    seen = past_key_values.get_seq_length()
+    batch, new = input_ids.shape
     if attention_mask is None:
-        seen = past_key_values.get_seq_length()
-        attention_mask = torch.ones(input_ids.shape[0], seen + input_ids.shape[1], dtype=torch.long,
-                                    device=input_ids.device)
-    return rebuilt(input_ids=input_ids, past_key_values=past_key_values, attention_mask=attention_mask)
+        attention_mask = torch.ones(batch, seen + new, dtype=torch.long, device=input_ids.device)
+    if position_ids is None:  # what the original computes without them: the cache's positions
+        position_ids = torch.arange(seen, seen + new, device=input_ids.device).expand(batch, new)
+    return rebuilt(input_ids=input_ids, past_key_values=past_key_values, position_ids=position_ids,
+                   attention_mask=attention_mask, logits_to_keep=logits_to_keep)
 
 
 @functools.cache
@@ -115,10 +122,12 @@ def _wrapper_class() -> type:
             self._past_leaves = _past_leaves(rebuilt)
 
         def forward(self, input_ids: torch.Tensor, past_key_values: Any = None,
-                    attention_mask: torch.Tensor | None = None, **kwargs: Any) -> Any:
-            """One decoding step (:func:`forward_step`)."""
-            return forward_step(self.rebuilt, self._past_leaves, input_ids, past_key_values, attention_mask,
-                                kwargs)
+                    position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                    logits_to_keep: int = 0, **kwargs: Any) -> Any:
+            """One decoding step (:func:`forward_step`); ``generate()`` reads this signature (it passes
+            ``position_ids`` and ``logits_to_keep=1`` because they are named, as it does to the original)."""
+            return forward_step(self.rebuilt, self._past_leaves, input_ids, past_key_values, position_ids,
+                                attention_mask, logits_to_keep, kwargs)
 
         def _init_weights(self, module: nn.Module) -> None:
             """Nothing: the rebuild holds the original's weights."""

@@ -1,7 +1,8 @@
 """Converting a transformers decoder (``*ForCausalLM``) for ``generate()``: the call of a decoding step.
 
-``generate()`` calls the model as ``model(input_ids=..., past_key_values=cache, attention_mask=...)`` at every
-step: first the prompt with an empty ``DynamicCache``, then one token at a time with the cache the previous step
+``generate()`` calls the model as ``model(input_ids=, past_key_values=cache, position_ids=, attention_mask=,
+logits_to_keep=1)`` at every step (the position ids counted from the attention mask, so a left-padded row starts at
+0): first the prompt with an empty ``DynamicCache``, then one token at a time with the cache the previous step
 returned. :func:`convert_for_generation` converts exactly that call, with a past of a few tokens and symbolic sizes
 (batch, new tokens, past tokens), so that one IR runs the prompt (past of 0 tokens) and every later step; the
 cache goes in and out of the graph as its key and value tensors (transformers' pytree form of ``DynamicCache``,
@@ -68,6 +69,7 @@ def generation_call(model: nn.Module, max_length: int | None = None,
     ids = torch.randint(0, vocab, (EXAMPLE_BATCH, EXAMPLE_NEW), generator=generator).to(device)
     mask = torch.ones(EXAMPLE_BATCH, EXAMPLE_PAST + EXAMPLE_NEW, dtype=torch.long, device=device)
     mask[1, :2] = 0  # a left-padded row: the mask's padding path is traced
+    positions = _positions(mask)[:, -EXAMPLE_NEW:].contiguous()  # a slice's strides would be traced
     batch = Dim("batch", min=1, max=max(limit, 64))
     new = Dim("new_tokens", min=1, max=limit - 1)
     seen = Dim("past_tokens", min=0, max=limit - 1)
@@ -75,8 +77,17 @@ def generation_call(model: nn.Module, max_length: int | None = None,
     per_tensor = {0: batch, 2: seen}
     dynamic = {"input_ids": {0: batch, 1: new},
                "past_key_values": [[per_tensor] * layers, [per_tensor] * layers],
-               "attention_mask": {0: batch, 1: Dim.AUTO}}
-    return {"input_ids": ids, "past_key_values": past, "attention_mask": mask}, dynamic
+               "position_ids": {0: batch, 1: new},
+               "attention_mask": {0: batch, 1: Dim.AUTO},
+               "logits_to_keep": None}
+    return {"input_ids": ids, "past_key_values": past, "position_ids": positions, "attention_mask": mask,
+            "logits_to_keep": 1}, dynamic
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """The position ids ``generate()`` computes from an attention mask (padding-aware; 1 on padding)."""
+    positions = mask.long().cumsum(-1) - 1
+    return positions.masked_fill(mask == 0, 1)
 
 
 def convert_for_generation(model: nn.Module, *, max_length: int | None = None,

@@ -78,6 +78,21 @@ def test_generation_without_attention_mask(llama: tuple[torch.nn.Module, Any]) -
         assert torch.equal(rebuilt.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False), expected)
 
 
+def test_beam_search_and_sampling_give_the_original_tokens(llama: tuple[torch.nn.Module, Any]) -> None:
+    """generate()'s own strategies run on the rebuild's logits and caches (beam search reorders the cache)."""
+    original, rebuilt = llama
+    ids, mask = _prompts(2, 8)
+    with torch.inference_mode():
+        beams = original.generate(ids, attention_mask=mask, max_new_tokens=16, num_beams=3, do_sample=False)
+        assert torch.equal(rebuilt.generate(ids, attention_mask=mask, max_new_tokens=16, num_beams=3,
+                                            do_sample=False), beams)
+        torch.manual_seed(7)
+        sampled = original.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=True, top_k=20)
+        torch.manual_seed(7)
+        assert torch.equal(rebuilt.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=True, top_k=20),
+                           sampled)
+
+
 def test_the_config_passed_is_not_changed() -> None:
     original = _llama()
     before = original.config.to_dict()

@@ -42,9 +42,13 @@ def register_cache_type(name: str) -> bool:
     Returns:
         whether ``name`` is allow-listed (and is now registered).
     """
+    from torch.utils import _pytree as pytree
+
     entry = CACHE_TYPES.get(name)
     if entry is None:
         return False
+    if name in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE:
+        return True  # registered already (by an earlier call, or by the user with transformers' function)
     module, function = entry
     getattr(importlib.import_module(module), function)()
     return True

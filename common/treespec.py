@@ -7,7 +7,8 @@ the same format (protocol 1, written by ``treespec_dumps``) with three rules:
 
 - a node's type must be a container (``tuple``, ``list``, ``dict``, ``OrderedDict``, a
   named tuple) or a type some imported library registered with torch's pytree (transformers'
-  ``ModelOutput`` classes), looked up by its serialized name only;
+  ``ModelOutput`` classes), looked up by its serialized name only; an allow-listed key/value cache
+  class (:data:`common.caches.CACHE_TYPES`: transformers' ``DynamicCache``) is registered first;
 - contexts are parsed as strict JSON data (no object hooks); only named tuples may use their
   registered decoder, which looks a name up in the same table;
 - nesting and size are bounded, and every failure is an :class:`~common.errors.IRFormatError`.
@@ -25,6 +26,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from .caches import CACHE_TYPES, register_cache_type
 from .errors import IRFormatError
 from .names import check_identifier
 
@@ -111,6 +113,9 @@ def _node(schema: Any, pytree: Any, field: str, implementation: str | None, dept
     name, context, children = schema["type"], schema["context"], schema["children_spec"]
     if name is None and context is None and not children:
         return pytree._LEAF_SPEC
+    if isinstance(name, str) and name in CACHE_TYPES and name not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE and \
+            not _VIEWING.get():
+        _register_cache(name, field, implementation)
     if isinstance(name, str) and name not in _REFUSED and name not in pytree.SERIALIZED_TYPE_TO_PYTHON_TYPE and \
             _VIEWING.get():
         kids = [_node(child, pytree, field, implementation, depth + 1) for child in children]
@@ -138,6 +143,16 @@ def _node(schema: Any, pytree: Any, field: str, implementation: str | None, dept
         return pytree.TreeSpec(typ, value, kids)
     except Exception as exc:  # noqa: BLE001 - TreeSpec validates arity and context in several ways
         raise _fail(f"has an inconsistent node of type {name!r}: {exc}", field, implementation) from None
+
+
+def _register_cache(name: str, field: str, implementation: str | None) -> None:
+    """Register the allow-listed key/value cache class ``name`` (:mod:`common.caches`): the file names it."""
+    try:
+        register_cache_type(name)
+    except ImportError as exc:
+        raise _fail(f"names the cache class {name!r}, whose library cannot be imported ({exc})", field,
+                    implementation, hint="install transformers to rebuild this model; to only look at the file, "
+                    "IR.load(path, for_viewing=True)") from None
 
 
 def kwarg_names(spec: Any, field: str = "in_spec", *, implementation: str | None = None) -> list[str]:

@@ -21,6 +21,7 @@ from unittest import mock
 import torch
 from torch import fx, nn
 
+from common.caches import register_loaded_caches
 from common.errors import ConversionError
 from common.module_state import kept_attributes
 
@@ -208,6 +209,7 @@ def export(
     kept = tuple(dict.fromkeys(required or ()))
     attempts = [tuple(dict.fromkeys([*preserve, *kept])), kept] if preserve else [kept]
     last: Exception | None = None
+    register_loaded_caches()  # transformers' DynamicCache as a pytree node (common.caches), when it is imported
     for attempt in attempts:
         if on_attempt is not None:
             on_attempt()  # forget what a failed attempt recorded
@@ -283,8 +285,9 @@ def export_hint(exc: BaseException | None) -> str:
         return ("Python control flow on a tensor's value cannot be traced: use torch.cond, or make the branch "
                 "depend on shapes only")
     if "cache_utils" in text:  # transformers' DynamicCache & co. in the output
-        return ("the model returns its key/value cache (a transformers Cache object): build it with "
-                "use_cache=False in its config, or pass use_cache=False in kwargs")
+        return ("the model takes or returns a key/value cache kind torch2ir does not carry (only transformers' "
+                "DynamicCache: common.caches): generate with the DynamicCache (torch2ir.generation."
+                "convert_for_generation), or pass use_cache=False in kwargs")
     if "pytree" in text:
         return "the model returns or takes a type torch.export cannot flatten: register it as a pytree node"
     return ("check the example inputs (shapes, dtypes, which arguments) against the model's forward: it raised "

@@ -17,7 +17,8 @@ import torch
 from torch import fx
 from torch.utils import _pytree as pytree
 
-from common.errors import IRSerializationError
+from common.caches import CACHE_TYPES
+from common.errors import ConversionError, IRSerializationError
 from common.ir import Implementation
 from common.names import without_counter
 from common.safety import function_name
@@ -256,6 +257,12 @@ class GraphWriter:
             if outs[0] is not None:
                 self.env[outs[0]] = Ref(name)
             return
+        if f"{spec.type.__module__}.{spec.type.__qualname__}" in CACHE_TYPES:
+            raise ConversionError(
+                f"the call {name!r} returns a {spec.type.__name__} (a key/value cache) whose tensors its caller "
+                "reads: a cache cannot be unpacked by position", implementation=self.impl.name,
+                hint="to generate with the rebuild, convert with a past: torch2ir.generation.convert_for_generation"
+                "(model); else pass use_cache=False in kwargs")
         keyed = spec.type in (dict, collections.OrderedDict)
         position = 0
         for i, child in enumerate(spec.children()):

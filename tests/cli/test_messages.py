@@ -148,19 +148,27 @@ def test_config_typos_and_checkpoint_names_are_refused_with_what_to_do(tmp_path,
     assert accepted.returncode == 0 and "rope_theta" not in accepted.stderr, explain(accepted)
 
 
-def test_a_returned_kv_cache_gets_the_use_cache_hint():
+def test_a_returned_kv_cache_lowers_as_its_tensors_and_the_module_level_ir_points_to_generation():
+    """transformers' DynamicCache is an allow-listed pytree node (common.caches): the FlatIR returns it, exact;
+    the module-level IR, whose callers would unpack it by position, refuses it and names convert_for_generation."""
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    import ir2torch
 
     config = LlamaConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=4,
                          num_key_value_heads=2, vocab_size=50)
     assert config.use_cache  # transformers' default: the forward returns a DynamicCache
-    with torch.device("meta"):
-        model = LlamaForCausalLM(config).eval()
-    ids = torch.zeros(1, 8, dtype=torch.long, device="meta")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, 50, (1, 8))
+    expected = model(ids)
+    got = ir2torch.convert(torch2ir.lower(model, (ids,)), model.state_dict())(ids)
+    assert torch.equal(got.logits, expected.logits)
+    assert type(got.past_key_values).__name__ == "DynamicCache"
+    assert torch.equal(got.past_key_values.layers[0].keys, expected.past_key_values.layers[0].keys)
     with pytest.raises(ConversionError) as cached:
-        torch2ir.lower(model, (ids,))
-    assert "use_cache=False" in cached.value.hint and "DynamicCache" in cached.value.message
-    assert torch2ir.lower(model, (ids,), {"use_cache": False}).nodes  # the hint's fix works
+        torch2ir.convert(model, (ids,))
+    assert "convert_for_generation" in cached.value.hint and "DynamicCache" in cached.value.message
 
 
 @pytest.mark.parametrize("argv, close, command", [

@@ -1,0 +1,127 @@
+"""Per-token decoding time of ``generate()``: a rebuilt decoder (``ir2torch.generation.for_generation``) vs the
+original transformers model (issue 52: at most 1.05x).
+
+Each model is built from a small config with random weights (nothing is downloaded), converted with
+``torch2ir.generation.convert_for_generation`` and rebuilt. Both generate greedily from the same prompts, the tokens
+are compared, and the time per new token is the time of ``generate(max_new_tokens=N + P)`` minus that of
+``generate(max_new_tokens=P)`` (the prompt step and ``generate()``'s setup cancel), divided by N; the median of
+``--repeats`` alternating runs is kept::
+
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/generate.py            # all models, batch 1 and 4
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/generate.py llama --batch 1 --tokens 64
+
+Prints a Markdown table: model, batch, per-token ms of the original and of two rebuilds with their ratios, and
+whether the tokens are equal. The rebuilds: ``ir2torch.convert(ir, state, max_bytes=None, max_flops=None)`` (no
+forward budget: a file you converted yourself) and ``ir2torch.convert(ir, state)`` (default budgets: each call of a
+new input signature, i.e. every decoding step, is first probed on fake tensors; :mod:`ir2torch.forward_budget`).
+No threshold is asserted here (timings depend on the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: Config fields shared by the decoders (small sizes; random weights).
+_SIZES = {"num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 4,
+          "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512, "pad_token_id": 0,
+          "bos_token_id": 1, "eos_token_id": 2}
+
+
+def models() -> dict[str, Callable[[], nn.Module]]:
+    """Name -> constructor of each benchmarked ``*ForCausalLM``."""
+    import transformers as tf
+
+    gpt2 = {"n_layer": 4, "n_embd": 256, "n_head": 8, "vocab_size": 1000, "n_positions": 512, "pad_token_id": 0,
+            "bos_token_id": 1, "eos_token_id": 2}
+    return {
+        "llama": lambda: tf.LlamaForCausalLM(tf.LlamaConfig(**_SIZES)),
+        "gpt2": lambda: tf.GPT2LMHeadModel(tf.GPT2Config(**gpt2)),
+        "qwen2": lambda: tf.Qwen2ForCausalLM(tf.Qwen2Config(**_SIZES)),
+        "gemma2": lambda: tf.Gemma2ForCausalLM(tf.Gemma2Config(**_SIZES, head_dim=32, sliding_window=256)),
+        "mixtral": lambda: tf.MixtralForCausalLM(tf.MixtralConfig(**_SIZES, num_local_experts=4,
+                                                                  num_experts_per_tok=2)),
+    }
+
+
+def _generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: int) -> tuple[float, torch.Tensor]:
+    start = time.perf_counter()
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+    return time.perf_counter() - start, out
+
+
+def measure(name: str, make: Callable[[], nn.Module], batch: int, tokens: int, prompt: int, repeats: int,
+            ) -> dict[str, Any]:
+    """Per-token ms of the original and the rebuild of model ``name``, and whether their tokens are equal."""
+    import ir2torch
+    from ir2torch.generation import for_generation
+    from torch2ir.generation import convert_for_generation
+
+    torch.manual_seed(0)
+    original = make().eval()
+    ir = convert_for_generation(original)
+    state = original.state_dict()
+    trusted = for_generation(ir2torch.convert(ir, state, max_bytes=None, max_flops=None), original.config,
+                             original.generation_config)
+    budgeted = for_generation(ir2torch.convert(ir, state), original.config, original.generation_config)
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(3, original.config.vocab_size, (batch, prompt), generator=generator)
+    mask = torch.ones_like(ids)
+    if batch > 1:
+        mask[1:, : prompt // 2] = 0  # left padding
+        ids[mask == 0] = 0
+    short = 2
+    runs = {"original": original, "trusted": trusted, "budgeted": budgeted}
+    times: dict[str, list[float]] = {key: [] for key in runs}
+    outputs: dict[str, torch.Tensor] = {}
+    with torch.inference_mode():
+        for model in runs.values():  # warm-up
+            _generate(model, ids, mask, short)
+        for _ in range(repeats):
+            for key, model in runs.items():
+                t_short, _ = _generate(model, ids, mask, short)
+                t_long, out = _generate(model, ids, mask, short + tokens)
+                times[key].append((t_long - t_short) / tokens)
+                outputs[key] = out
+    per_token = {key: statistics.median(values) * 1e3 for key, values in times.items()}
+    return {"model": name, "batch": batch, **{f"{key}_ms": value for key, value in per_token.items()},
+            "equal": all(torch.equal(outputs["original"], outputs[key]) for key in ("trusted", "budgeted"))}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print its table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="models (default: all)")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--tokens", type=int, default=32, help="new tokens timed")
+    parser.add_argument("--prompt", type=int, default=16, help="prompt length")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier figures)")
+    options = parser.parse_args(argv)
+    torch.set_num_threads(options.threads)
+    table = models()
+    rows = [measure(name, table[name], batch, options.tokens, options.prompt, options.repeats)
+            for name in (options.names or list(table)) for batch in options.batch]
+    print(f"torch {torch.__version__}, {options.threads} thread(s), prompt {options.prompt}, "
+          f"{options.tokens} new tokens timed, median of {options.repeats}\n")
+    print("| model | batch | original ms/token | rebuilt, no budgets: ms/token | ratio | rebuilt, default budgets: "
+          "ms/token | ratio | tokens equal |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in rows:
+        base = row["original_ms"]
+        print(f"| {row['model']} | {row['batch']} | {base:.2f} | {row['trusted_ms']:.2f} | "
+              f"{row['trusted_ms'] / base:.2f}x | {row['budgeted_ms']:.2f} | {row['budgeted_ms'] / base:.2f}x | "
+              f"{'yes' if row['equal'] else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()

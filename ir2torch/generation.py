@@ -1,0 +1,161 @@
+"""``generate()`` for a rebuilt transformers decoder: :func:`for_generation`.
+
+A decoder converted by ``torch2ir.generation.convert_for_generation`` is rebuilt as a module whose ``forward`` runs
+one decoding step: ``rebuilt(input_ids=, past_key_values=, position_ids=, attention_mask=, logits_to_keep=1)``
+returns the original output type
+(``CausalLMOutputWithPast``) holding the logits and a new ``DynamicCache``. :func:`for_generation` wraps it in a
+transformers ``PreTrainedModel`` with ``GenerationMixin`` holding the original model's config, so that transformers'
+own ``generate()`` (greedy, sampling, beam search, stopping criteria, ...) drives it. The wrapper's ``forward``
+
+- has the original's generation arguments in its signature (``position_ids``, ``logits_to_keep``), so that
+  ``generate()`` computes and passes them as it does to the original (padding-aware position ids, logits of the
+  last token only), and passes the five arguments the IR was converted for; ``generate()``'s empty cache of the
+  prompt step is given key/value tensors of 0 tokens (shapes from the rebuild's recorded inputs), a missing
+  attention mask is all ones and missing position ids the cache's positions (what the original computes);
+  ``logits_to_keep`` other than the converted ``1`` is refused by the rebuild's input guard;
+- refuses, with :class:`~common.caches.UnsupportedCacheError` naming it, any cache other than a ``DynamicCache``
+  of plain or sliding-window layers (``cache_implementation="static"`` gives a ``StaticCache``: refused), a
+  sliding-window layer past its window, and an argument it cannot pass on (``inputs_embeds``, ...).
+
+transformers is imported by :func:`for_generation` (its caller holds a transformers config); nothing here runs at
+import.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from typing import Any
+
+import torch
+from torch import nn
+
+from common.caches import UnsupportedCacheError, check_dynamic_cache
+from common.errors import BuildError, InputMismatchError
+
+#: Arguments ``generate()`` passes that the wrapper checks and drops: ``{name: values it may have}``.
+_DROPPED = {"use_cache": (True, None), "return_dict": (True, None), "output_attentions": (False, None),
+            "output_hidden_states": (False, None)}
+
+
+def _past_leaves(rebuilt: nn.Module) -> list[tuple[tuple[int | str, ...], torch.dtype]]:
+    """``(shape, dtype)`` of each key/value tensor of the past the rebuild was converted for, in pytree order.
+
+    Raises:
+        BuildError: the rebuild has no input guard recording them, or was not converted with a past.
+    """
+    meta = getattr(rebuilt, "meta", None)
+    guard = meta.get("input_guard") if isinstance(meta, dict) else None
+    if guard is None:
+        raise BuildError("the rebuilt model records no input specs (rebuilt with guard_inputs=False, or not a "
+                         "graph module): for_generation reads the shapes of the past from them",
+                         hint="rebuild with ir2torch.convert(ir, state) (the default guard_inputs=True)")
+    leaves = [(tuple(leaf.shape), leaf.dtype) for leaf in guard.leaves
+              if leaf.path.startswith("past_key_values") and leaf.kind == "tensor"]
+    if not leaves:
+        raise BuildError("the rebuilt model takes no past_key_values tensors: it was not converted for generation",
+                         hint="convert with torch2ir.generation.convert_for_generation(model)")
+    return leaves
+
+
+def _fill_empty(cache: Any, leaves: list[tuple[tuple[int | str, ...], torch.dtype]], batch: int,
+                device: torch.device) -> None:
+    """Give each layer of ``generate()``'s empty ``cache`` keys and values of 0 tokens (the prompt step)."""
+    layers = len(cache.layers)
+    if len(leaves) != 2 * layers:
+        raise InputMismatchError(f"the cache has {layers} layers, the rebuilt model was converted for "
+                                 f"{len(leaves) // 2}")
+    empty = [torch.zeros([batch if i == 0 else (s if isinstance(s, int) else 0) for i, s in enumerate(shape)],
+                         dtype=dtype, device=device) for shape, dtype in leaves]
+    for i, layer in enumerate(cache.layers):
+        layer.update(empty[i], empty[layers + i])
+
+
+def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], torch.dtype]],
+                 input_ids: torch.Tensor, past_key_values: Any, position_ids: torch.Tensor | None,
+                 attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any]) -> Any:
+    """One decoding step of ``rebuilt`` with ``generate()``'s arguments (see the module's text)."""
+    for name, value in extra.items():
+        if name not in _DROPPED or not any(value is v or value == v for v in _DROPPED[name]):
+            raise InputMismatchError(f"generate() passed {name}={type(value).__name__}, which the rebuilt decoder "
+                                     "was not converted to take", hint="generate from input_ids only")
+    kind = type(past_key_values).__name__
+    if kind != "DynamicCache":
+        raise UnsupportedCacheError(f"a rebuilt decoder takes a DynamicCache, not a {kind}",
+                                    hint="generate with the default cache (no cache_implementation=) and "
+                                    "use_cache=True")
+    check_dynamic_cache(past_key_values)
+    if all(not getattr(layer, "is_initialized", False) for layer in past_key_values.layers):
+        _fill_empty(past_key_values, leaves, input_ids.shape[0], input_ids.device)
+    seen = past_key_values.get_seq_length()
+    batch, new = input_ids.shape
+    if attention_mask is None:
+        attention_mask = torch.ones(batch, seen + new, dtype=torch.long, device=input_ids.device)
+    if position_ids is None:  # what the original computes without them: the cache's positions
+        position_ids = torch.arange(seen, seen + new, device=input_ids.device).expand(batch, new)
+    return rebuilt(input_ids=input_ids, past_key_values=past_key_values, position_ids=position_ids,
+                   attention_mask=attention_mask, logits_to_keep=logits_to_keep)
+
+
+@functools.cache
+def _wrapper_class() -> type:
+    """The ``PreTrainedModel`` + ``GenerationMixin`` class around a rebuilt decoder (made once, on first use)."""
+    from transformers import GenerationMixin, PreTrainedModel
+
+    class RebuiltForGeneration(PreTrainedModel, GenerationMixin):
+        """A rebuilt decoder (``self.rebuilt``) that transformers' ``generate()`` drives; see
+        :mod:`ir2torch.generation`."""
+
+        base_model_prefix = "rebuilt"
+        main_input_name = "input_ids"
+        _supports_cache_class = True
+        # the attention and experts ran when the IR was traced: the config's choices are kept as they are
+        def _check_and_adjust_attn_implementation(self, requested: Any, *args: Any, **kwargs: Any) -> Any:
+            return requested
+
+        def _check_and_adjust_experts_implementation(self, requested: Any, *args: Any, **kwargs: Any) -> Any:
+            return requested
+
+        def __init__(self, config: Any, rebuilt: nn.Module) -> None:
+            super().__init__(config)
+            self.rebuilt = rebuilt
+            self._past_leaves = _past_leaves(rebuilt)
+
+        def forward(self, input_ids: torch.Tensor, past_key_values: Any = None,
+                    position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
+                    logits_to_keep: int = 0, **kwargs: Any) -> Any:
+            """One decoding step (:func:`forward_step`); ``generate()`` reads this signature (it passes
+            ``position_ids`` and ``logits_to_keep=1`` because they are named, as it does to the original)."""
+            return forward_step(self.rebuilt, self._past_leaves, input_ids, past_key_values, position_ids,
+                                attention_mask, logits_to_keep, kwargs)
+
+        def _init_weights(self, module: nn.Module) -> None:
+            """Nothing: the rebuild holds the original's weights."""
+
+    return RebuiltForGeneration
+
+
+def for_generation(rebuilt: nn.Module, config: Any, generation_config: Any = None) -> nn.Module:
+    """A module whose ``generate()`` runs ``rebuilt`` (a decoder converted by
+    ``torch2ir.generation.convert_for_generation``) as transformers runs the original.
+
+    Args:
+        rebuilt: ``ir2torch.convert(ir, state)`` of that IR.
+        config: the original model's config (``model.config``): ``generate()`` reads its special tokens and sizes.
+        generation_config: the original's ``model.generation_config`` (default: made from ``config``, as
+            transformers does for a model without a ``generation_config.json``).
+
+    Returns:
+        a ``transformers.PreTrainedModel`` with ``GenerationMixin``; its ``rebuilt`` attribute is ``rebuilt``
+        (registered as a child: ``.to()``, ``.eval()`` and ``parameters()`` reach it).
+
+    Raises:
+        BuildError: ``rebuilt`` was not converted with a past, or records no input specs.
+    """
+    model = _wrapper_class()(copy.deepcopy(config), rebuilt)  # PreTrainedModel writes into its config
+    if generation_config is not None:
+        model.generation_config = generation_config
+    return model.eval() if not rebuilt.training else model
+
+
+__all__ = ["for_generation", "forward_step"]

@@ -191,21 +191,28 @@ def constructor_arguments(module: nn.Module, others: Mapping[str, Any], path: st
         raise _refuse(module, path, first, "its class's __init__ has no signature to construct it again") from None
     init: dict[str, Any] = {}
     live: dict[str, Any] = {}
+    # diffusers' register_to_config keeps the constructor's arguments in a mapping of their own
+    registered = vars(module).get("_internal_dict")
+    registered = dict(registered) if isinstance(registered, Mapping) else {}
+    defaulted = registered.get("_use_default_values")  # the arguments it was not given: not given again
+    defaulted = set(defaulted) if isinstance(defaulted, list) else set()
+    kept = {**{k: v for k, v in vars(module).items() if k not in defaulted},
+            **{k: v for k, v in registered.items() if k not in defaulted and not k.startswith("_")}}
     for name, param in list(signature.parameters.items())[1:]:
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
             continue
-        if name not in vars(module):
+        if name not in kept:
             if param.default is inspect.Parameter.empty:
                 raise _refuse(module, path, first, f"{cls.__qualname__}.__init__ takes {name!r}, which the module does "
                                                    "not keep as an attribute")
             continue
-        encoded = _encode_argument(vars(module)[name])
-        if encoded is None:
+        encoded = _encode_argument(kept[name])
+        if encoded is None and kept[name] is not None:
             raise _refuse(module, path, name, "it is a constructor argument that is neither plain nor a configuration "
                                               "object (to_dict / from_dict)")
         init[name] = encoded
         try:
-            live[name] = decode_config(encoded[CONFIG_TAG], type(vars(module)[name])) \
+            live[name] = decode_config(encoded[CONFIG_TAG], type(kept[name])) \
                 if isinstance(encoded, dict) and CONFIG_TAG in encoded else copy.deepcopy(encoded)
         except Exception as exc:  # its class does not take back what to_dict gave (a validator of its own)
             raise _refuse(module, path, name, f"its configuration does not load back from its to_dict() "

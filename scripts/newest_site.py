@@ -305,7 +305,7 @@ def run_tests(target: Path, after: Sequence[str], pytest_args: Sequence[str], ti
     env = tests_env(target, after)
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--durations=10", *SELECTION,
                *pytest_args]
-    print("+ pytest", len(SELECTION), "tests", " ".join(pytest_args), flush=True)
+    print(f"+ pytest: {len(SELECTION)} test ids of SELECTION", " ".join(pytest_args), flush=True)
     try:
         return subprocess.run(command, cwd=ROOT, env=env, timeout=timeout).returncode
     except subprocess.TimeoutExpired:
@@ -343,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("as the tests import them:\n" + imported(result, args.target, args.after), flush=True)
     except NewestSiteError as error:
         print(f"newest_site: {error}", file=sys.stderr)
-        return 1  # the project's set-up is wrong: a failure
+        return 1  # a release that installs but does not import fails like a failing test
     if args.install_only:
         return 0
     code = run_tests(args.target, args.after, pytest_args, args.timeout)

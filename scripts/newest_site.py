@@ -85,6 +85,15 @@ class NewestSiteError(IRError):
                                        "releases; run `make test-newest` again when the package index is reachable")
 
 
+class NewestImportError(IRError):
+    """A newest release installed but the tests' environment cannot import it at the planned version."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, hint="a release that installs but does not import fails the run like a failing "
+                                       "test: read the error above; pin the package below that release "
+                                       "(constraints.txt) until the library or the release is fixed")
+
+
 @dataclass
 class Plan:
     """What one run installs and tests."""
@@ -283,19 +292,19 @@ def imported(result: Plan, target: Path, after: Sequence[str]) -> str:
     """One line per package: the version the tests import and the folder it comes from, checked against ``result``.
 
     Raises:
-        NewestSiteError: a package imports at another version than the one planned (the folders are set up wrong).
+        NewestImportError: a package does not import, or imports at another version than the one planned.
     """
     names = [name.replace("-", "_") for name in result.tested]
     done = subprocess.run([sys.executable, "-c", _PROBE, *names], cwd=ROOT, env=tests_env(target, after),
                           capture_output=True, text=True)
     if done.returncode != 0:
-        raise NewestSiteError(f"importing {', '.join(names)} as the tests do fails: {done.stderr.strip()[-2000:]}")
+        raise NewestImportError(f"importing {', '.join(names)} as the tests do fails: {done.stderr.strip()[-2000:]}")
     found = json.loads(done.stdout.strip().splitlines()[-1])
     lines = []
     for (name, version), module in zip(result.tested.items(), names, strict=True):
         got, where = found[module]
         if got.split("+")[0] != version.split("+")[0]:
-            raise NewestSiteError(f"the tests would import {name} {got} from {where}, not {version}")
+            raise NewestImportError(f"the tests would import {name} {got} from {where}, not {version}")
         lines.append(f"  {name} {got} from {Path(where).parent.parent}")
     return "\n".join(lines)
 
@@ -341,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(summary(result, args.after), flush=True)
     try:
         print("as the tests import them:\n" + imported(result, args.target, args.after), flush=True)
-    except NewestSiteError as error:
+    except NewestImportError as error:
         print(f"newest_site: {error}", file=sys.stderr)
         return 1  # a release that installs but does not import fails like a failing test
     if args.install_only:

@@ -174,21 +174,25 @@ def plan(packages: Sequence[str], after: Sequence[str]) -> Plan:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
         handle.write("\n".join(pins(path)) + "\n")
     constraint = ["-c", handle.name, "--upgrade"]
+    seen = visible(path)
+    # never below the version the environment has: pip would otherwise backtrack through every older release
+    # (minutes for timm's 100) before saying that none installs
+    floor = {name: f"{name}>={seen[canonicalize_name(name)].version}" if canonicalize_name(name) in seen else name
+             for name in packages}
     try:
         wanted = list(packages)
-        report, output = _pip_report([*constraint, *wanted])
+        report, output = _pip_report([*constraint, *(floor[name] for name in wanted)])
         if report is None:  # some package has no release beside the pins: drop those, resolve the others together
             for name in packages:
-                alone, why = _pip_report([*constraint, name])
+                alone, why = _pip_report([*constraint, floor[name]])
                 if alone is None:
                     wanted.remove(name)
-                    result.notes.append(f"no release of {name} installs with {', '.join(pins(path))} ({conflict(why)})"
-                                        f": its pinned version is tested")
-            report, output = _pip_report([*constraint, *wanted]) if wanted else (None, output)
+                    result.notes.append(f"no release of {floor[name]} installs with {', '.join(pins(path))} "
+                                        f"({conflict(why)}): NOT TESTED, the pinned version is")
+            report, output = _pip_report([*constraint, *(floor[name] for name in wanted)]) if wanted else (None, output)
             if report is None:
                 raise NewestSiteError(f"no newest release installs with {', '.join(pins(path))}: {conflict(output)}")
         resolved = _installs(report)
-        seen = visible(path)
         kept = {canonicalize_name(k) for k in KEEP}
         for name, version in sorted(resolved.items()):
             have = seen.get(name)

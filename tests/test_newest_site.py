@@ -137,3 +137,17 @@ def test_the_table_of_versions_tested_agrees_with_the_pins():
     assert {name for name, _, _ in rows} == {"torch", "torchvision", *_script().PACKAGES}
     for name, pinned, _ in rows:
         assert pins[name] == pinned, f"docs/testing.md pins {name} {pinned}, the pin files {pins[name]}"
+
+
+def test_no_resolution_goes_below_the_installed_version(monkeypatch):
+    newest_site = _script()
+    calls = []
+
+    def pip(arguments):
+        calls.append(list(arguments))
+        return _report(pytest="99.0"), ""
+
+    monkeypatch.setattr(newest_site, "_pip_report", pip)
+    newest_site.plan(["pytest"], [])
+    installed = newest_site.visible(newest_site.sys.path)["pytest"].version
+    assert all(f"pytest>={installed}" in c for c in calls[1:]), calls  # pip backtracks no further than the pin

@@ -14,11 +14,13 @@ keeping every dependency the environment already meets; what the resolution adds
 
 What happens when the newest release cannot be installed with the pinned torch (it requires a newer one): the
 newest release that can is tested instead, and the log names the newer one and pip's reason (``NOT TESTED``). When
-no release of a package installs, that package keeps its pinned version. When the package index cannot be reached,
-nothing is tested and the script exits 0 after saying so: CI does not fail for a reason outside the project
-(``--strict`` makes these cases fail). A test failure with the releases that did install always fails (exit code
-of pytest). A package that does not declare its torch requirement (torchao) is installed as its newest release; if
-that release needs a newer torch, its tests fail and say so.
+no release at or above the installed one installs, that package keeps its pinned version (``NOT TESTED`` too).
+When the package index cannot be reached, or the newest releases cannot be installed together, nothing is tested
+and the script exits 0 after saying so: CI does not fail for a reason outside the project (``--strict`` makes these
+cases fail). A test failure with the releases that did install always fails (exit code of pytest), and so does a
+release that installs but does not import. A package that does not declare its torch requirement (torchao) is
+installed as its newest release; if that release needs a newer torch, its tests fail and say so. The whole check
+stops itself after ``--budget`` seconds (570): tests still running then are a failure.
 
 Usage::
 

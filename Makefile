@@ -6,7 +6,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-zoo lint clean browser
+.PHONY: install demo test test-zoo test-newest lint clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,18 @@ $(ZOO_STAMP): $(STAMP) tests/ecosystems/requirements.txt
 test-zoo: $(ZOO_STAMP)
 	TORCH2IR_ZOO_SITE=$(abspath $(ZOO_SITE)) HF_HUB_OFFLINE=1 $(PY) -m pytest -n auto --dist loadgroup --durations=25 \
 		-m zoo $(PYTEST_ARGS)
+
+# `make test-newest` tests the newest releases of transformers, timm, diffusers, torchao and brevitas that install
+# with the pinned torch (re-resolved on every run, into their own folder, first on sys.path) on a representative part
+# of the ecosystem tests (SELECTION in scripts/newest_site.py), and prints the versions tested. A newest release that
+# requires a newer torch is reported as NOT TESTED (the newest one that installs is tested); an unreachable package
+# index skips the check with a message; a failing test fails. NEWEST_ARGS=--strict makes the first two fail too.
+NEWEST_SITE ?= $(VENV)/newest-site
+NEWEST_ARGS ?=
+
+test-newest: $(ZOO_STAMP)
+	$(PY) scripts/newest_site.py --target $(NEWEST_SITE) --after $(ZOO_SITE) $(NEWEST_ARGS) \
+		-- -n auto --dist loadgroup $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache

@@ -67,6 +67,8 @@ REFUSED_OPS: dict[str, str] = {
     "set": f"{UNCHECKED}: rebinds a tensor to another storage, offset and strides",
     "set_": f"{UNCHECKED}: rebinds a tensor to another storage, offset and strides",
     "set_data": f"{PROCESS}: replaces a tensor's data in place for autograd",
+    # new in torch 2.14 (not registered in 2.13): the name rules would call it pure
+    "shallow_copy_data_": f"{PROCESS}: replaces a tensor's data, sizes and strides in place with another's",
     "_sparse_coo_tensor_with_dims": f"{UNCHECKED}: sparse constructor that does not validate its invariants",
     "_sparse_coo_tensor_with_dims_and_tensors": f"{UNCHECKED}: sparse constructor that does not validate its "
                                                 "indices (to_dense segfaults)",

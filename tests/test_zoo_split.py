@@ -23,8 +23,8 @@ def test_every_zoo_entry_names_an_existing_test() -> None:
             assert re.search(rf"^def {re.escape(name)}\(", target.read_text(), re.M), entry
 
 
-def test_the_makefile_runs_both_halves_and_ci_runs_both_targets() -> None:
+def test_the_makefile_runs_both_halves_and_ci_runs_both_targets_then_the_newest_releases() -> None:
     makefile = (ROOT / "Makefile").read_text()
-    assert '-m "not zoo"' in makefile and "-m zoo" in makefile
+    assert '-m "not zoo"' in makefile and "-m zoo" in makefile and "scripts/newest_site.py" in makefile
     ci = (ROOT / ".ci" / "run").read_text().split()
-    assert ci[-4:] == ["make", "test", "make", "test-zoo"]
+    assert ci[-6:] == ["make", "test", "make", "test-zoo", "make", "test-newest"]

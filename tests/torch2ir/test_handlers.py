@@ -19,7 +19,7 @@ from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 import ir2torch
 import torch2ir
 from common.ir import Implementation
-from common.opaque import OPAQUE_TYPE
+from common.opaque import OPAQUE_TYPE, OWNED_TYPE
 from common.values import decode, encode, values_equal
 from tests.torch2ir.more_cases import CASES as MORE_CASES
 from torch2ir.modules import CONTAINER_TYPES
@@ -296,9 +296,10 @@ def test_registries_are_symmetric(t2i: torch2ir.Torch2Ir, i2t: ir2torch.Ir2Torch
     assert containers.isdisjoint(types.values())
     named = set(t2i.named_types().values())  # registered by class name (torchao's observers)
     assert named.isdisjoint(types.values())
-    # torch2ir emits opaque leaves itself (opaque=, torch2ir.opaque.leaves), not through a handler
-    assert OPAQUE_TYPE not in set(types.values()) | named | containers
-    assert set(types.values()) | named | containers | {OPAQUE_TYPE} == set(i2t.builders.keys())
+    # torch2ir emits opaque leaves and the modules an opaque leaf owns itself (opaque=, torch2ir.opaque), not
+    # through a handler
+    assert {OPAQUE_TYPE, OWNED_TYPE}.isdisjoint(set(types.values()) | named | containers)
+    assert set(types.values()) | named | containers | {OPAQUE_TYPE, OWNED_TYPE} == set(i2t.builders.keys())
 
 
 def test_ir_types_are_lowercased_class_names(t2i: torch2ir.Torch2Ir) -> None:

@@ -1,12 +1,46 @@
 """Reviewed additions to the default operator surface (:mod:`common.surface`) beyond what the model corpus emits.
 
-Each entry is an ATen overload the operator classes allow that the project's own tests and toy layers convert
-and load by default (tests/torch2ir, tests/ir2torch, tests/flat, tests/property, the docs' examples), with why
-it belongs: common layers real models use that the corpus happens not to exercise. ``python -m
-tests.security.op_corpus --write-surface`` adds them to ``common/default_ops.txt``.
+The corpus converts its models with static shapes in eval and train mode, plain and decomposed. The project's own
+tests convert more: dynamic shapes, quantized tensors, training-time layers, common reductions. Each entry below is
+an ATen overload the operator classes allow that those tests convert and load by default, with why a real model
+would name it too; ``python -m tests.security.op_corpus --write-surface`` adds them to ``common/default_ops.txt``.
+Operators the tests name only to attack them (``resize_``, ``zeros.out``, ``ctc_loss``, the special polynomials,
+``round.decimals``...) are not here: those tests opt in with ``allow=``.
 """
 
 from __future__ import annotations
 
+_DYNAMIC = "dynamic shapes (tests/flat/test_dynamic.py, tests/ir2torch/test_guards.py): export's"
+_TRAIN = "training-time layers (tests/torch2ir/test_train_updates.py)"
+
 #: ``aten.<op>.<overload>`` -> why it is in the default surface although no corpus model emits it.
-EXTRA_SURFACE: dict[str, str] = {}
+EXTRA_SURFACE: dict[str, str] = {
+    "aten.sym_size.int": f"{_DYNAMIC} symbolic sizes",
+    "aten._assert_scalar.default": f"{_DYNAMIC} range assertions",
+    "aten.sum.default": "a full reduction (x.sum()): losses, norms (tests/flat/test_lowering.py)",
+    "aten.mean.default": "a full reduction (x.mean()): batch-norm statistics in train mode (tests/rewrite)",
+    "aten.ge.Tensor": "an elementwise comparison (tests/ir2torch/test_constant_fold.py)",
+    "aten.flip.default": "torch.flip: bidirectional layers, image flips (tests/torch2ir/test_opaque.py)",
+    "aten.leaky_relu.default": "nn.LeakyReLU: GANs, YOLO-style detectors (tests/torch2ir/test_opaque.py)",
+    "aten.square.default": "torch.square: RMS norms, losses (tests/torch2ir/test_first_call.py)",
+    "aten.mv.default": f"a matrix-vector product: spectral norm's power iteration, {_TRAIN}",
+    "aten.vdot.default": f"a dot product: spectral norm's power iteration, {_TRAIN}",
+    "aten.view_as.default": "Tensor.view_as (tests/flat/test_capture.py)",
+    "aten.tril.default": "causal masks built with torch.tril (tests/security/test_forward_budget.py)",
+    "aten.upsample_nearest2d.vec": "interpolate(mode='nearest'): U-Nets, FPNs (tests/security/test_op_table.py)",
+    "aten._unsafe_index.Tensor": "the core-ATen decomposition of nearest and bilinear upsampling (bounds-checked: "
+                                 "IndexError; index preconditions too)",
+    "aten._unsafe_view.default": "the core-ATen decomposition of reshapes (checks the element count)",
+    "aten.new_zeros.default": "Tensor.new_zeros: caches and padding (tests/security/test_forward_budget.py)",
+    "aten.nonzero.default": "torch.nonzero / boolean masks: detection heads (data-dependent size, budget-checked)",
+    "aten.repeat_interleave.Tensor": "mixture-of-experts routing, grouped-query attention (sum checked, issue 50)",
+    "aten.dequantize.self": "quantized models' dequantize (tests/quant/test_int8.py)",
+    "aten.quantize_per_tensor.tensor_qparams": "quantized models' quantize with tensor parameters "
+                                               "(tests/quant/test_int8.py)",
+    "aten.fake_quantize_per_tensor_affine.tensor_qparams": "QAT models' fake quantization (tests/rewrite)",
+    "aten.fill_.Scalar": "Tensor.fill_ on a tensor the graph made (tests/security/test_caller_writes.py)",
+    "aten.empty_strided.default": "torch.empty_strided (zero-filled when run, tests/security/test_stale_memory.py)",
+    "aten.new_empty.default": "Tensor.new_empty (zero-filled when run, tests/security/test_stale_memory.py)",
+    "aten.rand.default": "torch.rand: stochastic depth and noise in train mode (tests/ir2torch/test_constant_fold.py)",
+    "aten.randn.default": "torch.randn: diffusion noise, VAE sampling (tests/security/test_op_table.py)",
+}

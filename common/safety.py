@@ -178,7 +178,9 @@ class Allowlist:
     """Which function names an IR may use, and how each resolves to a callable.
 
     A fresh instance allows the defaults. :meth:`allow` opts in to more, for one converter or
-    loader only (copies are independent): operators of other namespaces by name or pattern
+    loader only (copies are independent): classified ATen operators outside the default surface
+    (``"aten::take"``, ``"aten::take.default"``, ``"aten::*"``: :mod:`common.surface`; a refused
+    one stays refused), operators of other namespaces by name or pattern
     (``"transformers::grouped_mm_fallback"``, ``"quantized_decomposed::*"``), resolved only among
     the operators already registered in this process (``torch.ops.<ns>.<op>``), never by importing
     anything; or a name bound to an explicit callable.

@@ -5,7 +5,7 @@ conversions use a few hundred of them, and ATen kernels trust their callers. By 
 overloads of the checked-in table ``common/default_ops.txt``: those the conversions and lowerings (plain and
 ``decompose=True``) of the project's model corpus emit (``python -m tests.security.op_corpus --write-surface``
 regenerates it; ``tests/security/test_default_surface.py`` checks it), plus a reviewed list of overloads the
-project's own tests and toy layers use (:data:`scripts.classify_ops`-style reasons in the table). Any other
+project's own tests convert (``tests/security/surface_extras.py``, a reason each). Any other
 classified overload is refused with :class:`~common.errors.OperatorSurfaceError`, which names it and the
 ``allow=`` that opts in (``allow=["aten::index_add"]``, ``"aten::index_add.default"`` or ``"aten::*"``).
 

@@ -255,8 +255,19 @@ PRECONDITIONS: dict[str, Callable[..., str | None]] = {
 }
 
 
+#: The precondition of each operator object seen (None: it has none): every op of a checked call asks.
+_CHECKS: dict[Any, Callable[..., str | None] | None] = {}
+
+
 def check_preconditions(func: Any, args: tuple, kwargs: dict) -> None:
-    check = PRECONDITIONS.get(qualified(func))
+    """Raise ``RuntimeError`` (turned into an ``ExecutionError`` naming the node) when ``func``'s precondition
+    (:data:`PRECONDITIONS`) refuses ``args`` and ``kwargs``."""
+    try:
+        check = _CHECKS[func]
+    except KeyError:
+        check = _CHECKS[func] = PRECONDITIONS.get(qualified(func))
+    except TypeError:  # an unhashable callable
+        check = PRECONDITIONS.get(qualified(func))
     if check is not None:
         problem = check(*args, **kwargs)
         if problem is not None:

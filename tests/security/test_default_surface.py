@@ -40,12 +40,15 @@ def test_the_table_is_sorted_classified_and_known_to_torch() -> None:
     assert set(EXTRA_SURFACE) <= set(names)
 
 
-def test_the_table_is_what_the_script_derives_from_its_log(tmp_path: Path) -> None:
-    """The table's overloads are those :func:`~tests.security.op_corpus.surface_entries` derives from the models
-    it lists (a corpus run's log rebuilt from the table itself gives the table back; the whole corpus run is the
+def test_every_entry_names_the_models_or_the_reviewed_reason_it_comes_from() -> None:
+    """Each overload lists the corpus models that emit it or a reviewed extra, and deriving the table from those
+    models (:func:`~tests.security.op_corpus.surface_entries`) gives the table back (the whole corpus run is the
     zoo test below)."""
     entries = surface.parse(surface.TABLE.read_text(encoding="utf-8"))
-    seen = {n: {w for w in where.split(", ") if not w.startswith(("extra:", "(+"))} for n, where in entries.items()}
+    assert all(where for where in entries.values())
+    assert {n for n, where in entries.items() if where.startswith("extra:")} <= set(EXTRA_SURFACE)
+    seen = {n: {w for w in where.split(", ") if not w.startswith("(+")} for n, where in entries.items()
+            if not where.startswith("extra:")}  # models are listed first, extras after them
     derived = op_corpus.surface_entries({n: w for n, w in seen.items() if w})
     assert set(derived) == set(entries)
 

@@ -41,6 +41,9 @@ EXTRA_SURFACE: dict[str, str] = {
     "aten.fill_.Scalar": "Tensor.fill_ on a tensor the graph made (tests/security/test_caller_writes.py)",
     "aten.empty_strided.default": "torch.empty_strided (zero-filled when run, tests/security/test_stale_memory.py)",
     "aten.new_empty.default": "Tensor.new_empty (zero-filled when run, tests/security/test_stale_memory.py)",
+    "aten.index_add.default": "transformers' JetMoE experts (tests/loop/test_symbolic_arguments.py; index "
+                              "preconditions)",
+    "aten.sym_numel.default": "transformers' JetMoE under dynamic shapes (tests/loop/test_structural_names.py)",
     "aten.rand.default": "torch.rand: stochastic depth and noise in train mode (tests/ir2torch/test_constant_fold.py)",
     "aten.randn.default": "torch.randn: diffusion noise, VAE sampling (tests/security/test_op_table.py)",
 }

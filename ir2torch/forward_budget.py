@@ -523,6 +523,7 @@ class _DataChecks(TorchDispatchMode):
     reads them (:func:`_reads_data`) is run under this mode (nothing is measured)."""
 
     supports_higher_order_operators = True
+    transparent_to_folding = True  # constant folding may use its values under this mode (ir2torch.fold_cache)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
@@ -620,15 +621,19 @@ def _names_precondition_ops(module: nn.Module) -> bool:
 
 #: Python-level functions of the allow-list that dispatch to an operator reading indices from data.
 _DATA_FUNCTIONS = (torch.gather, torch.index_select, torch.nn.functional.embedding)
+_DATA_NAMES = frozenset({"torch.gather", "torch.index_select", "torch.nn.functional.embedding"})
 
 
-def _reads_data(root: nn.Module) -> bool:
+def _reads_data(root: nn.Module, names: set[str] | None) -> bool:
     """Whether a call of ``root`` may run an op whose preconditions read tensor data (indices, labels, offsets,
-    :mod:`ir2torch.run_safety.index_checks`): a graph naming one, a Python function dispatching to one, a
-    ``getitem`` with a computed index (``x[idx]`` is ``aten.index``), or a module that is not generated code and
-    not one of torch.nn's own (an opaque leaf: its code is not read) or an embedding."""
+    :mod:`ir2torch.run_safety.index_checks`): the file names one (``names``: every function name of the IR or
+    FlatIR) or a Python function dispatching to one, a built graph does (without ``names``; a graph not built yet
+    is never built here), a ``getitem`` with a computed index (``x[idx]`` is ``aten.index``), or a module is
+    not generated code and not one of torch.nn's own (an opaque leaf: its code is not read) or an embedding."""
+    if names is not None and any(n in PRECONDITIONS or n in _DATA_NAMES for n in names):
+        return True
     for module in root.modules():
-        graph = getattr(module, "graph", None)
+        graph = module.__dict__.get("_graph") if names is None else None
         if isinstance(graph, torch.fx.Graph):
             for node in graph.nodes:
                 if node.op != "call_function":
@@ -647,7 +652,7 @@ def _reads_data(root: nn.Module) -> bool:
 
 
 def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool,
-                    flops: FlopBudget = None) -> None:
+                    flops: FlopBudget = None, names: set[str] | None = None) -> None:
     """Give every module of ``root`` whose forward is generated code a :class:`ForwardBudget`.
 
     Args:
@@ -658,9 +663,10 @@ def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guard
             record, usually the CPU).
         guarded: the root has an input guard fixing every input (one probe covers every call).
         flops: the compute budget (:func:`~ir2torch.run_safety.flops.flop_limit`: ``"auto"``, FLOPs or ``None``).
+        names: every function name the file calls (whether a call reads indices from data: :func:`_reads_data`).
     """
     flop_count = flop_limit(flops, root)
-    data = _reads_data(root)
+    data = _reads_data(root, names)
     for module in root.modules():
         if getattr(type(module), "_wrapped_call", None) is None:
             continue

@@ -1,7 +1,8 @@
 """Reviewed additions to the default operator surface (:mod:`common.surface`) beyond what the model corpus emits.
 
 The corpus converts its models with static shapes in eval and train mode, plain and decomposed. The project's own
-tests convert more: dynamic shapes, quantized tensors, training-time layers, common reductions. Each entry below is
+tests convert more: dynamic shapes, quantized tensors, training-time layers, common reductions, and the real models
+of the ecosystem tests (timm, torchvision, diffusers, brevitas samples beyond the corpus' zoo). Each entry below is
 an ATen overload the operator classes allow that those tests convert and load by default, with why a real model
 would name it too; ``python -m tests.security.op_corpus --write-surface`` adds them to ``common/default_ops.txt``.
 Operators the tests name only to attack them (``resize_``, ``zeros.out``, ``ctc_loss``, the special polynomials,
@@ -44,6 +45,20 @@ EXTRA_SURFACE: dict[str, str] = {
     "aten.index_add.default": "transformers' JetMoE experts (tests/loop/test_symbolic_arguments.py; index "
                               "preconditions)",
     "aten.sym_numel.default": "transformers' JetMoE under dynamic shapes (tests/loop/test_structural_names.py)",
+    # real models the ecosystem tests (tests/ecosystems, the zoo run) convert beyond the corpus
+    "aten.adaptive_avg_pool3d.default": "torchvision's video models (mc3_18)",
+    "aten.conv3d.default": "torchvision's video models (r3d_18, mc3_18)",
+    "aten.tensor_split.indices": "torchvision's MViT (mvit_v1_b, mvit_v2_s)",
+    "aten.argmin.default": "diffusers' VQModel quantizer",
+    "aten.round_.default": "diffusers' AutoencoderTiny",
+    "aten.col2im.default": "timm's VOLO (fold)",
+    "aten.dropout_.default": "timm's TNT",
+    "aten.leaky_relu_.default": "timm's TResNet",
+    "aten.silu_.default": "timm's DPN and EfficientNet",
+    "aten.rms_norm.default": "timm's DeepSeek and Gemma-4 ViTs",
+    "aten.one_hot.default": "timm's Gemma-4 ViT (index preconditions)",
+    "aten.hardtanh_.default": "torchvision's MobileNetV2 quantized with PT2E",
+    "aten.log2.default": "brevitas' binarized CNV networks",
     "aten.rand.default": "torch.rand: stochastic depth and noise in train mode (tests/ir2torch/test_constant_fold.py)",
     "aten.randn.default": "torch.randn: diffusion noise, VAE sampling (tests/security/test_op_table.py)",
 }

@@ -313,6 +313,9 @@ def surface_table(seen: dict[str, set[str]], models: int, *, write: bool) -> boo
     entries = surface_entries(seen)
     old = surface.parse(surface.TABLE.read_text(encoding="utf-8")) if surface.TABLE.exists() else {}
     stale = set(entries) != set(old)
+    if stale:
+        print("not in the table:", sorted(set(entries) - set(old)), "; in the table only:",
+              sorted(set(old) - set(entries)))
     if write:
         surface.TABLE.write_text(surface.render(entries, torch.__version__, models=models), encoding="utf-8")
     return stale

@@ -260,12 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in bad.items():
         print("  refused:", name, reason)
     print("allocating among them:", sorted(n for n in everything if n in safety.ALLOCATING_OPS))
-    seen = private_ops(everything)
+    private = private_ops(everything)
     print("private ops among them (scripts/classify_ops.py's EXPORTED_PRIVATE must list those not argued safe):")
-    for op, overloads in seen.items():
+    for op, overloads in private.items():
         print(f"  {op}: {', '.join(overloads)}")
     if not options.skip and not options.light:  # the whole corpus: entries of the table no model emits any more
-        stale = sorted(set(_exported_private()) - set(seen))
+        stale = sorted(set(_exported_private()) - set(private))
         print("EXPORTED_PRIVATE entries the corpus did not emit:", stale or "none")
     if options.write_surface or options.check_surface:
         stale = surface_table(seen, len(models), write=options.write_surface)

@@ -178,6 +178,11 @@ class UnsafeTargetError(IRValidationError):
     """A function node names a callable outside the allow-list of ``common.safety``."""
 
 
+class OperatorSurfaceError(UnsafeTargetError):
+    """A file names an ATen operator outside the default operator surface (``common/default_ops.txt``): the
+    operator is classified safe to name but no real model's conversion emits it; ``allow=['aten::<op>']`` opts in."""
+
+
 # -- registries --------------------------------------------------------------------------
 class RegistryError(IRError):
     """Misuse of a handler registry."""
@@ -245,6 +250,7 @@ __all__ = [
     "StateDictError",
     "UnknownNodeKindError",
     "UnsafeNameError",
+    "OperatorSurfaceError",
     "UnsafeTargetError",
     "UnsupportedFormatVersionError",
     "without_values",

@@ -50,9 +50,12 @@ def _slots_of(schema: Any) -> tuple[tuple[int | None, str, type, bool], ...]:
 #: Integer arguments whose value a kernel turns into that many objects without a size check, and their largest
 #: literal value: ``tensor_split(x, sections)`` returns ``sections`` views, empty past the tensor's length
 #: (``sections=10**9`` built views for minutes in the long op-level fuzz, each a Python object no byte budget sees;
-#: the op is CompositeImplicit, so the forward's dispatch-level checks only see the slices it makes). A value
-#: computed in the graph (a ``SymInt`` from a tensor's size) is bounded by that size.
-COUNT_LIMITS: dict[str, tuple[str, int]] = {"aten::tensor_split.sections": ("sections", 10**5)}
+#: the op is CompositeImplicit, so the forward's dispatch-level checks only see the slices it makes); ``chunk`` of
+#: an empty dim returns ``chunks`` empty views (``chunks=10**6`` ran for minutes in the long op-level fuzz of the
+#: default surface, issue 50). A value computed in the graph (a ``SymInt`` from a tensor's size) is bounded by that
+#: size.
+COUNT_LIMITS: dict[str, tuple[str, int]] = {"aten::tensor_split.sections": ("sections", 10**5),
+                                            "aten::chunk": ("chunks", 10**5), "aten::unsafe_chunk": ("chunks", 10**5)}
 COUNT_HINT = "a model splits a tensor into at most as many parts as it has elements; fix the count in the file"
 
 

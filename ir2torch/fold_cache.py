@@ -46,10 +46,18 @@ _compiling = torch.compiler.is_compiling
 _exporting = torch.compiler.is_exporting
 
 
+def _foreign_dispatch_modes() -> int:
+    """The dispatch modes active but ir2torch's own data checks (``transparent_to_folding``: they only test
+    arguments, and the folded forward's ops run through them too)."""
+    count = _dispatch_modes()
+    return count and sum(1 for i in range(count) if not getattr(torch._C._get_dispatch_stack_at(i),
+                                                                 "transparent_to_folding", False))
+
+
 def plain_call_required() -> bool:
     """Whether something (a tracer, a mode, a transform: see the module docstring) must see the plain forward."""
     # dynamo reads ``is_compiling()`` as True and stops there: nothing after it is traced
-    return bool(_compiling() or _exporting() or _dispatch_modes() or _function_modes()
+    return bool(_compiling() or _exporting() or _foreign_dispatch_modes() or _function_modes()
                 or _jit_tracing() is not None or _functorch() is not None or _autocast()
                 or nn.Module.__call__ is not _MODULE_CALL)
 

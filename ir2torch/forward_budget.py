@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import operator
 import sys
 import threading
 import weakref
@@ -109,18 +110,21 @@ class ForwardBudget:
         flops: the compute budget of one call in FLOPs (:mod:`ir2torch.run_safety.flops`), ``None``: not counted.
     """
 
-    __slots__ = ("budget", "checked", "device", "flops", "probed", "static")
+    __slots__ = ("budget", "checked", "data_checks", "device", "flops", "probed", "static")
 
-    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None) -> None:
+    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None,
+                 data_checks: bool = False) -> None:
         self.budget = budget
         self.device = device
         self.static = static
         self.flops = flops
+        self.data_checks = data_checks  # a probed call runs with the data preconditions (_DataChecks)
         self.probed: set[Any] = set()
         self.checked: set[Any] = set()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
-        return ForwardBudget(self.budget, self.device, self.static, self.flops)  # a copy is probed again
+        return ForwardBudget(self.budget, self.device, self.static, self.flops,  # a copy is probed again
+                             self.data_checks)
 
     def limit(self) -> int | None:
         """The budget in bytes now (``"available"`` is read at each probe)."""
@@ -149,6 +153,9 @@ class ForwardBudget:
                 _remember(self.probed, signature)
         _LOCAL.depth += 1
         try:
+            if self.data_checks:  # fake tensors had no values: the index checks run on the real ones
+                with _DataChecks():
+                    return call(obj, *args, **kwargs)
             return call(obj, *args, **kwargs)
         finally:
             _LOCAL.depth -= 1
@@ -511,6 +518,22 @@ class _Flops:
                               implementation or self.where, node, flops=True)
 
 
+class _DataChecks(TorchDispatchMode):
+    """Runs each op for real after testing its preconditions (:data:`~ir2torch.op_preconditions.PRECONDITIONS`) on
+    the real arguments: a probe on fake tensors sees no index, label or offset, so a probed call of a module that
+    reads them (:func:`_reads_data`) is run under this mode (nothing is measured)."""
+
+    supports_higher_order_operators = True
+    transparent_to_folding = True  # constant folding may use its values under this mode (ir2torch.fold_cache)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return _higher_order(self, func, args, kwargs, both_branches=False)
+        check_preconditions(func, args, kwargs)
+        return func(*args, **kwargs)
+
+
 class _Checked(TorchDispatchMode):
     """Runs each op for real after measuring its output on fake tensors (sizes that depend on data)."""
 
@@ -597,8 +620,40 @@ def _names_precondition_ops(module: nn.Module) -> bool:
     return any(qualified(target) in PRECONDITIONS or writes_in_place(target) for target in targets)
 
 
+#: Python-level functions of the allow-list that dispatch to an operator reading indices from data.
+_DATA_FUNCTIONS = (torch.gather, torch.index_select, torch.nn.functional.embedding)
+_DATA_NAMES = frozenset({"torch.gather", "torch.index_select", "torch.nn.functional.embedding"})
+
+
+def _reads_data(root: nn.Module, names: set[str] | None) -> bool:
+    """Whether a call of ``root`` may run an op whose preconditions read tensor data (indices, labels, offsets,
+    :mod:`ir2torch.run_safety.index_checks`): the file names one (``names``: every function name of the IR or
+    FlatIR) or a Python function dispatching to one, a built graph does (without ``names``; a graph not built yet
+    is never built here), a ``getitem`` with a computed index (``x[idx]`` is ``aten.index``), or a module is
+    not generated code and not one of torch.nn's own (an opaque leaf: its code is not read) or an embedding."""
+    if names is not None and any(n in PRECONDITIONS or n in _DATA_NAMES for n in names):
+        return True
+    for module in root.modules():
+        graph = module.__dict__.get("_graph") if names is None else None
+        if isinstance(graph, torch.fx.Graph):
+            for node in graph.nodes:
+                if node.op != "call_function":
+                    continue
+                target = getattr(node.target, "overload", node.target)
+                if qualified(target) in PRECONDITIONS or node.target in _DATA_FUNCTIONS:
+                    return True
+                if node.target is operator.getitem and any(isinstance(a, torch.fx.Node) for a in
+                                                           pytree.tree_leaves(list(node.args[1:]))):
+                    return True
+        elif isinstance(module, (nn.Embedding, nn.EmbeddingBag)) or (
+                getattr(type(module), "_wrapped_call", None) is None
+                and not type(module).__module__.startswith("torch.")):
+            return True
+    return False
+
+
 def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool,
-                    flops: FlopBudget = None) -> None:
+                    flops: FlopBudget = None, names: set[str] | None = None) -> None:
     """Give every module of ``root`` whose forward is generated code a :class:`ForwardBudget`.
 
     Args:
@@ -609,15 +664,18 @@ def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guard
             record, usually the CPU).
         guarded: the root has an input guard fixing every input (one probe covers every call).
         flops: the compute budget (:func:`~ir2torch.run_safety.flops.flop_limit`: ``"auto"``, FLOPs or ``None``).
+        names: every function name the file calls (whether a call reads indices from data: :func:`_reads_data`).
     """
     flop_count = flop_limit(flops, root)
+    data = _reads_data(root, names)
     for module in root.modules():
         if getattr(type(module), "_wrapped_call", None) is None:
             continue
         if budget is None and flop_count is None and not _names_precondition_ops(module):
             continue  # nothing to measure and nothing a kernel assumes unchecked
         static = guarded and module is root
-        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count)
+        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count,
+                                                     data_checks=data)
 
 
 __all__ = ["BUDGET_ATTR", "MAX_SIGNATURES", "ForwardBudget", "inside_checked_call", "install_budgets", "skip_budget",

@@ -14,6 +14,10 @@ from typing import Any
 
 import torch
 
+from common import op_classes
+
+from .run_safety.index_checks import index_preconditions
+
 
 def _nonempty_weight_norm(v: Any, g: Any, dim: int = 0) -> str | None:
     if isinstance(v, torch.Tensor) and isinstance(g, torch.Tensor) and (v.numel() == 0 or g.numel() == 0):
@@ -227,7 +231,10 @@ def _ctc_loss(log_probs: Any, targets: Any, input_lengths: Any, target_lengths: 
 #: ``aten.batch_norm`` checks both before it calls them); ``aten.round`` with an absurd ``decimals`` (see
 #: :data:`ROUND_DECIMALS_LIMIT`); the special polynomials' recurrences (see :data:`POLYNOMIAL_WORK_LIMIT`); the
 #: known operators of other libraries (:mod:`common.known_ops`) whose real kernel leaves its checks to its fake one.
+#: The operators that read indices, labels, offsets or counts from tensor data have theirs checked
+#: (:mod:`ir2torch.run_safety.index_checks`, every overload the operator classes know).
 PRECONDITIONS: dict[str, Callable[..., str | None]] = {
+    **index_preconditions(op_classes.ATEN),
     "transformers.grouped_mm_fallback.default": _grouped_mm_fallback,
     "aten.repeat_interleave.Tensor": _repeat_interleave,
     **{f"aten.repeat_interleave.{o}": _repeat_interleave_self for o in ("self_Tensor", "self_int")},
@@ -248,12 +255,28 @@ PRECONDITIONS: dict[str, Callable[..., str | None]] = {
 }
 
 
+#: The precondition of each operator object seen (None: it has none): every op of a checked call asks.
+_CHECKS: dict[Any, Callable[..., str | None] | None] = {}
+
+
 def check_preconditions(func: Any, args: tuple, kwargs: dict) -> None:
-    check = PRECONDITIONS.get(qualified(func))
+    """Raise ``RuntimeError`` (turned into an ``ExecutionError`` naming the node) when ``func``'s precondition
+    (:data:`PRECONDITIONS`) refuses ``args`` and ``kwargs``."""
+    try:
+        check = _CHECKS[func]
+    except KeyError:
+        check = _CHECKS[func] = PRECONDITIONS.get(qualified(func))
+    except TypeError:  # an unhashable callable
+        check = PRECONDITIONS.get(qualified(func))
     if check is not None:
         problem = check(*args, **kwargs)
         if problem is not None:
             raise RuntimeError(f"{func}: {problem}; refused before it runs")
+
+
+def _one_hot_bytes(input: torch.Tensor, num_classes: int = -1) -> int:
+    width = num_classes if num_classes >= 0 else (int(input.max()) + 1 if input.numel() else 0)
+    return input.numel() * max(width, 0) * 8
 
 
 def _bincount_bytes(input: torch.Tensor, weights: Any = None, minlength: int = 0) -> int:
@@ -269,6 +292,7 @@ def _repeat_interleave_bytes(repeats: torch.Tensor, *args: Any, **kwargs: Any) -
 #: call, where fake tensors cannot tell).
 DATA_SIZES: dict[str, Callable[..., int]] = {
     "aten.bincount.default": _bincount_bytes,
+    "aten.one_hot.default": _one_hot_bytes,
     "aten.repeat_interleave.Tensor": _repeat_interleave_bytes,
 }
 

@@ -252,5 +252,6 @@ def add_allow_op(parser: argparse.ArgumentParser) -> None:
     """``--allow-op NAMESPACE::OP`` / ``NAMESPACE::*`` (repeatable): operators of other namespaces to accept."""
     parser.add_argument("--allow-op", dest="allow_op", action="append", default=[], metavar="NS::OP",
                         help="accept the operator NS::OP (or every operator of NS with NS::*) besides the default "
-                        "allow-list; it must be registered by a library already imported (repeatable); a module "
+                        "allow-list; it must be registered by a library already imported (repeatable); "
+                        "aten::OP[.OVERLOAD] accepts an ATen operator outside the default surface; a module "
                         "class PKG.MOD.CLASS allows rebuilding opaque leaves of that class (imports PKG.MOD)")

@@ -7,6 +7,11 @@ stopping the conversion. ``python -m tests.security.op_corpus`` runs the whole c
 quantized models, a few common layers) and prints the names that are not allowed (exit status 1 when there are
 any), then the private ATen ops (``aten._*``) the corpus emits, which is where the table ``EXPORTED_PRIVATE`` of
 ``scripts/classify_ops.py`` comes from (a full run also names the entries of that table no model emits any more).
+
+``--write-surface`` (a whole run) writes the default operator surface, ``common/default_ops.txt``
+(:mod:`common.surface`): every ATen overload the corpus emits whose class is allowed, with the models that emit it,
+plus the reviewed :data:`tests.security.surface_extras.EXTRA_SURFACE`; ``--check-surface`` exits 1 when the
+checked-in table differs from what the run derives.
 """
 
 from __future__ import annotations
@@ -27,13 +32,15 @@ from common.safety import function_names
 
 @contextlib.contextmanager
 def permissive() -> Iterator[None]:
-    """Allow every registered ATen overload while converting (the names are checked afterwards)."""
-    saved = safety._aten_allowed
+    """Allow every registered ATen overload while converting, outside the default surface too (the names are
+    checked afterwards)."""
+    saved, surface = safety._aten_allowed, safety._in_default_surface
     safety._aten_allowed = lambda op, overload: safety._aten_overload(op, overload) is not None
+    safety._in_default_surface = lambda name: True
     try:
         yield
     finally:
-        safety._aten_allowed = saved
+        safety._aten_allowed, safety._in_default_surface = saved, surface
 
 
 def names_of(build: Callable[[], nn.Module], inputs: Callable[[], tuple[tuple, dict]], allow: tuple[str, ...] = (),
@@ -213,8 +220,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
     parser.add_argument("--skip", type=int, default=0)
     parser.add_argument("--light", action="store_true")
+    parser.add_argument("--write-surface", action="store_true", help="write common/default_ops.txt")
+    parser.add_argument("--check-surface", action="store_true", help="exit 1 when common/default_ops.txt is stale")
+    parser.add_argument("--from-log", help="derive the surface from the printed output of an earlier whole run")
     options = parser.parse_args(argv)
+    if options.from_log:
+        from pathlib import Path
+
+        seen, models = seen_in_log(Path(options.from_log).read_text(encoding="utf-8"))
+        stale = surface_table(seen, models, write=options.write_surface)
+        print(f"{models} models, {len(surface_entries(seen))} overloads:", "stale" if stale else "up to date")
+        return int(stale and options.check_surface)
+    if (options.write_surface or options.check_surface) and (options.skip or options.light):
+        parser.error("the surface is derived from a whole run (no --skip, no --light)")
     everything: set[str] = set()
+    seen: dict[str, set[str]] = {}
     failures = []
     models = corpus()[options.skip:]
     for name, build, inputs, allow in models:
@@ -228,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         bad = refused(found)
         print(f"{name}: {len(found)} names{'; REFUSED ' + str(bad) if bad else ''}: {sorted(found)}", flush=True)
         everything |= found
+        for op in found:
+            seen.setdefault(op, set()).add(name)
     bad = refused(everything)
     aten = sorted(n for n in everything if n.startswith("aten."))
     print(f"\nnames: {sorted(everything)}")
@@ -238,14 +260,65 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in bad.items():
         print("  refused:", name, reason)
     print("allocating among them:", sorted(n for n in everything if n in safety.ALLOCATING_OPS))
-    seen = private_ops(everything)
+    private = private_ops(everything)
     print("private ops among them (scripts/classify_ops.py's EXPORTED_PRIVATE must list those not argued safe):")
-    for op, overloads in seen.items():
+    for op, overloads in private.items():
         print(f"  {op}: {', '.join(overloads)}")
     if not options.skip and not options.light:  # the whole corpus: entries of the table no model emits any more
-        stale = sorted(set(_exported_private()) - set(seen))
+        stale = sorted(set(_exported_private()) - set(private))
         print("EXPORTED_PRIVATE entries the corpus did not emit:", stale or "none")
+    if options.write_surface or options.check_surface:
+        stale = surface_table(seen, len(models), write=options.write_surface)
+        print("common/default_ops.txt is", "stale" if stale and options.check_surface else "written"
+              if options.write_surface else "up to date")
+        if options.check_surface and stale:
+            return 1
     return 1 if bad else 0
+
+
+def seen_in_log(text: str) -> tuple[dict[str, set[str]], int]:
+    """``(name -> models that emit it, number of models)`` from the printed output of a whole run of :func:`main`
+    (its lines ``<model>: <n> names: [...]``)."""
+    import ast
+    import re
+
+    seen: dict[str, set[str]] = {}
+    models = 0
+    for line in text.splitlines():
+        match = re.match(r"^(\S+): \d+ names(?:; REFUSED .*?)?: (\[.*\])$", line.strip())
+        if match:
+            models += 1
+            for name in ast.literal_eval(match.group(2)):
+                seen.setdefault(name, set()).add(match.group(1))
+    return seen, models
+
+
+def surface_entries(seen: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The default surface derived from ``seen`` (name -> corpus models that emit it): the ATen overloads whose
+    class is allowed, and the reviewed :data:`~tests.security.surface_extras.EXTRA_SURFACE`."""
+    from tests.security.surface_extras import EXTRA_SURFACE
+
+    out = {n: set(where) for n, where in seen.items()
+           if n.startswith("aten.") and safety.op_class(n)[0] in ("pure", "allocating")}
+    for name, reason in EXTRA_SURFACE.items():
+        out.setdefault(name, set()).add(f"extra: {reason}")
+    return out
+
+
+def surface_table(seen: dict[str, set[str]], models: int, *, write: bool) -> bool:
+    """Derive the table from ``seen``; True when it differs from the checked-in one (written with ``write``).
+    Only the overload names are compared (the places listed follow the corpus' order of models)."""
+    from common import surface
+
+    entries = surface_entries(seen)
+    old = surface.parse(surface.TABLE.read_text(encoding="utf-8")) if surface.TABLE.exists() else {}
+    stale = set(entries) != set(old)
+    if stale:
+        print("not in the table:", sorted(set(entries) - set(old)), "; in the table only:",
+              sorted(set(old) - set(entries)))
+    if write:
+        surface.TABLE.write_text(surface.render(entries, torch.__version__, models=models), encoding="utf-8")
+    return stale
 
 
 if __name__ == "__main__":

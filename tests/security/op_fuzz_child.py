@@ -1,11 +1,12 @@
 """The child process of the op-level fuzz (``tests/security/test_op_fuzz.py``).
 
-``python -m tests.security.op_fuzz_child OUT.json EXAMPLES WATCHED DERANDOMIZE`` draws ``EXAMPLES`` FlatIR documents,
-each a chain of one to three operators taken from those the default allow-list accepts, with hostile arguments
-built from each operator's schema (negative, zero and huge sizes, out-of-range indices and dims, odd strides, mixed
-dtypes, empty tensors, paths into ``WATCHED``), and runs each through save -> ``FlatIR.load`` -> ``ir2torch.convert``
--> one call, each within :data:`EXAMPLE_SECONDS` (a hang ends the process with status 1 and the stacks on stderr).
-It writes a summary to ``OUT.json``: the examples run, the IRError classes seen, and every outcome
+``python -m tests.security.op_fuzz_child OUT.json EXAMPLES WATCHED DERANDOMIZE [PER_OP]`` draws ``PER_OP`` FlatIR
+documents starting with each operator of the default surface, then ``EXAMPLES`` more, each a chain of one to three
+operators taken from those the default allow-list accepts (the default surface, :mod:`common.surface`), with hostile
+arguments built from each operator's schema (negative, zero and huge sizes, out-of-range indices and dims, odd strides,
+mixed dtypes, empty tensors, paths into ``WATCHED``), and runs each through save -> ``FlatIR.load`` ->
+``ir2torch.convert`` -> one call, each within :data:`EXAMPLE_SECONDS` (a hang ends the process with status 1 and the
+stacks on stderr). It writes a summary to ``OUT.json``: the examples run, the IRError classes seen, and every outcome
 that is not an IRError or that changed process-wide state (grad mode, default dtype, thread count, the default
 generator's state where no op of the document draws random numbers). A signal (a crash) is seen by the parent.
 """
@@ -126,14 +127,18 @@ def _refs(value: Any) -> list[str]:
 
 
 @st.composite
-def documents(draw: Any, ops: list[Any], watched: str) -> tuple[dict[str, Any], bool]:
-    """A FlatIR document of 1-3 allowed ops with hostile arguments, and whether one of them draws random numbers."""
+def documents(draw: Any, ops: list[Any], watched: str, first: int | None = None) -> tuple[dict[str, Any], bool]:
+    """A FlatIR document of 1-3 allowed ops with hostile arguments, and whether one of them draws random numbers.
+    With ``first``, the first op is ``ops[first]``."""
     refs = list(INPUTS)
     records = {k: {"name": k, "shape": list(shape), "dtype": dtype} for k, (shape, dtype) in INPUTS.items()}
     nodes = []
     random = False
     for index in range(draw(st.integers(1, 3))):
-        name, schema = ops[draw(st.integers(0, len(ops) - 1))]
+        if index == 0 and first is not None:
+            name, schema = ops[first]
+        else:
+            name, schema = ops[draw(st.integers(0, len(ops) - 1))]
         random = random or _draws_random(name)
         args: dict[str, Any] = {}
         kwargs: dict[str, Any] = {}
@@ -189,8 +194,9 @@ def _state() -> dict[str, Any]:
             "anomaly": torch.is_anomaly_enabled(), "cwd": os.getcwd()}
 
 
-def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
+def main(out_path: str, examples: int, watched: str, derandomize: bool, per_op: int = 0) -> None:
     ops = _allowed_ops()
+    first: Counter = Counter()
     folder = Path(tempfile.mkdtemp(prefix="op-fuzz-docs-"))  # under TMPDIR, outside the watched folders
     summary: dict[str, Any] = {"ops": len(ops), "examples": 0, "outcomes": Counter(), "failures": [],
                                "state_changes": []}
@@ -198,12 +204,10 @@ def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
     current = Path(out_path + ".current")
     started = time.perf_counter()
 
-    @settings(max_examples=examples, derandomize=derandomize, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck), report_multiple_bugs=False)
-    @given(documents(ops, watched))
     def run(drawn: tuple[dict[str, Any], bool]) -> None:
         doc, random = drawn
         summary["examples"] += 1
+        first[doc["nodes"][0]["op_type"]] += 1
         path = folder / "doc.flat.json"
         path.write_text(json.dumps(doc))
         current.write_text(json.dumps(doc))  # what was running, should the process die
@@ -236,12 +240,22 @@ def main(out_path: str, examples: int, watched: str, derandomize: bool) -> None:
             torch.set_rng_state(rng)
             os.chdir(reference["cwd"])
 
-    run()
+    def given_ops(count: int, which: int | None) -> None:
+        settings(max_examples=count, derandomize=derandomize, database=None, deadline=None,
+                 suppress_health_check=list(HealthCheck), report_multiple_bugs=False)(
+            given(documents(ops, watched, which))(run))()
+
+    for which in range(len(ops)) if per_op else ():  # every op first in PER_OP documents
+        given_ops(per_op, which)
+    if examples:
+        given_ops(examples, None)
     summary["seconds"] = round(time.perf_counter() - started, 1)
     summary["outcomes"] = dict(summary["outcomes"])
+    summary["cases_per_op_min"] = min(first[name] for name, _ in ops) if ops else 0
+    summary["op_names"] = sorted(name for name, _ in ops)
     Path(out_path).write_text(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":
     faulthandler.enable()
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1")
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1", int(sys.argv[5]) if len(sys.argv) > 5 else 0)

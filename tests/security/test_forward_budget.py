@@ -340,7 +340,8 @@ def test_a_data_dependent_size_is_computed_from_the_real_arguments(tmp_path: Pat
     """``bincount``'s output has ``max(x) + 1`` elements: a checked call reads that from the real input first."""
     path = tmp_path / "counts.flat.json"
     path.write_text(json.dumps(_bincount_document()))
-    rebuilt = ir2torch.convert(FlatIR.load(path), max_bytes=10**6)
+    allow = ["aten::bincount"]  # outside the default surface (no corpus model calls it)
+    rebuilt = ir2torch.convert(FlatIR.load(path, allow=allow), max_bytes=10**6, allow=allow)
     assert torch.equal(rebuilt(torch.tensor([0, 1, 1, 3])), torch.tensor([1, 2, 0, 1]))
     with pytest.raises(ResourceBudgetError, match=r"aten.bincount.default would allocate 7.5 GB"):
         rebuilt(torch.tensor([0, 1, 2, 10**9]))
@@ -394,12 +395,13 @@ def test_batch_norm_kernels_are_refused_what_they_would_read_unchecked(case: str
     path = tmp_path / "bn.flat.json"
     inputs = {"x": ([2, 3], "float32"), "c": ([3], "float32"), "two": ([2], "float32")}
     path.write_text(json.dumps(_one_op_document(op, args, inputs)))
+    allow = [f"aten::{op.split('.')[1]}"]  # the public kernels are outside the default surface
     script = textwrap.dedent(f"""
         import torch, ir2torch
         from common import FlatIR
         from common.errors import ExecutionError
 
-        rebuilt = ir2torch.convert(FlatIR.load({str(path)!r}))
+        rebuilt = ir2torch.convert(FlatIR.load({str(path)!r}, allow={allow!r}), allow={allow!r})
         try:
             rebuilt(torch.randn(2, 3), torch.randn(3), torch.randn(2))
         except ExecutionError as exc:
@@ -433,7 +435,8 @@ def test_round_with_an_absurd_decimals_count_is_refused_before_the_probe_runs(tm
         from common import FlatIR
         from common.errors import ExecutionError
 
-        rebuilt = ir2torch.convert(FlatIR.load({str(path)!r}))
+        allow = ["aten::round"]  # outside the default surface
+        rebuilt = ir2torch.convert(FlatIR.load({str(path)!r}, allow=allow), allow=allow)
         try:
             rebuilt(torch.randn(2, 3))
         except ExecutionError as exc:
@@ -452,7 +455,8 @@ def test_round_with_decimals_runs_as_in_eager() -> None:
 
     x = torch.randn(4, 5) * 100
     model = Round()
-    assert torch.equal(ir2torch.convert(torch2ir.convert(model, (x,)))(x), model(x))
+    allow = ["aten::round"]  # outside the default surface
+    assert torch.equal(ir2torch.convert(torch2ir.convert(model, (x,), allow=allow), allow=allow)(x), model(x))
 
 
 @pytest.mark.parametrize("budget", [None, 10**8])
@@ -472,7 +476,8 @@ def test_a_special_polynomial_of_a_huge_degree_is_refused_before_it_runs(overloa
         from common import FlatIR
         from common.errors import ExecutionError
 
-        rebuilt = ir2torch.convert(FlatIR.load({str(path)!r}), max_bytes={budget!r})
+        allow = ["aten::special_legendre_polynomial_p"]  # outside the default surface
+        rebuilt = ir2torch.convert(FlatIR.load({str(path)!r}, allow=allow), max_bytes={budget!r}, allow=allow)
         x = torch.rand(2, 3)
         if {overload!r} == "default":
             small = torch.tensor([3.0, 5.0, 7.0])
@@ -499,7 +504,8 @@ def test_special_polynomials_of_honest_degrees_run_as_in_eager() -> None:
 
     x, n = torch.rand(3, 4), torch.tensor([1.0, 2.0, 3.0, 9.0])
     model = Poly()
-    rebuilt = ir2torch.convert(torch2ir.convert(model, (x, n)), max_bytes=10**8)
+    allow = ["aten::special_legendre_polynomial_p", "aten::special_hermite_polynomial_h"]  # outside the surface
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x, n), allow=allow), max_bytes=10**8, allow=allow)
     assert torch.equal(rebuilt(x, n), model(x, n))
 
 
@@ -513,14 +519,15 @@ def test_a_split_into_a_billion_sections_is_refused_at_load(tmp_path: Path) -> N
     path = tmp_path / "split.flat.json"
     path.write_text(json.dumps(_one_op_document("aten.tensor_split.sections", {"self": _X, "sections": 10**9},
                                                 {"x": ([2, 3], "float32")})))
+    allow = ["aten::tensor_split"]  # outside the default surface; the opt-in leaves the load checks in place
     with pytest.raises(ArgumentMismatchError, match=r"'sections' is 1000000000, more than 100000") as info:
-        FlatIR.load(path)
+        FlatIR.load(path, allow=allow)
     assert info.value.node == "n0"
     path.write_text(json.dumps(_one_op_document("aten.tensor_split.tensor_indices_or_sections",
                                                 {"self": _X, "tensor_indices_or_sections": {"$ref": "n"}},
                                                 {"x": ([2, 3], "float32"), "n": ([], "int64")})))
     with pytest.raises(UnsafeTargetError, match="section count read from tensor data"):
-        FlatIR.load(path)
+        FlatIR.load(path, allow=allow)
 
 
 def test_tensor_split_with_more_sections_than_elements_runs_as_in_eager() -> None:
@@ -530,4 +537,6 @@ def test_tensor_split_with_more_sections_than_elements_runs_as_in_eager() -> Non
 
     x = torch.randn(3, 2)
     model = Split()
-    assert torch.equal(ir2torch.convert(torch2ir.convert(model, (x,)), max_bytes=10**8)(x), model(x))
+    allow = ["aten::tensor_split"]  # outside the default surface
+    assert torch.equal(ir2torch.convert(torch2ir.convert(model, (x,), allow=allow), max_bytes=10**8, allow=allow)(x),
+                       model(x))

@@ -216,7 +216,10 @@ def test_allowlist_resolves_operators_only(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["aten.add.Tensor", "aten.__and__.Tensor", "aten._to_copy.default", "aten.relu"])
 def test_allowlist_still_resolves_real_operators(name: str) -> None:
-    op = DEFAULT_ALLOWLIST.resolve(name)
+    if name == "aten.relu":  # a packet stands for every overload, outside the default surface: opted in
+        with pytest.raises(E.OperatorSurfaceError, match=r"allow=\['aten::relu'\]"):
+            DEFAULT_ALLOWLIST.resolve(name)
+    op = DEFAULT_ALLOWLIST.extended(["aten::relu"]).resolve(name)
     assert isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket))
 
 

@@ -72,3 +72,32 @@ def test_a_layout_given_as_an_int_is_refused_in_a_flat_document(tmp_path: Path) 
     path.write_text(json.dumps(doc))
     with pytest.raises(ArgumentMismatchError, match=r"'layout' must be a torch\.layout"):
         FlatIR.load(path)
+
+
+def test_a_chunk_of_an_empty_dim_into_a_million_views_is_refused_at_load(tmp_path: Path) -> None:
+    """``chunk`` of an empty dim returns ``chunks`` empty views whatever the tensor's size (``chunks=10**6`` ran for
+    minutes in the long op-level fuzz of the default surface): a literal count above 10**5 is refused at load,
+    naming the node, in both IR levels; an honest count runs as in eager."""
+
+    class Chunk(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.stack(torch.chunk(x, 3))
+
+    x = torch.randn(6, 2)
+    assert len(torch.chunk(torch.zeros(0, 3), 10**6)) == 10**6  # what the kernel does
+    for flat in (False, True):
+        ir = torch2ir.lower(Chunk(), (x,)) if flat else torch2ir.convert(Chunk(), (x,))
+        assert torch.equal(ir2torch.convert(ir)(x), Chunk()(x))
+        path = tmp_path / ("chunk.flat.json" if flat else "chunk.ir.json")
+        ir.save(path)
+        doc = json.loads(path.read_text())
+        nodes = doc["nodes"] if flat else list(doc["implementations"]["root"]["nodes"].values())
+        node = next(n for n in nodes if (n.get("op_type") or n.get("implementation")) == "aten.chunk.default")
+        if flat:
+            node["args"]["chunks"] = 10**6
+        else:
+            node["args"][1] = 10**6
+        path.write_text(json.dumps(doc))
+        with pytest.raises(ArgumentMismatchError, match=r"'chunks' is 1000000, more than 100000") as info:
+            (FlatIR if flat else IR).load(path)
+        assert info.value.node is not None

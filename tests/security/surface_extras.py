@@ -1,0 +1,64 @@
+"""Reviewed additions to the default operator surface (:mod:`common.surface`) beyond what the model corpus emits.
+
+The corpus converts its models with static shapes in eval and train mode, plain and decomposed. The project's own
+tests convert more: dynamic shapes, quantized tensors, training-time layers, common reductions, and the real models
+of the ecosystem tests (timm, torchvision, diffusers, brevitas samples beyond the corpus' zoo). Each entry below is
+an ATen overload the operator classes allow that those tests convert and load by default, with why a real model
+would name it too; ``python -m tests.security.op_corpus --write-surface`` adds them to ``common/default_ops.txt``.
+Operators the tests name only to attack them (``resize_``, ``zeros.out``, ``ctc_loss``, the special polynomials,
+``round.decimals``...) are not here: those tests opt in with ``allow=``.
+"""
+
+from __future__ import annotations
+
+_DYNAMIC = "dynamic shapes (tests/flat/test_dynamic.py, tests/ir2torch/test_guards.py): export's"
+_TRAIN = "training-time layers (tests/torch2ir/test_train_updates.py)"
+
+#: ``aten.<op>.<overload>`` -> why it is in the default surface although no corpus model emits it.
+EXTRA_SURFACE: dict[str, str] = {
+    "aten.sym_size.int": f"{_DYNAMIC} symbolic sizes",
+    "aten._assert_scalar.default": f"{_DYNAMIC} range assertions",
+    "aten.sum.default": "a full reduction (x.sum()): losses, norms (tests/flat/test_lowering.py)",
+    "aten.mean.default": "a full reduction (x.mean()): batch-norm statistics in train mode (tests/rewrite)",
+    "aten.ge.Tensor": "an elementwise comparison (tests/ir2torch/test_constant_fold.py)",
+    "aten.flip.default": "torch.flip: bidirectional layers, image flips (tests/torch2ir/test_opaque.py)",
+    "aten.leaky_relu.default": "nn.LeakyReLU: GANs, YOLO-style detectors (tests/torch2ir/test_opaque.py)",
+    "aten.square.default": "torch.square: RMS norms, losses (tests/torch2ir/test_first_call.py)",
+    "aten.mv.default": f"a matrix-vector product: spectral norm's power iteration, {_TRAIN}",
+    "aten.vdot.default": f"a dot product: spectral norm's power iteration, {_TRAIN}",
+    "aten.view_as.default": "Tensor.view_as (tests/flat/test_capture.py)",
+    "aten.tril.default": "causal masks built with torch.tril (tests/security/test_forward_budget.py)",
+    "aten.upsample_nearest2d.vec": "interpolate(mode='nearest'): U-Nets, FPNs (tests/security/test_op_table.py)",
+    "aten._unsafe_index.Tensor": "the core-ATen decomposition of nearest and bilinear upsampling (bounds-checked: "
+                                 "IndexError; index preconditions too)",
+    "aten._unsafe_view.default": "the core-ATen decomposition of reshapes (checks the element count)",
+    "aten.new_zeros.default": "Tensor.new_zeros: caches and padding (tests/security/test_forward_budget.py)",
+    "aten.nonzero.default": "torch.nonzero / boolean masks: detection heads (data-dependent size, budget-checked)",
+    "aten.repeat_interleave.Tensor": "mixture-of-experts routing, grouped-query attention (sum checked, issue 50)",
+    "aten.dequantize.self": "quantized models' dequantize (tests/quant/test_int8.py)",
+    "aten.quantize_per_tensor.tensor_qparams": "quantized models' quantize with tensor parameters "
+                                               "(tests/quant/test_int8.py)",
+    "aten.fake_quantize_per_tensor_affine.tensor_qparams": "QAT models' fake quantization (tests/rewrite)",
+    "aten.fill_.Scalar": "Tensor.fill_ on a tensor the graph made (tests/security/test_caller_writes.py)",
+    "aten.empty_strided.default": "torch.empty_strided (zero-filled when run, tests/security/test_stale_memory.py)",
+    "aten.new_empty.default": "Tensor.new_empty (zero-filled when run, tests/security/test_stale_memory.py)",
+    "aten.index_add.default": "transformers' JetMoE experts (tests/loop/test_symbolic_arguments.py; index "
+                              "preconditions)",
+    "aten.sym_numel.default": "transformers' JetMoE under dynamic shapes (tests/loop/test_structural_names.py)",
+    # real models the ecosystem tests (tests/ecosystems, the zoo run) convert beyond the corpus
+    "aten.adaptive_avg_pool3d.default": "torchvision's video models (mc3_18)",
+    "aten.conv3d.default": "torchvision's video models (r3d_18, mc3_18)",
+    "aten.tensor_split.indices": "torchvision's MViT (mvit_v1_b, mvit_v2_s)",
+    "aten.argmin.default": "diffusers' VQModel quantizer",
+    "aten.round_.default": "diffusers' AutoencoderTiny",
+    "aten.col2im.default": "timm's VOLO (fold)",
+    "aten.dropout_.default": "timm's TNT",
+    "aten.leaky_relu_.default": "timm's TResNet",
+    "aten.silu_.default": "timm's DPN and EfficientNet",
+    "aten.rms_norm.default": "timm's DeepSeek and Gemma-4 ViTs",
+    "aten.one_hot.default": "timm's Gemma-4 ViT (index preconditions)",
+    "aten.hardtanh_.default": "torchvision's MobileNetV2 quantized with PT2E",
+    "aten.log2.default": "brevitas' binarized CNV networks",
+    "aten.rand.default": "torch.rand: stochastic depth and noise in train mode (tests/ir2torch/test_constant_fold.py)",
+    "aten.randn.default": "torch.randn: diffusion noise, VAE sampling (tests/security/test_op_table.py)",
+}

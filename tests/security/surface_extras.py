@@ -16,6 +16,12 @@ _TRAIN = "training-time layers (tests/torch2ir/test_train_updates.py)"
 
 #: ``aten.<op>.<overload>`` -> why it is in the default surface although no corpus model emits it.
 EXTRA_SURFACE: dict[str, str] = {
+    "aten._is_all_true.default": "torch.all of a boolean tensor in a model's own check: LLaVA's image-token count "
+                                 "(tests/real/test_beyond_corpus.py)",
+    "aten.masked_scatter.default": "Tensor.masked_scatter: LLaVA places image features at its image tokens "
+                                   "(tests/real/test_beyond_corpus.py; the kernel checks the source's size)",
+    "aten.masked_fill_.Scalar": "an in-place masked_fill on a tensor the model made: XLM's attention mask "
+                                "(tests/real/test_beyond_corpus.py; writes into inputs are refused apart)",
     "aten.sym_size.int": f"{_DYNAMIC} symbolic sizes",
     "aten._assert_scalar.default": f"{_DYNAMIC} range assertions",
     "aten.sum.default": "a full reduction (x.sum()): losses, norms (tests/flat/test_lowering.py)",

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from tests.real.corpus import CORPUS
     from tests.real.shared import converters
-    from torch2ir.training import TrainModeWarning
+    from torch2ir.train.dropout import TrainModeWarning
 
     wanted = set(args.only.split(",")) if args.only else None
     rows, ok = [], 0

@@ -42,14 +42,14 @@ warnings.filterwarnings("ignore")
 #: Phases of ``torch2ir.convert``: label -> (file suffix, function name) whose cumulative time is the phase's.
 PHASES: dict[str, tuple[str, str]] = {
     "torch2ir.convert (total)": ("torch2ir/converter.py", "convert"),
-    "eval-mode export (frontend.export)": ("torch2ir/frontend.py", "export"),
-    "train-mode pass, eager or exported (train_passes._train_trace)": ("torch2ir/train_passes.py", "_train_trace"),
-    "  of which the eager pass (train_record.record_train_ops)": ("torch2ir/train_record.py", "record_train_ops"),
-    "train-randomness check (train_passes._check_train_randomness)": ("torch2ir/train_passes.py",
+    "eval-mode export (frontend.export)": ("torch2ir/frontend/export.py", "export"),
+    "train-mode pass, eager or exported (train_passes._train_trace)": ("torch2ir/train/passes.py", "_train_trace"),
+    "  of which the eager pass (train_record.record_train_ops)": ("torch2ir/train/record.py", "record_train_ops"),
+    "train-randomness check (train_passes._check_train_randomness)": ("torch2ir/train/passes.py",
                                                                       "_check_train_randomness"),
     "signature tracepoint hooks (_export/wrappers.py)": ("torch/_export/wrappers.py", "__call__"),
-    "hierarchy: frames and flows (Hierarchy.__init__)": ("torch2ir/hierarchy.py", "__init__"),
-    "graph writing (Hierarchy.build_graph)": ("torch2ir/hierarchy.py", "build_graph"),
+    "hierarchy: frames and flows (Hierarchy.__init__)": ("torch2ir/hierarchy/recover.py", "__init__"),
+    "graph writing (Hierarchy.build_graph)": ("torch2ir/hierarchy/recover.py", "build_graph"),
     "validation (common.validate.validate)": ("common/validate.py", "validate"),
 }
 

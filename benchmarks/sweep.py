@@ -98,7 +98,7 @@ def _run_one(zoo: str, name: str, size: int, max_params: float) -> dict[str, Any
     import ir2torch
     import torch2ir
     from common.errors import IRError
-    from torch2ir.frontend import ExportFailedError
+    from torch2ir.frontend.export import ExportFailedError
 
     warnings.simplefilter("ignore")
     torch.manual_seed(0)

@@ -130,13 +130,14 @@ def timing(rounds: int, layer_counts: list[int]) -> None:
 
 def corpus(rounds: int, names: list[str] | None) -> None:
     """Interleaved per corpus entry: ``torch.export.export`` (non-strict, as torch2ir runs it), the same export
-    without what the conversion's exports skip (:func:`torch2ir.frontend.lean_export`: per-node stack traces, eager
+    without what the conversion's exports skip (:func:`torch2ir.frontend.export.lean_export`: per-node stack traces,
+    eager
     source generation), ``convert`` and ``convert(trace_once=True)``; prints ``| entry | export | lean export |
     convert | once | convert/export | once/export | once/lean | stood in |`` (medians, seconds; ``stood in``: 1 when
     the trace-once export stood a traced block in for alike ones), then the median and maximum of each ratio."""
     import torch2ir
     from tests.real.corpus import CORPUS
-    from torch2ir.frontend import lean_export
+    from torch2ir.frontend.export import lean_export
 
     def lean(m: Any, a: tuple, k: Any) -> Any:
         with lean_export():

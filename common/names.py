@@ -44,7 +44,7 @@ CODEGEN_NAMES = frozenset({"self", "torch", "fx_pytree", "pytree", "inf", "nan",
 
 #: Names of :data:`CODEGEN_NAMES` that generated code spells only in constants fx writes by their ``repr``
 #: (``device(type='cpu')``, ``inf``, ``nan``): where a forward argument or parameter has one of them, the code
-#: generator writes those constants through globals of its own instead (:mod:`ir2torch.codegen`), so these are
+#: generator writes those constants through globals of its own instead (:mod:`ir2torch.codegen.source`), so these are
 #: accepted as argument names (``forward(self, x, device)`` in transformers' ProphetNet and DETR).
 RESPELLED_NAMES = frozenset({"device", "inf", "nan"})
 

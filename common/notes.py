@@ -1,7 +1,7 @@
 """Notes the root implementation carries about the original model: its custom ``autograd.Function``\\ s.
 
 ``torch.export`` records the ATen ops a custom ``torch.autograd.Function``'s ``forward`` runs, not the Function:
-its own ``backward`` is lost. torch2ir notes the Functions it saw (``torch2ir.custom_backward``) in the root's
+its own ``backward`` is lost. torch2ir notes the Functions it saw (``torch2ir.frontend.custom_backward``) in the root's
 ``meta["custom_backward"]``, a list of their qualified class names, and warns; a rebuild from the IR (a file
 included) warns again with :class:`CustomBackwardWarning`, and the rebuilt model converts back with the same note.
 

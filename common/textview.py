@@ -25,7 +25,7 @@ from .values import TRAINING, Ref, Subgraph
 if TYPE_CHECKING:
     from .ir import IR, Implementation
 
-__all__ = ["ImplementationTextViews", "IRTextViews", "graph_text", "ir_summary", "ir_summary_lines", "tensor_text",
+__all__ = ["graph_text", "ir_summary", "ir_summary_lines", "tensor_text",
            "top_counts", "tree_lines"]
 
 _SHORT_DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64", "int64": "i64",
@@ -273,30 +273,3 @@ def graph_text(impl: Implementation) -> str:
     for i, variant in enumerate(impl.variants, start=1):
         lines += ["", f"# variant {i} (per-call graph)", *_graph_lines(variant)]
     return "\n".join(lines)
-
-
-class IRTextViews:
-    """``summary()`` and ``str()`` of :class:`~common.ir.IR` (mixed in, so ``ir.py`` stays small)."""
-
-    def summary(self, depth: int | None = None, *, collapse: bool = True) -> str:
-        """The module tree with types and counts after a header of totals (see :func:`ir_summary`).
-
-        Raises:
-            RenderError: ``depth`` is negative.
-        """
-        return ir_summary(self, depth, collapse=collapse)  # type: ignore[arg-type]
-
-    def __str__(self) -> str:
-        return self.summary()
-
-
-class ImplementationTextViews:
-    """``print_readable()`` of :class:`~common.ir.Implementation` (mixed in, so ``ir.py`` stays small)."""
-
-    def print_readable(self, print_output: bool = True) -> str:
-        """Print (unless ``print_output`` is false) and return this implementation's graph as code-like text,
-        with shapes and dtypes where the IR records them (see :func:`graph_text`)."""
-        text = graph_text(self)  # type: ignore[arg-type]
-        if print_output:
-            print(text)
-        return text

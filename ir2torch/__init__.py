@@ -77,7 +77,6 @@ def _check_common() -> None:
 _check_common()
 
 from common import __version__  # noqa: E402 - after the check
-
-from .converter import Ir2Torch, convert, get_default_converter  # noqa: E402
+from ir2torch.converter import Ir2Torch, convert, get_default_converter  # noqa: E402
 
 __all__ = ["__version__", "Ir2Torch", "convert", "get_default_converter"]

@@ -28,8 +28,7 @@ import torch
 from torch import nn
 
 from common.errors import ResourceBudgetError
-
-from .build_device import building_on
+from ir2torch.rebuild.device import building_on
 
 #: The budget meaning "the memory available on the target device when the rebuild starts".
 AVAILABLE = "available"

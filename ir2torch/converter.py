@@ -20,23 +20,28 @@ from common.opaque import OPAQUE_TYPE, traced_alone
 from common.registry import Registry, Where
 from common.safety import Allowlist, function_names
 from common.validate import validate
-
-from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors, restore_unsaved
-from .budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
-from .build_device import building_on
-from .flat import Executor, build_flat_module, new_executor_registry
-from .flat_state import weight_budget
-from .forward_budget import install_budgets, static_guard
-from .guard_specs import root_guard
-from .guarded_root import guard_builder_root
-from .handlers.opaque import check_allowed as check_opaque_allowed
-from .handlers.owned import kept_quantizers, restore_attributes, take_owned
-from .handlers.quant import restore_quantization
-from .leaf_copies import LeafCopies
-from .rebuild import graph_module
-from .run_safety.flops import AUTO, FlopBudget
-from .shared_code import CodeCache
-from .state import StateMap, load_into, read_state
+from ir2torch.budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
+from ir2torch.codegen.shared import CodeCache
+from ir2torch.flat.run import Executor, build_flat_module, new_executor_registry
+from ir2torch.flat.state import weight_budget
+from ir2torch.forward_budget import install_budgets, static_guard
+from ir2torch.guards.root import guard_builder_root
+from ir2torch.guards.specs import root_guard
+from ir2torch.handlers.opaque import check_allowed as check_opaque_allowed
+from ir2torch.handlers.owned import kept_quantizers, restore_attributes, take_owned
+from ir2torch.handlers.quant import restore_quantization
+from ir2torch.rebuild.assemble import (
+    attach_children,
+    restore_modes,
+    restore_state_layout,
+    restore_tensors,
+    restore_unsaved,
+)
+from ir2torch.rebuild.device import building_on
+from ir2torch.rebuild.graphs import graph_module
+from ir2torch.rebuild.leaf_copies import LeafCopies
+from ir2torch.rebuild.state import StateMap, load_into, read_state
+from ir2torch.run_safety.flops import AUTO, FlopBudget
 
 Builder = Callable[[Implementation], nn.Module]
 
@@ -70,7 +75,7 @@ class Ir2Torch:
     ``torch.fx.GraphModule`` running that graph. Each converter has its own registry and
     allow-list: registering on one never changes another.
 
-    A :class:`~common.flat.FlatIR` is executed instead (see :mod:`ir2torch.flat`); ``executors``
+    A :class:`~common.flat.FlatIR` is executed instead (see :mod:`ir2torch.flat.run`); ``executors``
     holds the executors of its ops by op name (``register`` / ``register_override``, scoped by
     ``module_path``), tried before the allow-list.
 
@@ -164,7 +169,7 @@ class Ir2Torch:
 
         Args:
             ir: an :class:`~common.ir.IR`, its plain dict form, a :class:`~common.flat.FlatIR`
-                (executed as an fx ``GraphModule``, see :mod:`ir2torch.flat`), or a saved JSON
+                (executed as an fx ``GraphModule``, see :mod:`ir2torch.flat.run`), or a saved JSON
                 file's path (either format, told apart by its header).
             state_dict: the *original* model's state dict, or a ``.safetensors`` path
                 (memory-mapped); remapped to the rebuild's keys and through overrides'
@@ -184,7 +189,7 @@ class Ir2Torch:
                 ``max_bytes`` (``"available"``: the memory available now). Checked before anything
                 is built, for every device but ``"meta"``; ``None`` disables it.
             guard_inputs: check every call's inputs against the recorded ones (shapes or dynamic
-                ranges, dtypes, structure; see :mod:`ir2torch.guards`) and raise
+                ranges, dtypes, structure; see :mod:`ir2torch.guards.check`) and raise
                 :class:`~common.errors.InputMismatchError` on a mismatch. ``False`` leaves the check out:
                 a call with other inputs then runs the graph as it is, with no guarantee of its result.
             allow: operators of other namespaces to accept besides this converter's allow-list
@@ -192,7 +197,7 @@ class Ir2Torch:
                 among operators registered in this process.
             fold_constants: compute each graph's input-independent values (built from literals only, such as
                 a relative-position index or an all-true mask) once per module and reuse them on later calls
-                (:mod:`ir2torch.constant_fold`); tracers, modes and transforms still see every op. ``False``
+                (:mod:`ir2torch.codegen.constant_fold`); tracers, modes and transforms still see every op. ``False``
                 recomputes them on every call, as the IR's graph does. Not used for a FlatIR.
             max_flops: the compute budget of one call (:mod:`ir2torch.run_safety.flops`), counted on fake tensors
                 with the memory probe before anything runs: ``"auto"`` (65 536 FLOPs per parameter, at least
@@ -319,7 +324,7 @@ class Ir2Torch:
             try:
                 module = None if leaves is None else leaves.copy(entry.build, impl)
                 if module is None:
-                    with building_on(device):  # on meta, without the random fills (ir2torch.build_device)
+                    with building_on(device):  # on meta, without the random fills (ir2torch.rebuild.device)
                         module = entry.build(impl)
                     if leaves is not None:
                         leaves.keep(entry.build, impl, module)
@@ -360,7 +365,7 @@ class Ir2Torch:
 
 def get_default_converter() -> Ir2Torch:
     """A fresh converter with the default builders (registering on it changes only it)."""
-    from .handlers import register_defaults
+    from ir2torch.handlers import register_defaults
 
     converter = Ir2Torch()
     register_defaults(converter)

@@ -4,9 +4,10 @@ A boxed call of an ATen overload (``OpOverload._op``) converts every argument to
 the dispatcher's boxed path: about 0.4-1 us more per call than the ``torch.*`` / ``Tensor.*`` binding eager
 PyTorch calls, which parses its arguments and calls the unboxed kernel. Each entry below maps an overload to
 the binding that calls that same overload for the same positional arguments; keywords are only passed on when
-the binding spells them as the schema does (the second item of each entry). :func:`ir2torch.rebuild.direct_op` uses an
+the binding spells them as the schema does (the second item of each entry).
+:func:`ir2torch.rebuild.graphs.direct_op` uses an
 entry only when a node's keywords are among those; anything else calls the ``OpOverload``. The graph's target still
-compares equal to the overload (:class:`ir2torch.rebuild.DirectOp`), and re-export records the same overload.
+compares equal to the overload (:class:`ir2torch.rebuild.graphs.DirectOp`), and re-export records the same overload.
 """
 
 from __future__ import annotations

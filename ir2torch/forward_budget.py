@@ -52,11 +52,10 @@ from common.errors import ExecutionError, IRError, ResourceBudgetError, UnsafeTa
 from common.module_state import kept_attributes
 from common.names import GENERATED_ATTRS
 from common.safety import ALLOCATING_OPS
-
-from .budget import AVAILABLE, Budget, available_bytes, human
-from .op_preconditions import DATA_SIZES, PRECONDITIONS, check_preconditions, qualified
-from .run_safety.flops import FlopBudget, flop_limit, has_formula, human_flops, op_flops
-from .run_safety.writes import caller_write, writes_in_place
+from ir2torch.budget import AVAILABLE, Budget, available_bytes, human
+from ir2torch.op_preconditions import DATA_SIZES, PRECONDITIONS, check_preconditions, qualified
+from ir2torch.run_safety.flops import FlopBudget, flop_limit, has_formula, human_flops, op_flops
+from ir2torch.run_safety.writes import caller_write, writes_in_place
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -524,7 +523,7 @@ class _DataChecks(TorchDispatchMode):
     reads them (:func:`_reads_data`) is run under this mode (nothing is measured)."""
 
     supports_higher_order_operators = True
-    transparent_to_folding = True  # constant folding may use its values under this mode (ir2torch.fold_cache)
+    transparent_to_folding = True  # constant folding may use its values under this mode (ir2torch.codegen.fold_cache)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}

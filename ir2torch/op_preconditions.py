@@ -15,8 +15,7 @@ from typing import Any
 import torch
 
 from common import op_classes
-
-from .run_safety.index_checks import index_preconditions
+from ir2torch.run_safety.index_checks import index_preconditions
 
 
 def _nonempty_weight_norm(v: Any, g: Any, dim: int = 0) -> str | None:

@@ -110,7 +110,7 @@ def test_train_mode_behaves_like_the_original(name):
     torch.manual_seed(0)
     got = new(*args, **kwargs)
     # BERT/GPT-2/T5 attention applies functional dropout depending on self.training: exact thanks
-    # to the train-mode trace (torch2ir.training)
+    # to the train-mode trace (torch2ir.train.dropout)
     assert max_abs_diff(expected, got) == 0.0
     for (k, a), (_, b) in zip(original.state_dict().items(), new.state_dict().items()):
         assert torch.equal(a, b), k

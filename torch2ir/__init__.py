@@ -77,8 +77,7 @@ def _check_common() -> None:
 _check_common()
 
 from common import __version__  # noqa: E402 - after the check
-
-from .capture import lower  # noqa: E402
-from .converter import Torch2Ir, convert, get_default_converter  # noqa: E402
+from torch2ir.converter import Torch2Ir, convert, get_default_converter  # noqa: E402
+from torch2ir.lowering.capture import lower  # noqa: E402
 
 __all__ = ["__version__", "Torch2Ir", "convert", "get_default_converter", "lower"]

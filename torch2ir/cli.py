@@ -96,8 +96,7 @@ def _prepare(options: argparse.Namespace) -> None:
 
 def _convert(options: argparse.Namespace) -> int:
     from common.state_dict import save_safetensors
-
-    from .converter import convert
+    from torch2ir.converter import convert
 
     _prepare(options)
     with Progress(3 + (options.state is not None), "convert", enabled=not options.quiet) as bar:
@@ -121,8 +120,7 @@ def _convert(options: argparse.Namespace) -> int:
 
 def _lower(options: argparse.Namespace) -> int:
     from common.state_dict import save_safetensors
-
-    from .capture import lower
+    from torch2ir.lowering.capture import lower
 
     _prepare(options)
     with Progress(3 + (options.state is not None), "lower", enabled=not options.quiet) as bar:

@@ -20,9 +20,8 @@ from common.ir import IR, NODE_KINDS
 from common.opaque import OPAQUE_TYPE
 from common.registry import Registry
 from common.safety import Allowlist
-
-from .build import build_ir
-from .modules import CONTAINER_TYPES, GRAPH_TYPE
+from torch2ir.hierarchy.build import build_ir
+from torch2ir.hierarchy.modules import CONTAINER_TYPES, GRAPH_TYPE
 
 Handler = Callable[[nn.Module], dict[str, Any]]
 
@@ -156,8 +155,8 @@ class Torch2Ir:
         Works on models and inputs on the ``meta`` device (no weight is allocated). ``allow``: operators
         of other namespaces to accept besides this converter's allow-list (``"transformers::*"``). ``trace_once``
         (on by default): trace each group of alike blocks once and make the others instances of it
-        (:mod:`torch2ir.trace_once`; blocks differing only in an index such as ``layer_idx`` are grouped with the
-        index watched, :mod:`torch2ir.trace_once_watch`; a group whose blocks do not behave alike is traced in
+        (:mod:`torch2ir.trace_once.trace`; blocks differing only in an index such as ``layer_idx`` are grouped with the
+        index watched, :mod:`torch2ir.trace_once.watch`; a group whose blocks do not behave alike is traced in
         full, listed in ``ir.capture.trace_once_fallbacks``); ``ir.lower()`` copies the traced block's ops for
         every instance. ``False`` traces every block; a collection of attribute names allows those to differ
         between alike blocks unwatched (the caller vouches that they do not change the computation). Ignored
@@ -193,12 +192,12 @@ class Torch2Ir:
     ) -> FlatIR:
         """The ATen-level :class:`~common.flat.FlatIR` of an IR this converter produced (from its capture, no
         second export) or of a model (converted with this converter's handlers and lowered from the one export);
-        see :func:`torch2ir.capture.lower`. The ops must be on this converter's allow-list or in ``allow``.
+        see :func:`torch2ir.lowering.capture.lower`. The ops must be on this converter's allow-list or in ``allow``.
 
         Raises:
-            IRError: as :func:`torch2ir.capture.lower`.
+            IRError: as :func:`torch2ir.lowering.capture.lower`.
         """
-        from .capture import lower
+        from torch2ir.lowering.capture import lower
 
         if isinstance(target, IR):
             return lower(target, args, kwargs, decompose=decompose, dynamic_shapes=dynamic_shapes, allow=allow)
@@ -220,7 +219,7 @@ _DEFAULTS: list[Torch2Ir] = []  # the converter with the default handlers, built
 def get_default_converter() -> Torch2Ir:
     """A fresh converter with every default handler (registering on it changes only it)."""
     if not _DEFAULTS:
-        from .handlers import register_defaults
+        from torch2ir.handlers import register_defaults
 
         converter = Torch2Ir()
         register_defaults(converter)

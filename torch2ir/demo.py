@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m torch2ir.demo [options]``: the same as ``torch2ir demo [options]``."""
     import sys
 
-    from .cli import main as cli_main
+    from torch2ir.cli import main as cli_main
 
     return cli_main(["demo", *(sys.argv[1:] if argv is None else argv)])
 

@@ -101,7 +101,7 @@ def convert_for_generation(model: nn.Module, *, max_length: int | None = None,
     Raises:
         ConversionError: see :func:`generation_call`, and whatever ``torch2ir.convert`` refuses.
     """
-    from .converter import convert
+    from torch2ir.converter import convert
 
     kwargs, dynamic = generation_call(model, max_length)
     options = dict(convert_kwargs or {})

@@ -8,5 +8,5 @@
 - :mod:`common.cli.demo`: ``torch2ir demo``, the one orchestration point that uses both ``torch2ir`` and
   ``ir2torch`` (imported inside the function, never at module level).
 
-The command parsers themselves live in ``torch2ir/cli.py`` and ``ir2torch/cli.py``; see ``docs/cli.md``.
+The command parsers themselves live in ``torch2ir/cli.py`` and ``ir2torch/cli/main.py``; see ``docs/cli.md``.
 """

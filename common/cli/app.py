@@ -14,7 +14,7 @@ Exit codes of both tools:
   (``ir2torch show big.flat.json | head``); nothing more is written, and no error.
 
 ``--debug`` also shows, on ``stderr``, what torch logs while a model is traced (the logger ``torch2ir``
-at DEBUG; see :mod:`torch2ir.torch_logs`), which is kept out of sight otherwise.
+at DEBUG; see :mod:`torch2ir.frontend.logs`), which is kept out of sight otherwise.
 """
 
 from __future__ import annotations

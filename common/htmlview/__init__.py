@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..ir import IR
 
-__all__ = ["IRHtmlView", "Overlay", "view_html", "write_view"]
+__all__ = ["Overlay", "view_html", "write_view"]
 
 #: An overlay: ``{module path or "path:node": number or None}``, or a JSON file holding one.
 Overlay = Mapping[str, float | None] | str | os.PathLike
@@ -73,24 +73,3 @@ def write_view(ir: IR, path: str | os.PathLike, overlay: Overlay | None = None, 
     from ..atomic_files import write_text_atomic
 
     return write_text_atomic(path, view_html(ir, overlay, overlay_name, compare=compare, names=names))
-
-
-class IRHtmlView:
-    """``view(path)`` of :class:`~common.ir.IR` (mixed in, so ``ir.py`` stays small)."""
-
-    def view(self, path: str | os.PathLike, *, overlay: Overlay | None = None, overlay_name: str = "overlay",
-             compare: IR | None = None, names: tuple[str, str] = ("this IR", "the other")) -> Path:
-        """Write this IR's interactive view (one self-contained HTML file, see :mod:`common.htmlview`) to ``path``.
-
-        ``overlay``: ``{module path or "path:node": number}`` (or a JSON file of one, e.g. ``ir2torch verify
-        --report``'s) drawn on the tree and the graphs as a colour scale and the value, named ``overlay_name``.
-        ``compare``: another IR (the same model rewritten, converted at other input shapes, converted again) shown
-        on the right, this one on the left: selecting a module, drawing a graph or picking a node on one side does
-        it on the other at its counterpart (a rewritten module's counterpart is the module its provenance names), and
-        what was added, removed or changed is marked (:mod:`common.htmlview.compare`); ``names`` label the two.
-
-        Raises:
-            IRFormatError: ``overlay`` is not a valid overlay.
-            OSError: the file cannot be written.
-        """
-        return write_view(self, path, overlay, overlay_name, compare=compare, names=names)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import (
+from ir2torch.handlers import (
     activation,
     attention,
     containers,

@@ -12,7 +12,7 @@ from common.errors import IRFormatError
 from common.ir import Implementation
 
 if TYPE_CHECKING:
-    from ..converter import Builder, Ir2Torch
+    from ir2torch.converter import Builder, Ir2Torch
 
 
 def constructor(cls: type[nn.Module]) -> Builder:
@@ -33,7 +33,7 @@ def constructor(cls: type[nn.Module]) -> Builder:
         return cls(**fresh_copy(impl.data))
 
     build.__qualname__ = f"build_{cls.__name__}"
-    build.module_class = cls  # type: ignore[attr-defined]  # read by ir2torch.leaf_copies
+    build.module_class = cls  # type: ignore[attr-defined]  # read by ir2torch.rebuild.leaf_copies
     return build
 
 

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
-from ._base import register_table
+from ir2torch.handlers._base import register_table
 
 if TYPE_CHECKING:
-    from ..converter import Ir2Torch
+    from ir2torch.converter import Ir2Torch
 
 TABLE: dict[str, type[nn.Module]] = {
     "multiheadattention": nn.MultiheadAttention,

@@ -19,12 +19,11 @@ from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 from common.errors import IRFormatError
 from common.ir import Implementation
 from common.quant import INT8_ARGUMENTS
-
-from ._base import fresh_copy
-from .quant import recorded_buffers
+from ir2torch.handlers._base import fresh_copy
+from ir2torch.handlers.quant import recorded_buffers
 
 if TYPE_CHECKING:
-    from ..converter import Builder, Ir2Torch
+    from ir2torch.converter import Builder, Ir2Torch
 
 #: Quantized dtypes a ``Quantize`` may produce.
 QUANTIZED_DTYPES = (torch.quint8, torch.qint8, torch.qint32)

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 from torch import nn
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-from ._base import register_table
+from ir2torch.handlers._base import register_table
 
 if TYPE_CHECKING:
-    from ..converter import Ir2Torch
+    from ir2torch.converter import Ir2Torch
 
 TABLE: dict[str, type[nn.Module]] = {
     "linear": nn.Linear,

@@ -16,11 +16,10 @@ from torch import nn
 
 from common.errors import IRFormatError
 from common.ir import Implementation
-
-from ._base import fresh_copy, register_table
+from ir2torch.handlers._base import fresh_copy, register_table
 
 if TYPE_CHECKING:
-    from ..converter import Builder, Ir2Torch
+    from ir2torch.converter import Builder, Ir2Torch
 
 #: Losses with plain arguments only.
 TABLE: dict[str, type[nn.Module]] = {

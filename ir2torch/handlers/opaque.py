@@ -52,8 +52,7 @@ from common.opaque import (
     same_package,
 )
 from common.safety import Allowlist
-
-from .owned import FREE_CLASS_PREFIX, injector
+from ir2torch.handlers.owned import FREE_CLASS_PREFIX, injector
 
 Builder = Callable[[Implementation], nn.Module]
 

@@ -27,8 +27,7 @@ from common.errors import BuildError, IRFormatError
 from common.injectors import CLASS_TAG, ENUM_TAG, INJECTOR_TAG, is_injector, tag_of
 from common.ir import IR, Implementation
 from common.opaque import OPAQUE_TYPE, OWNED_TYPE, check_owned, owner_of
-
-from ..rebuild import relative_path
+from ir2torch.rebuild.graphs import relative_path
 
 #: ``$class`` values of these packages are allowed without ``allow=`` (module classes, checked on import).
 FREE_CLASS_PREFIX = "torch.nn.modules."
@@ -104,7 +103,7 @@ def take_owned(ir: IR, modules: MutableMapping[str, nn.Module]) -> None:
         IRFormatError: an owned implementation without an owning opaque leaf above it.
         BuildError: the constructor made no module there, or one of another class.
     """
-    from .opaque import _check_attribute
+    from ir2torch.handlers.opaque import _check_attribute
 
     for key, impl in ir.items():
         if impl.type != OWNED_TYPE:

@@ -34,11 +34,10 @@ from common.errors import IRFormatError
 from common.functional_modules import TYPES as FUNCTIONAL_TYPES
 from common.ir import IR, Implementation
 from common.quant import CLASSES, PT2E_OBSERVERS, attribute_from_data, qconfig_from_data, register_hook
-
-from ._base import fresh_copy
+from ir2torch.handlers._base import fresh_copy
 
 if TYPE_CHECKING:
-    from ..converter import Builder, Ir2Torch
+    from ir2torch.converter import Builder, Ir2Torch
 
 #: Default constructions of the classes that need arguments.
 _DEFAULTS: dict[type, Callable[[], nn.Module]] = {

@@ -33,7 +33,7 @@ def _module_level(tree: ast.Module) -> ast.Module:
 @pytest.mark.parametrize(("package", "forbidden"), [("torch2ir", "ir2torch"), ("ir2torch", "torch2ir")])
 def test_the_two_packages_never_import_each_other(package, forbidden):
     files = sorted((REPO / package).rglob("*.py"))
-    assert any(f.name == "cli.py" for f in files)
+    assert any(f.name == "cli.py" or f.parent.name == "cli" for f in files)  # the files were found
     bad = [f"{f.relative_to(REPO)}:{line}" for f in files
            for name, line in _imports(ast.parse(f.read_text(encoding="utf-8"))) if name == forbidden]
     assert not bad, f"{package} imports {forbidden} at {bad}"

@@ -91,7 +91,7 @@ def test_torch_trace_dumps_stay_off_stderr_unless_debug(tmp_path):
 
 
 def test_torch_logs_go_to_the_debug_logger(caplog):
-    from torch2ir.torch_logs import torch_logs_to_debug
+    from torch2ir.frontend.logs import torch_logs_to_debug
 
     torch_logger = logging.getLogger("torch._subclasses.fake_tensor")
     handlers = list(logging.getLogger("torch").handlers)
@@ -192,7 +192,7 @@ def test_options_are_never_abbreviated(capsys):
 
 
 def test_the_diff_summary_gives_every_count_its_unit():
-    from ir2torch.cli import diff_summary
+    from ir2torch.cli.commands import diff_summary
 
     lines = ["- layer.3", "+ layer.4", "+ layer.5", "~ root: nodes.add.args[1]: 1 -> 2", "~ root: meta.class: A -> B",
              "~ layer.0: data.eps: 1e-05 -> 0.001"]

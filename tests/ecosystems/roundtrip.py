@@ -17,7 +17,7 @@ import torch2ir
 from common.errors import InputMismatchError
 from common.ir import IR
 from tests.helpers import assert_same_gradients
-from torch2ir.training import TrainModeWarning
+from torch2ir.train.dropout import TrainModeWarning
 
 
 def assert_exact(got: Any, expected: Any) -> None:
@@ -143,7 +143,7 @@ def assert_train_exact(model: nn.Module, args: tuple, kwargs: dict | None = None
     import warnings
 
     from common.testing.roundtrip import assert_roundtrip
-    from torch2ir.training import TrainModeWarning
+    from torch2ir.train.dropout import TrainModeWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", TrainModeWarning)

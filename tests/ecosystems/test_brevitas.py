@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from tests.ecosystems.roundtrip import assert_fixpoint, round_trip
-from torch2ir.custom_backward import CustomBackwardWarning
+from torch2ir.frontend.custom_backward import CustomBackwardWarning
 
-pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 
 
 def test_tfc_round_trips_exactly_and_reaches_a_fixpoint():

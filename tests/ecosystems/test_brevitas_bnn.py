@@ -15,9 +15,9 @@ import torch
 from torch import nn
 
 from tests.ecosystems.roundtrip import assert_fixpoint, round_trip
-from torch2ir.custom_backward import CustomBackwardWarning
+from torch2ir.frontend.custom_backward import CustomBackwardWarning
 
-pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 
 
 class QuantNet(nn.Module):

@@ -13,7 +13,7 @@ import torch
 from tests.ecosystems.roundtrip import assert_fixpoint, assert_guarded, round_trip
 
 # eval mode is what is compared (DiT's class-label dropout and a ResNet block's train-only branch: TrainModeWarning)
-pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 
 
 def _unet2d(d):

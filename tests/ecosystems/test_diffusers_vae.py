@@ -28,7 +28,7 @@ from tests.ecosystems.roundtrip import (
     round_trip,
 )
 
-pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 
 POSTERIOR_MODE = {"sample_posterior": False, "return_dict": False}
 

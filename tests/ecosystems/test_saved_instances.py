@@ -1,5 +1,5 @@
 """Saved torchvision, timm and diffusers models rebuild their alike blocks from one template each
-(``ir2torch.instances``), exactly as each block built on its own and as the eager model.
+(``ir2torch.rebuild.instances``), exactly as each block built on its own and as the eager model.
 
 Each model is converted, saved (alike blocks stored once, as shared bodies) and loaded; the rebuild of the loaded
 IR is compared with the eager model (outputs equal, ``atol=0``) and with the rebuild of the same IR expanded

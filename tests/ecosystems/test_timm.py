@@ -27,7 +27,7 @@ from tests.ecosystems.roundtrip import assert_fixpoint, assert_guarded, assert_l
 from tests.ecosystems.timm_sample import CASES, SLOW, build, family_of
 
 # eval mode is what is compared here; train mode, with its TrainModeWarning where it differs, is test_timm_train.py
-pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 
 #: families whose rebuilt modules keep data-flow arguments (no call signature: not swappable): family -> why
 #: (CoaT, whose ConvPosEnc is registered under two paths, was here until the call recorder saw through the tracer's

@@ -2,7 +2,7 @@
 
 Export computes the batch size once and reads it wherever a block reshapes by it (attention heads, Swin's
 windows, LeViT's stages); each module now computes the sizes it reads from its own arguments
-(:mod:`torch2ir.local_sizes`). Before, 15 to 36 modules of each of these models fell back to data-flow
+(:mod:`torch2ir.hierarchy.local_sizes`). Before, 15 to 36 modules of each of these models fell back to data-flow
 arguments under ``dynamic_shapes`` and could not be swapped. Outputs stay exact at other batch sizes and the loop
 is a fixpoint.
 """

@@ -17,7 +17,7 @@ from tests.ecosystems.roundtrip import assert_fixpoint, assert_guarded, round_tr
 
 # eval mode is what is compared; DropPath and python-side batch-norm counters make train mode differ, which the
 # conversion says with a TrainModeWarning (tests/torch2ir covers the warning itself)
-pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 
 
 def _densenet(tv):

@@ -22,7 +22,7 @@ import torch
 
 from tests.ecosystems.roundtrip import assert_every_check, assert_fixpoint, randomize_batch_norm, round_trip
 
-pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 
 NAMES = ["googlenet", "inception_v3", "mobilenet_v2", "mobilenet_v3_large", "resnet18", "resnet50",
          "resnext101_32x8d", "resnext101_64x4d", "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5",
@@ -101,7 +101,7 @@ def test_an_int8_model_converts_and_rebuilds_exactly(tv, name, tmp_path):
     import torch2ir
     from common.ir import IR
     from common.state_dict import save_safetensors
-    from torch2ir.int8 import INT8
+    from torch2ir.quant.int8 import INT8
 
     torch.manual_seed(0)
     extra = {"aux_logits": False, "init_weights": False} if name in ("googlenet", "inception_v3") else {}

@@ -21,7 +21,7 @@ from tests.ecosystems.roundtrip import assert_every_check, assert_fixpoint, rand
 
 # eval mode is what round_trip compares; stochastic depth (MViT, Swin3D) makes train mode differ, which the
 # conversion says with a TrainModeWarning
-pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 
 SMALL = (1, 3, 4, 32, 32)
 #: name -> input shape

@@ -20,7 +20,7 @@ from common.capture import NoCaptureError
 from common.errors import ConversionError, IRError
 from tests.helpers import max_abs_diff
 from tests.loop.test_per_call import FlagTwice
-from torch2ir.capture import StaleCaptureError
+from torch2ir.lowering.capture import StaleCaptureError
 
 
 class Twice(nn.Module):

@@ -13,7 +13,7 @@ from torch import nn
 
 import torch2ir
 from common.ir import IR
-from torch2ir.capture import StaleCaptureError
+from torch2ir.lowering.capture import StaleCaptureError
 
 
 class _Block(nn.Module):

@@ -92,7 +92,7 @@ def test_range_bounds_of_every_kind_export_writes(value, expected):
     import sympy
     from torch.utils._sympy.numbers import int_oo
 
-    from torch2ir.tensormeta import range_bound
+    from torch2ir.hierarchy.tensormeta import range_bound
 
     real = {"int_oo": int_oo, "-int_oo": -int_oo, "oo": sympy.oo, "-oo": -sympy.oo}.get(value, sympy.Integer(5))
     assert range_bound(real) == expected
@@ -102,7 +102,7 @@ def test_a_range_bound_that_is_not_an_integer_is_a_conversion_error():
     import sympy
 
     from common.errors import ConversionError
-    from torch2ir.tensormeta import range_bound
+    from torch2ir.hierarchy.tensormeta import range_bound
 
     with pytest.raises(ConversionError, match="3/2"):
         range_bound(sympy.Rational(3, 2))

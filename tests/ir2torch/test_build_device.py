@@ -1,5 +1,5 @@
 """Builders run on ``meta`` without the random fills whose meta kernels would return the tensor unchanged
-(``ir2torch.build_device``): the modules are those ``torch.device("meta")`` builds, every check still runs."""
+(``ir2torch.rebuild.device``): the modules are those ``torch.device("meta")`` builds, every check still runs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from torch import nn
 
 import ir2torch
 from common.ir import IR, Implementation
-from ir2torch.build_device import building_on
+from ir2torch.rebuild.device import building_on
 
 _BUILDS = {
     "linear": lambda: nn.Linear(5, 3),
@@ -159,7 +159,7 @@ def test_a_meta_conversion_builds_with_it():
 def test_a_meta_build_imports_nothing_more():
     """torch wraps a dispatch mode's ``__torch_dispatch__`` in a dynamo guard whose first call imports torch._dynamo
     (seconds, in a process that compiles nothing): the fills' mode has none."""
-    code = ("import sys, torch; from torch import nn; from ir2torch.build_device import building_on\n"
+    code = ("import sys, torch; from torch import nn; from ir2torch.rebuild.device import building_on\n"
             "before = set(sys.modules)\n"
             "with building_on('meta'): nn.Linear(3, 3); nn.Embedding(4, 2)\n"
             "print(sorted(set(sys.modules) - before))")

@@ -1,5 +1,5 @@
-"""Constant folding of rebuilt graphs (ir2torch.constant_fold, ir2torch.fold_cache): what is folded, what is
-refused (views reaching the output, randomness, symbolic sizes), and that the folded module
+"""Constant folding of rebuilt graphs (ir2torch.codegen.constant_fold, ir2torch.codegen.fold_cache): what is folded,
+what is refused (views reaching the output, randomness, symbolic sizes), and that the folded module
 behaves as the plain one everywhere (hooks, deep copies, state, tracers, the fixpoint). Copies of escaping values
 and lifted constants: test_constant_fold_copies.py."""
 
@@ -16,8 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ir2torch
 import torch2ir
-from ir2torch.constant_fold import overload_of, plan_fold
-from ir2torch.fold_cache import FOLD_ATTR, VALUES_ATTR
+from ir2torch.codegen.constant_fold import overload_of, plan_fold
+from ir2torch.codegen.fold_cache import FOLD_ATTR, VALUES_ATTR
 
 
 class _Mask(nn.Module):

@@ -1,4 +1,4 @@
-"""Constant folding (ir2torch.constant_fold): constants that escape the folded part are handed out as one fresh
+"""Constant folding (ir2torch.codegen.constant_fold): constants that escape the folded part are handed out as one fresh
 copy per call (to the output, a submodule, an in-place op), or recomputed when a copy would not be exact; lifted
 constants are folded from their current values."""
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from ir2torch.constant_fold import plan_fold
-from ir2torch.fold_cache import FOLD_ATTR, VALUES_ATTR
+from ir2torch.codegen.constant_fold import plan_fold
+from ir2torch.codegen.fold_cache import FOLD_ATTR, VALUES_ATTR
 from tests.ir2torch.test_constant_fold import _aten_ops, _Bump, _ConstantOutput, _folded_ops, _IntoSubmodule, _rebuild
 
 

@@ -11,7 +11,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._pytree import tree_leaves
 
-from ir2torch.fold_cache import FOLD_ATTR
+from ir2torch.codegen.fold_cache import FOLD_ATTR
 from tests.real.corpus import CORPUS
 from tests.real.shared import converters
 

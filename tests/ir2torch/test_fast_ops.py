@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ir2torch.direct_op import DirectOp, direct_op
+from ir2torch.codegen.direct_op import DirectOp, direct_op
 from ir2torch.fast_ops import FAST, POSITIONAL_LIMITS, fast_binding
 
 x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))

@@ -1,6 +1,6 @@
 """What rebuilt graph modules run: direct ATen entry points, no check-only asserts, plain grad-mode blocks.
 
-These are the forward-speed measures of ``ir2torch.rebuild`` (see docs/performance.md); each test checks
+These are the forward-speed measures of ``ir2torch.rebuild.graphs`` (see docs/performance.md); each test checks
 that the fast form computes what eager PyTorch computes and stays usable by graph passes and re-export.
 """
 
@@ -14,8 +14,8 @@ from torch import fx, nn
 
 import ir2torch
 import torch2ir
-from ir2torch.direct_op import DirectOp, direct_op
-from ir2torch.guards import InputGuard
+from ir2torch.codegen.direct_op import DirectOp, direct_op
+from ir2torch.guards.check import InputGuard
 from tests.helpers import converted, max_abs_diff
 
 

@@ -1,4 +1,4 @@
-"""Every name generated code binds is bound once, and is neither a parameter nor a global (``ir2torch.codegen``).
+"""Every name generated code binds is bound once, and is neither a parameter nor a global (``ir2torch.codegen.source``).
 
 fx wrote an input's local as its placeholder's target and then copied it into the name its namespace gave the
 node (``input_2 = input_1``). A list argument ``input`` was unpacked into targets ``input_0, input_1, ...`` while

@@ -3,7 +3,7 @@
 A root of a type with a builder (``nn.Sequential`` is rebuilt as a real, indexable ``nn.Sequential``) had no
 generated code for the input guard to sit in, and ran unguarded: ``Sequential(Linear(8, 8), <x.reshape(x.shape[0],
 -1)>)`` converted at batch 2 and called at batch 4 returned a ``(2, 64)`` result instead of ``(4, 32)``, with no
-error (``ir2torch.guarded_root``).
+error (``ir2torch.guards.root``).
 """
 
 from __future__ import annotations

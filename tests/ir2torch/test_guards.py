@@ -15,8 +15,8 @@ import ir2torch
 import torch2ir
 from common.errors import InputMismatchError, IRError
 from common.ir import IR
-from ir2torch.guard_specs import DimExpr
-from ir2torch.guards import InputGuard
+from ir2torch.guards.check import InputGuard
+from ir2torch.guards.specs import DimExpr
 from tests.flat.cases import built
 from tests.helpers import max_abs_diff
 

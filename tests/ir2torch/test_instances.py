@@ -1,4 +1,4 @@
-"""Instances of a shared body are rebuilt from the first one (``ir2torch.instances``) and are exactly what a
+"""Instances of a shared body are rebuilt from the first one (``ir2torch.rebuild.instances``) and are exactly what a
 rebuild of each from the expanded IR gives: outputs, graphs, code, independence, copies, folds, errors.
 
 Real models from ``transformers`` (random weights), saved and loaded, so that their alike layers come back as
@@ -19,7 +19,7 @@ import ir2torch
 import torch2ir
 from common import IR
 from common.errors import ExecutionError
-from ir2torch.instances import template_key
+from ir2torch.rebuild.instances import template_key
 from tests.helpers import same_outputs
 from tests.real.corpus import CORPUS
 

@@ -1,4 +1,4 @@
-"""A very large graph gets its generated code at first use (``ir2torch.lazy_code``), and behaves exactly as one
+"""A very large graph gets its generated code at first use (``ir2torch.codegen.lazy``), and behaves exactly as one
 compiled while rebuilding: outputs, signature, ``code``, the loop, export, copies, errors.
 
 The threshold is lowered here so that the graphs of real models (a transformers BERT, a hand model with keyword-only
@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import ir2torch
-import ir2torch.lazy_code as lazy_code
+import ir2torch.codegen.lazy as lazy_code
 import torch2ir
 from common.errors import IRFormatError
 from tests.helpers import same_outputs

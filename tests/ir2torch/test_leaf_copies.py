@@ -1,5 +1,5 @@
 """Leaves rebuilt on ``meta`` as copies of the first one built for the same ``torch.nn`` class and arguments
-(``ir2torch.leaf_copies``): each copy is the module the constructor makes under ``torch.device("meta")``, shares
+(``ir2torch.rebuild.leaf_copies``): each copy is the module the constructor makes under ``torch.device("meta")``, shares
 nothing, and only default builders of torch's own classes with plain arguments are copied."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ir2torch
 import torch2ir
 from common.ir import IR, Implementation
 from ir2torch.handlers._base import constructor
-from ir2torch.leaf_copies import LeafCopies, copy_module, copyable
+from ir2torch.rebuild.leaf_copies import LeafCopies, copy_module, copyable
 
 _CASES = {
     "linear": (nn.Linear, {"in_features": 5, "out_features": 3}),

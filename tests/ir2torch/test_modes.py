@@ -1,6 +1,6 @@
 """Each rebuilt module gets the ``training`` flag the original had, written the way its class takes it: in the
 module's dictionary where ``nn.Module.__setattr__`` would put it, through the class's own ``__setattr__`` or
-``training`` property otherwise (``ir2torch.assemble.restore_modes``)."""
+``training`` property otherwise (``ir2torch.rebuild.assemble.restore_modes``)."""
 
 from __future__ import annotations
 

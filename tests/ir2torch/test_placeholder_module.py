@@ -13,7 +13,7 @@ from torch import fx, nn
 
 import ir2torch
 import torch2ir
-from ir2torch.shared_code import placeholder_module
+from ir2torch.codegen.shared import placeholder_module
 
 
 def _relu_graph() -> fx.Graph:
@@ -151,7 +151,7 @@ def test_attributes_are_fx_constructors_with_new_containers_per_module():
 
 
 def test_an_attribute_of_an_unknown_kind_makes_it_run_fx_constructor(monkeypatch):
-    from ir2torch import shared_code
+    from ir2torch.codegen import shared as shared_code
 
     monkeypatch.setattr(shared_code, "_FRESH", [None])  # what a torch whose modules hold something else gives
     with mock.patch.object(fx.GraphModule, "__init__", autospec=True,
@@ -163,7 +163,7 @@ def test_an_attribute_of_an_unknown_kind_makes_it_run_fx_constructor(monkeypatch
 
 
 def test_a_constructor_that_fills_a_container_is_not_cloned(monkeypatch):
-    from ir2torch import shared_code
+    from ir2torch.codegen import shared as shared_code
 
     original = fx.GraphModule.__init__
 

@@ -17,7 +17,7 @@ import torch2ir
 from common import IR, FlatIR
 from common.errors import InputMismatchError, IRFormatError, IRValidationError
 from common.serialize import ir_to_document
-from ir2torch.same_inputs import SameInputs
+from ir2torch.guards.same_inputs import SameInputs
 
 
 class _Mix(nn.Module):

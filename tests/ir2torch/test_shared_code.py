@@ -1,5 +1,5 @@
 """Identical graphs of one conversion share their generated code, and stay independent modules
-(``ir2torch.shared_code``): the repeated layers of a real Llama and BERT, and graphs that differ in a constant."""
+(``ir2torch.codegen.shared``): the repeated layers of a real Llama and BERT, and graphs that differ in a constant."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch.utils import _pytree as pytree
 
 import ir2torch
 import torch2ir
-from ir2torch.shared_code import graph_key, value_key
+from ir2torch.codegen.shared import graph_key, value_key
 from tests.real.corpus import CORPUS
 
 

@@ -79,7 +79,7 @@ def test_unexpected_keys_are_refused_only_when_strict():
     state = dict(model.state_dict()) | {"extra.weight": torch.zeros(1)}
     rebuilt = ir2torch.convert(ir, remap_state_dict(state, ir) | {"extra.weight": torch.zeros(1)}, strict=False)
     assert torch.equal(rebuilt(*args), model(*args))
-    from ir2torch.state import load_into  # direct: the remap already dropped 'extra.weight'
+    from ir2torch.rebuild.state import load_into  # direct: the remap already dropped 'extra.weight'
 
     with pytest.raises(StateDictError, match="extra.weight: unexpected key"):
         load_into(rebuilt, _no_state_ir(), state, {}, strict=True, retie=lambda: None)

@@ -1,7 +1,7 @@
 """How generated code reaches and calls its submodules, parameters and buffers.
 
 Generated code reads a rebuilt module's own children, parameters and buffers from its dictionaries (not through
-``nn.Module.__getattr__``) and calls every submodule through ``ir2torch.module_call.call_module``, which calls
+``nn.Module.__getattr__``) and calls every submodule through ``ir2torch.codegen.module_call.call_module``, which calls
 ``forward`` itself while ``_call_impl`` would do nothing more. Each test holds the rebuilt model to what the
 original eager model does under the same change: a replaced parameter, buffer or child, a hook, a class with its
 own call, ``torch.jit.trace``, ``torch.export`` in both modes.

@@ -19,7 +19,7 @@ import torch2ir
 from common.testing import models_and_inputs
 from tests.conftest import examples
 from tests.models.zoo import ZOO
-from torch2ir.training import TrainModeWarning
+from torch2ir.train.dropout import TrainModeWarning
 
 
 def _round(model, args, kwargs):

@@ -21,7 +21,7 @@ import ir2torch
 import torch2ir
 from tests.models.zoo import ZOO
 from tests.real.corpus import CORPUS
-from torch2ir.training import TrainModeWarning
+from torch2ir.train.dropout import TrainModeWarning
 
 
 def _exact(a, b) -> bool:
@@ -260,7 +260,7 @@ def test_the_traced_positional_call_skips_the_check_and_every_other_call_runs_it
     """A child traced with positional tensors only (no keywords, no constants) is called by its parent without
     running the signature check; any other way of calling it still runs it, and still refuses what differs."""
     from common.errors import InputMismatchError
-    from ir2torch.signature_check import SignatureCheck
+    from ir2torch.guards.signature_check import SignatureCheck
 
     model, x = _ScaleParent().eval(), torch.randn(3)
     _, rebuilt = _convert(model, (x,), {})
@@ -313,7 +313,7 @@ def test_an_all_constant_tuple_is_compared_in_one_go_and_anything_else_by_key_pa
     bool for an int, a float, a tensor or another length falls back to the key-path and leaf comparisons, which
     accept the list (as the generated binding does) and refuse the rest."""
     from common.errors import InputMismatchError, IRError
-    from ir2torch.signature_check import SignatureCheck
+    from ir2torch.guards.signature_check import SignatureCheck
 
     model, x = _WindowParent().eval(), torch.randn(6)
     _, rebuilt = _convert(model, (x,), {})

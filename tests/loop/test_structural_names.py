@@ -20,7 +20,7 @@ from torch.export import Dim
 
 import ir2torch
 import torch2ir
-from torch2ir.hierarchy import dead_symbolic
+from torch2ir.hierarchy.recover import dead_symbolic
 
 
 def _differences(a, b) -> list[str]:
@@ -49,7 +49,7 @@ def test_decoders_with_dynamic_batch_and_sequence_reach_a_fixpoint(name):
     ids = torch.randint(0, 100, (2, 8))
     dims = {"input_ids": {0: Dim("batch", max=64), 1: Dim("seq", min=2, max=128)}}
     ir = torch2ir.convert(model, (), {"input_ids": ids}, dynamic_shapes=dims)
-    # every module keeps its call signature: sizes are computed where they are read (torch2ir.local_sizes)
+    # every module keeps its call signature: sizes are computed where they are read (torch2ir.hierarchy.local_sizes)
     unsigned = [k for k, impl in ir.items() if impl.type == "module" and impl.node_count
                 and "forward_arg_names" not in impl.meta]
     assert unsigned == []

@@ -18,7 +18,7 @@ import ir2torch
 import torch2ir
 from common.quant import CLASSES
 from torch2ir.handlers.quant import FUSED, QAT, STUBS
-from torch2ir.int8 import INT8
+from torch2ir.quant.int8 import INT8
 
 QCONFIG = tq.get_default_qat_qconfig("x86")
 

@@ -21,7 +21,7 @@ import torch2ir
 from common.errors import ConversionError, IRError, StateDictError
 from common.ir import IR
 from common.state_dict import load_safetensors, save_safetensors, unpack_int8
-from torch2ir.int8 import INT8, int8_modules
+from torch2ir.quant.int8 import INT8, int8_modules
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::UserWarning")
 
@@ -80,7 +80,7 @@ def _direct(inner: nn.Module) -> nn.Module:
     return model
 
 
-#: ``{id: (model maker, input)}``: every class of torch2ir.int8.INT8, made as torch.ao makes it.
+#: ``{id: (model maker, input)}``: every class of torch2ir.quant.int8.INT8, made as torch.ao makes it.
 CASES = {
     "conv1d": (lambda: _int8(Wrap(nn.Conv1d(3, 4, 3, stride=2, padding=1)), _x(4, 3, 9)), _x(2, 3, 9, seed=1)),
     "conv2d": (lambda: _int8(Wrap(nn.Conv2d(3, 4, 3, groups=1, dilation=2)), _x(4, 3, 9, 9)), _x(2, 3, 9, 9, seed=1)),

@@ -28,7 +28,7 @@ import torch2ir
 from common.errors import ConversionError
 from common.quant import PT2E_OBSERVERS
 from common.testing import assert_roundtrip
-from torch2ir.frontend import ExportFailedError
+from torch2ir.frontend.export import ExportFailedError
 
 ALLOW = ["quantized_decomposed::*"]
 

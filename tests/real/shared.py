@@ -23,7 +23,7 @@ import ir2torch
 import torch2ir
 from common.ir import IR
 from tests.real.corpus import Arch
-from torch2ir.training import TrainModeWarning
+from torch2ir.train.dropout import TrainModeWarning
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from common.errors import ConversionError
 from common.testing import assert_roundtrip
 from tests.real.corpus import CORPUS, UNSUPPORTED, Arch
 from tests.real.shared import converters, keep
-from torch2ir.training import TrainModeWarning
+from torch2ir.train.dropout import TrainModeWarning
 
 # LeViT caches a tensor on itself while traced; export warns, the round trip is still exact
 pytestmark = pytest.mark.filterwarnings("ignore:The tensor attributes:UserWarning")

@@ -14,7 +14,7 @@ from common.safety import Allowlist
 from tests.helpers import max_abs_diff
 from tests.real.corpus import CORPUS, Arch
 from tests.real.shared import converted, converters
-from torch2ir.capture import lower_directly
+from torch2ir.lowering.capture import lower_directly
 
 pytestmark = pytest.mark.filterwarnings("ignore:The tensor attributes:UserWarning")
 

@@ -14,7 +14,7 @@ from common.rewrite.core import call_sites
 from common.rewrite.passes import DROPOUT_FUNCTIONS
 from common.state_dict import load_safetensors, save_safetensors
 from ir2torch.cli import main
-from ir2torch.cli_rewrite import PASSES
+from ir2torch.cli.rewrite import PASSES
 from tests.rewrite.helpers import corpus_model
 
 #: every pass, and the test below running it through the CLI

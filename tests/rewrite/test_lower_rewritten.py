@@ -13,7 +13,7 @@ import torch2ir
 from common.capture import NoCaptureError
 from common.ir import IR
 from common.rewrite import fold_batchnorm, remove_types
-from torch2ir.capture import StaleCaptureError
+from torch2ir.lowering.capture import StaleCaptureError
 
 
 def _model() -> tuple[nn.Module, torch.Tensor]:

@@ -65,7 +65,9 @@ def test_python_m_and_console_scripts_import_no_planted_dependency(tmp_path, sav
     cmds = {
         "python -m ir2torch show": [sys.executable, "-m", "ir2torch", "show", str(saved)],
         "python -m torch2ir --help": [sys.executable, "-m", "torch2ir", "--help"],
-        "python -X dev -m ir2torch.cli show": [sys.executable, "-X", "dev", "-m", "ir2torch.cli", "show", str(saved)],
+        "python -X dev -m ir2torch.cli.commands show": [
+            sys.executable, "-X", "dev", "-m", "ir2torch.cli.commands", "show", str(saved),
+        ],
     }
     for tool in ("ir2torch", "torch2ir"):
         if (BIN / tool).exists():  # the console scripts, when installed beside this interpreter

@@ -83,9 +83,9 @@ def test_the_registry_covers_fx_builtins_and_ir2torch_checks() -> None:
     assert set(_custom_builtins) <= CODEGEN_NAMES and "self" in CODEGEN_NAMES
     assert {f"{GENERATED_CALL_MODULE}_{n}" for n in GENERATED_CALLS.values()} <= set(NAMES)
     assert not CODEGEN_NAMES & set(NAMES)
-    from ir2torch.fold_cache import FOLD_ATTR, VALUES_ATTR
+    from ir2torch.codegen.fold_cache import FOLD_ATTR, VALUES_ATTR
+    from ir2torch.codegen.module_call import VARIANT_ATTR
     from ir2torch.forward_budget import BUDGET_ATTR
-    from ir2torch.module_call import VARIANT_ATTR
 
     assert {FOLD_ATTR, VALUES_ATTR, VARIANT_ATTR, BUDGET_ATTR} == set(GENERATED_ATTRS.values())
 

@@ -12,7 +12,7 @@ from torch import nn
 
 import ir2torch
 import torch2ir
-from torch2ir.custom_backward import CustomBackwardWarning
+from torch2ir.frontend.custom_backward import CustomBackwardWarning
 
 
 class _RoundSte(torch.autograd.Function):

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import torch2ir
-from torch2ir.frontend import ExportFailedError
+from torch2ir.frontend.export import ExportFailedError
 from torch2ir.opaque.attribution import alone, in_traceback
 
 

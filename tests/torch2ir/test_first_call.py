@@ -39,7 +39,7 @@ def test_a_parameter_written_in_place_by_the_first_call_is_refused_naming_it() -
     assert torch.equal(model.lin.weight, weight) and model.rescaled is False  # the user's model is untouched
 
 
-@pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")  # train mode rescales back: warned
+@pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")  # train mode rescales back: warned
 def test_after_its_first_call_the_model_converts_exactly() -> None:
     torch.manual_seed(0)
     model, x = _Rescaled().eval(), torch.randn(2, 4)
@@ -48,7 +48,7 @@ def test_after_its_first_call_the_model_converts_exactly() -> None:
     assert torch.equal(rebuilt(x), expected) and torch.equal(rebuilt(x), model(x))
 
 
-@pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+@pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 def test_rwkv_fresh_is_refused_and_converts_exactly_after_one_call() -> None:
     from transformers import RwkvConfig, RwkvModel
 

@@ -22,7 +22,7 @@ from common.ir import Implementation
 from common.opaque import OPAQUE_TYPE, OWNED_TYPE
 from common.values import decode, encode, values_equal
 from tests.torch2ir.more_cases import CASES as MORE_CASES
-from torch2ir.modules import CONTAINER_TYPES
+from torch2ir.hierarchy.modules import CONTAINER_TYPES
 
 Inputs = Callable[[], tuple[Any, ...]]
 

@@ -12,7 +12,7 @@ from torch import fx, nn
 
 import torch2ir
 from common.errors import ConversionError
-from torch2ir.frontend import export, lean_export
+from torch2ir.frontend.export import export, lean_export
 
 
 class _Block(nn.Module):
@@ -89,7 +89,7 @@ def test_decomposed_lowering_is_the_same_with_a_lean_decomposition(monkeypatch: 
     model, x = _Block().eval(), torch.randn(2, 4)
     ir = torch2ir.convert(model, (x,))
     lean = ir.lower(decompose=True)
-    monkeypatch.setattr("torch2ir.capture.lean_export", contextlib.nullcontext)
+    monkeypatch.setattr("torch2ir.lowering.capture.lean_export", contextlib.nullcontext)
     plain = ir.lower(decompose=True)
     assert lean == plain and lean.to_dict() == plain.to_dict()
     assert len(lean.nodes) > 3

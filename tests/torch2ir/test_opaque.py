@@ -12,7 +12,7 @@ import ir2torch
 import torch2ir
 from common import IR
 from common.errors import ConversionError, IRError, UnsafeTargetError
-from torch2ir.frontend import ExportFailedError
+from torch2ir.frontend.export import ExportFailedError
 
 
 class Gate(nn.Module):

@@ -13,7 +13,7 @@ import torch2ir
 from common import IR
 from common.errors import ConversionError, InputMismatchError
 from common.opaque import traced_alone
-from torch2ir.frontend import ExportFailedError
+from torch2ir.frontend.export import ExportFailedError
 
 
 class Block(nn.Module):

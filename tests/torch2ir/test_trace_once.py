@@ -10,7 +10,7 @@ from torch.utils import _pytree as pytree
 import ir2torch
 import torch2ir
 from common.errors import IRError
-from torch2ir.trace_once import alike_groups
+from torch2ir.trace_once.trace import alike_groups
 
 pytest.importorskip("transformers")
 

@@ -15,7 +15,7 @@ import ir2torch
 import torch2ir
 from common.errors import ConversionError
 from common.flat import FlatIR
-from torch2ir import build
+from torch2ir.hierarchy import build
 
 pytest.importorskip("transformers")
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from torch2ir.trace_once import alike_groups
-from torch2ir.trace_once_watch import watching
+from torch2ir.trace_once.trace import alike_groups
+from torch2ir.trace_once.watch import watching
 
 pytest.importorskip("transformers")
 

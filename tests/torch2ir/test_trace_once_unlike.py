@@ -13,7 +13,7 @@ from tests.torch2ir.trace_once_spies import assert_full_trace as _assert_full_tr
 from tests.torch2ir.trace_once_spies import exports as _exports
 from tests.torch2ir.trace_once_spies import full_and_once as _full_and_once
 from tests.torch2ir.trace_once_spies import instances as _instances
-from torch2ir.trace_once import alike_groups
+from torch2ir.trace_once.trace import alike_groups
 
 
 class _Scaled(nn.Module):

@@ -1,4 +1,4 @@
-"""Where the eager train-mode passes run (:mod:`torch2ir.train_device`): CPU copies for a small CPU model whose
+"""Where the eager train-mode passes run (:mod:`torch2ir.train.device`): CPU copies for a small CPU model whose
 graph holds only ATen ops, meta otherwise; the work estimate read from the export's graph. What a pass records on
 either device: ``test_train_device_records.py``."""
 
@@ -12,7 +12,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import torch2ir
-from torch2ir import train_device
+from torch2ir.train import device as train_device
 
 
 class _Work(nn.Module):

@@ -1,4 +1,4 @@
-"""What the eager train-mode passes record on CPU copies (:mod:`torch2ir.train_device`) against meta: the same
+"""What the eager train-mode passes record on CPU copies (:mod:`torch2ir.train.device`) against meta: the same
 records and conversions, no value read that meta could not make, the model, its plain tensor attributes and the
 random-number state left as they were, a failed pass run again on meta and both modes compared on one device."""
 
@@ -14,9 +14,10 @@ from torch.nn import functional as F
 import torch2ir
 from tests.torch2ir.test_train_record import _DropPath, _Net, _seeded, _Shared, _x
 from tests.torch2ir.trace_once_spies import instances
-from torch2ir import train_device, train_record
-from torch2ir.modules import ModuleTable
-from torch2ir.training import RANDOM_OPS
+from torch2ir.hierarchy.modules import ModuleTable
+from torch2ir.train import device as train_device
+from torch2ir.train import record as train_record
+from torch2ir.train.dropout import RANDOM_OPS
 
 
 def _records(model: nn.Module, args: tuple, device: str, training: bool = True, ran_on: str | None = None) -> dict:
@@ -126,7 +127,7 @@ class _Stack(nn.Module):
 def _converted(model: nn.Module, device: str | None, monkeypatch, **options) -> tuple[torch2ir.IR, list[str]]:
     with monkeypatch.context() as patch:
         if device is not None:
-            patch.setattr("torch2ir.train_passes.pass_device", lambda *a, **k: device)
+            patch.setattr("torch2ir.train.passes.pass_device", lambda *a, **k: device)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             ir = torch2ir.convert(model, (_x(),), **options)
@@ -139,7 +140,7 @@ def test_conversion_with_passes_on_cpu_equals_the_one_on_meta(trace_once: bool, 
     with monkeypatch.context() as patch:
         chosen: list[str] = []
         real = train_device.pass_device
-        patch.setattr("torch2ir.train_passes.pass_device", lambda *a, **k: chosen.append(real(*a, **k)) or "cpu")
+        patch.setattr("torch2ir.train.passes.pass_device", lambda *a, **k: chosen.append(real(*a, **k)) or "cpu")
         made = instances(patch)
         torch2ir.convert(model, (_x(),), trace_once=trace_once)
     assert chosen == ["cpu"]
@@ -264,7 +265,7 @@ def test_the_two_modes_are_compared_on_one_device(monkeypatch) -> None:
         devices.append((kwargs.get("training", True), ops.device))
         return ops
 
-    monkeypatch.setattr("torch2ir.train_passes.record_train_ops", spy)
+    monkeypatch.setattr("torch2ir.train.passes.record_train_ops", spy)
     model = _seeded(_EvalFailsOnCpu)
     ir, messages = _converted(model, "cpu", monkeypatch)
     assert devices == [(True, "cpu"), (False, "meta"), (True, "meta")]

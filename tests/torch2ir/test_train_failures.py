@@ -61,7 +61,7 @@ def exports(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 
 
 def _cpu(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
-    monkeypatch.setattr("torch2ir.train_passes.pass_device", lambda *a, **k: device)
+    monkeypatch.setattr("torch2ir.train.passes.pass_device", lambda *a, **k: device)
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
@@ -79,7 +79,7 @@ def test_a_pass_failing_alike_on_cpu_and_meta_is_reported_without_a_train_export
 
 def test_the_train_export_it_skips_would_have_said_the_same(exports, monkeypatch) -> None:
     _cpu(monkeypatch, "meta")  # one failed attempt only: nothing says the export would fail, so it is tried
-    monkeypatch.setattr("torch2ir.train_passes.cpu_possible", lambda *a, **k: False)
+    monkeypatch.setattr("torch2ir.train.passes.cpu_possible", lambda *a, **k: False)
     torch.manual_seed(0)
     model, x = _Head().eval(), torch.randn(1, 4)
     ir = torch2ir.convert(model, (x,))
@@ -95,7 +95,7 @@ def test_a_failure_on_meta_alone_still_tries_the_train_export(exports, monkeypat
             errors.extend([RuntimeError("cpu kernel"), RuntimeError("no meta kernel")])
         return None
 
-    monkeypatch.setattr("torch2ir.train_passes.record_train_ops", meta_fails)
+    monkeypatch.setattr("torch2ir.train.passes.record_train_ops", meta_fails)
     torch.manual_seed(0)
     model, x = _Head().eval(), torch.randn(2, 4)
     ir = torch2ir.convert(model, (x,))
@@ -128,8 +128,8 @@ class _CountingHead(_Head):
 def test_the_train_update_check_names_the_failure_without_another_pass(device, monkeypatch) -> None:
     _cpu(monkeypatch, device)
     passes = []
-    real = torch2ir.train_updates._copied
-    monkeypatch.setattr("torch2ir.train_updates._copied", lambda *a, **k: passes.append(1) or real(*a, **k))
+    real = torch2ir.train.updates._copied
+    monkeypatch.setattr("torch2ir.train.updates._copied", lambda *a, **k: passes.append(1) or real(*a, **k))
     torch.manual_seed(0)
     model, x = _CountingHead().eval(), torch.randn(1, 4)
     ir = torch2ir.convert(model, (x,))

@@ -1,4 +1,4 @@
-"""The cheap train-mode pass (:mod:`torch2ir.train_record`) and which leaves keep their call signature.
+"""The cheap train-mode pass (:mod:`torch2ir.train.record`) and which leaves keep their call signature.
 
 The meta-device pass must record what an exported train trace records, leave the model untouched, and give
 way to the export when it cannot run; ``needs_signature`` decides which handled leaves export must keep.
@@ -14,11 +14,11 @@ from torch.nn import functional as F
 import ir2torch
 import torch2ir
 from tests.helpers import max_abs_diff
-from torch2ir import train_record
-from torch2ir.frontend import needs_signature
-from torch2ir.hierarchy import Hierarchy
-from torch2ir.modules import ModuleTable
-from torch2ir.training import RANDOM_OPS, TrainModeWarning, train_ops_of
+from torch2ir.frontend.export import needs_signature
+from torch2ir.hierarchy.modules import ModuleTable
+from torch2ir.hierarchy.recover import Hierarchy
+from torch2ir.train import record as train_record
+from torch2ir.train.dropout import RANDOM_OPS, TrainModeWarning, train_ops_of
 
 
 class _Attention(nn.Module):
@@ -86,7 +86,7 @@ def test_meta_pass_records_what_the_exported_train_trace_holds() -> None:
     table = ModuleTable(model, torch2ir.get_default_converter())
     fast = train_record.record_train_ops(model, (_x(),), None, table.is_leaf, RANDOM_OPS)
     assert fast is not None
-    with torch2ir.frontend.traced_mode(model, training=True):
+    with torch2ir.frontend.export.traced_mode(model, training=True):
         ep = torch.export.export(model, (_x(),))
     slow = train_ops_of(Hierarchy(ep, table))
     sdpa = torch.ops.aten.scaled_dot_product_attention.default
@@ -171,7 +171,7 @@ def exports(monkeypatch) -> list[int]:
 @pytest.fixture
 def meta_passes(monkeypatch) -> None:
     """The eager passes on meta even where CPU copies would be cheaper (the failures only meta has)."""
-    monkeypatch.setattr("torch2ir.train_passes.pass_device", lambda *a, **k: "meta")
+    monkeypatch.setattr("torch2ir.train.passes.pass_device", lambda *a, **k: "meta")
 
 
 @pytest.mark.usefixtures("meta_passes")
@@ -268,7 +268,7 @@ def test_reads_training_finds_train_mode_branches_in_the_bytecode(cls: type, rea
 def test_meta_pass_runs_only_where_train_mode_can_differ(monkeypatch) -> None:
     calls = []
     real = train_record.record_train_ops
-    monkeypatch.setattr("torch2ir.train_passes.record_train_ops", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr("torch2ir.train.passes.record_train_ops", lambda *a, **k: calls.append(1) or real(*a, **k))
     ir = torch2ir.convert(_seeded(_Plain), (_x(),))
     assert calls == [] and "train_trace" not in ir.root.meta  # no dropout op, nothing reads `training`
     with pytest.warns(TrainModeWarning):

@@ -11,7 +11,7 @@ from torch import nn
 import ir2torch
 import torch2ir
 from common.testing.roundtrip import assert_roundtrip
-from torch2ir.training import TrainModeWarning
+from torch2ir.train.dropout import TrainModeWarning
 
 U = "0.parametrizations.weight.0._u"
 V = "0.parametrizations.weight.0._v"
@@ -50,7 +50,7 @@ def test_spectral_norm_power_iteration_is_flagged_naming_module_and_buffers() ->
     assert torch.equal(rebuilt.state_dict()[U], u0)
 
 
-@pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")  # assert_roundtrip converts again
+@pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")  # assert_roundtrip converts again
 def test_spectral_norm_in_eval_mode_round_trips_exactly_and_is_still_flagged() -> None:
     model = _spectral()
     model(_x())  # one train step: _u and _v are not their initial values
@@ -109,8 +109,8 @@ def test_eager_qat_observer_updates_are_in_the_graph_and_not_flagged() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return nn.functional.dropout(self.inner(x), 0.1, self.training)
 
-    from torch2ir.modules import ModuleTable
-    from torch2ir.train_updates import train_only_updates, written_in_graph
+    from torch2ir.hierarchy.modules import ModuleTable
+    from torch2ir.train.updates import train_only_updates, written_in_graph
 
     model = Wrapped().train()
     messages, ir = _train_warnings(model, torch.randn(2, 3, 6, 6))
@@ -121,9 +121,9 @@ def test_eager_qat_observer_updates_are_in_the_graph_and_not_flagged() -> None:
     assert train_only_updates(model, (torch.randn(2, 3, 6, 6),), None, table, ep) == []
 
 
-@pytest.mark.filterwarnings("ignore::torch2ir.training.TrainModeWarning")
+@pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
 def test_failed_meta_pass_is_recorded_not_guessed(monkeypatch) -> None:
-    monkeypatch.setattr("torch2ir.train_passes.pass_device", lambda *a, **k: "meta")  # where values are needed
+    monkeypatch.setattr("torch2ir.train.passes.pass_device", lambda *a, **k: "meta")  # where values are needed
     class NeedsValues(nn.Module):
         def __init__(self) -> None:
             super().__init__()

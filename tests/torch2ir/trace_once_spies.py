@@ -9,7 +9,7 @@ from torch import nn
 
 import torch2ir
 from common.ir import IR
-from torch2ir import build
+from torch2ir.hierarchy import build
 
 
 def instances(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, str]]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from . import (
+from torch2ir.handlers import (
     activation,
     attention,
     conv,
@@ -46,7 +46,9 @@ def register_defaults(converter: Any) -> None:
 
 
 _LAZY = "becomes its non-lazy class (handled) once initialised; converting needs an initialised model"
-_CONTAINER = "a container: recorded structurally and rebuilt as the real container (torch2ir.modules.CONTAINER_TYPES)"
+_CONTAINER = (
+    "a container: recorded structurally and rebuilt as the real container (torch2ir.hierarchy.modules.CONTAINER_TYPES)"
+)
 _ABSTRACT = "an abstract base class, never a layer of its own"
 _TRANSFORMER = "rebuilt from its graph on purpose: a structure of handled modules (attention, linear, norm)"
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 if TYPE_CHECKING:
-    from ..converter import Handler, Torch2Ir
+    from torch2ir.converter import Handler, Torch2Ir
 
 Rule = Callable[[nn.Module], Any]
 

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
-from ._base import Rule, register_table
+from torch2ir.handlers._base import Rule, register_table
 
 if TYPE_CHECKING:
-    from ..converter import Torch2Ir
+    from torch2ir.converter import Torch2Ir
 
 # kdim/vdim of None are stored as embed_dim, which builds the same module
 _MHA = ("embed_dim", "num_heads", "dropout", "bias", "add_bias_kv", "add_zero_attn", "kdim", "vdim", "batch_first")

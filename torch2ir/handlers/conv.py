@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
-from ._base import register_table
+from torch2ir.handlers._base import register_table
 
 if TYPE_CHECKING:
-    from ..converter import Torch2Ir
+    from torch2ir.converter import Torch2Ir
 
 _GEOMETRY = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups")
 _CONV = (*_GEOMETRY, "bias", "padding_mode")

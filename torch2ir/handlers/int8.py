@@ -1,4 +1,4 @@
-"""Handlers of eager int8 modules (``torch.ao.quantization.convert``'s output, see :mod:`torch2ir.int8`).
+"""Handlers of eager int8 modules (``torch.ao.quantization.convert``'s output, see :mod:`torch2ir.quant.int8`).
 
 Each records its constructor arguments; ``scale`` and ``zero_point`` are state where the module's
 ``state_dict()`` holds them (buffers of ``Quantize``, ``Hardswish``, ``LeakyReLU`` and the batch norms; the
@@ -16,11 +16,10 @@ from torch import nn
 from torch.ao.nn.quantized.modules.linear import LinearPackedParams
 
 from common.quant import INT8_ARGUMENTS
-
-from ._base import attribute_handler
+from torch2ir.handlers._base import attribute_handler
 
 if TYPE_CHECKING:
-    from ..converter import Torch2Ir
+    from torch2ir.converter import Torch2Ir
 
 #: ``{class: IR type}`` of the int8 classes an IR carries (their arguments: :data:`common.quant.INT8_ARGUMENTS`).
 INT8_TYPES: dict[type[nn.Module], str] = {

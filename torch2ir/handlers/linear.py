@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 from torch import nn
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-from ._base import register_table
+from torch2ir.handlers._base import register_table
 
 if TYPE_CHECKING:
-    from ..converter import Torch2Ir
+    from torch2ir.converter import Torch2Ir
 
 TABLE: dict[type[nn.Module], tuple[str, ...]] = {
     nn.Linear: ("in_features", "out_features", "bias"),

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from torch import nn
 
-from ._base import register_table
+from torch2ir.handlers._base import register_table
 
 if TYPE_CHECKING:
-    from ..converter import Torch2Ir
+    from torch2ir.converter import Torch2Ir
 
 # a ``stride`` of None is stored as ``kernel_size``, which pools the same way
 _MAX = ("kernel_size", "stride", "padding", "dilation", "return_indices", "ceil_mode")

@@ -10,7 +10,7 @@
   their children: no arguments.
 - QAT layers (``torch.ao.nn.qat``, ``torch.ao.nn.intrinsic.qat``) record their constructor arguments
   (``freeze_bn`` included, so ``freeze_bn_stats`` survives); their ``qconfig`` is recorded for every module in
-  ``meta["qconfig"]`` (:mod:`torch2ir.modules`), their ``weight_fake_quant`` is a child implementation.
+  ``meta["qconfig"]`` (:mod:`torch2ir.hierarchy.modules`), their ``weight_fake_quant`` is a child implementation.
 
 IR types are prefixed (``qat_linear``, ``fused_linearrelu``) so they never clash with ``torch.nn``'s.
 """
@@ -28,11 +28,10 @@ from torch.ao.nn.quantized import FloatFunctional, FXFloatFunctional, QFunctiona
 
 from common.functional_modules import TYPES as FUNCTIONAL_TYPES
 from common.quant import CLASSES, PT2E_OBSERVERS, attribute_to_data
-
-from ._base import RULES, attribute_handler
+from torch2ir.handlers._base import RULES, attribute_handler
 
 if TYPE_CHECKING:
-    from ..converter import Torch2Ir
+    from torch2ir.converter import Torch2Ir
 
 _CONV = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
          "padding_mode")

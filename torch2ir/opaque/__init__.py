@@ -13,10 +13,10 @@ This package owns what happens when the export of a model fails:
   their own on the inputs of their eager call and grafted into the IR;
 - :mod:`~torch2ir.opaque.driver`: the loop of ``opaque="auto"``.
 
-It may import ``common`` and the tracing modules of ``torch2ir`` below :mod:`torch2ir.build` (whose builder
+It may import ``common`` and the tracing modules of ``torch2ir`` below :mod:`torch2ir.hierarchy.build` (whose builder
 the driver is handed), never ``ir2torch``.
 """
 
-from .attribution import Failure, attribute_failure
+from torch2ir.opaque.attribution import Failure, attribute_failure
 
 __all__ = ["Failure", "attribute_failure"]

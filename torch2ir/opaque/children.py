@@ -29,8 +29,7 @@ from common.bodies import is_call
 from common.errors import IRError
 from common.ir import CARRIED_NOTES, IR, Implementation
 from common.notes import CUSTOM_BACKWARD_KEY
-
-from ..trace_once import output_record
+from torch2ir.trace_once.trace import output_record
 
 #: Instance attributes every ``nn.Module`` has: not the module's own.
 _MODULE_ATTRIBUTES = frozenset({*vars(nn.Module()), "_compiled_call_impl"})

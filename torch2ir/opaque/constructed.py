@@ -31,9 +31,8 @@ from torch import nn
 
 from common.errors import ConversionError
 from common.opaque import check_value
-
-from .attribution import qualified_name
-from .injectors import InjectorError, encode_injector, is_injector, live_injector
+from torch2ir.opaque.attribution import qualified_name
+from torch2ir.opaque.injectors import InjectorError, encode_injector, is_injector, live_injector
 
 #: Attributes named so hold what the last call left (brevitas' ``_cached_act``, ``_cached_bias``), not configuration:
 #: a freshly constructed layer has ``None`` there until it is called.
@@ -45,7 +44,7 @@ _SKIPPED = frozenset({"device", "dtype"})
 
 def own_attributes(module: nn.Module) -> dict[str, Any]:
     """The module's own instance attributes (not ``nn.Module``'s bookkeeping, not a stand-in ``forward``)."""
-    from .leaves import own_attributes as own
+    from torch2ir.opaque.leaves import own_attributes as own
 
     return own(module)
 

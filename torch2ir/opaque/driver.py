@@ -2,7 +2,7 @@
 export loop of ``opaque="auto"``, which adds the class of each module whose trace fails, and of the caller of an
 opaque leaf that passes it a value read from data, until the export succeeds.
 
-``build`` is :mod:`torch2ir.build`'s IR builder, passed in (this package sits below it).
+``build`` is :mod:`torch2ir.hierarchy.build`'s IR builder, passed in (this package sits below it).
 """
 
 from __future__ import annotations
@@ -16,13 +16,12 @@ from common.errors import ConversionError
 from common.injectors import is_injector
 from common.ir import IR
 from common.module_state import kept_attributes
-
-from ..frontend import ExportFailedError, OpaqueCallError
-from ..modules import CONTAINER_TYPES
-from .attribution import qualified_name
-from .children import GraftError, convert_children, graft, traced_children
-from .constructed import holds_injectors, owns_subtree
-from .leaves import (
+from torch2ir.frontend.export import ExportFailedError, OpaqueCallError
+from torch2ir.hierarchy.modules import CONTAINER_TYPES
+from torch2ir.opaque.attribution import qualified_name
+from torch2ir.opaque.children import GraftError, convert_children, graft, traced_children
+from torch2ir.opaque.constructed import holds_injectors, owns_subtree
+from torch2ir.opaque.leaves import (
     OpaqueConverter,
     inner_modules,
     keep_tensor_attributes,
@@ -30,7 +29,7 @@ from .leaves import (
     opaque_data,
     opaque_modules,
 )
-from .recording import record
+from torch2ir.opaque.recording import record
 
 #: ``opaque="auto"`` makes at most this many classes opaque before giving up.
 MAX_OPAQUE_CLASSES = 16

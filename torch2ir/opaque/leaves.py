@@ -7,8 +7,8 @@
   handled leaf;
 - :func:`stand_ins` keeps them out of the export: one eager call of a *copy* of the model records each opaque
   module's outputs (shapes, strides, dtypes), and during the export each opaque module's forward is replaced by a
-  stand-in returning fresh tensors of that metadata (:func:`torch2ir.trace_once.stand_in`). Its call signature is
-  preserved (a class outside ``torch.nn``: :func:`torch2ir.frontend.needs_signature`), so its inputs and outputs
+  stand-in returning fresh tensors of that metadata (:func:`torch2ir.trace_once.trace.stand_in`). Its call signature is
+  preserved (a class outside ``torch.nn``: :func:`torch2ir.frontend.export.needs_signature`), so its inputs and outputs
   are wired in its parent's graph like any handled leaf's.
 """
 
@@ -28,11 +28,10 @@ from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError
 from common.opaque import CONFIG_TAG, OPAQUE_TYPE, OWNED_TYPE, check_value, is_attribute_name, is_class_name
-
-from ..tensormeta import state_record
-from .attribution import qualified_name
-from .constructed import holds_injectors, owned_data, owning_data
-from .injectors import is_injector
+from torch2ir.hierarchy.tensormeta import state_record
+from torch2ir.opaque.attribution import qualified_name
+from torch2ir.opaque.constructed import holds_injectors, owned_data, owning_data
+from torch2ir.opaque.injectors import is_injector
 
 #: Instance attributes every ``nn.Module`` has: not the module's own.
 _MODULE_ATTRIBUTES = frozenset(vars(nn.Module()))

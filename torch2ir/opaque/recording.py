@@ -1,7 +1,7 @@
 """The eager call behind opaque leaves: one call of a *copy* of the model (eval mode, no grad) records what each
 opaque module returns, and the inputs of the children of opaque leaves traced on their own
 (:mod:`torch2ir.opaque.children`); during the export each opaque module's forward is replaced by a stand-in
-returning fresh tensors of the recorded metadata (:func:`torch2ir.trace_once.stand_in`)."""
+returning fresh tensors of the recorded metadata (:func:`torch2ir.trace_once.trace.stand_in`)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError
-
-from ..trace_once import output_record, stand_in
-from .children import Watch, copied_inputs
+from torch2ir.opaque.children import Watch, copied_inputs
+from torch2ir.trace_once.trace import output_record, stand_in
 
 
 class StandIns:

@@ -1,0 +1,1 @@
+"""ir2torch.codegen.source."""

@@ -1,0 +1,505 @@
+"""Assemble the IR of a model: implementations, graphs, calling convention, tensors."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import networkx as nx
+import torch
+from torch import fx, nn
+
+from common.errors import ConversionError, IRError, listing
+from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
+from common.module_state import kept_attributes
+from common.notes import CUSTOM_BACKWARD_KEY
+from common.safety import Allowlist, function_names, required_ops_error
+from common.state_dict import in_state_dict
+from common.validate import validate
+from torch2ir.frontend.export import (
+    ExportFailedError,
+    OpaqueCallError,
+    export,
+    naming_failure,
+    needs_signature,
+)
+from torch2ir.frontend.functional_calls import method_calls, name_methods
+from torch2ir.frontend.hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
+from torch2ir.hierarchy.modules import ModuleTable
+from torch2ir.hierarchy.recover import Frame, Hierarchy, Problem
+from torch2ir.hierarchy.tensormeta import range_bound, state_record
+from torch2ir.lowering.capture import Capture
+from torch2ir.lowering.flat import spec_text
+from torch2ir.opaque.driver import with_opaque
+from torch2ir.opaque.recording import StandIns as OpaqueStandIns
+from torch2ir.quant.int8 import has_int8, int8_stand_ins, refuse_int8
+from torch2ir.signatures.record import record_calls, signature_targets
+from torch2ir.trace_once.instances import check_stood_in_calls, instantiate
+from torch2ir.trace_once.lower import plan
+from torch2ir.trace_once.trace import StandIns, TraceOnceFallback, alike_groups
+from torch2ir.train.dropout import (
+    DROPOUT_OPS,
+    SDPA,
+)
+from torch2ir.train.passes import TrainPass, train_mode
+
+
+def build_ir(
+    converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
+    dynamic_shapes: Any, allowlist: Allowlist | None = None, captured: list[Capture] | None = None,
+    train_checks: bool = True, trace_once: bool | Collection[str] = False,
+    opaque: str | Collection[type | str] | None = None,
+) -> IR:
+    """The IR of ``model(*args, **kwargs)``, with the :class:`~torch2ir.lowering.capture.Capture` of its export
+    attached.
+
+    ``captured``: a list the capture is appended to as soon as the export succeeded (so that a caller can lower
+    a model whose module-level IR fails); the IR is then returned without its capture attached.
+    ``train_checks=False`` skips the train-mode analysis (for an IR that is only lowered).
+    ``trace_once``: trace each group of alike blocks once (:mod:`torch2ir.trace_once.trace`; a collection of attribute
+    names: those may differ between alike blocks, e.g. ``("layer_idx",)``); ignored with ``strict=True`` and when
+    ``captured`` is given (the export must then be the model's whole computation, to be lowered).
+
+    ``opaque``: ``"auto"`` or module classes (or their qualified names) to keep as opaque leaves
+    (:mod:`torch2ir.opaque.leaves`; ``"auto"``: the smallest module whose trace fails, each in turn, when the
+    export fails); ignored when ``captured`` is given.
+
+    Raises:
+        ConversionError: every construct the IR cannot hold, listed together.
+    """
+    with kept_attributes(model):  # the model's code runs for real: its own attributes are put back after
+        return _convert(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                        allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once,
+                        opaque=opaque)
+
+
+def _convert(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
+             dynamic_shapes: Any, allowlist: Any, captured: Any, train_checks: bool, trace_once: Any,
+             opaque: Any) -> IR:
+    if opaque and captured is None:
+        if strict:
+            raise ConversionError("opaque leaves need the non-strict export: strict export (dynamo) traces their "
+                                  "stand-ins' Python and cannot", implementation="root",
+                                  hint="convert with strict=False (the default) to use opaque=")
+        return with_opaque(_build_ir, converter, model, args, kwargs, opaque, strict=strict,
+                           dynamic_shapes=dynamic_shapes,
+                            allowlist=allowlist, train_checks=train_checks, trace_once=trace_once)
+    return _build_ir(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                     allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once)
+
+
+def _build_ir(
+    converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
+    dynamic_shapes: Any, allowlist: Allowlist | None = None, captured: list[Capture] | None = None,
+    train_checks: bool = True, trace_once: bool | Collection[str] = False,
+    opaque_standins: OpaqueStandIns | None = None,
+) -> IR:
+    """:func:`build_ir` (``opaque_standins``: the stand-ins of the opaque leaves, installed while exporting)."""
+    allowlist = allowlist or Allowlist()
+    table = ModuleTable(model, converter)
+    hook_problems, hooked = check_hooks(model, table)
+    _raise(hook_problems)
+    if table.is_leaf(model):  # the whole model is one handled module (nn.LSTM, ...)
+        ir = table.build(called=set())
+        _raise(table.errors)
+        _keep_tensors(ir, table, {})
+        capture = Capture(None, model, args, kwargs, allowlist, refused=f"the whole model is one handled "
+                          f"{type(model).__name__} (no export ran)")
+        if captured is None:
+            capture.seal(ir)
+        return ir
+    refuse_int8(model)  # before tracing: export's own error names neither the module nor what to do
+    groups: list[Any] = []
+    fallbacks: list[tuple[str, str]] = []  # trace_once: each group traced in full after all, and why
+    # strict export (dynamo) would trace the stand-in wrappers; opaque leaves: every block is traced
+    if trace_once and captured is None and not strict and opaque_standins is None:
+        ignored = () if trace_once is True else tuple(trace_once)
+        groups = [g for g in alike_groups(model, ignored, table.is_leaf) if not table.is_leaf(g.modules[0])]
+        if groups:
+            standins = StandIns(groups)
+            try:
+                with method_calls(model, table) as methods:
+                    return _traced(model, args, kwargs, table, hooked, methods, strict=strict,
+                                   dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured,
+                                   train_checks=train_checks, standins=standins)
+            except TraceOnceFallback as exc:
+                fallbacks = [*standins.fallbacks, ("the model", exc.message)]
+                table = ModuleTable(model, converter)  # a fresh table: the failed attempt recorded errors in it
+    with method_calls(model, table) as methods:  # FloatFunctional.add(...) is traced as a call of the module
+        ir = _traced(model, args, kwargs, table, hooked, methods, strict=strict,
+                     dynamic_shapes=dynamic_shapes, allowlist=allowlist, captured=captured, train_checks=train_checks,
+                     opaque_standins=opaque_standins)
+    if trace_once and getattr(ir, "capture", None) is not None:
+        ir.capture.trace_once_fallbacks = fallbacks
+    return ir
+
+
+def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, table: ModuleTable,
+            hooked: list[str], methods: dict[int, set[str]], *, strict: bool, dynamic_shapes: Any,
+            allowlist: Allowlist, captured: list[Capture] | None, train_checks: bool,
+            standins: StandIns | None = None, opaque_standins: OpaqueStandIns | None = None) -> IR:
+    """:func:`build_ir` from the export on (``methods``: :func:`torch2ir.frontend.functional_calls.method_calls`'s)."""
+    custom: list[str] = []  # custom autograd.Functions the forward calls (common.notes)
+    while True:
+        try:
+            with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls, \
+                    int8_stand_ins(model, table.is_leaf), \
+                    (standins.installed() if standins is not None else contextlib.nullcontext()), \
+                    (opaque_standins.installed() if opaque_standins is not None else contextlib.nullcontext()):
+                ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                            preserve=_preserved(model, table),
+                            on_attempt=_forgetting(calls, standins, opaque_standins),
+                            custom_functions=custom,
+                            required=[p for p, _ in opaque_standins.modules] if opaque_standins is not None else None)
+        except ExportFailedError as exc:
+            if standins is not None:
+                raise TraceOnceFallback("the export with stand-ins failed") from exc
+            if isinstance(exc, OpaqueCallError):
+                raise  # names the opaque leaves already
+            raise naming_failure(exc, model, args, kwargs) from exc.__cause__
+        failed = [*((g, g.failure) for g in standins.failed()),
+                  *((g, "its traced call reads tensor constants export lifted") for g in standins.with_constants(
+                      ep.graph_signature.inputs_to_lifted_tensor_constants.values())),
+                  *((g, "its traced call holds a higher-order op") for g in standins.with_subgraphs(ep.graph))
+                  ] if standins is not None else []
+        if not failed:
+            break
+        for group, why in failed:  # a group whose traced call a stand-in cannot repeat: export again without it
+            group.enabled = False
+            standins.fallbacks.append((type(group.modules[0]).__name__, str(why)))
+        custom.clear()
+    fallbacks = list(standins.fallbacks) if standins is not None else []
+    for group, why in standins.traced_in_full() if standins is not None else []:  # no second export needed
+        fallbacks.append((type(group.modules[0]).__name__, why))
+    if standins is not None and not standins.used():
+        standins = None
+    relocate_hook_ops(ep)
+    stand_ins = [p for p, m in model.named_modules() if is_stand_in(m) and table.is_leaf(m)]
+    refused = (f"quantization observers / stubs ({', '.join(stand_ins[:3])}{', ...' if len(stand_ins) > 3 else ''})"
+               " are traced as stand-ins" if stand_ins else None)
+    if has_int8(model):
+        refused = "eager int8 modules are traced as stand-ins (their kernels have no traceable implementation)"
+    if opaque_standins is not None:
+        paths = [p for p, _ in opaque_standins.modules]
+        refused = (f"opaque leaves ({', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''}) are traced as "
+                   "stand-ins (their own forward is not in the trace)")
+    capture = Capture(ep, model, args, kwargs, allowlist, refused=refused)
+    if captured is not None:
+        captured.append(capture)
+    hierarchy = Hierarchy(ep, table, calls, capture.same_input)
+    if standins is not None:  # lowering copies each traced call in place of its stand-ins
+        check_stood_in_calls(hierarchy, standins)
+        capture.copies, why = plan(hierarchy, table, standins)
+        if why is not None and capture.refused is None:
+            capture.refused = f"alike blocks were traced once (trace_once=True) and {why}"
+    try:  # the size computations it copies into frames leave export's graph again (torch2ir.hierarchy.local_sizes)
+        frames = list(hierarchy.graph_frames())
+        called = {table.key(f.path) or "root" for f in frames}
+        ir = table.build(called)
+        problems: list[Problem] = [*table.errors, *check_hooked_frames(hierarchy, hooked)]
+        capture.link(hierarchy, _per_call_graphs(ir, table, hierarchy, frames, problems))
+        problems += hierarchy.problems
+        _real_sequentials(ir, table)
+        _sync_call_types(ir)
+        problems += name_methods(ir, table, methods)
+        _record_constants(ir, table, ep)
+        _mutations(ep, hierarchy, problems)
+        _raise(problems)
+        _calling_convention(ir.root, ep)
+        _module_conventions(ir, table, hierarchy, frames)
+        if train_checks:
+            train_mode(ir, TrainPass(model, args, kwargs, table, hierarchy, ep, strict=strict,
+                                     dynamic_shapes=dynamic_shapes, hooked=hooked,
+                                     preserved=_preserved(model, table), standins=standins))
+        # after the train-mode analysis, which marks the traced member's dropout ops (a stood-in frame has none)
+        instances = instantiate(ir, table, standins, called) if standins is not None else {}
+        _sync_call_types(ir, instances)
+        if custom:
+            ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
+        _carried_notes(ir, model)
+        _keep_tensors(ir, table, ep.constants)
+        _instance_tensors(ir, instances)
+        missing = allowlist.required(function_names(ir))
+        if missing:
+            error = required_ops_error(missing, "the model calls")
+            raise ConversionError(error.message, hint=error.hint) from error
+        try:
+            validate(ir, allowlist=allowlist)
+        except IRError as exc:
+            raise ConversionError(f"the converter produced an invalid IR: {exc}",
+                                  implementation=exc.implementation, node=exc.node,
+                                  hint="this is a torch2ir bug; please report it with the model") from exc
+        if captured is None:
+            capture.seal(ir)
+            capture.trace_once_fallbacks = fallbacks
+        return ir
+    finally:
+        hierarchy.restore_graph()
+
+
+def _forgetting(calls: list[Any], standins: StandIns | None, opaque: OpaqueStandIns | None = None) -> Any:
+    """What to forget when export starts another attempt: the call records, and the stand-ins' records."""
+    def forget() -> None:
+        calls.clear()
+        if standins is not None:
+            standins.reset()
+        if opaque is not None:
+            opaque.reset()
+    return forget
+
+
+def _instance_tensors(ir: IR, instances: Mapping[str, str]) -> None:
+    """Constants of stood-in members (export lifted them only from the traced member): the traced member's."""
+    for key, home in instances.items():
+        for name, rec in ir[key].state.items():
+            if rec["kind"] == "constant" and f"{home}.{name}" in ir.tensors and f"{key}.{name}" not in ir.tensors:
+                ir.tensors[f"{key}.{name}"] = ir.tensors[f"{home}.{name}"].clone()
+
+
+def _carried_notes(ir: IR, model: nn.Module) -> None:
+    """A model rebuilt by ir2torch stands for the original: its root carries the original's train-mode notes,
+    which replace the ones computed for the rebuild (whose train mode is the eval trace's, by construction)."""
+    recorded = getattr(model, "meta", None)
+    notes = recorded.get(NOTES_KEY) if isinstance(model, fx.GraphModule) and isinstance(recorded, dict) else None
+    if not isinstance(notes, dict):
+        return
+    for key in CARRIED_NOTES:
+        ir.root.meta.pop(key, None)
+        if key in notes:
+            ir.root.meta[key] = notes[key]
+
+
+def _preserved(model: nn.Module, table: ModuleTable) -> list[str]:
+    """Paths of the outermost handled leaves whose call signature export must keep (see :func:`needs_signature`)."""
+    return [p for p in table.outermost_leaves() if needs_signature(table.module_of_key[table.key_of_path[p]])]
+
+
+def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: list[Frame],
+                     problems: list[Problem]) -> dict[int, tuple[str, int, Implementation]]:
+    """Each module's graph, and one further graph (a variant) per distinct way its calls trace.
+
+    Every call is written to a graph of its own; modules are then settled children first, so a parent's
+    graphs already say which variant of each child they call (``variant`` on the call node) when the
+    parent's calls are compared. Calls whose graphs have the same structure share one graph.
+
+    Returns:
+        ``{id(graph written for a call): (key, variant, graph written for the call whose graph it shares)}``.
+    """
+    placed: dict[int, tuple[str, int, Implementation]] = {}
+    written: dict[int, Implementation] = {}
+    for frame in frames:
+        key = table.key(frame.path) or "root"
+        if key in ir:
+            written[id(frame)] = Implementation(key, ir[key].type)
+            hierarchy.build_graph(frame, written[id(frame)])
+    by_key: dict[str, list[Frame]] = {}
+    inside = nx.DiGraph()  # key -> keys called (at any depth) from one of its calls
+    for frame in frames:
+        if id(frame) in written:
+            key = written[id(frame)].name
+            by_key.setdefault(key, []).append(frame)
+            inside.add_node(key)
+            for outer in list(frame.chain())[1:]:
+                if id(outer) in written:
+                    inside.add_edge(written[id(outer)].name, key)
+    for key in reversed(list(nx.topological_sort(inside))):  # a module after every module its calls call
+        frame = by_key[key][0]
+        ir[key].graph = written[id(frame)].graph
+        placed[id(written[id(frame)])] = (key, 0, written[id(frame)])
+        if len(by_key[key]) == 1:
+            continue  # one call, one graph
+        shapes: list[list[tuple]] = []
+        shared: list[Implementation] = []
+        for call in by_key[key]:
+            shape = _shape_of(written[id(call)])
+            if shape not in shapes:
+                shapes.append(shape)
+                shared.append(written[id(call)])
+                if len(shapes) > 1:
+                    ir[key].add_variant().graph = written[id(call)].graph
+            index = shapes.index(shape)
+            placed[id(written[id(call)])] = (key, index, shared[index])
+            if index and id(call) in hierarchy.call_nodes:
+                graph, node = hierarchy.call_nodes[id(call)]
+                graph.graph.nodes[node]["variant"] = index
+        if len(shapes) > 1 and any(a.get("implementation") in (*DROPOUT_OPS, SDPA) for v in ir[key].variants
+                                   for _, a in v.graph.nodes(data=True)):
+            problems.append((key, f"module is called {len(by_key[key])} times, its calls trace to different "
+                             "graphs, and one of them holds dropout: train mode could not be matched per call",
+                             "call it the same way each time, or give its class a handler"))
+    return placed
+
+
+def _real_sequentials(ir: IR, table: ModuleTable) -> None:
+    """A called ``nn.Sequential`` whose graph just chains its children in order is rebuilt
+    as a real ``nn.Sequential`` (indexable), its graph kept for reading."""
+    for key, impl in ir.items():
+        module = table.module_of_key[key]
+        if type(module) is not nn.Sequential or impl.type != "module" or not len(module) or impl.variants:
+            continue
+        if any(attrs.get("variant") for _, attrs in impl.graph.nodes(data=True)):
+            continue  # a real Sequential cannot tell a child which of its per-call graphs to run
+        names = impl.nodes
+        kinds = [impl.node(n)["type"] for n in names]
+        if kinds[0] != "input" or kinds[-1] != "output" or kinds.count("input") != 1:
+            continue
+        calls = names[1:-1]
+        targets = [impl.node(n).get("target") or n for n in calls]
+        prefix = "" if key == "root" else key + "."
+        # an nn.Identity child leaves no node (QAT's fused downsample: Sequential(ConvBn2d, Identity))
+        children = [name for name, child in module._modules.items() if type(child) is not nn.Identity]
+        expected = [table.key(prefix + child) for child in children]
+        called = [impl.node(n).get("implementation") for n in calls]
+        chain = all(len(impl.in_edges(n)) == 1 and impl.in_edges(n)[0][0] == prev
+                    for prev, n in itertools.pairwise(names))
+        if chain and called == expected and targets == children and (calls or len(impl.in_edges(names[-1])) == 1):
+            impl.type = "sequential"
+
+
+def _sync_call_types(ir: IR, called: Collection[str] | None = None) -> None:
+    """Call nodes carry the type of the implementation they call; with ``called`` (instances that replaced
+    stood-in members), only the calls of those, outside them (an instance's graphs are its body's, whose calls
+    carry their types; a stood-in ``nn.Sequential`` was traced as a plain module)."""
+    if called is not None and not called:
+        return
+    for impl in ir.values():
+        if called is not None and impl.name in called:
+            continue
+        for graph in impl.graphs():
+            for _, attrs in graph.graph.nodes(data=True):
+                target = attrs.get("implementation")
+                if attrs["type"] not in NODE_KINDS and target in ir and (called is None or target in called):
+                    attrs["type"] = ir[target].type
+
+
+def _raise(problems: list[Problem]) -> None:
+    if not problems:
+        return
+    lines = "  " + listing([f"- {where}: {message} (fix: {hint})" for where, message, hint in problems], sep="\n  ")
+    raise ConversionError(f"{len(problems)} unsupported construct(s):\n{lines}",
+                          implementation=problems[0][0], hint="see the list above; each line names its module")
+
+
+def _shape_of(impl: Implementation) -> list[tuple]:
+    """Graph structure with node names replaced by positions (to compare two calls)."""
+    index = {n: i for i, n in enumerate(impl.graph.nodes)}
+    out = []
+    for node, attrs in impl.graph.nodes(data=True):
+        out.append((attrs["type"], attrs.get("implementation"), attrs.get("variant", 0), repr(attrs.get("meta")),
+                    sorted((index[u], repr(d)) for u, _, d in impl.in_edges(node)),
+                    repr(_strip_refs(attrs.get("args"))), repr(_strip_refs(attrs.get("kwargs")))))
+    return out
+
+
+def _strip_refs(value: Any) -> Any:
+    from common.values import Ref
+
+    if isinstance(value, Ref):
+        return "ref"
+    if isinstance(value, (list, tuple)):
+        return [_strip_refs(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _strip_refs(v) for k, v in value.items()}
+    return value
+
+
+def _owner(table: ModuleTable, fqn: str) -> tuple[str | None, str]:
+    path, _, attr = fqn.rpartition(".")
+    return table.key(path), attr
+
+
+def _record_constants(ir: IR, table: ModuleTable, ep: torch.export.ExportedProgram) -> None:
+    for fqn in ep.graph_signature.inputs_to_lifted_tensor_constants.values():
+        key, attr = _owner(table, fqn)
+        if key is not None and attr not in ir[key].state:
+            ir[key].state[attr] = state_record(ep.constants[fqn], "constant")
+
+
+def _mutations(ep: torch.export.ExportedProgram, hierarchy: Hierarchy, problems: list[Problem]) -> None:
+    for target in ep.graph_signature.buffers_to_mutate.values():
+        problems.append((target.rpartition(".")[0] or "root", f"forward mutates buffer {target!r} in place",
+                         "keep the mutation inside a module with a handler, or trace in eval mode"))
+    for target in _parameters_written(ep):
+        problems.append((target.rpartition(".")[0] or "root", f"forward writes parameter {target!r} in place "
+                         "(a first-call side effect such as RWKV's rescaling of its weights for inference: the "
+                         "graph would repeat it at every call)",
+                         "call the model once, in the mode you convert it in, before converting"))
+
+
+def _parameters_written(ep: torch.export.ExportedProgram) -> list[str]:
+    """Parameters the exported graph writes in place (under ``torch.no_grad()``, export keeps the in-place op,
+    inside the ``wrap_with_set_grad_enabled`` region's subgraph)."""
+    written: dict[str, None] = {}
+
+    def walk(graph: fx.Graph, owner: nn.Module, params: dict[str, str]) -> None:
+        for node in graph.nodes:
+            if node.op != "call_function":
+                continue
+            schema = getattr(node.target, "_schema", None)
+            if schema is not None:
+                for i, arg in enumerate(schema.arguments):
+                    if arg.alias_info is None or not arg.alias_info.is_write:
+                        continue
+                    value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+                    if isinstance(value, fx.Node) and value.name in params:
+                        written[params[value.name]] = None
+                continue
+            # a higher-order op: its subgraph's placeholders are the arguments after the subgraph
+            for i, arg in enumerate(node.args):
+                if isinstance(arg, fx.Node) and arg.op == "get_attr":
+                    sub = getattr(owner, str(arg.target), None)
+                    if isinstance(sub, fx.GraphModule):
+                        operands = node.args[i + 1:]
+                        inner = {p.name: params[o.name] for p, o in zip(
+                            (n for n in sub.graph.nodes if n.op == "placeholder"), operands, strict=False)
+                            if isinstance(o, fx.Node) and o.name in params}
+                        if inner:
+                            walk(sub.graph, sub, inner)
+
+    walk(ep.graph, ep.graph_module, dict(ep.graph_signature.inputs_to_parameters))
+    return list(written)
+
+
+def _calling_convention(root: Implementation, ep: torch.export.ExportedProgram) -> None:
+    spec = ep.call_spec
+    entry = next((e for e in ep.module_call_graph if e.fqn == ""), None)
+    names = list(entry.signature.forward_arg_names) if entry and entry.signature else []
+    root.meta.update(
+        in_spec=spec_text(spec.in_spec),
+        out_spec=spec_text(spec.out_spec),
+        forward_arg_names=names,
+        torch_version=torch.__version__.split("+")[0],
+    )
+    if ep.range_constraints:  # symbol -> [min, max] of dynamic dimensions
+        root.meta["range_constraints"] = {
+            str(sym): [range_bound(r.lower), range_bound(r.upper)] for sym, r in ep.range_constraints.items()
+        }
+
+
+def _module_conventions(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: list[Frame]) -> None:
+    """Each module written with its recorded call signature takes and returns what the original did."""
+    for frame in frames:
+        sig = hierarchy.signed.get(id(frame))
+        key = table.key(frame.path)
+        if sig is not None and key is not None and key in ir:
+            ir[key].meta.update(in_spec=sig.in_text, out_spec=sig.out_text, forward_arg_names=list(sig.names))
+            if sig.parameters is not None:
+                ir[key].meta["parameters"] = [list(p) for p in sig.parameters]
+
+
+def _keep_tensors(ir: IR, table: ModuleTable, constants: Mapping[str, Any]) -> None:
+    """Values of state that no state dict carries: non-persistent buffers and constants."""
+    for key, impl in ir.items():
+        prefix = "" if key == "root" else key + "."
+        module = table.module_of_key[key]
+        for name, rec in impl.state.items():
+            if in_state_dict(rec):
+                continue
+            value = module._buffers.get(name) if rec["kind"] == "buffer" else \
+                module._parameters.get(name) if rec["kind"] == "parameter" else constants.get(prefix + name)
+            if value is None:
+                value = getattr(module, name, None)
+            if isinstance(value, torch.Tensor) and not value.is_meta and "tie" not in rec:
+                ir.tensors[prefix + name] = value.detach().clone()

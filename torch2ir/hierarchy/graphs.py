@@ -1,0 +1,77 @@
+"""Graph-writing helpers shared by the hierarchy builder and the train trace: nodes with their edges,
+and the flat graph of a higher-order op's body as a graph-only implementation."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+from torch import fx
+
+from common.ir import Implementation
+from common.names import without_counter
+from common.safety import function_name
+from common.values import Ref, Subgraph, iter_refs
+from torch2ir.hierarchy.tensormeta import value_meta
+
+
+def add_node_with_edges(impl: Implementation, name: str, ntype: str, implementation: str, args: Any, kwargs: Any,
+                        **fields: Any) -> str:
+    """Add a node with an args/kwargs template and one edge per :class:`Ref` in it."""
+    impl.add_node(name, ntype, implementation, args=list(args), kwargs=dict(kwargs), **fields)
+    for path, ref in [*iter_refs(list(args)), *iter_refs(dict(kwargs))]:
+        impl.add_edge(ref.node, name, slot=path if len(path) > 1 else path[0], src_index=ref.index)
+    return name
+
+
+def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
+    """A flat graph (a higher-order op's body) as a graph-only implementation.
+
+    Its nodes are named from the body's own structure, as a module's graph is (see
+    :func:`torch2ir.hierarchy.graph_writer.structural_name`): export's model-wide counter dropped (``ne_3`` ->
+    ``ne``) and
+    the names numbered again in the body's order, so a rebuilt model converts back to the same body."""
+    impl = Implementation(name, "graph")
+    env: dict[fx.Node, Ref] = {}
+    used: set[str] = {"output"}
+
+    def fresh(exported: str) -> str:
+        base = without_counter(exported) or "node"
+        name, i = base, 1
+        while name in used:
+            name, i = f"{base}_{i}", i + 1
+        used.add(name)
+        return name
+
+    def tmpl(arg: Any) -> Any:
+        if isinstance(arg, fx.Node):
+            if arg.op == "get_attr":
+                return Subgraph(flat_implementation(getattr(gm, arg.target), arg.target))
+            return env[arg]
+        if isinstance(arg, (list, tuple)):
+            items = [tmpl(a) for a in arg]
+            return items if isinstance(arg, list) else tuple(items)
+        if isinstance(arg, dict):
+            return {k: tmpl(v) for k, v in arg.items()}
+        return arg
+
+    def add(name: str, ntype: str, target: str, args: Any, kwargs: Any, **fields: Any) -> None:
+        add_node_with_edges(impl, name, ntype, target, args, kwargs, **fields)
+
+    tracepoints: dict[fx.Node, tuple] = {}
+    for node in gm.graph.nodes:
+        if node.target is torch.ops.higher_order._export_tracepoint:
+            tracepoints[node] = tuple(node.args)  # signature markers: pass their inputs through
+        elif node.target is operator.getitem and node.args[0] in tracepoints:
+            env[node] = tmpl(tracepoints[node.args[0]][node.args[1]])
+        elif node.op == "placeholder":
+            env[node] = Ref(impl.add_node(fresh(node.name), "input", "input", meta=value_meta(node.meta.get("val"))))
+        elif node.op == "call_function":
+            named = fresh(node.name)
+            add(named, "function", function_name(node.target), tmpl(node.args), tmpl(node.kwargs),
+                meta=value_meta(node.meta.get("val")))
+            env[node] = Ref(named)
+        elif node.op == "output":
+            add("output", "output", "output", [tmpl(node.args[0])], {})
+    return impl

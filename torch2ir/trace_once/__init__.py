@@ -1,0 +1,1 @@
+"""torch2ir.trace_once.trace."""

@@ -21,8 +21,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/torch2ir demo --out demo-out
 
+# ruff, then the import layers of pyproject.toml's [tool.importlinter] (docs/architecture.md)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 # pytest exits 5 when it collects no test; make treats that as a failure, as it should.
 # Tests run on every core (pytest-xdist); PYTEST_ARGS="-n0" runs them in one process. --dist loadgroup

@@ -62,3 +62,18 @@ def test_console_scripts_are_installed():
         script = BIN / tool
         assert script.is_file(), f"{script} missing: pip install -e . declares it in [project.scripts]"
         assert f"from {tool}.cli import main" in script.read_text(encoding="utf-8")
+
+
+def test_the_layer_contract_lists_every_core_module():
+    """Every module of ``common/`` is a tool or is in the core contract's source list: a new module is checked."""
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+    core = next(c for c in contracts if c["name"].startswith("The IR core"))
+    tools = {m for m in core["forbidden_modules"] if m.startswith("common.")}
+    modules = {f"common.{p.stem}" for p in (REPO / "common").glob("*.py") if p.stem != "__init__"}
+    packages = {f"common.{p.parent.name}" for p in (REPO / "common").glob("*/__init__.py")}
+    assert packages <= tools, f"packages of common that are neither tools nor core: {sorted(packages - tools)}"
+    assert modules - tools == set(core["source_modules"]), (
+        f"not in the core contract: {sorted(modules - tools - set(core['source_modules']))}; "
+        f"listed but gone: {sorted(set(core['source_modules']) - modules)}")

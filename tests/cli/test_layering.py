@@ -68,7 +68,8 @@ def test_the_layer_contract_lists_every_core_module():
     """Every module of ``common/`` is a tool or is in the core contract's source list: a new module is checked."""
     import tomllib
 
-    contracts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
     core = next(c for c in contracts if c["name"].startswith("The IR core"))
     tools = {m for m in core["forbidden_modules"] if m.startswith("common.")}
     modules = {f"common.{p.stem}" for p in (REPO / "common").glob("*.py") if p.stem != "__init__"}

@@ -1,4 +1,5 @@
-"""The classified ATen operator surface (``common/op_classes.py``, made by ``scripts/classify_ops.py``).
+"""The classified ATen operator surface (``common/op_tables/*.json`` read by ``common.op_classes``, made by
+``scripts/classify_ops.py``).
 
 Every overload of the running torch has a class; refused operators named by a saved IR or FlatIR are refused at
 load with the reason, and nothing runs; the checked-in table matches the classifier; the operators the corpus
@@ -49,9 +50,19 @@ def test_every_registered_aten_overload_has_a_class() -> None:
 
 
 def test_checked_in_table_is_what_the_classifier_makes() -> None:
-    expected = _classifier().render()
-    actual = (ROOT / "common" / "op_classes.py").read_text(encoding="utf-8")
-    assert actual == expected, "common/op_classes.py is stale: run `python scripts/classify_ops.py` and commit it"
+    classifier = _classifier()
+    path = classifier.table_path()
+    assert op_classes.table_file() == path  # the running torch reads its own minor version's table
+    actual = path.read_text(encoding="utf-8")
+    assert actual == classifier.render(), f"{path.name} is stale: run `python scripts/classify_ops.py` and commit it"
+
+
+def test_a_torch_without_its_own_table_reads_the_nearest_older_one() -> None:
+    tables = sorted(p.name for p in op_classes.TABLES.glob("torch-*.json"))
+    assert "torch-2.13.json" in tables
+    assert op_classes.table_file("2.13.5").name == "torch-2.13.json"
+    assert op_classes.table_file("9.99.0").name == tables[-1]  # newest older table; unknown overloads refused by name
+    assert op_classes.table_file("1.0.0").name == tables[0]
 
 
 def test_table_is_for_this_torch() -> None:

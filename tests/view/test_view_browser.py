@@ -132,8 +132,9 @@ def test_an_instance_row_that_reads_otherwise_is_drawn_as_its_own(tmp_path):
     "graph=layers.1&inplace=" + ",".join(f"n{i % 10}" for i in range(20000)),
     "graph=layers&inplace=" + ",".join(["up", "down", "0", "1"] * 5000),
     "search=" + "a" * 100000,
+    "graph=root&stack=__proto__&plumbing=constructor&stack=0&plumbing=1",
 ], ids=["proto", "constructor", "toString", "hasOwnProperty", "expand-20000", "inplace-20000", "inplace-calls",
-        "long-search"])
+        "long-search", "toggles"])
 @pytest.mark.parametrize("compare", [False, True], ids=["view", "compare"])
 def test_a_hostile_link_opens_the_page_in_under_a_second(tmp_path, fragment, compare):
     """Unknown or hostile fragment keys name nothing and long lists are capped: the page loads (its title says

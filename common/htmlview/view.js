@@ -483,10 +483,11 @@
     var box = $("minimap");
     if (!box) return;
     box.replaceChildren(); box.hidden = true;
-    if (!shown) return;
-    shown.mini = null;
-    var p = pane(), L = shown.L;
-    if (L.width * zoom <= p.clientWidth - 22 && L.height * zoom <= p.clientHeight - barH() - 22) return;
+    var p = pane(), L = shown && shown.L;
+    var need = !!L && (L.width * zoom > p.clientWidth - 22 || L.height * zoom > p.clientHeight - barH() - 22);
+    $("graph").classList.toggle("withmini", need);  // room below the graph to scroll its last rows above the minimap
+    if (shown) shown.mini = null;
+    if (!need) return;
     var s = Math.min(MINI / L.width, MINI / L.height);
     var w = Math.min(MINI, Math.max(48, L.width * s)), h = Math.min(MINI, Math.max(48, L.height * s));
     var svg = sel("svg", { "class": "mini", viewBox: "0 0 " + L.width + " " + L.height, width: w, height: h, preserveAspectRatio: "none" });
@@ -520,7 +521,12 @@
     ev.preventDefault();
   });
   pane().addEventListener("scroll", record);
-  window.addEventListener("resize", function () { if (shown) { setSize(); record(); } });
+  window.addEventListener("resize", function () {  // the same graph point stays in the middle of the pane
+    if (!shown) return;
+    var v = viewed();
+    setSize();
+    centreOn((v[0] + v[2]) / 2, (v[1] + v[3]) / 2);
+  });
   window.addEventListener("mousemove", function (ev) {
     if (miniDrag) { miniDrag(ev); return; }
     if (!drag) return;

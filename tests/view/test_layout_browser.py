@@ -156,4 +156,5 @@ def test_a_graph_too_deep_or_large_for_dagre_is_still_drawn(n, tmp_path):
     page = _chain_ir(n).view(tmp_path / "chain.html")
     dom = dump_dom(page.as_uri(), tmp_path, budget_ms=None)
     assert re.search(r"loaded in \d+ ms</title>", dom)  # the script ran to its end
-    assert sum(t == "rect" for t, _ in graph_tags(dom)) == n + 2  # every node drawn (the simple layering when dagre cannot)
+    # every node drawn (the simple layering when dagre cannot)
+    assert sum(t == "rect" for t, _ in graph_tags(dom)) == n + 2

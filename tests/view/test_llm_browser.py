@@ -103,7 +103,8 @@ def test_the_70b_root_opens_centred_and_draws_its_decoder_in_place_in_view(tmp_p
     assert d.count == ir["root"].node_count == 5 and problems(d) == []
     zoom, view = _state(dom)
     assert zoom == 1 and view[0] < 0 and view[2] > d.width  # it fits: whole, at zoom 1 ...
-    assert abs((view[0] + view[2]) / 2 - d.width / 2) <= 2 and abs((view[1] + view[3]) / 2 - d.height / 2) <= 20  # centred
+    assert abs((view[0] + view[2]) / 2 - d.width / 2) <= 2  # centred
+    assert abs((view[1] + view[3]) / 2 - d.height / 2) <= 20
     assert [a.get("class") for t, a in Elements(dom).tags if t == "svg"] == ["graph-svg"]  # no minimap
     # the decoder drawn in place: its box fitted (zoom between 0.9 and 1) and scrolled to (its top, centred)
     dom = dump_dom(f"{page.as_uri()}#graph=root&inplace=model", tmp_path, size=SIZE)
@@ -170,8 +171,8 @@ class Tower(nn.Module):
 
 def _run_rows(dom: str) -> list[tuple[str, str]]:
     """The tree rows of runs, in document order: (class, badge text)."""
-    return [(a, b) for a, b in re.findall(r'<div class="(row[^"]*)" data-run="\d+">.*?(?:<span class="dm">([^<]*)</span>)?'
-                                          r'<span class="cls">', dom)]
+    row = r'<div class="(row[^"]*)" data-run="\d+">.*?(?:<span class="dm">([^<]*)</span>)?<span class="cls">'
+    return re.findall(row, dom)
 
 
 def test_compare_marks_a_folded_run_whose_blocks_changed_in_the_tree_and_the_graph(tmp_path):
@@ -188,11 +189,13 @@ def test_compare_marks_a_folded_run_whose_blocks_changed_in_the_tree_and_the_gra
     stacks = [a.get("class") for a in Elements(dom).named("g") if "k-stack" in (a.get("class") or "")]
     assert stacks == ["node k-stack d-changed"]  # the stack box of the root's graph on the left, as its row
     right = dom[dom.index('id="b-graph"'):]  # on the right, the three calls of changed blocks: changed inside
-    assert len(re.findall(r'<g class="node k-call d-inside[^"]*"[^>]*><rect[^>]*></rect><text[^>]*>blocks_\d<', right)) == 3
-    rows = {a["data-i"]: a.get("class") for a in Elements(dom[dom.index('id="b-tree"'):]).named("div") if a.get("data-i")}
+    calls = re.findall(r'<g class="node k-call d-inside[^"]*"[^>]*><rect[^>]*></rect><text[^>]*>(blocks_\d)<', right)
+    assert calls == ["blocks_0", "blocks_1", "blocks_2"]
+    tree = Elements(dom[dom.index('id="b-tree"'):]).named("div")
+    rows = {a["data-i"]: a.get("class") for a in tree if a.get("data-i")}
     index = {n["p"]: str(i) for i, n in enumerate(view_data(folded)["nodes"])}
-    assert rows[index["blocks"]] == "row" and all(f"blocks.{i}" not in index or rows.get(index[f"blocks.{i}"]) in
-                                                   (None, "row d-changed") for i in range(3))
+    assert rows[index["blocks"]] == "row"  # the same itself (a dot: something inside differs), its blocks changed
+    assert [rows[index[f"blocks.{i}"]] for i in range(3)] == ["row d-changed"] * 3
     assert dom.count('<span class="dmi"') >= 2  # the tree's ancestors say something inside differs
 
 
@@ -227,3 +230,12 @@ def test_node_details_come_before_the_raw_specs_and_plumbing_is_hidden_until_ask
     d = drawing(dom)
     assert d.count == ir["model"].node_count and set(hidden) <= set(d.names) and ">hide plumbing<" in dom
     assert problems(d) == []
+
+
+def test_the_docs_show_the_screenshots():
+    from tests.view.screenshots import DOCS, SHOTS
+
+    text = (DOCS.parent / "cli.md").read_text(encoding="utf-8")
+    for name, alt in SHOTS.items():
+        assert f"![{alt}](img/{name})" in text, name
+        assert 0 < (DOCS / name).stat().st_size < 120_000, name  # small: a 64-colour palette

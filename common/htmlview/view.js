@@ -678,13 +678,14 @@
     redraw(path, v);
     if (peer) sync(function () { peer.plumbing(counterpart(path), v, on); });
   }
-  function drawGraph(path, v, focus) {
+  function drawGraph(path, v, focus, keys) {  // keys: calls to draw in place as well
     var d = IMPLS[path], g = d && d.g[v];
     var bar = $("graphbar"), box = $("graph");
     var same = drawn === path + "\u0000" + v;
     drawn = g ? path + "\u0000" + v : null;
     if (!same) { inplace.clear(); unstacked.clear(); }
-    if (peer) sync(function () { peer.graphAt(counterpart(path), v, g && focus !== undefined && g.n[focus] ? g.n[focus][0] : null); });
+    (keys || []).forEach(function (k) { inplace.add(k); });
+    if (peer) sync(function () { peer.graphAt(counterpart(path), v, g && focus !== undefined && g.n[focus] ? g.n[focus][0] : null, keys); });
     bar.replaceChildren(); box.replaceChildren();
     shown = null;
     if (!g) { miniMap(); box.appendChild(el("div", "hint", "no graph: " + path + " is rebuilt by the handler of its type")); return; }
@@ -885,15 +886,11 @@
     if (s && resolve(s) >= 0) { reveal(resolve(s)); select(resolve(s)); }
     if (g && resolve(g) >= 0) {
       if (!s) { reveal(resolve(g)); select(resolve(g)); }
-      drawGraph(N[resolve(g)].p, 0);
-      var ip = linkList(args, "inplace").filter(function (k) { return !inplace.has(k); });  // node names, "/"-nested
-      if (ip.length) {  // all drawn in place at once: the graph is laid out once, here and on the other side
-        var at = N[resolve(g)].p;
-        ip.forEach(function (k) { inplace.add(k); });
-        drawGraph(at, 0);
-        fitCall(ip[ip.length - 1]);
-        if (peer) sync(function () { peer.inPlaceAll(counterpart(at), 0, ip); });
-      }
+      // the calls the link draws in place (node names, "/"-nested), all at once: the graph is laid out once, here
+      // and on the other side
+      var ip = linkList(args, "inplace");
+      drawGraph(N[resolve(g)].p, 0, undefined, ip);
+      if (ip.length) fitCall(ip[ip.length - 1]);
     }
     if (q) { q = q.slice(0, LINK_TEXT); $("search").value = q; search(q); }
     var nd = args.get("node"), colon = nd ? nd.lastIndexOf(":") : -1;  // node=<module path>:<node name>
@@ -946,12 +943,6 @@
     inPlace: function (path, v, key, on) {  // the other side drew (or folded) a call in place: here too
       if (path !== undefined && drawn === path + "\u0000" + v) setInPlace(path, v, key, on);
     },
-    inPlaceAll: function (path, v, keys) {  // the other side drew these calls in place (a link): here too, at once
-      if (path === undefined || drawn !== path + "\u0000" + v) return;
-      keys.forEach(function (k) { inplace.add(k); });
-      drawGraph(path, v);
-      fitCall(keys[keys.length - 1]);
-    },
     stacked: function (path, v, sk, on) {  // the other side drew a run's calls one by one (or as one box again)
       if (path === undefined || drawn !== path + "\u0000" + v) return;
       if (on) unstacked.delete(sk); else unstacked.add(sk);
@@ -962,11 +953,12 @@
       if (path !== undefined && drawn === path + "\u0000" + v) redraw(path, v);
     },
     toggles: function (stacks, plumbing) { stacksOn = stacks; plumbingOn = plumbing; },
-    graphAt: function (path, v, name) {
+    graphAt: function (path, v, name, keys) {  // keys: the calls the other side draws in place (a link)
       var d = path === undefined ? undefined : IMPLS[path];
       if (!d || !d.g[v]) { if (!d) $("graph").replaceChildren(el("div", "hint", "no counterpart")); else drawGraph(path, v); return; }
       var k = name === null ? -1 : d.g[v].n.findIndex(function (r) { return r[0] === name; });
-      drawGraph(path, v, k >= 0 ? k : undefined);
+      drawGraph(path, v, k >= 0 ? k : undefined, keys);
+      if (keys && keys.length) fitCall(keys[keys.length - 1]);
     },
     nodeAt: function (path, v, name) {
       var d = path === undefined ? undefined : IMPLS[path], g = d && d.g[v];

@@ -1,8 +1,8 @@
 """The view's screenshots in the docs (docs/img/view-*.png), made again by ``python -m tests.view.screenshots``.
 
 Each is a page of the view in headless Chromium at 1280 x 800 (tests/view/browser.py), its colours reduced to a
-palette of 64 so the file stays small: the root of a Llama with Llama-3-70B dimensions and 80 layers (converted on
-``meta``) with its decoder drawn in place, that decoder's graph at its stack box, a BERT layer, and a comparison of a
+palette of 64 so the file stays small: a Llama with Llama-3-70B dimensions and 80 layers (converted on ``meta``) as
+the page opens, its decoder's graph at its stack box, a BERT layer, and a comparison of a
 tower of conv blocks before and after folding its batch norms. tests/view/test_llm_browser.py checks that the docs
 show them.
 """
@@ -19,7 +19,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "img"
 SIZE = (1280, 800)
 #: file name -> what it shows (the alt text in docs/cli.md)
 SHOTS = {
-    "view-70b-root.png": "the root of a Llama with 70B dimensions, its decoder drawn in place",
+    "view-70b-root.png": "a Llama with 70B dimensions as the view opens: its root's graph, centred",
     "view-70b-decoder.png": "the 70B decoder's graph: 80 layers in one stack box",
     "view-bert-layer.png": "a BERT layer, its attention and self-attention drawn in place",
     "view-compare.png": "a comparison: batch norms folded into the convolutions of a run of blocks",
@@ -48,7 +48,7 @@ def main() -> None:
         tmp = Path(name)
         llama = torch2ir.convert(llama_70b(), (torch.zeros((1, 16), dtype=torch.long, device="meta"),))
         page = llama.view(tmp / "llama.html")
-        _shoot(page, "#graph=root&inplace=model", DOCS / "view-70b-root.png", tmp)
+        _shoot(page, "", DOCS / "view-70b-root.png", tmp)
         _shoot(page, "#node=model:norm", DOCS / "view-70b-decoder.png", tmp)
         bert = _bert().view(tmp / "bert.html")
         _shoot(bert, "#graph=encoder.layer.0&inplace=attention,attention/self", DOCS / "view-bert-layer.png", tmp)

@@ -4,8 +4,10 @@ The file holds its script, its style and the IR's data (JSON in a ``<script type
 opens from ``file://`` and makes no network request (its Content-Security-Policy forbids any). It shows the
 module tree as collapsible groups, a run of identical blocks as one entry (``layers.0-79 x80``) whose blocks
 open one by one, the root's graph on open and any implementation's on demand (drawn in SVG, tensor shapes and dtypes
-on the edges, laid out by the vendored dagre library with edges routed around nodes; fitted to the pane, wheel zoom,
-drag pan),
+on the edges, laid out by the vendored dagre library with edges routed around nodes and ending in arrowheads; the
+calls of a run of identical blocks drawn as one stack box; export's plumbing hidden until asked; opened centred,
+fitted to the pane when its text stays at least 9 px, else with a minimap; wheel zoom, drag pan; a call drawn in
+place fitted and scrolled into view),
 attributes, state records and meta in a side panel, a search over modules and graph nodes (path, class,
 type; node name, op, output shape), and optionally an overlay: a number per module or node drawn as a colour
 and a value (:mod:`common.htmlview.overlay`). Only what is expanded is in the page, so a model of thousands of
@@ -18,7 +20,8 @@ The page reads its URL fragment on load: ``view.html#expand=model.layers.1&selec
 expands blocks (comma-separated), ``select`` shows one in the side panel, ``graph`` draws one's graph and
 ``search`` fills the search box, ``node=PATH:NAME`` draws a graph with that node selected,
 ``inplace=attention,attention/self`` draws those calls of the ``graph`` in place (callee graphs in boxes, nested
-with ``/``). A path may be given by its unique suffix (``layers.1``). With a second IR to compare, the fragment
+with ``/``), ``stack=0`` draws every call of a run on its own and ``plumbing=1`` draws export's plumbing (other values
+are ignored). A path may be given by its unique suffix (``layers.1``). With a second IR to compare, the fragment
 applies to the left side and the right one follows.
 """
 

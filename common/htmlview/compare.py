@@ -38,8 +38,8 @@ def graphs_of(impls: dict[str, Any], key: str) -> list[dict[str, Any]]:
     if "g" in entry:
         return entry["g"]
     home = entry["sb"][0]
-    graphs = [{"e": g["e"], "n": [[*r[:5], relocate(r[5], home, key) if r[5] else r[5]] for r in g["n"]]}
-              for g in impls[home]["g"]]
+    graphs = [{"e": g["e"], "n": [[*r[:5], relocate(r[5], home, key) if r[5] else r[5]] for r in g["n"]],
+               **({"h": g["h"]} if "h" in g else {})} for g in impls[home]["g"]]
     for v, i, row in entry.get("ro", []):
         graphs[v]["n"][i] = row
     return graphs

@@ -14,7 +14,8 @@ shown as text (``textContent``), never as markup. The document, one JSON object:
   ``{"n": [[name, kind, op, output text, arguments text, implementation called(, binding)]], "e": [[src, dst,
   label]]}`` (node indices; the label is the tensor the edge carries, from the source node's ``meta``; a call of a
   module with a graph has a binding, ``[variant, [caller node index or -1 per callee input]]``, to draw the callee's
-  graph in place of the call);
+  graph in place of the call); ``"h"`` (only when there are any): the indices of the export plumbing the page hides
+  until asked (:func:`plumbing`);
 - ``ov`` (only with an overlay, :mod:`common.htmlview.overlay`): ``{"name", "m": {module path: [value, text]},
   "n": {"path:node": [value, text]}, "lo", "hi", "unmatched"}``.
 """
@@ -33,7 +34,7 @@ from ..render.repeats import ir_signatures, repeat_runs
 from ..textview import _call_args, _meta_text, _value_text, ir_summary_lines, shared_groups, tensor_text
 from ..values import Ref
 
-__all__ = ["MAX_TEXT", "call_leaves", "overlay_keys", "produced", "view_data"]
+__all__ = ["MAX_TEXT", "call_leaves", "overlay_keys", "plumbing", "produced", "view_data"]
 
 #: longest value text embedded; a longer one is cut and says how many characters it drops
 MAX_TEXT = 4000
@@ -127,6 +128,25 @@ def _edge_label(ir: IR, impl: Implementation, src: str, index: Any) -> str:
     return _clip(_meta_text(meta) or "") if meta is not None else ""
 
 
+#: operators export writes only to check what it assumed (a tensor's metadata, a symbolic size's range): read by no
+#: other node, they carry no value of the model
+CHECKS = ("aten._assert", "aten._functional_assert", "aten.sym_constrain_range", "aten._functional_sym_constrain")
+
+
+def plumbing(impl: Implementation) -> list[str]:
+    """The nodes of ``impl``'s graph the view hides by default: export's checks (``_assert_tensor_metadata``,
+    ``_assert_scalar``, ``sym_constrain_range``...) and inputs that record no value (a ``None`` argument such as
+    ``past_key_values=None``), when nothing reads them. Hiding them never cuts a path of the drawing."""
+    graph, out = impl.graph, []
+    for name, attrs in graph.nodes(data=True):
+        if any(dst != name for dst in graph.successors(name)):
+            continue
+        ntype, target = attrs.get("type"), str(attrs.get("implementation", ""))
+        if (ntype == "function" and target.startswith(CHECKS)) or (ntype == "input" and attrs.get("meta") is None):
+            out.append(str(name))
+    return out
+
+
 def _graph(impl: Implementation, key: str, ir: IR) -> dict[str, Any]:
     """One graph of ``impl`` (itself or a variant) as node rows and labelled edges by node index."""
     index = {name: i for i, name in enumerate(impl.graph.nodes)}
@@ -159,7 +179,11 @@ def _graph(impl: Implementation, key: str, ir: IR) -> dict[str, Any]:
         if src != dst:
             label = _edge_label(ir, impl, src, attrs.get("src_index"))
             edges.append([index[src], index[dst], label])
-    return {"n": nodes, "e": edges}
+    out: dict[str, Any] = {"n": nodes, "e": edges}
+    hidden = plumbing(impl)
+    if hidden:
+        out["h"] = [index[name] for name in hidden]
+    return out
 
 
 def call_leaves(callee: Implementation, attrs: Mapping[str, Any]) -> tuple[int, list[Any]] | None:
@@ -230,7 +254,7 @@ def _rows_over(home: list[dict[str, Any]], own: list[dict[str, Any]], home_key: 
         return None
     out = []
     for v, (h, o) in enumerate(zip(home, own, strict=True)):
-        if h["e"] != o["e"] or len(h["n"]) != len(o["n"]):
+        if h["e"] != o["e"] or len(h["n"]) != len(o["n"]) or h.get("h") != o.get("h"):
             return None
         for i, (hr, orow) in enumerate(zip(h["n"], o["n"], strict=True)):
             if hr[:5] != orow[:5] or relocate(hr[5], home_key, key) != orow[5]:

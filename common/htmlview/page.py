@@ -65,8 +65,8 @@ def _pane(prefix: str) -> list[str]:
         f'<button id="{p}collapse" type="button">collapse</button></div>',
         f'<div class="pgrid"><section id="{p}left" class="left"><div id="{p}summary" class="summary"></div>'
         f'<div id="{p}results" class="results"></div><div id="{p}tree"></div></section>',
-        f'<section id="{p}middle" class="middle"><div id="{p}graphbar" class="graphbar"></div>'
-        f'<div id="{p}graph" class="graph"></div></section>',
+        f'<div class="mid"><section id="{p}middle" class="middle"><div id="{p}graphbar" class="graphbar"></div>'
+        f'<div id="{p}graph" class="graph"></div></section><div id="{p}minimap" class="minimap" hidden></div></div>',
         f'<section id="{p}panel" class="panel"></section></div></div>',
     ]
 
@@ -86,8 +86,8 @@ def page(ir: IR, overlay: Mapping[str, float | None] | None = None, overlay_name
             '<button id="collapse" type="button">collapse all</button></header>',
             '<main><section id="left" class="left"><div id="summary" class="summary"></div>'
             '<div id="results" class="results"></div><div id="tree"></div></section>',
-            '<section id="middle" class="middle"><div id="graphbar" class="graphbar"></div>'
-            '<div id="graph" class="graph"></div></section>',
+            '<div class="mid"><section id="middle" class="middle"><div id="graphbar" class="graphbar"></div>'
+            '<div id="graph" class="graph"></div></section><div id="minimap" class="minimap" hidden></div></div>',
             '<section id="panel" class="panel"></section></main>',
             f'<script id="ir-data" type="application/json">{embed_json(data)}</script>',
         ]

@@ -30,10 +30,12 @@ def _chromium(args: list[str], profile: Path, timeout: float = 120) -> subproces
                           text=True, timeout=timeout, check=False)
 
 
-def dump_dom(url: str, tmp: Path, *, budget_ms: int | None = 5000) -> str:
-    """The serialized DOM of ``url`` once loaded (its scripts ran; ``budget_ms`` of virtual time for timers)."""
+def dump_dom(url: str, tmp: Path, *, budget_ms: int | None = 5000, size: tuple[int, int] | None = None) -> str:
+    """The serialized DOM of ``url`` once loaded (its scripts ran; ``budget_ms`` of virtual time for timers), in a
+    window of ``size`` (width, height; the browser's default, 800 x 600, without)."""
     budget = [f"--virtual-time-budget={budget_ms}"] if budget_ms is not None else []
-    done = _chromium([*budget, "--dump-dom", url], tmp / "profile-dom")
+    window = [f"--window-size={size[0]},{size[1]}"] if size is not None else []
+    done = _chromium([*budget, *window, "--dump-dom", url], tmp / "profile-dom")
     assert done.returncode == 0 and "<html" in done.stdout, f"chromium --dump-dom failed:\n{done.stderr[-3000:]}"
     return done.stdout
 

@@ -25,6 +25,23 @@ class Drawing:
     clusters: int = 0  #: calls drawn in place
 
 
+def shown_count(ir, key: str, variant: int = 0) -> int:
+    """The nodes of ``key``'s graph the page draws by default: all but the export plumbing it hides
+    (:func:`common.htmlview.data.plumbing`)."""
+    from common.htmlview.data import plumbing
+
+    graph = ir[key].graphs()[variant]
+    return graph.node_count - len(plumbing(graph))
+
+
+def graph_tags(dom: str) -> list[tuple[str, dict]]:
+    """The elements of the first graph drawn (its ``<svg>`` and what it holds; not a minimap's)."""
+    tags = Elements(dom).tags
+    start = next(i for i, (t, a) in enumerate(tags) if t == "svg" and a.get("class") == "graph-svg")
+    end = next((i for i in range(start + 1, len(tags)) if tags[i][0] == "svg"), len(tags))
+    return tags[start:end]
+
+
 def drawing(dom: str) -> Drawing:
     """The first graph of the page (the left side's, in a comparison)."""
     tags = Elements(dom).tags

@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+import torch
 
 import torch2ir
 from common.htmlview import view_html
@@ -147,3 +148,29 @@ def test_an_instance_whose_calls_read_otherwise_gets_its_own_rows():
     (graph, index, row), = block["ro"]  # the one row that reads otherwise: the call of fc1
     assert graph == 0 and home[index][0] == "fc1" and row[2] == "FancyLinear" and row[5] == "blocks.2.fc1"
     assert home[index][2] == "Linear" and "ro" not in data["impls"]["blocks.3"]
+
+
+def test_plumbing_is_only_what_nothing_reads():
+    """Export's checks and inputs that record no value are hidden when nothing reads them; a read input, an unused
+    tensor input and a check some node reads stay drawn."""
+    from common.htmlview.data import plumbing
+    from common.ir import IR, Implementation
+    from common.values import Ref
+
+    meta = {"shape": [2], "dtype": torch.float32}
+    ir = IR()
+    root = ir.add(Implementation("root", "module", meta={"class": "M"}))
+    x = root.add_node("x", "input", "input", meta=meta)
+    root.add_node("mask", "input", "input")  # None, read by nothing: hidden
+    root.add_node("unused", "input", "input", meta=meta)  # a tensor nobody reads: drawn
+    check = root.add_node("check", "function", "aten._assert_tensor_metadata.default", args=[Ref(x)], kwargs={})
+    root.add_edge(x, check, slot=0)
+    scalar = root.add_node("scalar", "function", "aten._assert_scalar.default", args=[Ref(x)], kwargs={})
+    root.add_edge(x, scalar, slot=0)
+    read = root.add_node("read", "function", "aten.relu.default", args=[Ref(scalar)], kwargs={}, meta=meta)
+    root.add_edge(scalar, read, slot=0)  # a check something reads: drawn
+    out = root.add_node("output", "output", "output", args=[[Ref(read)]], kwargs={})
+    root.add_edge(read, out, slot=(0, 0))
+    assert plumbing(root) == ["mask", "check"]
+    names = [r[0] for r in view_data(ir)["impls"]["root"]["g"][0]["n"]]
+    assert [names[i] for i in view_data(ir)["impls"]["root"]["g"][0]["h"]] == ["mask", "check"]

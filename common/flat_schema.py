@@ -25,7 +25,8 @@ from .flat import WEIGHT_KINDS, FlatNode, ValueMeta, WeightMeta
 from .json_files import check_header, dumps, loads_json, node_budget, read_text
 from .names import check_attr_path, check_forward_arg_names, check_identifier
 from .op_args import COUNT_HINT, count_problem, enum_problem
-from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist, check_required_ops
+from .required_ops import check_required_ops
+from .safety import DEFAULT_ALLOWLIST, PYTHON_FUNCTIONS, Allowlist
 from .schema import DEFAULT_MAX_NODES, MAX_GRAPH_NODES, ValueFn, budget_error, check_max_nodes, expect
 from .tensor_files import load_with_tensors, save_with_tensors
 from .treespec import kwarg_names, load_spec

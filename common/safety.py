@@ -33,139 +33,26 @@ raises :class:`~common.errors.UnsafeTargetError`.
 
 from __future__ import annotations
 
-import math
-import operator
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from . import op_classes
-from .errors import IRFormatError, OperatorSurfaceError, ResourceBudgetError, UnsafeTargetError
+from .errors import OperatorSurfaceError, UnsafeTargetError
 from .known_ops import KNOWN_OPS, is_known, resolve_known
 from .opaque import is_class_name
+from .python_functions import BOUNDED_FUNCTIONS as BOUNDED_FUNCTIONS  # re-exported: part of the allow-list
+from .python_functions import HIGHER_ORDER_OPS, PYTHON_FUNCTIONS
+from .python_functions import MAX_INT_BITS as MAX_INT_BITS
+from .python_functions import MAX_SEQUENCE_ITEMS as MAX_SEQUENCE_ITEMS
+from .python_functions import function_name as function_name
+from .python_functions import resolve_python as _resolve_python
 from .surface import in_default_surface, opt_in
-from .values import Subgraph, iter_values
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _ATEN = re.compile(rf"^aten\.({_IDENT})(?:\.({_IDENT}))?$")
-
-_OPERATOR = (
-    "getitem", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos",
-    "matmul", "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_", "invert",
-    "lshift", "rshift", "abs", "index", "contains", "is_", "is_not",
-)  # fmt: skip
-_MATH = ("sqrt", "ceil", "floor", "trunc", "log", "exp", "pow", "sin", "cos", "isinf", "isnan")
-_TORCH = (
-    "abs", "add", "addmm", "all", "any", "arange", "argmax", "argmin", "baddbmm", "bmm", "cat",
-    "chunk", "clamp", "clone", "cos", "cumsum", "div", "einsum", "eq", "exp", "flatten", "full",
-    "gather", "ge", "gt", "index_select", "le", "log", "logsumexp", "lt", "masked_fill", "matmul",
-    "max", "maximum", "mean", "min", "minimum", "mm", "mul", "ne", "neg", "ones", "ones_like",
-    "permute", "pow", "relu", "reshape", "rsqrt", "sigmoid", "sin", "softmax", "split", "sqrt",
-    "squeeze", "stack", "sub", "sum", "tanh", "tensor_split", "tile", "transpose", "tril",
-    "triu", "unsqueeze", "where", "zeros", "zeros_like", "sym_float", "sym_int", "sym_max",
-    "sym_ite", "sym_min", "sym_not", "sym_sum", "Size",
-)  # fmt: skip
-_FUNCTIONAL = (
-    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d", "avg_pool1d",
-    "avg_pool2d", "avg_pool3d", "batch_norm", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
-    "conv_transpose2d", "conv_transpose3d", "dropout", "elu", "embedding", "gelu", "glu",
-    "group_norm", "hardsigmoid", "hardswish", "hardtanh", "instance_norm", "interpolate",
-    "layer_norm", "leaky_relu", "linear", "log_softmax", "max_pool1d", "max_pool2d",
-    "max_pool3d", "mish", "normalize", "pad", "relu", "relu6", "rms_norm",
-    "scaled_dot_product_attention", "selu", "sigmoid", "silu", "softmax", "softplus", "tanh",
-)  # fmt: skip
-
-#: Qualified names of the Python-level functions an IR may name.
-PYTHON_FUNCTIONS: frozenset[str] = frozenset(
-    [f"operator.{n}" for n in _OPERATOR]
-    + [f"math.{n}" for n in _MATH]
-    + [f"torch.{n}" for n in _TORCH]
-    + [f"torch.nn.functional.{n}" for n in _FUNCTIONAL]
-)
-
-#: Higher-order operators an IR may name (their subgraphs are IR graphs themselves).
-HIGHER_ORDER_OPS: frozenset[str] = frozenset(
-    ["higher_order.wrap_with_set_grad_enabled", "higher_order.wrap_with_autocast", "higher_order.cond"]
-)
-
-_ROOTS: dict[str, Any] = {"operator": operator, "math": math, "torch.nn.functional": F, "torch": torch}
-
-#: Largest sequence a Python-level function may build from an IR's values (items).
-MAX_SEQUENCE_ITEMS = 10**7
-#: Largest integer a Python-level function may build from an IR's values (bits).
-MAX_INT_BITS = 10**5
-
-_SEQUENCES = (list, tuple, str, bytes, bytearray)
-
-
-def _too_big(what: str, size: int, limit: int, unit: str) -> ResourceBudgetError:
-    return ResourceBudgetError(f"{what} would build {size} {unit} (limit {limit})", key=what,
-                               hint="the IR's constants ask for a result far larger than any model needs")
-
-
-def _repeat_count(n: Any) -> int | None:
-    """The repeat count Python takes from ``n`` for ``sequence * n`` (through ``__index__``: an int tensor too)."""
-    if isinstance(n, _SEQUENCES) or not hasattr(type(n), "__index__"):
-        return None
-    return operator.index(n)
-
-
-def bounded_mul(a: Any, b: Any) -> Any:
-    """``operator.mul`` that refuses a sequence repetition above :data:`MAX_SEQUENCE_ITEMS` items or an integer
-    product above :data:`MAX_INT_BITS` bits (exact result otherwise; tensors and symbolic ints pass through)."""
-    if isinstance(a, int) and isinstance(b, int):
-        if a.bit_length() + b.bit_length() > MAX_INT_BITS:
-            raise _too_big("operator.mul", a.bit_length() + b.bit_length(), MAX_INT_BITS, "bits")
-    elif isinstance(a, _SEQUENCES) or isinstance(b, _SEQUENCES):
-        seq, n = (a, b) if isinstance(a, _SEQUENCES) else (b, a)
-        count = _repeat_count(n)
-        if count is not None and count > 0 and len(seq) * count > MAX_SEQUENCE_ITEMS:
-            raise _too_big("operator.mul", len(seq) * count, MAX_SEQUENCE_ITEMS, "items")
-    return a * b
-
-
-def bounded_add(a: Any, b: Any) -> Any:
-    """``operator.add`` that refuses a sequence concatenation above :data:`MAX_SEQUENCE_ITEMS` items (a chain of
-    ``x + x`` doubles a list at every node); exact result otherwise."""
-    if isinstance(a, _SEQUENCES) and isinstance(b, _SEQUENCES) and len(a) + len(b) > MAX_SEQUENCE_ITEMS:
-        raise _too_big("operator.add", len(a) + len(b), MAX_SEQUENCE_ITEMS, "items")
-    return a + b
-
-
-def bounded_pow(a: Any, b: Any) -> Any:
-    """``operator.pow`` that refuses an integer power above :data:`MAX_INT_BITS` bits (exact result otherwise)."""
-    if isinstance(a, int) and isinstance(b, int) and b > 0 and a not in (0, 1, -1):
-        bits = (a.bit_length() - 1) * b + 1
-        if bits > MAX_INT_BITS:
-            raise _too_big("operator.pow", bits, MAX_INT_BITS, "bits")
-    return a**b
-
-
-def bounded_lshift(a: Any, b: Any) -> Any:
-    """``operator.lshift`` that refuses an integer above :data:`MAX_INT_BITS` bits (exact result otherwise)."""
-    if isinstance(a, int) and isinstance(b, int) and a and b > 0 and a.bit_length() + b > MAX_INT_BITS:
-        raise _too_big("operator.lshift", a.bit_length() + b, MAX_INT_BITS, "bits")
-    return a << b
-
-
-#: Python-level functions that resolve to a bounded wrapper instead of the builtin.
-BOUNDED_FUNCTIONS: dict[str, Callable] = {
-    "operator.add": bounded_add, "operator.mul": bounded_mul, "operator.pow": bounded_pow,
-    "operator.lshift": bounded_lshift,
-}
-_BOUNDED_NAMES: dict[Callable, str] = {fn: name for name, fn in BOUNDED_FUNCTIONS.items()}
-
-
-def _resolve_python(name: str) -> Callable:
-    if name in BOUNDED_FUNCTIONS:
-        return BOUNDED_FUNCTIONS[name]
-    for prefix in sorted(_ROOTS, key=len, reverse=True):
-        if name.startswith(prefix + "."):
-            return getattr(_ROOTS[prefix], name[len(prefix) + 1 :])
-    raise AssertionError(name)  # unreachable: names come from PYTHON_FUNCTIONS
 
 
 #: An opt-in pattern: ``"ns::op"``, ``"ns::op.overload"`` or ``"ns::*"``.
@@ -432,42 +319,6 @@ ALLOCATING_OPS: frozenset[str] = frozenset(
 )
 
 
-def required_ops_error(missing: list[str], what: str) -> UnsafeTargetError:
-    """The error for names that are not allowed: the registered operators among them with the opt-in to pass,
-    and the rest (``os.system``: not an operator at all) as names that are never imported or called."""
-    refused = {n: r for n in missing if (r := DEFAULT_ALLOWLIST.refusal(n)) is not None}
-    outside = [n for n in missing if DEFAULT_ALLOWLIST.outside_surface(n)]
-    ops = [n for n in missing if (m := _CUSTOM.match(n)) and not n.startswith("aten.") and registered_op(*m.groups())]
-    others = [n for n in missing if n not in ops and n not in refused and n not in outside]
-    parts = [f"refused ATen operators: {', '.join(f'{n} (refused: {r})' for n, r in refused.items())}"] if refused \
-        else []
-    if outside and not (refused or ops or others):
-        return OperatorSurfaceError(
-            f"{what} ATen operators outside the default operator surface (the overloads real models' conversions "
-            f"emit, common/default_ops.txt): {', '.join(outside)}", key="ops",
-            hint=f"if you trust this file, opt in: allow={[opt_in(n) for n in outside]} (command line: "
-                 + " ".join(f"--allow-op {opt_in(n)}" for n in outside) + ")")
-    if outside:
-        parts.append(f"ATen operators outside the default surface (allow={[opt_in(n) for n in outside]} opts "
-                     f"in): {', '.join(outside)}")
-    if ops:
-        parts.append(f"operators that are not on the allow-list: {', '.join(ops)}")
-    if others:
-        parts.append(f"names that are not on the allow-list and are no operator registered in this process (they "
-                     f"will not be imported or called): {', '.join(others)}")
-    patterns = sorted({"::".join(n.split(".")[:2]) for n in ops})
-    if not ops and not others:
-        return UnsafeTargetError(f"{what} {'; and '.join(parts)}", key="ops",
-                                 hint="these ATen operators are never resolved or called (see Operator classes "
-                                      "in docs/ir-spec.md)")
-    hint = ("if you trust the operators, pass allow=" + str(patterns) + " (command line: "
-            + " ".join(f"--allow-op {p}" for p in patterns) + ")") if ops else \
-        "an IR may call ATen operators, the listed torch/operator functions and opted-in registered operators only"
-    if others and ops:
-        hint += "; the other names cannot be allowed this way"
-    return UnsafeTargetError(f"{what} {'; and '.join(parts)}", key="ops", hint=hint)
-
-
 def registered_op(ns: str, op: str, overload: str | None) -> Any:
     """``torch.ops.<ns>.<op>[.<overload>]`` if the dispatcher has that operator, else None.
 
@@ -494,29 +345,6 @@ def registered_op(ns: str, op: str, overload: str | None) -> Any:
     return found if isinstance(found, torch._ops.OpOverload) else None
 
 
-def function_name(fn: Any) -> str:
-    """Qualified name of a callable as an IR names it (``aten.add.Tensor``, ``operator.getitem``).
-
-    Raises:
-        UnsafeTargetError: ``fn`` has no name on the allow-list.
-    """
-    if isinstance(fn, torch._ops.OpOverload):
-        return f"aten.{fn._schema.name.split('::', 1)[1]}.{fn._overloadname}" if fn.namespace == "aten" else str(fn)
-    if isinstance(fn, torch._ops.HigherOrderOperator):
-        return f"higher_order.{fn.name()}"
-    bounded = _BOUNDED_NAMES.get(fn) if callable(fn) else None
-    if bounded is not None:
-        return bounded
-    for prefix, mod in _ROOTS.items():
-        name = getattr(fn, "__name__", None)
-        if name is not None and getattr(mod, name, None) is fn and f"{prefix}.{name}" in PYTHON_FUNCTIONS:
-            return f"{prefix}.{name}"
-    raise UnsafeTargetError(
-        f"callable {fn!r} has no name on the allow-list",
-        hint="use an ATen op or an allowed torch/operator function",
-    )
-
-
 #: The default allow-list (no extra names).
 DEFAULT_ALLOWLIST = Allowlist()
 
@@ -529,41 +357,3 @@ def check_target(name: object, **where: str | None) -> None:
 def resolve_target(name: str, **where: str | None) -> Callable:
     """Resolve ``name`` through the default allow-list (see :meth:`Allowlist.resolve`)."""
     return DEFAULT_ALLOWLIST.resolve(name, **where)
-
-
-def function_names(ir: Any) -> set[str]:
-    """Every function name ``ir`` calls, in every graph, variant and higher-order-op body."""
-    names: set[str] = set()
-
-    def visit(impl: Any) -> None:
-        for _, attrs in impl.graph.nodes(data=True):
-            if attrs.get("type") == "function" and isinstance(attrs.get("implementation"), str):
-                names.add(attrs["implementation"])
-            for _, value in iter_values([attrs.get("args", []), attrs.get("kwargs", {})]):
-                if isinstance(value, Subgraph):
-                    visit(value.impl)
-
-    seen: set[int] = set()
-    for impl in ir.values():
-        source = impl.shared_body or impl  # an unexpanded instance calls what its body calls: read it once
-        if id(source) in seen:
-            continue
-        seen.add(id(source))
-        for graph in source.graphs():
-            visit(graph)
-    return names
-
-
-def check_required_ops(doc: Mapping[str, Any], allowlist: Allowlist | None, source: str) -> None:
-    """Refuse a document whose recorded ``ops`` the loader does not allow, listing all of them.
-
-    Raises:
-        IRFormatError: ``ops`` is not a list of names.
-        UnsafeTargetError: operators outside ``allowlist``, with the ``allow=`` to pass.
-    """
-    ops = doc.get("ops", [])
-    if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops) or len(ops) > 10_000:
-        raise IRFormatError(f"{source}: 'ops' must be a list of operator names", key="ops")
-    missing = (allowlist or DEFAULT_ALLOWLIST).required(ops)
-    if missing:
-        raise required_ops_error(missing, f"{source} calls")

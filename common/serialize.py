@@ -30,7 +30,8 @@ from .bodies import share
 from .errors import IRFormatError
 from .ir import IR
 from .json_files import PathLike, check_header, dumps, node_budget
-from .safety import DEFAULT_ALLOWLIST, Allowlist, check_required_ops, function_names
+from .required_ops import check_required_ops, function_names
+from .safety import DEFAULT_ALLOWLIST, Allowlist
 from .schema import DEFAULT_MAX_NODES
 from .tensor_files import load_with_tensors, save_with_tensors
 from .values import decode, encode

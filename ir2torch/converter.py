@@ -18,7 +18,8 @@ from common.ir import IR, Implementation
 from common.notes import CustomBackwardWarning, custom_backward_message, custom_backward_names
 from common.opaque import OPAQUE_TYPE, traced_alone
 from common.registry import Registry, Where
-from common.safety import Allowlist, function_names
+from common.required_ops import function_names
+from common.safety import Allowlist
 from common.validate import validate
 from ir2torch.budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
 from ir2torch.codegen.shared import CodeCache

@@ -27,7 +27,7 @@ from torch import nn
 import torch2ir
 from common import safety
 from common.errors import IRError
-from common.safety import function_names
+from common.required_ops import function_names
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ import ir2torch
 import torch2ir
 from common import safety
 from common.errors import IRError
-from common.safety import function_names
+from common.required_ops import function_names
 from common.surface import opt_in
 from ir2torch.op_preconditions import PRECONDITIONS
 from ir2torch.run_safety.index_checks import INDEX_OPS

@@ -15,7 +15,8 @@ from common.errors import ConversionError, IRError, listing
 from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
 from common.module_state import kept_attributes
 from common.notes import CUSTOM_BACKWARD_KEY
-from common.safety import Allowlist, function_names, required_ops_error
+from common.required_ops import function_names, required_ops_error
+from common.safety import Allowlist
 from common.state_dict import in_state_dict
 from common.validate import validate
 from torch2ir.frontend.export import (

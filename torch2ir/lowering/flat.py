@@ -31,7 +31,8 @@ from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError, IRError, IRSerializationError
 from common.flat import FlatIR, FlatNode, ValueMeta, WeightMeta
-from common.safety import Allowlist, function_name, required_ops_error
+from common.required_ops import required_ops_error
+from common.safety import Allowlist, function_name
 from common.values import Ref, dtype_name, encode, iter_refs
 from torch2ir.hierarchy.tensormeta import FUNCTORCH_FIX, dim, functorch_problem, range_bound
 

@@ -313,7 +313,7 @@ class FlatIR:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the versioned, deterministic JSON file; tensors go to ``<stem>.tensors.<sha256[:16]>.safetensors``."""
-        from .flat_schema import save_flat
+        from .flat_files import save_flat
 
         return save_flat(self, path)
 
@@ -333,7 +333,7 @@ class FlatIR:
             UnsafeTargetError: an op name is outside the allow-list (nothing is imported or called); the ops
                 a file records as needed are all listed, with the ``allow=`` to pass.
         """
-        from .flat_schema import load_flat
+        from .flat_files import load_flat
 
         return load_flat(cls, path, (allowlist or Allowlist()).extended(allow), frozenset(extra_ops), max_nodes)
 

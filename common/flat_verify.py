@@ -31,8 +31,9 @@ import torch.fx._pytree as fx_pytree
 from torch import fx
 from torch.utils import _pytree as pytree
 
+from .pytree_compare import _compare_leaf, _snapshot
 from .safety import function_name
-from .verify import VerificationError, _compare_leaf, _snapshot
+from .verify import VerificationError
 
 
 @dataclass

@@ -293,7 +293,8 @@ class Ir2Torch:
         if isinstance(ir, FlatIR):
             return ir
         if isinstance(ir, (str, os.PathLike)):
-            from common.flat_schema import FLAT_FORMAT, document_format
+            from common.flat_files import document_format
+            from common.flat_schema import FLAT_FORMAT
 
             if document_format(ir) == FLAT_FORMAT:
                 return FlatIR.load(ir, allowlist=self.allowlist, extra_ops=self.executors.keys())

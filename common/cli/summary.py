@@ -16,7 +16,8 @@ from pathlib import Path
 from ..compare import differences
 from ..errors import IRFormatError
 from ..flat import FlatIR
-from ..flat_schema import FLAT_FORMAT, document_format
+from ..flat_files import document_format
+from ..flat_schema import FLAT_FORMAT
 from ..ir import IR
 from ..render.graphs import compact_count, flat_hierarchy_graph
 from ..serialize import IR_FORMAT

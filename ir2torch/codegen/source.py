@@ -19,27 +19,26 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import fx
-from torch.fx import _pytree as fx_pytree
-from torch.fx.graph import CodeGen, _format_target, _PyTreeCodeGen, _PyTreeInfo
+from torch.fx.graph import CodeGen, _PyTreeCodeGen, _PyTreeInfo
 from torch.utils import _pytree as pytree
 
-from common.errors import InputMismatchError, UnsafeNameError
+from common.errors import UnsafeNameError
 from common.names import RESPELLED_NAMES, check_forward_arg_names, generated_global
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
-from common.treespec import describe_spec, kwarg_names, load_spec
+from common.treespec import kwarg_names, load_spec
+from ir2torch.codegen.arguments import ArgumentFlattener, _not_a_sequence
+from ir2torch.codegen.constants import _respelled_constants, _spelled
 from ir2torch.codegen.lazy import defer, generating
+from ir2torch.codegen.lookups import _fast_lookups
 from ir2torch.codegen.module_call import call_module
 from ir2torch.codegen.module_call import child as module_child
 from ir2torch.codegen.shared import CodeCache, placeholder_module
-from ir2torch.guards.check import _fits, check_structure
-from ir2torch.guards.specs import is_call_spec
 
 _COMPONENT = re.compile(r"[A-Za-z0-9_-]+\Z")  # common.names' rule: quoted where not an identifier
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -227,204 +226,6 @@ class SafePyTreeCodeGen(_UniqueNames, _PyTreeCodeGen):
                     f"{self._name(generated_global('out_ctx', index))})")
         items = "".join(self._build(c, leaves, calls, show) + ", " for c in spec.children())
         return f"({items})" if spec.type is tuple else f"[{items}]"
-
-
-#: Names the generated module class answers itself (its ``code``, ``graph``, ``forward``...): looked up as fx writes
-#: them, never in the module's dictionaries.
-_CLASS_NAMES = frozenset(dir(fx.GraphModule)) | {"_wrapped_call"}
-
-
-def _first_hop(root: str, name: str, kinds: tuple[str, ...]) -> str:
-    """``root.name`` as ``nn.Module.__getattr__`` finds it (its ``_parameters``, ``_buffers``, ``_modules``, in that
-    order, among ``kinds``), else fx's own expression. The same object without ``__getattr__``'s failed lookup
-    first: a submodule, parameter or buffer of a module costs about 0.55 us through the attribute and 0.03 us from
-    its dictionary."""
-    plain = _format_target(root, name)
-    if name in _CLASS_NAMES:
-        return plain
-    tests = "".join(f'{root}.{kind}["{name}"] if "{name}" in {root}.{kind} else ' for kind in kinds)
-    return f"({tests}{plain})"
-
-
-def _fast_lookups(src: str, nodes: Any, root_module: str, name_of: Callable[[str], str] = str) -> str:
-    """``src`` with the module's own submodules, parameters and buffers read from its dictionaries, and each
-    submodule call ``x = self.a.b(...)`` written ``x = _ir_call_module(<self.a>.b, ...)``
-    (:func:`ir2torch.codegen.module_call.call_module`: the same call, two frames fewer without hooks).
-
-    Only the start of the line fx wrote for a ``call_module`` or ``get_attr`` node changes, from names fx made and
-    the graph's checked targets (:func:`check_graph`), so the lines, and the line-to-node map error reports use,
-    stay as they are; a line in another form is left as fx wrote it. The first step of a path is the generated
-    module's own (a class fx and the rebuilder define); a later step goes through
-    :func:`ir2torch.codegen.module_call.child`, which reads a torch container's ``_modules`` and takes ``getattr`` for
-    anything else, since a user's module may sit there."""
-    edits: dict[str, tuple[str, str, str]] = {}  # node name -> (op, fx's target text, the new target text)
-    for node in nodes:
-        if node.op not in ("call_module", "get_attr"):
-            continue
-        first, _, rest = node.target.partition(".")
-        if node.op == "call_module" or rest:
-            base = _first_hop(root_module, first, ("_modules",))
-        else:
-            base = _first_hop(root_module, first, ("_parameters", "_buffers", "_modules"))
-        target = base
-        for name in rest.split(".") if rest else ():
-            target = f'{name_of(generated_global("child"))}({target}, "{name}")'
-        edits[node.name] = (node.op, _format_target(root_module, node.target), target)
-    if not edits:
-        return src
-    # one pass over the lines (a ``str.replace`` per node rescans the whole source: quadratic in a large graph);
-    # each node's first line of the form fx writes changes, as the replacements of each head did
-    lines = src.split("\n")
-    done: set[tuple[str, str]] = set()
-    call = name_of(generated_global("call_module"))
-    for i in range(1, len(lines)):
-        line = lines[i]
-        if not line.startswith("    "):
-            continue
-        name = line[4:line.find(" = ", 4)] if " = " in line else ""
-        edit = edits.get(name)
-        if edit is None:
-            continue
-        op, written, target = edit
-        head = f"    {name} = {written}"
-        if not line.startswith(head):
-            continue
-        end = line[len(head):len(head) + 1]
-        if op == "call_module":
-            if end == "(" and (name, "(") not in done:
-                lines[i] = f"    {name} = {call}({target}, " + line[len(head) + 1:]
-                done.add((name, "("))
-        elif end == ";" and (name, ";") not in done:
-            lines[i] = f"    {name} = {target}" + line[len(head):]
-            done.add((name, ";"))
-        elif end == "" and i < len(lines) - 1 and (name, "\n") not in done:
-            lines[i] = f"    {name} = {target}"
-            done.add((name, "\n"))
-    return "\n".join(lines)
-
-
-def _not_a_sequence(name: str, value: Any) -> None:
-    """Generated code's refusal of a non-sequence where the trace was given a tuple or list.
-
-    Raises:
-        InputMismatchError: always, naming the argument.
-    """
-    raise InputMismatchError(f"argument {name!r} is a {type(value).__name__}; the module was converted with a "
-                             "tuple or list of tensors here", key=name,
-                             hint="pass a tuple or list as in the conversion call, or convert again with this call")
-
-
-class ArgumentFlattener:
-    """How generated code binds nested arguments (``_ir_flatten(([a, b], {'k': k}), self._in_spec)``): the call's
-    structure is checked against the traced one first, with the rule of the root's input guard
-    (:meth:`ir2torch.guards.check.InputGuard.check_call`: a list for a tuple and plain-dict keys in another order
-    are read
-    alike, any other difference is refused, an ``OrderedDict`` for a ``dict`` or the reverse included), then flattened
-    as fx flattens it. A mismatch raises :class:`~common.errors.InputMismatchError` naming the argument and both
-    structures in short, never the values (fx's flattening cut a longer list to the traced length without a word,
-    and its error printed every tensor of the argument).
-    """
-
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.names = names
-
-    def __call__(self, value: Any, spec: pytree.TreeSpec) -> list[Any]:
-        if not _fits(pytree.tree_structure(value), spec):
-            self._refuse(value, spec)
-        return fx_pytree.tree_flatten_spec(value, spec)
-
-    def _refuse(self, value: Any, spec: pytree.TreeSpec) -> None:
-        tops: list[tuple[str, Any, pytree.TreeSpec]] = []
-        if is_call_spec(spec) and isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], dict):
-            args, kwargs = value
-            specs = [*spec.child(0).children(), *spec.child(1).children()]
-            given = [*args, *(kwargs.get(k) for k in spec.child(1).context)]
-            tops = list(zip(self.names, given, specs))
-        for name, item, item_spec in tops:
-            check_structure(name, item, item_spec)
-        raise InputMismatchError(
-            f"the arguments have pytree structure {describe_spec(pytree.tree_structure(value))}, but the module was "
-            f"converted with {describe_spec(spec)}",
-            hint="call the module with the structure of the converted call, or convert again with this one")
-
-
-def _spelling(value: Any) -> str | None:
-    """The global fx's ``repr`` of constant ``value`` names (``device(type='cpu')``, ``inf``, ``nan``), if any."""
-    if type(value) is torch.device:
-        return "device"
-    if type(value) is float and not math.isfinite(value):
-        return "nan" if math.isnan(value) else "inf"
-    return None
-
-
-def _respelled_constants(nodes: Any, shadowed: frozenset[str] | set[str]) -> list[Any]:
-    """The distinct constants of ``nodes``' arguments whose ``repr`` names one of ``shadowed``, in first-use order."""
-    found: list[Any] = []
-
-    def visit(value: Any) -> Any:
-        if _spelling(value) in shadowed and not any(_same_constant(value, f) for f in found):
-            found.append(value)
-        return value
-
-    for node in nodes:
-        if node.op not in ("placeholder", "output"):
-            fx.node.map_aggregate((node.args, node.kwargs), visit)
-        elif node.op == "output":
-            fx.node.map_aggregate(node.args, visit)
-    return found
-
-
-def _same_constant(a: Any, b: Any) -> bool:
-    if type(a) is not type(b):
-        return False
-    if type(a) is float:
-        return repr(a) == repr(b)  # nan equals itself here
-    return bool(a == b)
-
-
-class _Spelled:
-    """Stands, while fx writes the source, for a constant generated code reads from the global ``name``."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-@contextlib.contextmanager
-def _spelled(nodes: Any, constants: list[Any], names: list[str]) -> Iterator[None]:
-    """While fx writes the source: each of ``constants`` in the nodes' arguments replaced by a stand-in whose
-    ``repr`` is its global's name (``names``); the arguments are put back after."""
-    if not constants:
-        yield
-        return
-
-    swapped: list[bool] = []
-
-    def swap(value: Any) -> Any:
-        for constant, name in zip(constants, names):
-            if _same_constant(value, constant):
-                swapped.append(True)
-                return _Spelled(name)
-        return value
-
-    saved = []
-    try:
-        for node in nodes:
-            if node.op == "placeholder":
-                continue
-            swapped.clear()
-            args, kwargs = fx.node.map_aggregate((node.args, node.kwargs), swap)
-            if swapped:
-                saved.append((node, node.args, node.kwargs))
-                node.args, node.kwargs = args, kwargs
-        yield
-    finally:
-        for node, args, kwargs in saved:
-            node.args, node.kwargs = args, kwargs
 
 
 def calling_convention(meta: dict[str, Any], implementation: str, codes: CodeCache | None = None) -> SafePyTreeCodeGen:

@@ -21,7 +21,7 @@ from common.errors import StateDictError, listing
 from common.flat import FlatIR, WeightMeta
 from common.values import dtype_from_name, dtype_name
 from ir2torch.budget import AVAILABLE, Budget, check_budget, shape_bytes, target_device
-from ir2torch.rebuild.graphs import owner_of
+from ir2torch.rebuild.paths import owner_of
 from ir2torch.rebuild.state import read_state
 
 StateSource = Mapping[str, torch.Tensor] | str | os.PathLike | nn.Module | None

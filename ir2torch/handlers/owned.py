@@ -27,7 +27,7 @@ from common.errors import BuildError, IRFormatError
 from common.injectors import CLASS_TAG, ENUM_TAG, INJECTOR_TAG, is_injector, tag_of
 from common.ir import IR, Implementation
 from common.opaque import OPAQUE_TYPE, OWNED_TYPE, check_owned, owner_of
-from ir2torch.rebuild.graphs import relative_path
+from ir2torch.rebuild.paths import relative_path
 
 #: ``$class`` values of these packages are allowed without ``allow=`` (module classes, checked on import).
 FREE_CLASS_PREFIX = "torch.nn.modules."

@@ -13,7 +13,7 @@ from torch import nn
 from common.errors import IRFormatError, StateDictError, listing
 from common.ir import IR, parent_key
 from common.state_dict import in_state_dict, record_mismatch
-from ir2torch.rebuild.graphs import relative_path, set_submodule
+from ir2torch.rebuild.paths import relative_path, set_submodule
 
 
 def attach_children(ir: IR, modules: Mapping[str, nn.Module]) -> nn.Module:

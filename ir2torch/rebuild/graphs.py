@@ -27,7 +27,7 @@ import torch
 from torch import fx, nn
 from torch.fx.immutable_collections import immutable_dict
 
-from common.errors import ArgumentMismatchError, BuildError, IRValidationError
+from common.errors import ArgumentMismatchError, IRValidationError
 from common.functional_modules import method_of
 from common.ir import CARRIED_NOTES, NOTES_KEY, ORIGINAL_CLASS_KEY, Implementation, slot_path
 from common.names import CODEGEN_NAMES, sanitize, without_counter
@@ -42,6 +42,7 @@ from ir2torch.codegen.source import calling_convention, compile_variant, install
 from ir2torch.guards.same_inputs import insert_same_inputs
 from ir2torch.guards.signature_check import SignatureCheck
 from ir2torch.rebuild.instances import instantiate, record, template_key
+from ir2torch.rebuild.paths import owner_of
 
 #: Ops that only check what the trace saw (a value's dtype, device, layout) and return nothing. Export puts one
 #: at every ``.to(...)``; eager PyTorch never runs them, so a rebuilt graph leaves them out when nothing uses them.
@@ -55,36 +56,6 @@ def run_with_grad_enabled(enabled: bool, body: Any, *args: Any) -> Any:
     record as an extra, empty region when the rebuilt model is converted again)."""
     with torch.enable_grad() if enabled else torch.no_grad():
         return body(*args)
-
-
-def relative_path(parent: str, key: str) -> str:
-    """Path of implementation ``key`` as an attribute path below ``parent``."""
-    return key if parent == "root" else key[len(parent) + 1 :]
-
-
-def owner_of(root: nn.Module, path: str) -> tuple[nn.Module, str]:
-    """The module holding attribute ``path`` of ``root`` and the attribute's own name,
-    creating plain ``nn.Module`` containers for missing levels."""
-    *prefix, last = path.split(".")
-    module = root
-    for part in prefix:
-        nxt = module._modules.get(part)
-        if nxt is None:
-            nxt = nn.Module()
-            module.add_module(part, nxt)
-        module = nxt
-    return module, last
-
-
-def set_submodule(root: nn.Module, path: str, child: nn.Module) -> None:
-    """``root.<path> = child`` (see :func:`owner_of`)."""
-    module, last = owner_of(root, path)
-    try:
-        module.add_module(last, child)
-    except (KeyError, TypeError) as exc:  # an attribute of that name is already there (an opaque leaf's)
-        raise BuildError(f"cannot attach the module {path!r}: {exc}", key=path,
-                         hint="an implementation's attribute and a child share a name: the file is corrupt or "
-                              "hostile") from None
 
 
 def _call_target(impl: Implementation, node: str, attrs: dict[str, Any]) -> str:

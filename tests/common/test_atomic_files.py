@@ -30,7 +30,7 @@ import torch
 import torch2ir
 from common import IR, FlatIR
 from common.errors import IRError, IRFormatError
-from common.flat_schema import document_format
+from common.flat_files import document_format
 from common.values import encode
 from tests.common.atomic_saver import Stack, contents
 

@@ -1,4 +1,4 @@
-"""Telling an IR file from a FlatIR file (``common.flat_schema.document_format``, used by ``ir2torch.convert(path)``
+"""Telling an IR file from a FlatIR file (``common.flat_files.document_format``, used by ``ir2torch.convert(path)``
 and ``ir2torch show``): from the header ``save`` writes first, or from the whole document when it starts otherwise;
 the loader chosen still parses and checks everything."""
 
@@ -13,7 +13,8 @@ from torch import nn
 import ir2torch
 import torch2ir
 from common.errors import IRFormatError
-from common.flat_schema import FLAT_FORMAT, document_format
+from common.flat_files import document_format
+from common.flat_schema import FLAT_FORMAT
 from common.serialize import IR_FORMAT
 
 

@@ -1,1 +1,12 @@
-"""ir2torch.codegen.source."""
+"""The one place ir2torch turns a graph into Python source, and what guards and speeds it.
+
+- :mod:`.source`: the safe code generators and the checks every string of a graph passes before it reaches source;
+- :mod:`.constants`, :mod:`.arguments`, :mod:`.lookups`: constants spelled in source, nested arguments bound,
+  faster reads of a module's own children and state;
+- :mod:`.shared`, :mod:`.lazy`: source generated and compiled once per distinct graph, or at first use;
+- :mod:`.module_call`, :mod:`.direct_op`: the calls generated code makes;
+- :mod:`.constant_fold`, :mod:`.fold_cache`: the input-independent part of a graph split off and cached.
+
+May import: ``common`` (its core), torch, ``ir2torch.guards`` and ``ir2torch.run_safety``. Never ``torch2ir``;
+names in generated source come from the rebuilder, never from a file.
+"""

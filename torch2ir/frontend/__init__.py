@@ -1,1 +1,10 @@
-"""torch2ir.frontend.export."""
+"""The torch.export frontend: trace a model once, with what the hierarchy needs from the trace.
+
+- :mod:`.export`: ``torch.export.export(strict=False)`` with the facts it records (``lean_export``, call signatures
+  to preserve), its log output kept quiet (:mod:`.logs`);
+- :mod:`.hooks`: module hooks carried where the trace shows their ops, refused by name elsewhere;
+- :mod:`.functional_calls`: ``FloatFunctional``-like modules made visible to the trace;
+- :mod:`.custom_backward`: custom ``autograd.Function`` classes the forward calls (their backward is not in the trace).
+
+May import: ``common`` (its core) and torch. Never ``ir2torch``; nothing of the later stages of ``torch2ir``.
+"""

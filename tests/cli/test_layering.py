@@ -78,3 +78,12 @@ def test_the_layer_contract_lists_every_core_module():
     assert modules - tools == set(core["source_modules"]), (
         f"not in the core contract: {sorted(modules - tools - set(core['source_modules']))}; "
         f"listed but gone: {sorted(set(core['source_modules']) - modules)}")
+
+
+def test_architecture_doc_names_every_package():
+    """docs/architecture.md names every subpackage of the three packages, so a new one is placed there too."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    packages = sorted(f"{p.parent.name}/" for top in ("common", "torch2ir", "ir2torch")
+                      for p in (REPO / top).glob("*/__init__.py"))
+    missing = [p for p in packages if f"`{p}`" not in text]
+    assert not missing, f"docs/architecture.md does not name: {missing}"

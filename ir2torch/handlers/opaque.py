@@ -28,10 +28,9 @@ a cache, a lock) is missing: such a module was refused when converted, unless it
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import importlib
 import inspect
-import sys
 import types
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,6 +51,7 @@ from common.opaque import (
     same_package,
 )
 from common.safety import Allowlist
+from ir2torch.handlers._imports import import_named
 from ir2torch.handlers.owned import FREE_CLASS_PREFIX, injector
 
 Builder = Callable[[Implementation], nn.Module]
@@ -89,24 +89,16 @@ def resolve_class(name: str, impl: str) -> type[nn.Module]:
     Raises:
         BuildError: nothing importable has that name, or it is not an ``nn.Module`` subclass.
     """
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:cut])
-        try:
-            obj: Any = sys.modules.get(module_name) or importlib.import_module(module_name)
-        except ImportError:
-            continue
-        try:
-            for attr in parts[cut:]:
-                obj = inspect.getattr_static(obj, attr)
-        except AttributeError:
-            continue
-        if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
-            raise BuildError(f"opaque class {name!r} is a {type(obj).__name__}, not an nn.Module subclass",
-                             implementation=impl, hint="an opaque leaf names the module class it was converted from")
-        return obj
-    raise BuildError(f"opaque class {name!r} cannot be imported", implementation=impl,
-                     hint="install the library that defines it, or register a builder (Ir2Torch.register_opaque)")
+    try:
+        obj = import_named(name)
+    except LookupError:
+        raise BuildError(f"opaque class {name!r} cannot be imported", implementation=impl,
+                         hint="install the library that defines it, or register a builder (Ir2Torch.register_opaque)"
+                         ) from None
+    if not (isinstance(obj, type) and issubclass(obj, nn.Module)):
+        raise BuildError(f"opaque class {name!r} is a {type(obj).__name__}, not an nn.Module subclass",
+                         implementation=impl, hint="an opaque leaf names the module class it was converted from")
+    return obj
 
 
 def _check_attribute(cls: type, name: str, impl: str) -> None:
@@ -193,17 +185,10 @@ def _object(record: Mapping[str, Any], impl: str) -> Any:
     if "function" in record:
         return _function(record["function"], impl)
     name = record["class"]
-    parts = name.split(".")
-    obj: Any = None
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj = sys.modules.get(".".join(parts[:cut])) or importlib.import_module(".".join(parts[:cut]))
-            for attr in parts[cut:]:
-                obj = inspect.getattr_static(obj, attr)
-        except (ImportError, AttributeError):
-            obj = None
-            continue
-        break
+    try:
+        obj: Any = import_named(name)
+    except LookupError:
+        obj = None
     if not isinstance(obj, type) or issubclass(obj, nn.Module) or obj.__new__ is not object.__new__ or \
             "__slots__" in vars(obj) or obj.__module__ in ("builtins", "os", "sys", "subprocess"):
         raise BuildError(f"object class {name!r} cannot be imported or is not a plain class (a module class, its own "
@@ -222,17 +207,10 @@ def _function(name: str, impl: str) -> Any:
     Raises:
         BuildError: nothing importable has that name, or it is no plain Python function (a builtin, a class).
     """
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj: Any = sys.modules.get(".".join(parts[:cut])) or importlib.import_module(".".join(parts[:cut]))
-            for attr in parts[cut:]:
-                obj = inspect.getattr_static(obj, attr)
-        except (ImportError, AttributeError):
-            continue
+    with contextlib.suppress(LookupError):
+        obj = import_named(name)
         if isinstance(obj, types.FunctionType):
             return obj
-        break
     raise BuildError(f"function {name!r} cannot be imported or is no plain Python function", implementation=impl,
                      hint="an opaque leaf's function attributes are module-level functions of its package")
 
@@ -244,17 +222,10 @@ def _config_class(name: str, impl: str) -> type:
     Raises:
         BuildError: it cannot be imported or is no configuration class.
     """
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj: Any = sys.modules.get(".".join(parts[:cut])) or importlib.import_module(".".join(parts[:cut]))
-            for attr in parts[cut:]:
-                obj = inspect.getattr_static(obj, attr)
-        except (ImportError, AttributeError):
-            continue
+    with contextlib.suppress(LookupError):
+        obj = import_named(name)
         if isinstance(obj, type) and callable(getattr(obj, "from_dict", None)):
             return obj
-        break
     raise BuildError(f"configuration class {name!r} cannot be imported or has no from_dict", implementation=impl,
                      hint="install the library that defines it, or register a builder (Ir2Torch.register_opaque)")
 

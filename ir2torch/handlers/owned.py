@@ -15,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import enum
-import importlib
-import inspect
 import sys
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
@@ -27,6 +25,7 @@ from common.errors import BuildError, IRFormatError
 from common.injectors import CLASS_TAG, ENUM_TAG, INJECTOR_TAG, is_injector, tag_of
 from common.ir import IR, Implementation
 from common.opaque import OPAQUE_TYPE, OWNED_TYPE, check_owned, owner_of
+from ir2torch.handlers._imports import import_named
 from ir2torch.rebuild.paths import relative_path
 
 #: ``$class`` values of these packages are allowed without ``allow=`` (module classes, checked on import).
@@ -40,17 +39,12 @@ def _import(name: str, impl: str) -> Any:
     Raises:
         BuildError: nothing importable has that name.
     """
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj: Any = sys.modules.get(".".join(parts[:cut])) or importlib.import_module(".".join(parts[:cut]))
-            for attr in parts[cut:]:
-                obj = inspect.getattr_static(obj, attr)
-        except (ImportError, AttributeError):
-            continue
-        return obj
-    raise BuildError(f"{name!r} cannot be imported", implementation=impl,
-                     hint="install the library that defines it, or register a builder (Ir2Torch.register_opaque)")
+    try:
+        return import_named(name)
+    except LookupError:
+        raise BuildError(f"{name!r} cannot be imported", implementation=impl,
+                         hint="install the library that defines it, or register a builder (Ir2Torch.register_opaque)"
+                         ) from None
 
 
 def injector(value: Mapping[str, Any], impl: str) -> type:

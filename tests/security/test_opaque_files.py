@@ -13,10 +13,10 @@ import torch
 import ir2torch
 from common import IR
 from common.errors import IRError
+from tests.security.refusals import NEVER, refused
 from tests.torch2ir.test_opaque import GATE, X, _converted
 
 #: A standard-library module no test imports (importing it prints the Zen of Python): proof that nothing was.
-NEVER = "this"
 
 
 @pytest.fixture(scope="module")
@@ -35,20 +35,11 @@ def _write(tmp_path: Path, doc: dict, **gate: object) -> Path:
     return path
 
 
-def _refused(path: Path, state: dict, allow: list[str]) -> IRError:
-    before = set(sys.modules)
-    with pytest.raises(IRError) as info:
-        ir2torch.convert(path, state, allow=allow)
-    assert NEVER not in sys.modules
-    assert not {m for m in set(sys.modules) - before if not m.startswith(("torch", "ir2torch", "common", "encodings"))}
-    return info.value
-
-
 @pytest.mark.parametrize("name", [f"{NEVER}.Zen", "os.system", "builtins.eval", "subprocess.Popen",
                                   "collections.OrderedDict"])
 def test_a_class_not_allowed_is_never_imported(tmp_path, saved, name) -> None:
     doc, state = saved
-    error = _refused(_write(tmp_path, doc, **{"class": name}), state, allow=[])
+    error = refused(_write(tmp_path, doc, **{"class": name}), state, allow=[])
     assert name in error.message and "allow=" in error.hint
 
 
@@ -58,7 +49,7 @@ def test_an_allowed_name_that_is_not_a_module_class_is_never_called(tmp_path, sa
     doc, state = saved
     calls = []
     monkeypatch.setattr("os.system", lambda *a: calls.append(a))
-    error = _refused(_write(tmp_path, doc, **{"class": name}), state, allow=[name])
+    error = refused(_write(tmp_path, doc, **{"class": name}), state, allow=[name])
     assert "not an nn.Module subclass" in error.message
     assert not calls
 
@@ -81,7 +72,7 @@ def test_hostile_attribute_names_are_refused_on_load(tmp_path, saved, attributes
         IR.load(_write(tmp_path, doc, attributes=attributes))
 
 
-def test_deeply_nested_values_are_refused(tmp_path, saved) -> None:
+def test_deeply_nested_values_arerefused(tmp_path, saved) -> None:
     doc, _ = saved
     value: object = 1
     for _ in range(40):
@@ -91,7 +82,7 @@ def test_deeply_nested_values_are_refused(tmp_path, saved) -> None:
 
 
 @pytest.mark.parametrize("value", [{"$ref": "x"}, {"$device": "cpu"}, {"$dtype": "os.system"}])
-def test_values_that_are_not_plain_are_refused(tmp_path, saved, value) -> None:
+def test_values_that_are_not_plain_arerefused(tmp_path, saved, value) -> None:
     doc, _ = saved
     with pytest.raises(IRError):
         IR.load(_write(tmp_path, doc, attributes={"v": value}))

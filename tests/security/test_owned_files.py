@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +15,10 @@ import ir2torch
 from common import IR
 from common.errors import IRError
 from common.opaque import named_classes
+from tests.security.refusals import NEVER, refused
 from tests.torch2ir.test_opaque_brevitas import _convert, _model
 
 #: A standard-library module no test imports (importing it prints the Zen of Python): proof that nothing was.
-NEVER = "this"
 
 
 @pytest.fixture(scope="module")
@@ -39,15 +38,6 @@ def _planted(tmp_path: Path, saved: tuple, change: Any) -> Path:
     path = tmp_path / "m.json"
     path.write_text(json.dumps(doc))
     return path
-
-
-def _refused(path: Path, state: dict, allow: list[str]) -> IRError:
-    before = set(sys.modules)
-    with pytest.raises(IRError) as info:
-        ir2torch.convert(path, state, allow=allow)
-    assert NEVER not in sys.modules
-    assert not {m for m in set(sys.modules) - before if not m.startswith(("torch", "ir2torch", "common", "encodings"))}
-    return info.value
 
 
 def _tag(key: str, value: Any) -> dict:
@@ -105,7 +95,7 @@ def test_a_hostile_value_is_refused_and_nothing_runs(tmp_path, saved, name, monk
     _, state, allow, _ = saved
     calls: list[Any] = []
     monkeypatch.setattr("os.system", lambda *a: calls.append(a))
-    _refused(_planted(tmp_path, saved, HOSTILE[name]), state, allow)
+    refused(_planted(tmp_path, saved, HOSTILE[name]), state, allow)
     assert not calls
 
 
@@ -118,7 +108,7 @@ def test_the_file_as_saved_rebuilds(tmp_path, saved) -> None:
 def test_an_injector_class_is_never_imported_unless_allowed(tmp_path, saved) -> None:
     _, state, allow, _ = saved
     path = _planted(tmp_path, saved, lambda i: _weight(i).update({"class": f"{NEVER}.Zen"}))
-    error = _refused(path, state, [a for a in allow if "SixBit" not in a])
+    error = refused(path, state, [a for a in allow if "SixBit" not in a])
     assert f"{NEVER}.Zen" in error.message and "allow=" in error.hint
 
 

@@ -5,7 +5,7 @@
     torch2ir demo --out demo-out
     torch2ir convert tests.models.zoo:ConvNet --import-path . -i 2x3x16x16 -o convnet.ir.json \
         --state convnet.safetensors
-    torch2ir convert bert --hf --config '{"num_hidden_layers": 2}' -i 2x8:int64 -o bert.ir.json
+    torch2ir convert bert --hf --config '{"num_hidden_layers": 2}' -i 2x8:int64 -o bert.ir.json --dynamic 0=batch,1=seq
     torch2ir lower bert --hf --meta -i 1x128:int64 -o bert.flat.json
 
 ``MODEL`` imports and runs Python code and must be trusted (an IR file is only read as data); the
@@ -17,12 +17,16 @@ This module imports nothing of ``ir2torch``; ``demo`` runs :func:`common.cli.dem
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from common.cli.app import EXIT_OK, CommandError, Parser, add_allow_op, add_common_options, run
+from common.cli.app import EXIT_OK, CommandError, Parser, add_allow_op, add_common_options, first_line, run
+from common.cli.dynamic import DYNAMIC_HELP, dynamic_shapes, parse_dynamic
 from common.cli.model import add_model_arguments, model_and_inputs
+from common.errors import IRError
 from common.progress import Progress
 
 __all__ = ["build_parser", "main"]
@@ -56,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--opaque", action="append", default=[], metavar="auto|PKG.MOD.CLASS",
                          help="keep modules torch.export cannot trace as opaque leaves: 'auto' (each failing "
                          "module's class) or a qualified class name (repeatable); see docs/opaque.md")
+    convert.add_argument("--dynamic", action="append", default=[], metavar="[INPUT.]DIM=NAME,...", help=DYNAMIC_HELP)
     add_allow_op(convert)
     add_common_options(convert)
     convert.set_defaults(func=_convert)
@@ -67,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     lower.add_argument("-o", "--output", required=True, type=Path, metavar="FILE", help="the FlatIR JSON file to write")
     lower.add_argument("--decompose", action="store_true", help="decompose to the core ATen op set")
     lower.add_argument("--state", type=Path, metavar="FILE.safetensors", help="also write the model's weights")
+    lower.add_argument("--dynamic", action="append", default=[], metavar="[INPUT.]DIM=NAME,...", help=DYNAMIC_HELP)
     add_allow_op(lower)
     add_common_options(lower)
     lower.set_defaults(func=_lower)
@@ -102,10 +108,12 @@ def _convert(options: argparse.Namespace) -> int:
     with Progress(3 + (options.state is not None), "convert", enabled=not options.quiet) as bar:
         with bar.stage("build model"):
             model, args, kwargs = model_and_inputs(options)
+            dynamic = dynamic_shapes(model, args, kwargs, parse_dynamic(options.dynamic))
         with bar.stage("export + convert"):
             opaque = "auto" if "auto" in options.opaque else options.opaque or None
-            ir = convert(model, args, kwargs, allow=options.allow_op, trace_once=not options.trace_every_block,
-                         opaque=opaque)
+            with _dynamic_refused(dynamic):
+                ir = convert(model, args, kwargs, allow=options.allow_op, trace_once=not options.trace_every_block,
+                             opaque=opaque, dynamic_shapes=dynamic)
         with bar.stage("save IR"):
             ir.save(options.output)
         if options.state is not None:
@@ -118,6 +126,25 @@ def _convert(options: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: What torch.export says when a dimension marked dynamic cannot stay symbolic.
+_DYNAMIC_CONFLICT = ("Constraints violated", "conflicts between user-specified ranges", "specialized", "specialize")
+
+
+@contextlib.contextmanager
+def _dynamic_refused(dynamic: Any) -> Iterator[None]:
+    """Turn export's refusal of a ``--dynamic`` dimension into a command error that says what to change."""
+    try:
+        yield
+    except IRError as exc:
+        text = f"{exc} {exc.__cause__ or ''}"
+        if dynamic is None or not any(marker in text for marker in _DYNAMIC_CONFLICT):
+            raise
+        raise CommandError(f"a --dynamic dimension cannot stay symbolic: {first_line(exc)}",
+                           hint="torch.export specialises a dimension whose example size is 1 (give it a size of 2 "
+                           "or more) or that the model fixes (leave it out of --dynamic); TORCH_LOGS=+dynamic "
+                           "shows why") from exc
+
+
 def _lower(options: argparse.Namespace) -> int:
     from common.state_dict import save_safetensors
     from torch2ir.lowering.capture import lower
@@ -126,8 +153,10 @@ def _lower(options: argparse.Namespace) -> int:
     with Progress(3 + (options.state is not None), "lower", enabled=not options.quiet) as bar:
         with bar.stage("build model"):
             model, args, kwargs = model_and_inputs(options)
-        with bar.stage("export + lower"):
-            flat = lower(model, args, kwargs, decompose=options.decompose, allow=options.allow_op)
+            dynamic = dynamic_shapes(model, args, kwargs, parse_dynamic(options.dynamic))
+        with bar.stage("export + lower"), _dynamic_refused(dynamic):
+            flat = lower(model, args, kwargs, decompose=options.decompose, allow=options.allow_op,
+                         dynamic_shapes=dynamic)
         with bar.stage("save FlatIR"):
             flat.save(options.output)
         if options.state is not None:

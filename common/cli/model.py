@@ -24,6 +24,7 @@ import contextlib
 import difflib
 import importlib
 import importlib.util
+import logging
 import os
 import re
 import sys
@@ -194,7 +195,32 @@ def _call_factory(spec: str, config: dict[str, Any], import_path: Sequence[str |
                            hint="check --config against the factory's arguments") from exc
 
 
+#: Loggers that warn while transformers is imported and a model built, about nothing a command's user can act on:
+#: torchao's optional CUDA kernels that a CPU build cannot load, and torch's deprecation of ``register_constant``
+#: for the enums torchao registers.
+_IMPORT_NOISE = ("torchao", "torch.utils._pytree")
+
+
+@contextlib.contextmanager
+def _quiet_import_noise() -> Any:
+    """Raise the loggers of :data:`_IMPORT_NOISE` to ``ERROR`` for the block (errors still show)."""
+    loggers = [logging.getLogger(name) for name in _IMPORT_NOISE]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def _build_hf(name: str, overrides: dict[str, Any]) -> nn.Module:
+    with _quiet_import_noise():
+        return _build_hf_model(name, overrides)
+
+
+def _build_hf_model(name: str, overrides: dict[str, Any]) -> nn.Module:
     try:
         from transformers import AutoConfig, AutoModel
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING

@@ -39,7 +39,7 @@ from common.cli.app import (
     run,
 )
 from common.cli.model import add_model_arguments, model_and_inputs
-from common.errors import IRError, StateDictError
+from common.errors import InputMismatchError, IRError, StateDictError
 from common.progress import Progress
 
 __all__ = ["build_parser", "main"]
@@ -314,6 +314,11 @@ def _forward_failed(exc: Exception, options: argparse.Namespace) -> CommandError
     check failed, exit code 1.
     """
     cause = exc.__cause__ if exc.__cause__ is not None else exc
+    if str(exc).startswith("the rebuilt model") and isinstance(cause, InputMismatchError):
+        return CommandError(f"the model rebuilt from {options.file} refuses these inputs: {first_line(cause)}",
+                            hint="the file was converted for the input shapes it names: pass inputs of those shapes, "
+                            "or convert the model again with the sizes that vary kept symbolic (torch2ir convert "
+                            "--dynamic 0=batch,1=seq)")
     if str(exc).startswith("the rebuilt model"):  # common.verify names the side that raised first
         return CheckFailedError(f"the model rebuilt from {options.file} raised during its forward pass, where the "
                                 f"original ran: {first_line(cause)}",

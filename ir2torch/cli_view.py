@@ -38,7 +38,7 @@ def _view(options: argparse.Namespace) -> int:
     from common.flat import FlatIR
     from common.htmlview import write_view
 
-    from .budget import human
+    from .run_safety.budget import human
 
     if options.output.suffix.lower() not in (".html", ".htm"):
         raise CommandError(f"the view is an HTML file, not {options.output.name!r}",

@@ -22,11 +22,9 @@ from common.safety import Allowlist, function_names
 from common.validate import validate
 
 from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors, restore_unsaved
-from .budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
-from .build_device import building_on
+from .build_device import building_on, measured_on_meta
 from .flat import Executor, build_flat_module, new_executor_registry
 from .flat_state import weight_budget
-from .forward_budget import install_budgets, static_guard
 from .guard_specs import root_guard
 from .guarded_root import guard_builder_root
 from .handlers.opaque import check_allowed as check_opaque_allowed
@@ -34,7 +32,9 @@ from .handlers.owned import kept_quantizers, restore_attributes, take_owned
 from .handlers.quant import restore_quantization
 from .leaf_copies import LeafCopies
 from .rebuild import graph_module
+from .run_safety.budget import AVAILABLE, Budget, check_budget, records_bytes, target_device
 from .run_safety.flops import AUTO, FlopBudget
+from .run_safety.forward_budget import install_budgets, static_guard
 from .shared_code import CodeCache
 from .state import StateMap, load_into, read_state
 
@@ -74,7 +74,7 @@ class Ir2Torch:
     holds the executors of its ops by op name (``register`` / ``register_override``, scoped by
     ``module_path``), tried before the allow-list.
 
-    ``max_bytes`` is the memory budget of :meth:`convert` (see :mod:`ir2torch.budget`): ``"available"``
+    ``max_bytes`` is the memory budget of :meth:`convert` (see :mod:`ir2torch.run_safety.budget`): ``"available"``
     (default: the memory available when converting), a number of bytes, or ``None`` (no check); ``max_flops`` its
     compute budget per call (:mod:`ir2torch.run_safety.flops`): ``"auto"`` (default), FLOPs, or ``None``.
     """
@@ -180,7 +180,7 @@ class Ir2Torch:
                 entries. ``False``: missing entries stay uninitialised and unknown keys are ignored.
                 Either way, a tensor only ever lands on a recorded state entry, and must have the
                 shape and dtype recorded for it.
-            max_bytes: the memory budget (:mod:`ir2torch.budget`); default: this converter's
+            max_bytes: the memory budget (:mod:`ir2torch.run_safety.budget`); default: this converter's
                 ``max_bytes`` (``"available"``: the memory available now). Checked before anything
                 is built, for every device but ``"meta"``; ``None`` disables it.
             guard_inputs: check every call's inputs against the recorded ones (shapes or dynamic

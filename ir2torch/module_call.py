@@ -21,8 +21,8 @@ from common.errors import ExecutionError, IRError, without_values
 from common.names import GENERATED_ATTRS
 
 from .fold_cache import FOLD_ATTR
-from .forward_budget import _LOCAL as _BUDGET_LOCAL
-from .forward_budget import BUDGET_ATTR, skip_budget
+from .run_safety.forward_budget import _LOCAL as _BUDGET_LOCAL
+from .run_safety.forward_budget import BUDGET_ATTR, skip_budget
 
 Check = Callable[[nn.Module, tuple, dict], None]
 
@@ -148,7 +148,7 @@ class _ReportingCall:
                     check(obj, args, kwargs)
                 if (budget := obj.__dict__.get(BUDGET_ATTR)) is not None and not _BUDGET_LOCAL.depth and \
                         not skip_budget():
-                    return budget.call(obj, checked, args, kwargs)  # probed first (ir2torch.forward_budget)
+                    return budget.call(obj, checked, args, kwargs)  # probed first (ir2torch.run_safety.forward_budget)
                 if variants and obj.__dict__.get(VARIANT_ATTR):
                     return call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
                 if (fold := obj.__dict__.get(FOLD_ATTR)) is not None and fold.ready(obj):

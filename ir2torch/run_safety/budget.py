@@ -9,8 +9,9 @@ the budget, naming the largest implementations:
   for every record (symbolic dimensions count as 1, as they are created with size 1);
 - an implementation built by a builder (``nn.Linear(**impl.data)``, an override) allocates what
   the builder creates from ``impl.data``, whatever the records say: the builder is first run on the
-  ``meta`` device (which allocates nothing) and its parameters and buffers measured; the larger of
-  that and the records counts. A builder that fails on ``meta`` is counted by its records.
+  ``meta`` device, which allocates nothing, and its parameters and buffers measured
+  (:func:`ir2torch.build_device.measured_on_meta`); the larger of that and the records counts. A builder
+  that fails on ``meta`` is counted by its records.
 
 The budget is, by default, the memory available now (``MemAvailable`` of ``/proc/meminfo``, else
 ``os.sysconf``; the free memory of a CUDA device for ``cuda``); an ``int`` sets it in bytes and
@@ -28,8 +29,6 @@ import torch
 from torch import nn
 
 from common.errors import ResourceBudgetError
-
-from .build_device import building_on
 
 #: The budget meaning "the memory available on the target device when the rebuild starts".
 AVAILABLE = "available"
@@ -93,16 +92,6 @@ def module_bytes(module: nn.Module) -> int:
     for tensor in (*module.parameters(), *module.buffers()):
         seen[id(tensor)] = tensor.numel() * tensor.element_size()
     return sum(seen.values())
-
-
-def measured_on_meta(build: Callable[[], nn.Module]) -> int:
-    """Bytes of the module ``build()`` returns when run on ``meta``; 0 if it fails there."""
-    try:
-        with building_on("meta"):
-            module = build()
-    except Exception:  # noqa: BLE001 - the real build raises its own error; this only measures
-        return 0
-    return module_bytes(module) if isinstance(module, nn.Module) else 0
 
 
 def human(size: int) -> str:

@@ -32,7 +32,7 @@ from .handlers.owned import kept_quantizers, restore_attributes, take_owned
 from .handlers.quant import restore_quantization
 from .leaf_copies import LeafCopies
 from .rebuild import graph_module
-from .run_safety.budget import AVAILABLE, Budget, check_budget, records_bytes, target_device
+from .run_safety.budget import AVAILABLE, Budget, check_budget, int8_constructor_bytes, records_bytes, target_device
 from .run_safety.flops import AUTO, FlopBudget
 from .run_safety.forward_budget import install_budgets, static_guard
 from .shared_code import CodeCache
@@ -278,7 +278,8 @@ class Ir2Torch:
             size = records_bytes(impl.state)
             if impl.type in self.builders and impl.type != OPAQUE_TYPE:  # an opaque leaf's class is not imported
                 entry = self.builders.get(impl.type, impl.name)
-                size = max(size, measured_on_meta(lambda entry=entry, impl=impl: entry.build(impl)))
+                size = max(size, int8_constructor_bytes(impl.type, impl.data),
+                           measured_on_meta(lambda entry=entry, impl=impl: entry.build(impl)))
             sizes[key] = size
         return sizes
 

@@ -94,6 +94,42 @@ def module_bytes(module: nn.Module) -> int:
     return sum(seen.values())
 
 
+def _count(value: Any) -> int:
+    """A constructor's size argument as a count (a tuple's product; anything else 1)."""
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, int):
+        return max(value, 0)
+    if isinstance(value, (list, tuple)):
+        total = 1
+        for v in value:
+            total *= _count(v)
+        return total
+    return 1
+
+
+def int8_constructor_bytes(kind: str, data: Mapping[str, Any]) -> int:
+    """Bytes the constructor of an eager int8 module (``torch.ao.nn.quantized``; its IR type ``kind``,
+    :data:`common.quant.INT8_ARGUMENTS`) allocates from its arguments ``data``, computed without building it:
+    those constructors pack their weights with kernels that do not run on ``meta``, so measuring them there
+    (:func:`ir2torch.build_device.measured_on_meta`) finds nothing. Linear: ``in x out`` int8 weights and a
+    float bias (the packed copy counted twice); convolution: ``in / groups x out x kernel`` the same way;
+    batch norm: four float vectors."""
+    if kind.startswith("int8_linear") and kind != "int8_linear_packed_params":
+        weights = _count(data.get("in_features")) * _count(data.get("out_features"))
+        return 2 * weights + 8 * _count(data.get("out_features"))
+    if kind.startswith(("int8_conv", "int8_convrelu")):
+        kernel = data.get("kernel_size", 1)
+        dims = int(kind[-2]) if kind[-2].isdigit() else 1
+        kernel = _count(kernel) if isinstance(kernel, (list, tuple)) else _count(kernel) ** dims
+        groups = max(_count(data.get("groups", 1)), 1)
+        weights = _count(data.get("in_channels")) // groups * _count(data.get("out_channels")) * kernel
+        return 2 * weights + 8 * _count(data.get("out_channels"))
+    if kind.startswith(("int8_batchnorm", "int8_bnrelu")):
+        return 16 * _count(data.get("num_features"))
+    return 0
+
+
 def human(size: int) -> str:
     """``size`` bytes in readable units (sizes beyond a float's range, from a crafted file, in exponent form)."""
     if size >= 1024**6 * 10**6:

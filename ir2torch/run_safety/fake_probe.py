@@ -60,4 +60,10 @@ def fake_state(root: nn.Module, mode: Any) -> Iterator[set[Any]]:
             table[name] = value
 
 
-__all__ = ["fake_state", "hooks_off"]
+def state_storages(root: nn.Module) -> set[Any]:
+    """The storage keys of ``root``'s parameters, buffers and tensor attributes (memory a call did not create)."""
+    return {storage_key(value) for m in root.modules() for table in (m._parameters, m._buffers, m.__dict__)
+            for value in table.values() if isinstance(value, torch.Tensor)}
+
+
+__all__ = ["fake_state", "hooks_off", "state_storages"]

@@ -49,9 +49,10 @@ from common.module_state import kept_attributes
 from common.names import GENERATED_ATTRS
 
 from .budget import AVAILABLE, Budget, available_bytes, human
-from .fake_probe import fake_state, hooks_off
+from .checked import Checked
+from .fake_probe import fake_state, hooks_off, state_storages
 from .flops import FlopBudget, flop_limit, human_flops
-from .op_modes import Checked, DataChecks, OverBudget, Tally, over_budget, quiet_fake_tensors, storages
+from .op_modes import DataChecks, OverBudget, Tally, over_budget, quiet_fake_tensors, storages
 from .op_preconditions import PRECONDITIONS, qualified
 from .writes import writes_in_place
 
@@ -187,15 +188,16 @@ class ForwardBudget:
         limit = self.limit()
         _LOCAL.depth += 1
         try:
-            with Checked(limit, self._where(obj), self.flops, storages((args, kwargs))):
+            with Checked(limit, self._where(obj), self.flops, storages((args, kwargs)),
+                         state_storages(obj) if limit is not None else None):
                 return call(obj, *args, **kwargs)
         except IRError as exc:
             over = over_budget(exc)
             if over is not None and (limit is not None or over.flops or over.write):
-                raise _budget_error(over, limit or 0, self) from None
+                raise _budget_error(over, limit or 0, self, checked=True) from None
             raise
         except OverBudget as over:
-            raise _budget_error(over, limit or 0, self) from None
+            raise _budget_error(over, limit or 0, self, checked=True) from None
         finally:
             _LOCAL.depth -= 1
 
@@ -225,7 +227,8 @@ def _signature(args: tuple, kwargs: dict[str, Any]) -> Any:
     return tuple(out)
 
 
-def _budget_error(over: OverBudget, limit: int | None, budget: ForwardBudget) -> IRError:
+def _budget_error(over: OverBudget, limit: int | None, budget: ForwardBudget, checked: bool = False) -> IRError:
+    """The ``IRError`` of ``over``; ``checked``: raised in a checked run (earlier ops ran, this one did not)."""
     if over.write:
         return UnsafeTargetError(f"{over.message}; nothing was written", implementation=over.implementation,
                                  node=over.node, hint="the file is corrupt or hostile: a converted model's graph "
@@ -238,8 +241,14 @@ def _budget_error(over: OverBudget, limit: int | None, budget: ForwardBudget) ->
                  "disables the count)")
     device = "cpu" if budget.device.type == "meta" else budget.device.type
     source = "max_bytes" if isinstance(budget.budget, int) else f"the memory available on {device}"
+    done = "the operator was refused before it ran" if checked else "nothing was allocated"
+    if over.unmeasured:
+        return ResourceBudgetError(
+            f"{over.message}; under a forward budget ({source}) it is refused: {done}",
+            implementation=over.implementation, node=over.node,
+            hint="if the model is trusted, run it without the forward budget: ir2torch.convert(..., max_bytes=None)")
     return ResourceBudgetError(
-        f"{over.message}, more than the forward budget of {human(limit or 0)} ({source}); nothing was allocated",
+        f"{over.message}, more than the forward budget of {human(limit or 0)} ({source}); {done}",
         implementation=over.implementation, node=over.node,
         hint="if the model is trusted and the memory is there, raise the budget: ir2torch.convert(..., "
              "max_bytes=<bytes>) (None disables the check)")

@@ -24,12 +24,11 @@ from torch import nn
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from common.safety import ALLOCATING_OPS
-
 from .budget import human
-from .flops import has_formula, human_flops, op_flops
-from .op_preconditions import DATA_SIZES, check_preconditions, qualified
-from .writes import caller_write
+from .flops import human_flops, op_flops
+from .op_preconditions import check_preconditions
+from .workspace import workspace_bytes
+from .writes import caller_write, writes_in_place, written
 
 
 class _ProbeRecords(logging.Filter):
@@ -66,9 +65,10 @@ class OverBudget(Exception):
     """Raised inside a probe; turned into :class:`ResourceBudgetError` once out of the generated code."""
 
     def __init__(self, message: str, implementation: str | None, node: str | None, flops: bool = False,
-                 write: bool = False) -> None:
+                 write: bool = False, unmeasured: bool = False) -> None:
         super().__init__(message)
         self.message, self.implementation, self.node = message, implementation, node
+        self.unmeasured = unmeasured  # an op the budget cannot measure (ir2torch.run_safety.unmeasured)
         self.flops = flops  # the compute budget, not the memory budget
         self.write = write  # a write into the caller's tensors (ir2torch.run_safety.writes)
 
@@ -160,62 +160,75 @@ def higher_order(mode: TorchDispatchMode, func: Any, args: tuple, kwargs: dict, 
                       implementation, node)
 
 
-class Tally(TorchDispatchMode):
-    """Under a ``FakeTensorMode``: the storage each op creates, kept while a tensor holds it; raises
-    :class:`OverBudget` when one op's output or the live total exceeds ``limit``."""
+def storage_bytes(t: torch.Tensor) -> int:
+    """Bytes of ``t``'s storage (its elements for a layout without one storage: mkldnn, sparse)."""
+    try:
+        return t.untyped_storage().nbytes()
+    except (RuntimeError, NotImplementedError):
+        return t.numel() * t.element_size()
 
-    def __init__(self, limit: int | None, where: str | None, external: set[Any], flops: int | None = None,
-                 inputs: set[Any] | None = None) -> None:
-        super().__init__()
+
+class Live:
+    """The storage the tensors a call created hold, kept while a tensor holds it, against ``limit``: the live
+    memory of the call at any point (the probe's fake tensors, or a checked call's real ones).
+
+    ``external``: storage keys the call did not create (its inputs, the module's parameters, buffers and tensor
+    attributes); a tensor whose storage is one of them, or one of the running op's arguments', allocated nothing."""
+
+    def __init__(self, limit: int | None, where: str | None, external: set[Any]) -> None:
         self.limit = limit if limit is not None else math.inf
-        self.where, self.external, self.inputs = where, external, inputs or set()
-        self.flops = Flops(flops, where)
-        self.live: dict[int, list[int]] = {}  # storage id -> [bytes, tensors holding it]
+        self.where, self.external = where, external
+        self.live: dict[Any, list[int]] = {}  # storage key -> [bytes, tensors holding it]
         self.total = 0
         self.peak = 0
 
-    supports_higher_order_operators = True
+    def room(self, size: int, func: Any, what: str) -> None:
+        """Refuse ``func`` when ``size`` more bytes (its predicted outputs, its workspace) would not fit."""
+        if size > self.limit:
+            self.fail(f"{func} would allocate {human(size)} {what}")
+        if size and self.total + size > self.limit:
+            self.fail(f"{func} {what} would bring the live tensors of the call to {human(self.total + size)}")
+        self.peak = max(self.peak, self.total + size)
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if isinstance(func, torch._ops.HigherOrderOperator):
-            return higher_order(self, func, args, kwargs or {}, both_branches=True)
-        check_preconditions(func, args, kwargs or {})
-        no_caller_write(func, args, kwargs or {}, self.inputs, self.where)
-        out = func(*args, **(kwargs or {}))
-        self.flops.add(func, args, kwargs or {}, out)
-        for t in pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self._hold(t, func)
-        return out
+    def grow_external(self, growth: int, func: Any, before: int) -> None:
+        """Count ``growth`` bytes of a parameter or buffer ``func`` grows (kept until the call ends)."""
+        if self.total + growth > self.limit:
+            self.fail(f"{func} would grow the storage of a tensor the call did not create (a parameter or a buffer) "
+                      f"from {human(before)} to {human(before + growth)}, bringing the live tensors of the call to "
+                      f"{human(self.total + growth)}")
+        self.total += growth
+        self.peak = max(self.peak, self.total)
 
-    def _hold(self, t: torch.Tensor, func: Any) -> None:
+    def hold(self, t: torch.Tensor, func: Any, operands: set[Any] | None = None) -> None:
+        """Count ``t``'s storage while ``t`` lives (``operands``: the storage keys of the op's arguments; one not
+        created by the call is external)."""
         if t.device.type == "meta":
             return  # a tensor on meta (a model rebuilt there) allocates nothing
         key = storage_key(t)
         if key in self.external:
             return  # a view of an input, a parameter or a buffer: no new memory
-        try:
-            size = t.untyped_storage().nbytes()
-        except (RuntimeError, NotImplementedError):
-            size = t.numel() * t.element_size()
         entry = self.live.get(key)
+        if entry is None and operands is not None and key in operands:
+            self.external.add(key)  # an argument that existed before the call (a constant, a cached tensor)
+            return
+        size = storage_bytes(t)
         if entry is None:
             if size > self.limit:
-                self._fail(f"{func} would allocate {human(size)} for {shape_text(t)}")
+                self.fail(f"{func} would allocate {human(size)} for {shape_text(t)}")
             entry = self.live[key] = [size, 0]
             self.total += size
         elif size > entry[0]:  # grown in place (resize_)
             if size > self.limit:
-                self._fail(f"{func} would grow a tensor to {human(size)} ({shape_text(t)})")
+                self.fail(f"{func} would grow a tensor to {human(size)} ({shape_text(t)})")
             self.total += size - entry[0]
             entry[0] = size
         entry[1] += 1
         weakref.finalize(t, self._release, key)
         if self.total > self.limit:
-            self._fail(f"{func} ({shape_text(t)}) would bring the live tensors of the call to {human(self.total)}")
+            self.fail(f"{func} ({shape_text(t)}) would bring the live tensors of the call to {human(self.total)}")
         self.peak = max(self.peak, self.total)
 
-    def _release(self, key: int) -> None:
+    def _release(self, key: Any) -> None:
         entry = self.live.get(key)
         if entry is None:
             return
@@ -224,9 +237,60 @@ class Tally(TorchDispatchMode):
             self.total -= entry[0]
             del self.live[key]
 
-    def _fail(self, message: str) -> None:
+    def fail(self, message: str, unmeasured: bool = False) -> None:
         implementation, node = node_of_frame()
-        raise OverBudget(message, implementation or self.where, node)
+        raise OverBudget(message, implementation or self.where, node, unmeasured=unmeasured)
+
+
+def grown_external(func: Any, before: list[tuple[torch.Tensor, Any, int]], live: Live) -> None:
+    """Count the growth of a tensor the call did not create (``before``: each written argument, its storage key and
+    bytes before the op): an observer's empty buffer resized at its first call, a hostile ``resize_`` of a
+    parameter. Inputs are never written at all (:mod:`~ir2torch.run_safety.writes`)."""
+    for tensor, key, size in before:
+        if key not in live.live and storage_bytes(tensor) > size:
+            live.grow_external(storage_bytes(tensor) - size, func, size)
+
+
+def written_sizes(func: Any, args: tuple, kwargs: dict[str, Any]) -> list[tuple[torch.Tensor, Any, int]]:
+    """``(tensor, storage key, bytes)`` of each argument ``func`` writes (in place, ``out=``)."""
+    if not writes_in_place(func):
+        return []
+    return [(t, storage_key(t), storage_bytes(t)) for _, t in written(func, args, kwargs)]
+
+
+class Tally(TorchDispatchMode):
+    """Under a ``FakeTensorMode``: the storage each op creates, kept while a tensor holds it (:class:`Live`), plus
+    each op's workspace (:mod:`~ir2torch.run_safety.workspace`) while it runs; raises :class:`OverBudget` when one
+    op's output, or the live total, exceeds ``limit``, or an op grows a tensor the call did not create."""
+
+    def __init__(self, limit: int | None, where: str | None, external: set[Any], flops: int | None = None,
+                 inputs: set[Any] | None = None) -> None:
+        super().__init__()
+        self.where, self.inputs = where, inputs or set()
+        self.live = Live(limit, where, external)
+        self.flops = Flops(flops, where)
+
+    supports_higher_order_operators = True
+
+    @property
+    def peak(self) -> int:
+        return self.live.peak
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return higher_order(self, func, args, kwargs, both_branches=True)
+        check_preconditions(func, args, kwargs)
+        no_caller_write(func, args, kwargs, self.inputs, self.where)
+        before = written_sizes(func, args, kwargs)
+        out = func(*args, **kwargs)
+        self.flops.add(func, args, kwargs, out)
+        grown_external(func, before, self.live)
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.live.hold(t, func)
+        self.live.room(workspace_bytes(func, args, kwargs, out), func, "(its workspace)")
+        return out
 
 
 def storages(tree: Any) -> set[Any]:
@@ -271,69 +335,3 @@ class DataChecks(TorchDispatchMode):
             return higher_order(self, func, args, kwargs, both_branches=False)
         check_preconditions(func, args, kwargs)
         return func(*args, **kwargs)
-
-
-class Checked(TorchDispatchMode):
-    """Runs each op for real after measuring its output on fake tensors (sizes that depend on data)."""
-
-    def __init__(self, limit: int | None, where: str | None, flops: int | None = None,
-                 inputs: set[Any] | None = None) -> None:
-        super().__init__()
-        self.limit, self.where, self.inputs = limit, where, inputs or set()
-        self.flops = Flops(flops, where)
-        self._fake: Any = None
-
-    supports_higher_order_operators = True
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        if isinstance(func, torch._ops.HigherOrderOperator):
-            return higher_order(self, func, args, kwargs, both_branches=False)
-        check_preconditions(func, args, kwargs)
-        no_caller_write(func, args, kwargs, self.inputs, self.where)
-        if self.limit is not None or (self.flops.limit is not None and has_formula(func)):
-            self._measure(func, args, kwargs)
-        return func(*args, **kwargs)
-
-    def _measure(self, func: Any, args: tuple, kwargs: dict) -> None:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        if self._fake is None:
-            self._fake = FakeTensorMode(allow_fallback_kernels=False)
-        mode = self._fake
-        try:
-            with quiet_fake_tensors(), mode:
-                fargs, fkwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
-                out = func(*fargs, **fkwargs)
-        except Exception as exc:  # noqa: BLE001 - data-dependent output: bounded by the inputs, checked below
-            if not undecidable(exc):
-                return  # the real op raises its own error (its checks differ from the fake's at times: grouped_mm)
-            out = None
-        if out is not None:
-            self.flops.add(func, fargs, fkwargs, out)
-        limit = self.limit
-        if limit is None:
-            return
-        inputs = sum(t.numel() * t.element_size() for t in pytree.tree_leaves((args, kwargs))
-                     if isinstance(t, torch.Tensor) and t.layout is torch.strided)
-        for t in pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.numel() * t.element_size() > limit:
-                implementation, node = node_of_frame()
-                raise OverBudget(f"{func} would allocate {human(t.numel() * t.element_size())} for "
-                                  f"{shape_text(t)}", implementation or self.where, node)
-        sized = DATA_SIZES.get(qualified(func)) if out is None else None
-        if sized is not None:
-            size = sized(*args, **kwargs)
-            if size > limit:
-                implementation, node = node_of_frame()
-                raise OverBudget(f"{func} would allocate {human(size)} (its size depends on the data)",
-                                  implementation or self.where, node)
-            return
-        if out is None and qualified(func) in ALLOCATING_OPS:
-            implementation, node = node_of_frame()
-            raise OverBudget(f"{func} sizes its output from its arguments and has no fake implementation to "
-                              "measure it before it runs", implementation or self.where, node)
-        if out is None and inputs * 8 > limit:  # nonzero & co: at most (numel x ndim) int64 of the inputs
-            implementation, node = node_of_frame()
-            raise OverBudget(f"{func} (its output size depends on data) may allocate up to {human(inputs * 8)}",
-                              implementation or self.where, node)

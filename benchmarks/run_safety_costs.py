@@ -53,13 +53,12 @@ def _bare(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
-def _always_checked(module: torch.nn.Module) -> torch.nn.Module:
-    from ir2torch.run_safety.forward_budget import BUDGET_ATTR
+def _always_checked(module: torch.nn.Module, args: tuple, kwargs: dict) -> torch.nn.Module:
+    """``module`` whose calls with these arguments run checked, as when a size depends on data."""
+    from ir2torch.run_safety.forward_budget import BUDGET_ATTR, _signature
 
-    for m in module.modules():
-        budget = m.__dict__.get(BUDGET_ATTR)
-        if budget is not None:
-            budget._probe = lambda *args, **kwargs: False  # as when a size depends on data
+    budget = module.__dict__[BUDGET_ATTR]
+    budget.checked.add(None if budget.static else _signature(args, kwargs))
     return module
 
 
@@ -75,7 +74,7 @@ def measure(name: str, batch: int, rounds: int) -> dict[str, Any]:
         "bare": _bare(ir2torch.convert(ir, state).eval()),
         "default": ir2torch.convert(ir, state).eval(),
         "no_budgets": ir2torch.convert(ir, state, max_bytes=None, max_flops=None).eval(),
-        "checked": _always_checked(ir2torch.convert(ir, state).eval()),
+        "checked": _always_checked(ir2torch.convert(ir, state).eval(), args, kwargs),
     }
     with torch.no_grad():
         calls = {k: (lambda m=m: m(*args, **kwargs)) for k, m in modules.items()}

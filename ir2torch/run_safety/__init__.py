@@ -9,9 +9,11 @@ owns every bound on that run:
   (:mod:`.op_preconditions`, :mod:`.index_checks`: indices, labels, offsets and counts read from tensor data);
   writes into the caller's tensors refused (:mod:`.writes`); uninitialized allocations zero-filled
   (:mod:`.uninitialized`);
-- **memory**: the parameters and buffers a rebuild allocates (:mod:`.budget`) and what a call allocates, measured
-  on fake tensors before anything real runs (:mod:`.forward_budget`, with :mod:`.fake_probe` and the dispatch
-  modes of :mod:`.op_modes`);
+- **memory**: the parameters and buffers a rebuild allocates (:mod:`.budget`) and the live memory of a call at
+  every point, measured on fake tensors before anything real runs (:mod:`.forward_budget`, with
+  :mod:`.fake_probe` and the dispatch modes of :mod:`.op_modes`), or op by op when sizes depend on data
+  (:mod:`.checked`); kernels' workspace by a documented model (:mod:`.workspace`); quantized and mkldnn tensors
+  on stand-ins or refused (:mod:`.unmeasured`);
 - **compute**: the floating-point work of a call (:mod:`.flops`).
 
 It may import ``torch`` and :mod:`common` only, never :mod:`torch2ir` nor the rest of :mod:`ir2torch`: the rest of

@@ -17,8 +17,9 @@ values in the first real call, after the probe covered the plain graph they come
 A call is probed once per input signature (shapes, dtypes and non-tensor values of its arguments): a root whose
 input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature. Where a
 size depends on data (``nonzero``, ``.item()``), or an operator has no fake implementation, the probe cannot
-finish; that signature then runs **checked**: every operator's output is measured on fake tensors right before
-the real operator runs (an operator whose output size depends on data is bounded by its inputs' size).
+finish; that signature then runs **checked** (:mod:`~ir2torch.run_safety.checked`): every operator is measured
+on fake tensors right before the real operator runs, against the live tensors the call holds then (an operator
+whose output size depends on data is bounded by its inputs).
 
 The budget is the converter's ``max_bytes``: an int in bytes, ``"available"`` (the memory available on the
 device when the call is probed) or ``None`` (no memory check, no probe; a module whose graph calls an op with
@@ -29,7 +30,8 @@ buffers are bounded separately when rebuilding, see :mod:`ir2torch.run_safety.bu
 ``"available"`` budget is the CPU's memory.
 
 The probe's context (fake parameters, hooks off) is in :mod:`~ir2torch.run_safety.fake_probe`; the dispatch modes
-that measure each operator (the probe's tally, the checked run) in :mod:`~ir2torch.run_safety.op_modes`.
+that measure each operator in :mod:`~ir2torch.run_safety.op_modes` (the probe's tally, the live total) and
+:mod:`~ir2torch.run_safety.checked` (the checked run).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ are compared, and the time per new token is the time of ``generate(max_new_token
 Prints a Markdown table: model, batch, per-token ms of the original and of two rebuilds with their ratios, and
 whether the tokens are equal. The rebuilds: ``ir2torch.convert(ir, state, max_bytes=None, max_flops=None)`` (no
 forward budget: a file you converted yourself) and ``ir2torch.convert(ir, state)`` (default budgets: each call of a
-new input signature, i.e. every decoding step, is first probed on fake tensors; :mod:`ir2torch.forward_budget`).
+new input signature, i.e. every decoding step, is first probed on fake tensors;
+:mod:`ir2torch.run_safety.forward_budget`).
 No threshold is asserted here (timings depend on the machine).
 """
 

@@ -9,9 +9,9 @@ a file may name them without ``allow=``:
     mixture-of-experts models (Mixtral, Qwen2/3-MoE, OLMoE, DeepSeek, GPT-OSS, ...) call on the CPU. It computes
     ``out[offs[i-1]:offs[i]] = input[offs[i-1]:offs[i]] @ weight[i]`` for each expert ``i``, as a Python loop
     over ``offs.tolist()``. Its argument checks are in the fake kernel only, so ir2torch tests the same ones before
-    the real kernel runs (:data:`ir2torch.op_preconditions.PRECONDITIONS`). Whatever the values of ``offs``, the
-    kernel reads and writes nothing outside its tensors: rows are taken with Python slices, which clamp to the
-    tensor, and ``weight[i]`` is a bounds-checked index below ``len(offs)``, which must equal ``weight.size(0)``.
+    the real kernel runs (:data:`ir2torch.run_safety.op_preconditions.PRECONDITIONS`). Whatever the values of
+    ``offs``, the kernel reads and writes nothing outside its tensors: rows are taken with Python slices, which clamp
+    to the tensor, and ``weight[i]`` is a bounds-checked index below ``len(offs)``, which must equal ``weight.size(0)``.
     Its work is at most ``len(offs)`` products of ``input``'s rows with one expert, bounded by the shapes.
 
 Nothing is imported to check a name. When a rebuild resolves a known operator that is not registered in this

@@ -21,11 +21,9 @@ from common.registry import Registry, Where
 from common.required_ops import function_names
 from common.safety import Allowlist
 from common.validate import validate
-from ir2torch.budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
 from ir2torch.codegen.shared import CodeCache
 from ir2torch.flat.run import Executor, build_flat_module, new_executor_registry
 from ir2torch.flat.state import weight_budget
-from ir2torch.forward_budget import install_budgets, static_guard
 from ir2torch.guards.root import guard_builder_root
 from ir2torch.guards.specs import root_guard
 from ir2torch.handlers.opaque import check_allowed as check_opaque_allowed
@@ -38,11 +36,20 @@ from ir2torch.rebuild.assemble import (
     restore_tensors,
     restore_unsaved,
 )
-from ir2torch.rebuild.device import building_on
+from ir2torch.rebuild.device import building_on, measured_on_meta
 from ir2torch.rebuild.graphs import graph_module
 from ir2torch.rebuild.leaf_copies import LeafCopies
 from ir2torch.rebuild.state import StateMap, load_into, read_state
+from ir2torch.run_safety.budget import (
+    AVAILABLE,
+    Budget,
+    check_budget,
+    int8_constructor_bytes,
+    records_bytes,
+    target_device,
+)
 from ir2torch.run_safety.flops import AUTO, FlopBudget
+from ir2torch.run_safety.forward_budget import install_budgets, static_guard
 
 Builder = Callable[[Implementation], nn.Module]
 
@@ -80,7 +87,7 @@ class Ir2Torch:
     holds the executors of its ops by op name (``register`` / ``register_override``, scoped by
     ``module_path``), tried before the allow-list.
 
-    ``max_bytes`` is the memory budget of :meth:`convert` (see :mod:`ir2torch.budget`): ``"available"``
+    ``max_bytes`` is the memory budget of :meth:`convert` (see :mod:`ir2torch.run_safety.budget`): ``"available"``
     (default: the memory available when converting), a number of bytes, or ``None`` (no check); ``max_flops`` its
     compute budget per call (:mod:`ir2torch.run_safety.flops`): ``"auto"`` (default), FLOPs, or ``None``.
     """
@@ -186,7 +193,7 @@ class Ir2Torch:
                 entries. ``False``: missing entries stay uninitialised and unknown keys are ignored.
                 Either way, a tensor only ever lands on a recorded state entry, and must have the
                 shape and dtype recorded for it.
-            max_bytes: the memory budget (:mod:`ir2torch.budget`); default: this converter's
+            max_bytes: the memory budget (:mod:`ir2torch.run_safety.budget`); default: this converter's
                 ``max_bytes`` (``"available"``: the memory available now). Checked before anything
                 is built, for every device but ``"meta"``; ``None`` disables it.
             guard_inputs: check every call's inputs against the recorded ones (shapes or dynamic
@@ -284,7 +291,8 @@ class Ir2Torch:
             size = records_bytes(impl.state)
             if impl.type in self.builders and impl.type != OPAQUE_TYPE:  # an opaque leaf's class is not imported
                 entry = self.builders.get(impl.type, impl.name)
-                size = max(size, measured_on_meta(lambda entry=entry, impl=impl: entry.build(impl)))
+                size = max(size, int8_constructor_bytes(impl.type, impl.data),
+                           measured_on_meta(lambda entry=entry, impl=impl: entry.build(impl)))
             sizes[key] = size
         return sizes
 

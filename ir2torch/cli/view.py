@@ -36,7 +36,7 @@ def _view(options: argparse.Namespace) -> int:
     from common.cli.summary import load_any
     from common.flat import FlatIR
     from common.htmlview import write_view
-    from ir2torch.budget import human
+    from ir2torch.run_safety.budget import human
 
     if options.output.suffix.lower() not in (".html", ".htm"):
         raise CommandError(f"the view is an HTML file, not {options.output.name!r}",

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ir2torch.fast_ops import fast_binding
+from ir2torch.run_safety.fast_ops import fast_binding
 from ir2torch.run_safety.uninitialized import is_uninitialized, zero_filled
 
 
@@ -41,7 +41,7 @@ class DirectOp(functools.partial):
 
 def direct_op(overload: Any, kwargs: dict[str, Any] | None = None, positional: int = 0) -> Any:
     """The :class:`DirectOp` of an ``OpOverload`` (anything else is returned as it is): through the Python binding
-    that runs that overload (:mod:`ir2torch.fast_ops`) when the call's keywords and positional argument count
+    that runs that overload (:mod:`ir2torch.run_safety.fast_ops`) when the call's keywords and positional argument count
     allow, else through the ``OpOverload`` itself.
 
     Both are forms ``torch.compile`` traces (``fullgraph=True`` works on a rebuilt model). The overload's boxed

@@ -20,8 +20,8 @@ from torch.nn.modules import module as _module
 from common.errors import ExecutionError, IRError, without_values
 from common.names import GENERATED_ATTRS
 from ir2torch.codegen.fold_cache import FOLD_ATTR
-from ir2torch.forward_budget import _LOCAL as _BUDGET_LOCAL
-from ir2torch.forward_budget import BUDGET_ATTR, skip_budget
+from ir2torch.run_safety.forward_budget import _LOCAL as _BUDGET_LOCAL
+from ir2torch.run_safety.forward_budget import BUDGET_ATTR, skip_budget
 
 Check = Callable[[nn.Module, tuple, dict], None]
 
@@ -147,7 +147,7 @@ class _ReportingCall:
                     check(obj, args, kwargs)
                 if (budget := obj.__dict__.get(BUDGET_ATTR)) is not None and not _BUDGET_LOCAL.depth and \
                         not skip_budget():
-                    return budget.call(obj, checked, args, kwargs)  # probed first (ir2torch.forward_budget)
+                    return budget.call(obj, checked, args, kwargs)  # probed first (ir2torch.run_safety.forward_budget)
                 if variants and obj.__dict__.get(VARIANT_ATTR):
                     return call_variant(obj, obj.__dict__.pop(VARIANT_ATTR), args, kwargs)
                 if (fold := obj.__dict__.get(FOLD_ATTR)) is not None and fold.ready(obj):

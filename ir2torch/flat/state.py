@@ -20,9 +20,9 @@ from torch import nn
 from common.errors import StateDictError, listing
 from common.flat import FlatIR, WeightMeta
 from common.values import dtype_from_name, dtype_name
-from ir2torch.budget import AVAILABLE, Budget, check_budget, shape_bytes, target_device
 from ir2torch.rebuild.paths import owner_of
 from ir2torch.rebuild.state import read_state
+from ir2torch.run_safety.budget import AVAILABLE, Budget, check_budget, shape_bytes, target_device
 
 StateSource = Mapping[str, torch.Tensor] | str | os.PathLike | nn.Module | None
 
@@ -81,7 +81,7 @@ def resolve_weights(
     never attached. (A FlatIR without ``unread_state``, written before it was recorded, cannot tell: its
     unknown keys are ignored.) Nothing is allocated before every check passed:
     the weights to create or copy must fit the memory budget (:func:`weight_budget`, by default the
-    available memory; see :mod:`ir2torch.budget`).
+    available memory; see :mod:`ir2torch.run_safety.budget`).
 
     Raises:
         StateDictError: weights of the wrong shape or dtype, and (``strict``) weights missing from the

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,6 +36,8 @@ from torch import nn
 from torch.autograd.graph import increment_version
 from torch.utils._device import DeviceContext
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from ir2torch.run_safety.budget import module_bytes
 
 _UNIFORM = torch.ops.aten.uniform_.default
 _NORMAL = torch.ops.aten.normal_.default
@@ -139,4 +142,14 @@ def building_on(device: torch.device | str | None) -> contextlib.AbstractContext
     return _MetaDevice() if device.type == "meta" else device
 
 
-__all__ = ["building_on"]
+def measured_on_meta(build: Callable[[], nn.Module]) -> int:
+    """Bytes of the module ``build()`` returns when run on ``meta``; 0 if it fails there."""
+    try:
+        with building_on("meta"):
+            module = build()
+    except Exception:  # noqa: BLE001 - the real build raises its own error; this only measures
+        return 0
+    return module_bytes(module) if isinstance(module, nn.Module) else 0
+
+
+__all__ = ["building_on", "measured_on_meta"]

@@ -2,7 +2,7 @@
 
 A file's memory can be bounded op by op, its compute cannot: a 1024x1024 kernel made in the graph and convolved
 with a 2048x2048 input allocates a few megabytes and runs for minutes. The probe of a call
-(:mod:`ir2torch.forward_budget`) therefore also adds up the FLOPs of every operator that multiplies (matrix
+(:mod:`ir2torch.run_safety.forward_budget`) therefore also adds up the FLOPs of every operator that multiplies (matrix
 products, convolutions, attention) with :mod:`torch.utils.flop_counter`'s formulas (and the CPU attention kernel's,
 which that table lacks), and refuses the call once the total passes the budget, before any real op runs. A call
 run checked op by op (sizes that depend on data) counts the same way, each op before it runs.

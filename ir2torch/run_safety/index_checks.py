@@ -1,15 +1,15 @@
 """Preconditions of the operators whose kernels read indices, labels, offsets or counts from tensor data (issue 50).
 
 ATen kernels trust their callers more or less: most bounds-check an index (``IndexError``), some read past the
-data (``ctc_loss``, ``repeat_interleave``'s wrapping sum: :mod:`ir2torch.op_preconditions`), and none of them is
-a promise a model format should rest on. Every operator of :data:`INDEX_OPS` has the values its kernel reads from
-tensor data checked before the kernel runs: indices within the dimension they index (negative ones where the
+data (``ctc_loss``, ``repeat_interleave``'s wrapping sum: :mod:`ir2torch.run_safety.op_preconditions`), and none of
+them is a promise a model format should rest on. Every operator of :data:`INDEX_OPS` has the values its kernel reads
+from tensor data checked before the kernel runs: indices within the dimension they index (negative ones where the
 operator wraps them), labels within the classes or equal to ``ignore_index``, offsets non-decreasing from 0
 within the indices, counts non-negative. :data:`INDEX_PRECONDITIONS` holds one check per overload of each
 (``aten.gather.default``, ``aten.gather.out``...), merged into
-:data:`ir2torch.op_preconditions.PRECONDITIONS`, which the forward budget tests before every op of a rebuilt
-module-level IR and of an executed FlatIR alike (:mod:`ir2torch.forward_budget`). On fake tensors (the budget's
-probe) the values are unknown and nothing is checked: these operators' output sizes follow from the index
+:data:`ir2torch.run_safety.op_preconditions.PRECONDITIONS`, which the forward budget tests before every op of a
+rebuilt module-level IR and of an executed FlatIR alike (:mod:`ir2torch.run_safety.forward_budget`). On fake tensors
+(the budget's probe) the values are unknown and nothing is checked: these operators' output sizes follow from the index
 *shapes*; the real call is then run with the checks (``DataChecks`` of the forward budget).
 
 ``tests/security/test_index_preconditions.py`` plants out-of-range values for each and checks that an ``IRError``
@@ -191,7 +191,8 @@ def _sorter(a: dict[str, Any]) -> str | None:
 
 
 #: Operators (all their overloads) whose kernels read indices, labels, offsets or counts from tensor data -> the
-#: check of their bound arguments. ``repeat_interleave`` and ``ctc_loss`` are in :mod:`ir2torch.op_preconditions`.
+#: check of their bound arguments. ``repeat_interleave`` and ``ctc_loss`` are in
+#: :mod:`ir2torch.run_safety.op_preconditions`.
 INDEX_OPS: dict[str, Check] = {
     "embedding": _embedding,
     "embedding_renorm": _embedding,

@@ -34,8 +34,23 @@ def written(func: Any, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[st
                 yield argument.name, tensor
 
 
+#: ``func`` -> whether its schema writes an argument (every op of a checked call asks: read once per operator).
+_WRITES: dict[Any, bool] = {}
+
+
 def writes_in_place(func: Any) -> bool:
     """Whether ``func``'s schema marks an argument as written."""
+    try:
+        return _WRITES[func]
+    except KeyError:
+        pass
+    except TypeError:  # unhashable
+        return _schema_writes(func)
+    _WRITES[func] = found = _schema_writes(func)
+    return found
+
+
+def _schema_writes(func: Any) -> bool:
     schema = getattr(func, "_schema", None)
     return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
@@ -44,7 +59,7 @@ def caller_write(func: Any, args: tuple, kwargs: dict[str, Any], inputs: set[Any
                  key: Callable[[torch.Tensor], Any]) -> str | None:
     """Why ``func`` may not run (it writes a tensor whose storage ``key`` is one of the call's ``inputs``), or
     ``None``."""
-    if not inputs:
+    if not inputs or not writes_in_place(func):
         return None
     for name, tensor in written(func, args, kwargs):
         if key(tensor) in inputs:

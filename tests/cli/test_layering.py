@@ -1,4 +1,5 @@
-"""torch2ir and ir2torch never import each other; common imports neither at module level.
+"""torch2ir and ir2torch never import each other; common imports neither at module level; ir2torch.run_safety
+imports only torch, common and itself.
 
 The demo needs both: it lives in ``common/cli/demo.py`` and imports them inside ``run_demo`` only.
 """
@@ -87,3 +88,21 @@ def test_architecture_doc_names_every_package():
                       for p in (REPO / top).glob("*/__init__.py"))
     missing = [p for p in packages if f"`{p}`" not in text]
     assert not missing, f"docs/architecture.md does not name: {missing}"
+def test_run_safety_imports_only_torch_common_and_itself():
+    """``ir2torch.run_safety`` bounds what a file's code may do when run; the rest of ir2torch builds on it, so it
+    imports only the standard library, torch, :mod:`common` and its own modules (its package docstring)."""
+    files = sorted((REPO / "ir2torch" / "run_safety").glob("*.py"))
+    assert {"forward_budget.py", "budget.py", "op_preconditions.py", "fast_ops.py"} <= {f.name for f in files}
+    allowed = {"torch", "common", *sys.stdlib_module_names}
+    bad = []
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level > 1:
+                bad.append(f"{f.name}:{node.lineno} (from {'.' * node.level}{node.module or ''})")
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] not in allowed \
+                    and not node.module.startswith("ir2torch.run_safety"):
+                bad.append(f"{f.name}:{node.lineno} ({node.module})")
+            elif isinstance(node, ast.Import):
+                bad += [f"{f.name}:{node.lineno} ({a.name})" for a in node.names
+                        if a.name.split(".")[0] not in allowed and not a.name.startswith("ir2torch.run_safety")]
+    assert not bad, f"ir2torch/run_safety imports outside torch, common and itself: {bad}"

@@ -10,7 +10,7 @@ import ir2torch
 import torch2ir
 from common import IR
 from common.errors import IRError, ResourceBudgetError
-from ir2torch.budget import available_bytes, human, shape_bytes
+from ir2torch.run_safety.budget import available_bytes, human, shape_bytes
 from tests.helpers import PEAK_KIB_SOURCE, converted, run_python
 
 

@@ -1,5 +1,5 @@
-"""Every entry of ``ir2torch.fast_ops.FAST`` runs exactly its ATen overload: same values, dtype, shape, strides
-and aliasing as the boxed ``OpOverload`` call, for positional arguments and the keywords it accepts."""
+"""Every entry of ``ir2torch.run_safety.fast_ops.FAST`` runs exactly its ATen overload: same values, dtype, shape,
+strides and aliasing as the boxed ``OpOverload`` call, for positional arguments and the keywords it accepts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ir2torch.codegen.direct_op import DirectOp, direct_op
-from ir2torch.fast_ops import FAST, POSITIONAL_LIMITS, fast_binding
+from ir2torch.run_safety.fast_ops import FAST, POSITIONAL_LIMITS, fast_binding
 
 x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
 sq = torch.randn(3, 3, generator=torch.Generator().manual_seed(1))

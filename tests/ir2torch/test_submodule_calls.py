@@ -51,7 +51,7 @@ def _pair() -> tuple[nn.Module, nn.Module, torch.Tensor]:
     model, x = _Net().eval(), torch.randn(3, 4)
     rebuilt = ir2torch.convert(torch2ir.convert(model, (x,)), model.state_dict()).eval()
     assert isinstance(rebuilt.blocks[0], torch.fx.GraphModule)
-    rebuilt(x)  # the first call is probed on fake tensors first (ir2torch.forward_budget); the tests count later ones
+    rebuilt(x)  # probed on fake tensors first (ir2torch.run_safety.forward_budget); the tests count later calls
     return model, rebuilt, x
 
 

@@ -85,7 +85,7 @@ def test_the_registry_covers_fx_builtins_and_ir2torch_checks() -> None:
     assert not CODEGEN_NAMES & set(NAMES)
     from ir2torch.codegen.fold_cache import FOLD_ATTR, VALUES_ATTR
     from ir2torch.codegen.module_call import VARIANT_ATTR
-    from ir2torch.forward_budget import BUDGET_ATTR
+    from ir2torch.run_safety.forward_budget import BUDGET_ATTR
 
     assert {FOLD_ATTR, VALUES_ATTR, VARIANT_ATTR, BUDGET_ATTR} == set(GENERATED_ATTRS.values())
 

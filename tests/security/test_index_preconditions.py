@@ -22,8 +22,8 @@ from common import safety
 from common.errors import IRError
 from common.required_ops import function_names
 from common.surface import opt_in
-from ir2torch.op_preconditions import PRECONDITIONS
 from ir2torch.run_safety.index_checks import INDEX_OPS
+from ir2torch.run_safety.op_preconditions import PRECONDITIONS
 from tests.security.op_corpus import permissive
 
 

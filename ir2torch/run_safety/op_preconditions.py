@@ -1,6 +1,6 @@
 """What some ATen kernels assume without checking, and the sizes of outputs that depend on data.
 
-:mod:`ir2torch.forward_budget` tests :data:`PRECONDITIONS` on an op's arguments before the op runs (on fake
+:mod:`ir2torch.run_safety.forward_budget` tests :data:`PRECONDITIONS` on an op's arguments before the op runs (on fake
 tensors in a probe, on real ones in a checked call), and reads :data:`DATA_SIZES` from the real arguments of an
 allocating op whose output size fake tensors cannot tell.
 """

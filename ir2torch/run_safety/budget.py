@@ -9,8 +9,9 @@ the budget, naming the largest implementations:
   for every record (symbolic dimensions count as 1, as they are created with size 1);
 - an implementation built by a builder (``nn.Linear(**impl.data)``, an override) allocates what
   the builder creates from ``impl.data``, whatever the records say: the builder is first run on the
-  ``meta`` device (which allocates nothing) and its parameters and buffers measured; the larger of
-  that and the records counts. A builder that fails on ``meta`` is counted by its records.
+  ``meta`` device, which allocates nothing, and its parameters and buffers measured
+  (:func:`ir2torch.rebuild.device.measured_on_meta`); the larger of that and the records counts. A builder
+  that fails on ``meta`` is counted by its records.
 
 The budget is, by default, the memory available now (``MemAvailable`` of ``/proc/meminfo``, else
 ``os.sysconf``; the free memory of a CUDA device for ``cuda``); an ``int`` sets it in bytes and
@@ -28,7 +29,6 @@ import torch
 from torch import nn
 
 from common.errors import ResourceBudgetError
-from ir2torch.rebuild.device import building_on
 
 #: The budget meaning "the memory available on the target device when the rebuild starts".
 AVAILABLE = "available"
@@ -94,14 +94,40 @@ def module_bytes(module: nn.Module) -> int:
     return sum(seen.values())
 
 
-def measured_on_meta(build: Callable[[], nn.Module]) -> int:
-    """Bytes of the module ``build()`` returns when run on ``meta``; 0 if it fails there."""
-    try:
-        with building_on("meta"):
-            module = build()
-    except Exception:  # noqa: BLE001 - the real build raises its own error; this only measures
-        return 0
-    return module_bytes(module) if isinstance(module, nn.Module) else 0
+def _count(value: Any) -> int:
+    """A constructor's size argument as a count (a tuple's product; anything else 1)."""
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, int):
+        return max(value, 0)
+    if isinstance(value, (list, tuple)):
+        total = 1
+        for v in value:
+            total *= _count(v)
+        return total
+    return 1
+
+
+def int8_constructor_bytes(kind: str, data: Mapping[str, Any]) -> int:
+    """Bytes the constructor of an eager int8 module (``torch.ao.nn.quantized``; its IR type ``kind``,
+    :data:`common.quant.INT8_ARGUMENTS`) allocates from its arguments ``data``, computed without building it:
+    those constructors pack their weights with kernels that do not run on ``meta``, so measuring them there
+    (:func:`ir2torch.rebuild.device.measured_on_meta`) finds nothing. Linear: ``in x out`` int8 weights and a
+    float bias (the packed copy counted twice); convolution: ``in / groups x out x kernel`` the same way;
+    batch norm: four float vectors."""
+    if kind.startswith("int8_linear") and kind != "int8_linear_packed_params":
+        weights = _count(data.get("in_features")) * _count(data.get("out_features"))
+        return 2 * weights + 8 * _count(data.get("out_features"))
+    if kind.startswith(("int8_conv", "int8_convrelu")):
+        kernel = data.get("kernel_size", 1)
+        dims = int(kind[-2]) if kind[-2].isdigit() else 1
+        kernel = _count(kernel) if isinstance(kernel, (list, tuple)) else _count(kernel) ** dims
+        groups = max(_count(data.get("groups", 1)), 1)
+        weights = _count(data.get("in_channels")) // groups * _count(data.get("out_channels")) * kernel
+        return 2 * weights + 8 * _count(data.get("out_channels"))
+    if kind.startswith(("int8_batchnorm", "int8_bnrelu")):
+        return 16 * _count(data.get("num_features"))
+    return 0
 
 
 def human(size: int) -> str:

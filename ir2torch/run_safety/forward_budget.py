@@ -1,0 +1,338 @@
+"""The memory budget of a rebuilt model's forward: what a call would allocate is measured before it runs.
+
+A file names its graph's operators and their size arguments: ``aten.full([625000000], 1.0)`` is a few bytes of
+JSON and 2.5 GB at the first call; ``expand`` + ``contiguous``, ``repeat`` or a broadcast of two long vectors grow
+the same way. :mod:`ir2torch.run_safety.budget` bounds the parameters and buffers a rebuild allocates; this module
+bounds the forward.
+
+Every module whose ``forward`` is generated code (the rebuilt root, every rebuilt submodule, an executed FlatIR)
+holds a :class:`ForwardBudget`. A call from outside any other checked call (the user calling the model, or one of
+its submodules on its own) is first **probed**: the same call runs on fake tensors (``FakeTensorMode``: shapes,
+dtypes and strides propagate, no byte of data is allocated, factory ops with ``device="cpu"`` included), and a
+dispatch mode adds up the storage each operator creates and follows when it is freed. A call whose peak, or one
+of whose operators, would exceed the budget raises :class:`~common.errors.ResourceBudgetError` naming the
+implementation, the node, the operator and the size, before anything real runs. Constant folding computes its
+values in the first real call, after the probe covered the plain graph they come from.
+
+A call is probed once per input signature (shapes, dtypes and non-tensor values of its arguments): a root whose
+input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature. Where a
+size depends on data (``nonzero``, ``.item()``), or an operator has no fake implementation, the probe cannot
+finish; that signature then runs **checked** (:mod:`~ir2torch.run_safety.checked`): every operator is measured
+on fake tensors right before the real operator runs, against the live tensors the call holds then (an operator
+whose output size depends on data is bounded by its inputs).
+
+The budget is the converter's ``max_bytes``: an int in bytes, ``"available"`` (the memory available on the
+device when the call is probed) or ``None`` (no memory check, no probe; a module whose graph calls an op with
+a precondition its kernel does not check, :data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`, still has
+it tested before the op runs, at every call). It bounds the peak of what one call allocates (the parameters and
+buffers are bounded separately when rebuilding, see :mod:`ir2torch.run_safety.budget`). A rebuild on
+``meta`` is probed too: a factory op runs on the device it records (``aten.full(..., device=cpu)``), and its
+``"available"`` budget is the CPU's memory.
+
+The probe's context (fake parameters, hooks off) is in :mod:`~ir2torch.run_safety.fake_probe`; the dispatch modes
+that measure each operator in :mod:`~ir2torch.run_safety.op_modes` (the probe's tally, the live total) and
+:mod:`~ir2torch.run_safety.checked` (the checked run).
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
+
+from common.errors import ExecutionError, IRError, ResourceBudgetError, UnsafeTargetError
+from common.module_state import kept_attributes
+from common.names import GENERATED_ATTRS
+from ir2torch.run_safety.budget import AVAILABLE, Budget, available_bytes, human
+from ir2torch.run_safety.checked import Checked
+from ir2torch.run_safety.fake_probe import fake_state, hooks_off, state_storages
+from ir2torch.run_safety.flops import FlopBudget, flop_limit, human_flops
+from ir2torch.run_safety.op_modes import DataChecks, OverBudget, Tally, over_budget, quiet_fake_tensors, storages
+from ir2torch.run_safety.op_preconditions import PRECONDITIONS, qualified
+from ir2torch.run_safety.writes import writes_in_place
+
+#: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
+BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
+#: Signatures one module remembers as probed; a model called with more distinct shapes is probed again.
+MAX_SIGNATURES = 64
+
+
+class _Local(threading.local):
+    depth = 0  # > 0 while a checked call (probed, checked, or the probe itself) runs on this thread
+
+
+_LOCAL = _Local()
+
+
+_MODULE_CALL = nn.Module.__call__
+_compiling = torch.compiler.is_compiling
+_exporting = torch.compiler.is_exporting
+_jit_tracing = torch._C._get_tracing_state
+
+
+def skip_budget() -> bool:
+    """Whether a tracer runs the call (torch.compile, torch.export, ``jit.trace``, fx): it allocates nothing real
+    and must see the plain call."""
+    return bool(_compiling() or _exporting() or _jit_tracing() is not None or nn.Module.__call__ is not _MODULE_CALL)
+
+
+def inside_checked_call() -> bool:
+    """Whether a call checked by a budget is running on this thread (its submodule calls are covered by it)."""
+    return _LOCAL.depth > 0
+
+
+class ForwardBudget:
+    """The forward budget of one rebuilt module (see the module docstring).
+
+    Args:
+        budget: bytes, :data:`~ir2torch.run_safety.budget.AVAILABLE` or ``None``.
+        device: the device the module was rebuilt on (for ``"available"``).
+        static: the module's input guard fixes every input (shapes, dtypes, constants): one probe covers
+            every call it lets through.
+        flops: the compute budget of one call in FLOPs (:mod:`ir2torch.run_safety.flops`), ``None``: not counted.
+    """
+
+    __slots__ = ("budget", "checked", "data_checks", "device", "flops", "probed", "static")
+
+    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None,
+                 data_checks: bool = False) -> None:
+        self.budget = budget
+        self.device = device
+        self.static = static
+        self.flops = flops
+        self.data_checks = data_checks  # a probed call runs with the data preconditions (DataChecks)
+        self.probed: set[Any] = set()
+        self.checked: set[Any] = set()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
+        return ForwardBudget(self.budget, self.device, self.static, self.flops,  # a copy is probed again
+                             self.data_checks)
+
+    def limit(self) -> int | None:
+        """The budget in bytes now (``"available"`` is read at each probe)."""
+        if self.budget is None:
+            return None
+        if self.budget == AVAILABLE:
+            # a model on meta still runs factory ops on their recorded device (the CPU): its memory counts
+            return available_bytes(torch.device("cpu") if self.device.type == "meta" else self.device)
+        return int(self.budget)
+
+    def call(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+        """``call(obj, *args, **kwargs)`` after the probe of its signature (or checked op by op)."""
+        if self.budget is None:  # no memory limit: checked op by op (preconditions, FLOPs, writes)
+            return self._run_checked(obj, call, args, kwargs)
+        signature = None if self.static else _signature(args, kwargs)
+        if signature not in self.probed:
+            if signature in self.checked:
+                return self._run_checked(obj, call, args, kwargs)
+            limit = self.limit()
+            if limit is None and self.flops is None:
+                _remember(self.probed, signature)
+            elif not self._probe(obj, call, args, kwargs, limit):
+                _remember(self.checked, signature)
+                return self._run_checked(obj, call, args, kwargs)
+            else:
+                _remember(self.probed, signature)
+        _LOCAL.depth += 1
+        try:
+            if self.data_checks:  # fake tensors had no values: the index checks run on the real ones
+                with DataChecks():
+                    return call(obj, *args, **kwargs)
+            return call(obj, *args, **kwargs)
+        finally:
+            _LOCAL.depth -= 1
+
+    def _probe(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
+               limit: int | None) -> bool:
+        """Run the call on fake tensors; True when it fits, False when it cannot be told (data-dependent sizes).
+
+        Raises:
+            ResourceBudgetError: the call would exceed ``limit``.
+            IRError: what the call raises on fake tensors (an input guard's mismatch, a bad graph).
+        """
+        from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+        if any(isinstance(t, FakeTensor) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)):
+            return True  # a caller's fake tensors (its own FakeTensorMode runs the ops): nothing real runs
+        _LOCAL.depth += 1
+        try:
+            with kept_attributes(obj), _disable_current_modes(), quiet_fake_tensors(), hooks_off(obj), \
+                    FakeTensorMode(allow_fallback_kernels=False) as mode, \
+                    fake_state(obj, mode) as external:
+                fake_args, fake_kwargs = pytree.tree_map_only(torch.Tensor, mode.from_tensor, (args, kwargs))
+                inputs = storages((fake_args, fake_kwargs))
+                external.update(inputs)
+                with Tally(limit, self._where(obj), external, self.flops, inputs):
+                    call(obj, *fake_args, **fake_kwargs)
+        except OverBudget as over:
+            raise _budget_error(over, limit, self) from None
+        except ExecutionError as exc:
+            over = over_budget(exc)
+            if over is not None:
+                raise _budget_error(over, limit, self) from None
+            return False  # fake tensors could not run it (data-dependent sizes, no fake kernel): checked op by op
+        except IRError:
+            raise  # the input guard's mismatch, raised before any op runs
+        except Exception:  # noqa: BLE001 - fake tensors could not run it: the real call is checked op by op
+            return False
+        finally:
+            _LOCAL.depth -= 1
+        return True
+
+    def _run_checked(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+        limit = self.limit()
+        _LOCAL.depth += 1
+        try:
+            with Checked(limit, self._where(obj), self.flops, storages((args, kwargs)),
+                         state_storages(obj) if limit is not None else None):
+                return call(obj, *args, **kwargs)
+        except IRError as exc:
+            over = over_budget(exc)
+            if over is not None and (limit is not None or over.flops or over.write):
+                raise _budget_error(over, limit or 0, self, checked=True) from None
+            raise
+        except OverBudget as over:
+            raise _budget_error(over, limit or 0, self, checked=True) from None
+        finally:
+            _LOCAL.depth -= 1
+
+    @staticmethod
+    def _where(obj: nn.Module) -> str | None:
+        wrapped = getattr(type(obj), "_wrapped_call", None)
+        return getattr(wrapped, "implementation", None)
+
+
+def _remember(signatures: set[Any], signature: Any) -> None:
+    if len(signatures) >= MAX_SIGNATURES:
+        signatures.clear()
+    signatures.add(signature)
+
+
+def _signature(args: tuple, kwargs: dict[str, Any]) -> Any:
+    """What decides a call's sizes: each tensor's shape, dtype and device; every other leaf's value."""
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    out: list[Any] = [spec]
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            out.append((tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.layout))
+        elif isinstance(leaf, (int, float, bool, str, type(None), torch.dtype, torch.device)):
+            out.append((type(leaf), leaf))
+        else:
+            out.append(id(leaf))  # unhashable or opaque: its identity (a new object is probed again)
+    return tuple(out)
+
+
+def _budget_error(over: OverBudget, limit: int | None, budget: ForwardBudget, checked: bool = False) -> IRError:
+    """The ``IRError`` of ``over``; ``checked``: raised in a checked run (earlier ops ran, this one did not)."""
+    if over.write:
+        return UnsafeTargetError(f"{over.message}; nothing was written", implementation=over.implementation,
+                                 node=over.node, hint="the file is corrupt or hostile: a converted model's graph "
+                                 "writes in place only into its own intermediate values")
+    if over.flops:
+        return ResourceBudgetError(
+            f"{over.message}, more than the compute budget of {human_flops(budget.flops or 0)} per call (max_flops); "
+            "nothing was run", implementation=over.implementation, node=over.node,
+            hint="if the model is trusted, raise the budget: ir2torch.convert(..., max_flops=<FLOPs>) (None "
+                 "disables the count)")
+    device = "cpu" if budget.device.type == "meta" else budget.device.type
+    source = "max_bytes" if isinstance(budget.budget, int) else f"the memory available on {device}"
+    done = "the operator was refused before it ran" if checked else "nothing was allocated"
+    if over.unmeasured:
+        return ResourceBudgetError(
+            f"{over.message}; under a forward budget ({source}) it is refused: {done}",
+            implementation=over.implementation, node=over.node,
+            hint="if the model is trusted, run it without the forward budget: ir2torch.convert(..., max_bytes=None)")
+    return ResourceBudgetError(
+        f"{over.message}, more than the forward budget of {human(limit or 0)} ({source}); {done}",
+        implementation=over.implementation, node=over.node,
+        hint="if the model is trusted and the memory is there, raise the budget: ir2torch.convert(..., "
+             "max_bytes=<bytes>) (None disables the check)")
+
+
+def static_guard(root: nn.Module) -> bool:
+    """Whether ``root``'s input guard fixes every input it lets through (static shapes, dtypes and constants)."""
+    meta = getattr(root, "meta", None)
+    guard = meta.get("input_guard") if isinstance(meta, dict) else None
+    if guard is None:
+        return False
+    return bool(guard.leaves) and all(leaf.kind in ("tensor", "constant") for leaf in guard.leaves) and \
+        not guard._dynamic and not guard._scalars
+
+
+def _names_precondition_ops(module: nn.Module) -> bool:
+    """Whether ``module``'s own graph calls an op of :data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`, or
+    one that writes an argument in place (checked not to write its caller's tensors,
+    :mod:`ir2torch.run_safety.writes`)."""
+    graph = getattr(module, "graph", None)
+    if not isinstance(graph, torch.fx.Graph):
+        return False
+    targets = [getattr(node.target, "overload", node.target) for node in graph.nodes if node.op == "call_function"]
+    return any(qualified(target) in PRECONDITIONS or writes_in_place(target) for target in targets)
+
+
+#: Python-level functions of the allow-list that dispatch to an operator reading indices from data.
+_DATA_FUNCTIONS = (torch.gather, torch.index_select, torch.nn.functional.embedding)
+_DATA_NAMES = frozenset({"torch.gather", "torch.index_select", "torch.nn.functional.embedding"})
+
+
+def _reads_data(root: nn.Module, names: set[str] | None) -> bool:
+    """Whether a call of ``root`` may run an op whose preconditions read tensor data (indices, labels, offsets,
+    :mod:`ir2torch.run_safety.index_checks`): the file names one (``names``: every function name of the IR or
+    FlatIR) or a Python function dispatching to one, a built graph does (without ``names``; a graph not built yet
+    is never built here), a ``getitem`` with a computed index (``x[idx]`` is ``aten.index``), or a module is
+    not generated code and not one of torch.nn's own (an opaque leaf: its code is not read) or an embedding."""
+    if names is not None and any(n in PRECONDITIONS or n in _DATA_NAMES for n in names):
+        return True
+    for module in root.modules():
+        graph = module.__dict__.get("_graph") if names is None else None
+        if isinstance(graph, torch.fx.Graph):
+            for node in graph.nodes:
+                if node.op != "call_function":
+                    continue
+                target = getattr(node.target, "overload", node.target)
+                if qualified(target) in PRECONDITIONS or node.target in _DATA_FUNCTIONS:
+                    return True
+                if node.target is operator.getitem and any(isinstance(a, torch.fx.Node) for a in
+                                                           pytree.tree_leaves(list(node.args[1:]))):
+                    return True
+        elif isinstance(module, (nn.Embedding, nn.EmbeddingBag)) or (
+                getattr(type(module), "_wrapped_call", None) is None
+                and not type(module).__module__.startswith("torch.")):
+            return True
+    return False
+
+
+def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool,
+                    flops: FlopBudget = None, names: set[str] | None = None) -> None:
+    """Give every module of ``root`` whose forward is generated code a :class:`ForwardBudget`.
+
+    Args:
+        root: the rebuilt model.
+        budget: the rebuild's ``max_bytes`` (``None``: only modules whose graph calls an op with an unchecked
+            precondition get one, to test it).
+        device: the device it was rebuilt on (``meta`` included: factory ops of the graph run on the device they
+            record, usually the CPU).
+        guarded: the root has an input guard fixing every input (one probe covers every call).
+        flops: the compute budget (:func:`~ir2torch.run_safety.flops.flop_limit`: ``"auto"``, FLOPs or ``None``).
+        names: every function name the file calls (whether a call reads indices from data: :func:`_reads_data`).
+    """
+    flop_count = flop_limit(flops, root)
+    data = _reads_data(root, names)
+    for module in root.modules():
+        if getattr(type(module), "_wrapped_call", None) is None:
+            continue
+        if budget is None and flop_count is None and not _names_precondition_ops(module):
+            continue  # nothing to measure and nothing a kernel assumes unchecked
+        static = guarded and module is root
+        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count,
+                                                     data_checks=data)
+
+
+__all__ = ["BUDGET_ATTR", "MAX_SIGNATURES", "ForwardBudget", "inside_checked_call", "install_budgets", "skip_budget",
+           "static_guard"]

@@ -28,6 +28,7 @@ from .frontend import OpaqueCallError
 from .graphs import add_node_with_edges, flat_implementation
 from .hierarchy import Frame, Hierarchy
 from .signature_match import Dead, Signature, is_stand_in
+from .symbolic_order import ASSERT_NAME, canonical_items
 from .tensormeta import FUNCTORCH_FIX, functorch_problem, value_meta
 
 
@@ -125,7 +126,7 @@ class GraphWriter:
                 label += "_in"
             names.append(self.impl.add_node(self.name(label), "input", "input", meta=meta))
             self.env[value] = Ref(names[-1])
-        for item in frame.items:
+        for item in canonical_items(frame.items):  # symbolic-scalar runs in one order (torch2ir.symbolic_order)
             try:
                 if isinstance(item, Frame):
                     self.call(item)
@@ -165,7 +166,8 @@ class GraphWriter:
             args = _assert_message(args)
         encode(args, f"node {node.name}")
         encode(kwargs, f"node {node.name}")
-        name = add_node_with_edges(self.impl, self.name(structural_name(node.name)), "function", target, args, kwargs,
+        wanted = ASSERT_NAME if target == _ASSERT_SCALAR else structural_name(node.name)  # inserted or traced alike
+        name = add_node_with_edges(self.impl, self.name(wanted), "function", target, args, kwargs,
                                    meta=value_meta(node.meta.get("val")))
         self.env[node] = Ref(name)
         self.h.origin[node] = (self.impl, name)

@@ -12,8 +12,9 @@ written. So within each run of consecutive such nodes the IR holds them in an or
 alone: the assertions one after the other, single-symbol bounds (``0 <= u0``) first as export checks them, then by
 their condition's expression, each right after the nodes computing its condition; values no assertion reads after
 them, by expression. A rebuilt module then checks the bounds first, as export did, and an assertion that export
-finds implied by them stays where this order puts it, which converting it again finds the same. Reordering them changes at most which of several failing checks
-reports first; every value is still computed after the values it reads.
+finds implied by them stays where this order puts it, which converting it again finds the same. Reordering them
+changes at most which of several failing checks reports first; every value is still computed after the values it
+reads.
 """
 
 from __future__ import annotations

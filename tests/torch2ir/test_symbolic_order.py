@@ -43,7 +43,8 @@ def test_assertions_convert_back_to_the_same_ir() -> None:
     model = Lengths().eval()
     args = _inputs(5)
     ir = torch2ir.convert(model, args)
-    nodes = [n for n, d in ir["root"].graph.nodes(data=True) if d.get("implementation") == "aten._assert_scalar.default"]
+    graph = ir["root"].graph
+    nodes = [n for n, d in graph.nodes(data=True) if d.get("implementation") == "aten._assert_scalar.default"]
     assert len(nodes) >= 2 and all(n.startswith(ASSERT_NAME) for n in nodes)
     rebuilt = ir2torch.convert(ir, model.state_dict())
     for ones in (5, 3, 1):  # other lengths than the traced one run the same checks and values

@@ -41,6 +41,7 @@ from .errors import (
 from .expansion import check_expanded
 from .functional_modules import method_of
 from .ir import IR, NODE_KINDS, Implementation, slot_path
+from .none_slots import check_none_slots
 from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem
 from .opaque import OPAQUE_TYPE, OWNED_TYPE, check_data, check_owned, owner_of
@@ -89,6 +90,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         check_provenance(key, impl.meta)
         custom_backward_names(impl.meta, key)
         _check_children(impl.meta, key)
+        check_none_slots(impl.meta, key)
     check_names(ir, subgraphs=False)  # the bodies of higher-order ops: in _check_subgraph, found by the same walk
     calls: dict[str, dict[str, int]] = {}  # caller -> callee -> call nodes naming it, in the order found
     sizes: dict[str, int] = {}  # implementation -> nodes of its largest graph

@@ -37,7 +37,8 @@ def _module_types() -> list[str]:
     lines = [
         "## Module types",
         "",
-        f"{len(t2i.types()) + len(t2i.named_types())} `torch.nn` and `torch.ao` quantization classes are converted to typed implementations (their",
+        f"{len(t2i.types()) + len(t2i.named_types())} `torch.nn` and `torch.ao` quantization classes are converted to "
+        "typed implementations (their",
         "attributes and state, no graph) and rebuilt as the very same class. Any other module becomes an",
         "implementation with its own graph (type `module`) and is rebuilt as a `torch.fx.GraphModule` at the same",
         "path.",

@@ -12,6 +12,7 @@ from torch import nn
 
 from common.errors import IRFormatError, StateDictError, listing
 from common.ir import IR, parent_key
+from common.none_slots import attach_none_slots
 from common.state_dict import in_state_dict, record_mismatch
 from ir2torch.rebuild.paths import relative_path, set_submodule
 
@@ -27,6 +28,8 @@ def attach_children(ir: IR, modules: Mapping[str, nn.Module]) -> nn.Module:
         for alias in ir[key].aliases:
             set_submodule(root, alias, modules[key])
     for key in [*keys, "root"]:
+        if "none_children" in ir[key].meta:  # a container's None slots (common.none_slots)
+            attach_none_slots(modules[key], ir[key].meta, key)
         if "children" in ir[key].meta:
             _reorder(modules[key], ir[key].meta["children"])
     return root

@@ -166,6 +166,8 @@ class OpaqueCallError(ExportFailedError):
     paths."""
 
     leaves: tuple[str, ...] = ()
+    #: why ``opaque="auto"`` keeps the leaves' callers opaque (``ir.capture.opaque``)
+    caller_reason = "it passes an opaque leaf a value computed from tensor data"
 
     @classmethod
     def of(cls, path: str, kind: str, exc: BaseException) -> ExportFailedError:
@@ -231,6 +233,9 @@ def export(
         except Exception as exc:  # noqa: BLE001 - export raises many types; all are reported
             last = exc
     first_line = str(last).strip().splitlines()[0] if str(last).strip() else type(last).__name__
+    differs = _opaque_call_error(last)
+    if differs is not None:  # an opaque leaf's traced call differs from its eager call (torch2ir.opaque.same_call)
+        raise differs
     if kept and "pytree flattened inputs" in str(last):  # preserving an opaque leaf's call fails on its inputs
         error = OpaqueCallError(
             f"torch.export cannot keep the calls of the opaque leaves {', '.join(kept[:3])}"
@@ -242,6 +247,17 @@ def export(
         raise error from last
     raise ExportFailedError(f"torch.export could not trace {name}: {type(last).__name__}: {first_line}",
                           implementation="root", hint=export_hint(last)) from last
+
+
+def _opaque_call_error(exc: BaseException | None) -> OpaqueCallError | None:
+    """The :class:`OpaqueCallError` a stand-in raised inside the export, through the exceptions wrapping it."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OpaqueCallError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 OBSERVER_HINT = ("an observer that branches on the values it sees cannot be traced while it calibrates: calibrate in "

@@ -26,6 +26,7 @@ from common.values import Ref, Subgraph, encode
 from torch2ir.frontend.export import OpaqueCallError
 from torch2ir.hierarchy.graphs import add_node_with_edges, flat_implementation
 from torch2ir.hierarchy.recover import Frame, Hierarchy
+from torch2ir.hierarchy.symbolic_order import ASSERT_NAME, canonical_items
 from torch2ir.hierarchy.tensormeta import FUNCTORCH_FIX, functorch_problem, value_meta
 from torch2ir.signatures.match import Dead, Signature, is_stand_in
 
@@ -124,7 +125,8 @@ class GraphWriter:
                 label += "_in"
             names.append(self.impl.add_node(self.name(label), "input", "input", meta=meta))
             self.env[value] = Ref(names[-1])
-        for item in frame.items:
+        # runs of symbolic scalars and their assertions in one order (torch2ir.hierarchy.symbolic_order)
+        for item in canonical_items(frame.items):
             try:
                 if isinstance(item, Frame):
                     self.call(item)
@@ -164,7 +166,8 @@ class GraphWriter:
             args = _assert_message(args)
         encode(args, f"node {node.name}")
         encode(kwargs, f"node {node.name}")
-        name = add_node_with_edges(self.impl, self.name(structural_name(node.name)), "function", target, args, kwargs,
+        wanted = ASSERT_NAME if target == _ASSERT_SCALAR else structural_name(node.name)  # inserted or traced alike
+        name = add_node_with_edges(self.impl, self.name(wanted), "function", target, args, kwargs,
                                    meta=value_meta(node.meta.get("val")))
         self.env[node] = Ref(name)
         self.h.origin[node] = (self.impl, name)

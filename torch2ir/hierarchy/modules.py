@@ -17,6 +17,7 @@ from torch import fx, nn
 
 from common.errors import IRSerializationError
 from common.ir import IR, ORIGINAL_CLASS_KEY, Implementation
+from common.none_slots import none_slots
 from common.quant import hook_to_data, qconfig_to_data
 from common.values import encode
 from torch2ir.hierarchy.tensormeta import state_record
@@ -156,6 +157,8 @@ class ModuleTable:
                                     "fix or override the handler for this class"))
                 data = {}
             return Implementation(key, self.leaf_type(module), data, meta=meta)
+        if cls in CONTAINER_TYPES:
+            none_slots(module, meta)  # ModuleList([conv, None]): the None slot is kept (zip() over it stops there)
         if cls in CONTAINER_TYPES and not called:
             return Implementation(key, CONTAINER_TYPES[cls], meta=meta)
         return Implementation(key, GRAPH_TYPE, meta=meta)

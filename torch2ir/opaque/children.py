@@ -26,7 +26,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from common.bodies import is_call
-from common.errors import IRError
+from common.errors import IRError, OperatorSurfaceError
 from common.ir import CARRIED_NOTES, IR, Implementation
 from common.notes import CUSTOM_BACKWARD_KEY
 from torch2ir.trace_once.trace import output_record
@@ -264,10 +264,23 @@ def convert_children(convert: Callable[[nn.Module, tuple, dict[str, Any]], IR],
             try:
                 done[path] = convert(child, args, kwargs)
             except IRError as exc:
+                if _surface_refusal(exc):  # an operator to opt in to (allow=): said as it is, never made opaque
+                    raise
                 why = f"its own conversion was refused: {exc.message.splitlines()[0][:160]}"
         if why is not None:
             kept[path] = why
     return done, kept
+
+
+def _surface_refusal(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is, or was caused by, an :class:`~common.errors.OperatorSurfaceError`."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OperatorSurfaceError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return False
 
 
 __all__ = ["GraftError", "Watch", "alike_calls", "convert_children", "copied_inputs", "graft", "traced_children"]

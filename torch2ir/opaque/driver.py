@@ -56,7 +56,7 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
             if not auto or not new or len(why) + len(new) > MAX_OPAQUE_CLASSES:
                 raise
             for cls in new:
-                why[cls] = f"it passes an opaque leaf a value computed from tensor data ({exc.message[:120]})"
+                why[cls] = f"{exc.caller_reason} ({exc.message[:200]})"
         except ExportFailedError as exc:
             failure = getattr(exc, "failure", None)
             module = model if failure is not None and not failure.path else getattr(failure, "module", None)

@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError
 from torch2ir.opaque.children import Watch, copied_inputs
+from torch2ir.opaque.same_call import call_record, difference, refuse
 from torch2ir.trace_once.trace import output_record, stand_in
 
 
@@ -25,9 +26,11 @@ class StandIns:
 
     def __init__(self, modules: list[tuple[str, nn.Module]], records: dict[str, list[Any]],
                  inputs: dict[str, list[tuple[tuple, dict[str, Any]]]] | None = None,
-                 uses: dict[str, str] | None = None) -> None:
+                 uses: dict[str, str] | None = None, eager_calls: dict[str, list[Any]] | None = None) -> None:
         self.modules = modules
         self.records = records
+        #: ``{path: [call_record of each eager call]}``: a traced call must match (:mod:`.same_call`)
+        self.eager_calls = eager_calls or {}
         #: ``{path: what the opaque code does with it besides calling it}`` of watched modules (:class:`Watch`)
         self.uses = uses or {}
         #: ``{path: [(args, kwargs) of each call]}`` of the modules ``record`` was asked to watch (``inputs_of``)
@@ -46,6 +49,11 @@ class StandIns:
                 raise ConversionError(
                     f"the opaque leaf {path} is called more often while traced than in the eager call",
                     implementation=path, hint="an opaque leaf must be called alike in eager mode and while traced")
+            eager = self.eager_calls.get(path)
+            if eager is not None and index < len(eager):
+                why = difference(eager[index], args, kwargs)
+                if why is not None:
+                    raise refuse(path, index, why)
             return stand_in(records[index], writable=False)
         return forward
 
@@ -96,6 +104,13 @@ def record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
             records[path].append((spec, [output_record(x) for x in leaves]))
         return hook
 
+    eager_calls: dict[str, list[Any]] = {path: [] for path in wanted if path}
+
+    def called(path: str) -> Any:
+        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+            eager_calls[path].append(call_record(args, kwargs))
+        return hook
+
     watched = set(inputs_of)
     inputs: dict[str, list[tuple[tuple, dict[str, Any]]]] = {path: [] for path in watched}
 
@@ -107,6 +122,7 @@ def record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
     for path, module in twin.named_modules(remove_duplicate=False):
         if path in wanted and path:  # an opaque root is not traced: nothing stands in for it
             hooks.append(module.register_forward_hook(keep(path)))
+            hooks.append(module.register_forward_pre_hook(called(path), with_kwargs=True))
             wanted.discard(path)
         if path in watched:
             hooks.append(module.register_forward_pre_hook(watch(path), with_kwargs=True))
@@ -126,7 +142,7 @@ def record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
     finally:
         for hook in hooks:
             hook.remove()
-    return StandIns(modules, records, inputs, watch.uses)
+    return StandIns(modules, records, inputs, watch.uses, eager_calls)
 
 
 __all__ = ["StandIns", "record"]

@@ -1,0 +1,135 @@
+"""Whether an opaque leaf is called while traced as it was in the eager call whose outputs its stand-in repeats.
+
+A model can take another path under ``torch.export`` than in eager mode without reading any data: transformers
+builds an attention mask when it is exporting (``masking_utils._ignore_bidirectional_mask_sdpa`` skips the mask
+in eager mode when there is no padding), so Autoformer's encoder layers get ``attention_mask=None`` in eager mode
+and a tensor while traced. The rebuilt model replays the trace, so an opaque leaf whose traced call differs from
+its eager call would run its real forward on inputs the original never gave it (Autoformer's attention then
+fails, or a leaf would silently compute something else). Each call of an opaque leaf is therefore compared with
+the eager call of the same index: the structure of its arguments (``None`` against a tensor included), each
+tensor's shape and dtype, each plain value, each other object's type. A difference is an
+:class:`~torch2ir.frontend.export.OpaqueCallError` naming the argument, which ``opaque="auto"`` answers by keeping the
+caller opaque instead, up the tree, until the calls agree (Autoformer: the encoder and decoder, which build the
+masks themselves, their layers traced on their own on their eager inputs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from torch2ir.frontend.export import OpaqueCallError
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def call_record(args: tuple, kwargs: Mapping[str, Any]) -> tuple[Any, list[tuple[Any, ...]]]:
+    """What is compared of one call: its structure and, per leaf, a tensor's shape and dtype, a plain value, or
+    another object's type."""
+    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    return spec, [_leaf(x) for x in leaves]
+
+
+def _leaf(x: Any) -> tuple[Any, ...]:
+    if isinstance(x, torch.Tensor):
+        with torch._C.DisableTorchFunction():
+            return ("tensor", tuple(int(s) for s in x.shape), x.dtype)
+    if isinstance(x, _PLAIN):
+        return ("value", x)
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ("symbolic", type(x).__name__)
+    return ("object", type(x))
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    if a[0] == b[0] == "value" and isinstance(a[1], float) and isinstance(b[1], float):
+        return a[1] == b[1] or (math.isnan(a[1]) and math.isnan(b[1]))
+    return a[0] == b[0] and type(a[1]) is type(b[1]) and a[1] == b[1]
+
+
+def _text(leaf: tuple[Any, ...]) -> str:
+    if leaf[0] == "tensor":
+        return f"a {str(leaf[2]).removeprefix('torch.')} tensor of shape {list(leaf[1])}"
+    if leaf[0] == "value":
+        return repr(leaf[1])
+    if leaf[0] == "symbolic":
+        return f"a {leaf[1]} (a value the trace computes)"
+    return f"a {getattr(leaf[1], '__qualname__', leaf[1])}"
+
+
+def difference(eager: tuple[Any, list[tuple[Any, ...]]], args: tuple, kwargs: Mapping[str, Any]) -> str | None:
+    """How the traced call ``(args, kwargs)`` differs from the eager call's record (``None``: it does not)."""
+    spec, leaves = eager
+    traced_spec, traced = call_record(args, kwargs)
+    if traced_spec != spec:
+        return _structure(spec, traced_spec, args, kwargs)
+    for i, (a, b) in enumerate(zip(leaves, traced)):
+        if not _same(a, b):
+            return f"its argument {_argument(spec, i)} is {_text(b)} while traced, {_text(a)} in eager mode"
+    return None
+
+
+def _structure(spec: Any, traced_spec: Any, args: tuple, kwargs: Mapping[str, Any]) -> str:
+    """The first argument whose structure differs (``attention_mask`` is None in eager mode, a tensor traced)."""
+    try:
+        eager_args, eager_kwargs = pytree.tree_unflatten([object()] * spec.num_leaves, spec)
+    except Exception:  # noqa: BLE001 - then only say that the structure differs
+        return "its arguments differ in structure from the eager call's"
+    names = sorted(set(eager_kwargs) | set(kwargs))
+    for name in names:
+        if name not in eager_kwargs or name not in kwargs:
+            where = "only while traced" if name in kwargs else "only in eager mode"
+            return f"its keyword argument {name!r} is given {where}"
+        if pytree.tree_structure(eager_kwargs[name]) != pytree.tree_structure(kwargs[name]):
+            return (f"its argument {name!r} is {_shape_of(kwargs[name])} while traced, "
+                    f"{_shape_of(eager_kwargs[name])} in eager mode")
+    if len(eager_args) != len(args):
+        return f"it is called with {len(args)} positional arguments while traced, {len(eager_args)} in eager mode"
+    for i, (a, b) in enumerate(zip(eager_args, args)):
+        if pytree.tree_structure(a) != pytree.tree_structure(b):
+            return f"its positional argument {i} is {_shape_of(b)} while traced, {_shape_of(a)} in eager mode"
+    return "its arguments differ in structure from the eager call's"
+
+
+def _shape_of(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, torch.Tensor):
+        return "a tensor"
+    return f"a {type(value).__name__} of {pytree.tree_structure(value).num_leaves} values"
+
+
+def _argument(spec: Any, index: int) -> str:
+    """A name for leaf ``index`` of a call's structure: ``'attention_mask'``, ``0``, ``'past'[1]``."""
+    try:
+        args_spec, kwargs_spec = spec.children()
+        offset = 0
+        for label, child in [*enumerate(args_spec.children()),
+                             *zip(kwargs_spec.context or [], kwargs_spec.children())]:
+            if index < offset + child.num_leaves:
+                inner = "" if child.num_leaves == 1 and child.is_leaf() else f" (leaf {index - offset})"
+                return (f"{label!r}" if isinstance(label, str) else f"{label}") + inner
+            offset += child.num_leaves
+    except Exception:  # noqa: BLE001 - a structure without names
+        pass
+    return f"leaf {index}"
+
+
+def refuse(path: str, index: int, why: str) -> OpaqueCallError:
+    """The refusal of an opaque leaf's traced call that differs from its eager call."""
+    error = OpaqueCallError(
+        f"the opaque leaf {path} is called otherwise while traced than in eager mode: {why} (call {index + 1}; "
+        "the model takes another path under torch.export, and the rebuild would run the leaf's forward on the "
+        "traced call's inputs, not the eager call's whose outputs stand in for it)",
+        implementation=path,
+        hint="opaque=\"auto\" keeps its caller opaque instead, up the tree, until the calls agree")
+    error.caller_reason = "it calls an opaque leaf otherwise while traced than in eager mode"
+    error.leaves = (path,)
+    return error
+
+
+__all__ = ["call_record", "difference", "refuse"]

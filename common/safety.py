@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from . import op_classes
 from .errors import IRFormatError, OperatorSurfaceError, ResourceBudgetError, UnsafeTargetError
 from .known_ops import KNOWN_OPS, is_known, resolve_known
+from .op_libraries import load_torch_library
 from .opaque import is_class_name
 from .surface import in_default_surface, opt_in
 from .values import Subgraph, iter_values
@@ -476,8 +477,11 @@ def registered_op(ns: str, op: str, overload: str | None) -> Any:
     is accepted (``torch.ops.import_module`` or ``torch.ops.load_library`` are functions, never reached).
     """
     try:
-        if ns.startswith("_") or not torch._C._jit_get_schemas_for_operator(f"{ns}::{op}"):
+        if ns.startswith("_"):
             return None
+        if not torch._C._jit_get_schemas_for_operator(f"{ns}::{op}") and not (
+                load_torch_library(ns) and torch._C._jit_get_schemas_for_operator(f"{ns}::{op}")):
+            return None  # torch's own namespaces it does not load at start-up: common.op_libraries
         namespace = getattr(torch.ops, ns)
         if not isinstance(namespace, torch._ops._OpNamespace):
             return None

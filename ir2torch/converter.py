@@ -22,6 +22,7 @@ from common.safety import Allowlist, function_names
 from common.validate import validate
 
 from .assemble import attach_children, restore_modes, restore_state_layout, restore_tensors, restore_unsaved
+from .base_class import apply_bases
 from .budget import AVAILABLE, Budget, check_budget, measured_on_meta, records_bytes, target_device
 from .build_device import building_on
 from .flat import Executor, build_flat_module, new_executor_registry
@@ -33,6 +34,7 @@ from .handlers.opaque import check_allowed as check_opaque_allowed
 from .handlers.owned import kept_quantizers, restore_attributes, take_owned
 from .handlers.quant import restore_quantization
 from .leaf_copies import LeafCopies
+from .pt2e_prepared import restore_pt2e_prepared
 from .rebuild import graph_module
 from .run_safety.flops import AUTO, FlopBudget
 from .shared_code import CodeCache
@@ -254,8 +256,10 @@ class Ir2Torch:
         modules = {key: self._build_one(impl, device, maps, key in guarded, codes, fold_constants, leaves)
                    for key, impl in ir.items()}
         take_owned(ir, modules)  # modules an opaque leaf's constructor made (a brevitas layer's quantizers)
+        apply_bases(ir, modules, self.builders)  # a subclass of a torch.nn class stays one (common.base_class)
         root = attach_children(ir, modules)
         restore_quantization(ir, modules)
+        restore_pt2e_prepared(ir, root)  # what convert_pt2e reads (common.pt2e_prepared)
         restore_state_layout(ir, modules)
         restore_tensors(ir, modules, device if state_dict is None else None)
         restore_modes(ir, modules)

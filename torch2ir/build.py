@@ -19,6 +19,7 @@ from common.safety import Allowlist, function_names, required_ops_error
 from common.state_dict import in_state_dict
 from common.validate import validate
 
+from .base_class import record_bases
 from .capture import Capture
 from .frontend import (
     ExportFailedError,
@@ -35,6 +36,7 @@ from .lowering import spec_text
 from .modules import ModuleTable
 from .opaque.driver import with_opaque
 from .opaque.recording import StandIns as OpaqueStandIns
+from .pt2e_prepared import record_pt2e_prepared
 from .signatures import record_calls, signature_targets
 from .tensormeta import range_bound, state_record
 from .trace_once import StandIns, TraceOnceFallback, alike_groups
@@ -202,6 +204,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         capture.link(hierarchy, _per_call_graphs(ir, table, hierarchy, frames, problems))
         problems += hierarchy.problems
         _real_sequentials(ir, table)
+        record_bases(ir, table)  # the torch.nn class a module traced as a graph subclasses (common.base_class)
         _sync_call_types(ir)
         problems += name_methods(ir, table, methods)
         _record_constants(ir, table, ep)
@@ -219,6 +222,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         if custom:
             ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
         _carried_notes(ir, model)
+        record_pt2e_prepared(ir, model)  # what convert_pt2e reads from a prepared model (common.pt2e_prepared)
         _keep_tensors(ir, table, ep.constants)
         _instance_tensors(ir, instances)
         missing = allowlist.required(function_names(ir))

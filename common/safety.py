@@ -257,7 +257,8 @@ class Allowlist:
         return isinstance(name, str) and name in self._classes
 
     def is_allowed(self, name: object) -> bool:
-        """True when ``name`` may be resolved; never imports anything."""
+        """True when ``name`` may be resolved; never imports anything but torch's own modules that register an
+        opted-in namespace (:mod:`common.op_libraries`)."""
         if not isinstance(name, str):
             return False
         if name in self._extra or name in PYTHON_FUNCTIONS or name in HIGHER_ORDER_OPS or is_known(name):
@@ -474,7 +475,9 @@ def registered_op(ns: str, op: str, overload: str | None) -> Any:
 
     The dispatcher's schema table is asked first (a pure lookup); only then are the namespace and
     operator read from ``torch.ops``, and only an ``_OpNamespace`` / ``OpOverloadPacket`` / ``OpOverload``
-    is accepted (``torch.ops.import_module`` or ``torch.ops.load_library`` are functions, never reached).
+    is accepted (``torch.ops.import_module`` or ``torch.ops.load_library`` are functions, never reached). A
+    namespace torch defines in a module it does not load at start-up (``quantized_decomposed``) is registered by
+    importing that fixed module of torch first (:mod:`common.op_libraries`).
     """
     try:
         if ns.startswith("_"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torch import nn
+from torch.nn.utils import parametrize
 
 from common.values import encode
 
@@ -16,6 +17,8 @@ def _torch_nn(cls: type) -> bool:
 def base_of(converter: Any, module: nn.Module) -> dict[str, Any] | None:
     """``{"type", "data"}`` of the nearest ``torch.nn`` class above ``type(module)`` that has a handler (or is
     ``nn.Sequential``), or None: ``module`` is not such a subclass, or the base's handler cannot read it."""
+    if parametrize.is_parametrized(module):
+        return None  # torch's ParametrizedLinear & co.: the base's weight is a parametrization's result
     types = converter.types()
     for cls in type(module).__mro__:
         if cls is nn.Module:

@@ -43,6 +43,11 @@ PT2E_OBSERVERS: dict[str, str] = {
     f"torchao.quantization.pt2e.observer.{name}": f"pt2e_{name.lower()}" for name in (
         "MinMaxObserver", "MovingAverageMinMaxObserver", "PerChannelMinMaxObserver",
         "MovingAveragePerChannelMinMaxObserver", "HistogramObserver")}
+#: torchao's PT2E fake-quantize modules (``prepare_qat_pt2e``), handled alike: rebuilt as the real class, so that
+#: ``convert_pt2e`` finds them in a rebuilt QAT model (a graph module standing for one is not an observer to it).
+PT2E_OBSERVERS.update({
+    f"torchao.quantization.pt2e.fake_quantize.{name}": f"pt2e_{name.lower()}" for name in (
+        "FakeQuantize", "FusedMovingAvgObsFakeQuantize")})
 
 _CONV = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups", "bias",
          "padding_mode")

@@ -42,6 +42,7 @@ import torch
 from . import op_classes
 from .errors import OperatorSurfaceError, UnsafeTargetError
 from .known_ops import KNOWN_OPS, is_known, resolve_known
+from .op_libraries import load_torch_library
 from .opaque import is_class_name
 from .python_functions import BOUNDED_FUNCTIONS as BOUNDED_FUNCTIONS  # re-exported: part of the allow-list
 from .python_functions import HIGHER_ORDER_OPS, PYTHON_FUNCTIONS
@@ -143,7 +144,8 @@ class Allowlist:
         return isinstance(name, str) and name in self._classes
 
     def is_allowed(self, name: object) -> bool:
-        """True when ``name`` may be resolved; never imports anything."""
+        """True when ``name`` may be resolved; never imports anything but torch's own modules that register an
+        opted-in namespace (:mod:`common.op_libraries`)."""
         if not isinstance(name, str):
             return False
         if name in self._extra or name in PYTHON_FUNCTIONS or name in HIGHER_ORDER_OPS or is_known(name):
@@ -324,11 +326,16 @@ def registered_op(ns: str, op: str, overload: str | None) -> Any:
 
     The dispatcher's schema table is asked first (a pure lookup); only then are the namespace and
     operator read from ``torch.ops``, and only an ``_OpNamespace`` / ``OpOverloadPacket`` / ``OpOverload``
-    is accepted (``torch.ops.import_module`` or ``torch.ops.load_library`` are functions, never reached).
+    is accepted (``torch.ops.import_module`` or ``torch.ops.load_library`` are functions, never reached). A
+    namespace torch defines in a module it does not load at start-up (``quantized_decomposed``) is registered by
+    importing that fixed module of torch first (:mod:`common.op_libraries`).
     """
     try:
-        if ns.startswith("_") or not torch._C._jit_get_schemas_for_operator(f"{ns}::{op}"):
+        if ns.startswith("_"):
             return None
+        if not torch._C._jit_get_schemas_for_operator(f"{ns}::{op}") and not (
+                load_torch_library(ns) and torch._C._jit_get_schemas_for_operator(f"{ns}::{op}")):
+            return None  # torch's own namespaces it does not load at start-up: common.op_libraries
         namespace = getattr(torch.ops, ns)
         if not isinstance(namespace, torch._ops._OpNamespace):
             return None

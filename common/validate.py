@@ -46,6 +46,7 @@ from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem
 from .opaque import OPAQUE_TYPE, OWNED_TYPE, check_data, check_owned, owner_of
 from .provenance import check_provenance
+from .pt2e_prepared import pt2e_prepared_record
 from .safety import DEFAULT_ALLOWLIST, Allowlist
 from .validate_names import acyclic, check_graph_names, check_names
 from .values import Ref, Subgraph, collect_refs
@@ -89,6 +90,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
                                         "'owns': true, whose constructor makes it; the file is corrupt or hostile")
         check_provenance(key, impl.meta)
         custom_backward_names(impl.meta, key)
+        pt2e_prepared_record(impl.meta, key)
         _check_children(impl.meta, key)
         check_none_slots(impl.meta, key)
     check_names(ir, subgraphs=False)  # the bodies of higher-order ops: in _check_subgraph, found by the same walk

@@ -22,6 +22,7 @@ from common.required_ops import function_names
 from common.safety import Allowlist
 from common.validate import validate
 from ir2torch.codegen.shared import CodeCache
+from ir2torch.documents import as_flat, as_ir
 from ir2torch.flat.run import Executor, build_flat_module, new_executor_registry
 from ir2torch.flat.state import weight_budget
 from ir2torch.guards.root import guard_builder_root
@@ -36,9 +37,11 @@ from ir2torch.rebuild.assemble import (
     restore_tensors,
     restore_unsaved,
 )
+from ir2torch.rebuild.base_class import apply_bases
 from ir2torch.rebuild.device import building_on, measured_on_meta
 from ir2torch.rebuild.graphs import graph_module
 from ir2torch.rebuild.leaf_copies import LeafCopies
+from ir2torch.rebuild.pt2e_prepared import restore_pt2e_prepared
 from ir2torch.rebuild.state import StateMap, load_into, read_state
 from ir2torch.run_safety.budget import (
     AVAILABLE,
@@ -228,7 +231,7 @@ class Ir2Torch:
             return worker.convert(ir, state_dict, device=device, strict=strict, max_bytes=max_bytes,
                                   guard_inputs=guard_inputs, fold_constants=fold_constants, max_flops=max_flops)
         budget = self.max_bytes if isinstance(max_bytes, _Unset) else max_bytes
-        flat = self._as_flat(ir)
+        flat = as_flat(ir, self.allowlist, self.executors.keys())
         if flat is not None:
             names = {node.op_type for node in flat.nodes}
             with weight_budget(budget):
@@ -237,7 +240,7 @@ class Ir2Torch:
         else:
             # loading and building allocate much and free little; the model is kept (see common.collector)
             with collector_paused(long_lived=True):
-                ir = self._as_ir(ir)
+                ir = as_ir(ir, self.allowlist)
                 custom = custom_backward_names(ir.root.meta) if "root" in ir else []
                 names = function_names(ir)
                 model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
@@ -267,8 +270,10 @@ class Ir2Torch:
         modules = {key: self._build_one(impl, device, maps, key in guarded, codes, fold_constants, leaves)
                    for key, impl in ir.items()}
         take_owned(ir, modules)  # modules an opaque leaf's constructor made (a brevitas layer's quantizers)
+        apply_bases(ir, modules, self.builders)  # a subclass of a torch.nn class stays one (common.base_class)
         root = attach_children(ir, modules)
         restore_quantization(ir, modules)
+        restore_pt2e_prepared(ir, root)  # what convert_pt2e reads (common.pt2e_prepared)
         restore_state_layout(ir, modules)
         restore_tensors(ir, modules, device if state_dict is None else None)
         restore_modes(ir, modules)
@@ -295,29 +300,6 @@ class Ir2Torch:
                            measured_on_meta(lambda entry=entry, impl=impl: entry.build(impl)))
             sizes[key] = size
         return sizes
-
-    def _as_flat(self, ir: Any) -> FlatIR | None:
-        """``ir`` as a FlatIR when it is one or a FlatIR file's path (loaded with this converter's ops), else None."""
-        if isinstance(ir, FlatIR):
-            return ir
-        if isinstance(ir, (str, os.PathLike)):
-            from common.flat_files import document_format
-            from common.flat_schema import FLAT_FORMAT
-
-            if document_format(ir) == FLAT_FORMAT:
-                return FlatIR.load(ir, allowlist=self.allowlist, extra_ops=self.executors.keys())
-        return None
-
-    def _as_ir(self, ir: Any) -> IR:
-        if isinstance(ir, IR):
-            return ir
-        if isinstance(ir, (str, os.PathLike)):
-            from common.serialize import load_ir
-
-            return load_ir(ir, validate=False, allowlist=self.allowlist)
-        if isinstance(ir, Mapping):
-            return IR.from_dict(ir)
-        raise TypeError(f"ir must be an IR, a dict or a file path, not {type(ir).__name__}")
 
     def _build_one(self, impl: Implementation, device: torch.device | str | None,
                    maps: dict[str, StateMap], guard_inputs: bool = False,

@@ -40,6 +40,9 @@ class Session:
         self.allowlist = Allowlist().extended(allow)
         self.pass_name = pass_name
         self.changes: list[str] = []
+        #: the state records of modules rebuilt as their torch.nn base class (common.base_class): an edit that
+        #: changes them (a folded batch norm's bias on a Conv2d subclass) drops the base, which no longer fits
+        self.based = {k: _records(i) for k, i in self.ir.items() if "base" in i.meta}
 
     # -- reading -------------------------------------------------------------------------------
     def view(self) -> Mapping[str, torch.Tensor]:
@@ -161,6 +164,9 @@ class Session:
             RewriteError: the result is invalid (naming the implementation and node, with the cause).
             StateDictError: a state entry of the result has no value or does not fit its record.
         """
+        for key, before in self.based.items():
+            if key in self.ir and _records(self.ir[key]) != before:
+                self.ir[key].meta.pop("base", None)
         records_of = {("" if k == "root" else k + ".") + n: r for k, i in self.ir.items() for n, r in i.state.items()}
         self.ir.tensors = {p: t for p, t in self.ir.tensors.items() if p in records_of}
         try:
@@ -170,6 +176,11 @@ class Session:
                                implementation=exc.implementation, node=exc.node, key=exc.key, hint=exc.hint) from exc
         self.ir.capture = self.capture
         return self.ir, output_state(self.ir, self.state, self.made)
+
+
+def _records(impl: Implementation) -> list[tuple[str, str]]:
+    """The state records of ``impl`` as comparable text (names, kinds, shapes, dtypes)."""
+    return sorted((name, repr(sorted(rec.items(), key=lambda kv: kv[0]))) for name, rec in impl.state.items())
 
 
 __all__ = ["Session"]

@@ -26,6 +26,7 @@ from torch2ir.frontend.export import (
 )
 from torch2ir.frontend.functional_calls import method_calls, name_methods
 from torch2ir.frontend.hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
+from torch2ir.hierarchy.base_class import record_bases
 from torch2ir.hierarchy.modules import ModuleTable
 from torch2ir.hierarchy.program_facts import (
     _calling_convention,
@@ -40,6 +41,7 @@ from torch2ir.lowering.capture import Capture
 from torch2ir.opaque.driver import with_opaque
 from torch2ir.opaque.recording import StandIns as OpaqueStandIns
 from torch2ir.quant.int8 import has_int8, int8_stand_ins, refuse_int8
+from torch2ir.quant.pt2e_prepared import record_pt2e_prepared
 from torch2ir.signatures.record import record_calls, signature_targets
 from torch2ir.trace_once.instances import check_stood_in_calls, instantiate
 from torch2ir.trace_once.lower import plan
@@ -207,6 +209,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         capture.link(hierarchy, _per_call_graphs(ir, table, hierarchy, frames, problems))
         problems += hierarchy.problems
         _real_sequentials(ir, table)
+        record_bases(ir, table)  # the torch.nn class a module traced as a graph subclasses (common.base_class)
         _sync_call_types(ir)
         problems += name_methods(ir, table, methods)
         _record_constants(ir, table, ep)
@@ -224,6 +227,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         if custom:
             ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
         _carried_notes(ir, model)
+        record_pt2e_prepared(ir, model)  # what convert_pt2e reads from a prepared model (common.pt2e_prepared)
         _keep_tensors(ir, table, ep.constants)
         _instance_tensors(ir, instances)
         missing = allowlist.required(function_names(ir))

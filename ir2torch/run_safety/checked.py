@@ -109,8 +109,9 @@ class Checked(TorchDispatchMode):
         odd = any(unfakeable(t) for t in pytree.tree_leaves((args, kwargs)))
         try:
             out, fargs, fkwargs = self._fake_run(func, args, kwargs)
-        except Exception:  # noqa: BLE001 - no fake measure: modelled or refused (quantized, mkldnn), else bounded
+        except Exception as exc:  # noqa: BLE001 - no fake measure: modelled or refused (quantized, mkldnn), else bounded
             out = fargs = fkwargs = None
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             if not odd:
                 # the fake kernel refuses what the real one may run (their checks differ at times: grouped_mm): the
                 # real op raises its own error, or allocates at most what an op sized by data may
@@ -121,8 +122,8 @@ class Checked(TorchDispatchMode):
                     self.live.room(data_dependent_bound(args, kwargs), func, "(no fake kernel measured it; at most "
                                    "its bound)")
                 elif self.limit is not None:
-                    self.live.fail(f"{func} sizes its output from its arguments and its fake kernel refused them: it "
-                                   "cannot be measured before it runs", unmeasured=True)
+                    self.live.fail(f"{func} sizes its output from its arguments and its fake kernel refused them "
+                                   f"({why}): it cannot be measured before it runs", unmeasured=True)
                 return
         if odd and out is None:
             if self.limit is not None:

@@ -67,4 +67,13 @@ EXTRA_SURFACE: dict[str, str] = {
     "aten.log2.default": "brevitas' binarized CNV networks",
     "aten.rand.default": "torch.rand: stochastic depth and noise in train mode (tests/ir2torch/test_constant_fold.py)",
     "aten.randn.default": "torch.randn: diffusion noise, VAE sampling (tests/security/test_op_table.py)",
+    "aten.squeeze.default": "Tensor.squeeze() of every size-1 dimension: transformers' Autoformer and Informer "
+                            "(tests/real/test_opaque_time_series.py); a view",
+    "aten.view_as_complex.default": "rotary embeddings as complex numbers: diffusers' Lumina2 "
+                                    "(tests/ecosystems/test_diffusers_opaque.py); a view",
+    "aten.outer.default": "torch.outer for rotary frequencies: diffusers' Flux, Chroma and HunyuanVideo "
+                          "(benchmarks.sweep --zoo diffusers)",
+    "aten.linspace.default": "torch.linspace for positions and timesteps: diffusers' LTX-Video and Mochi "
+                             "(benchmarks.sweep --zoo diffusers); its size is measured against the memory budget",
+    "aten.movedim.int": "Tensor.movedim: diffusers' AutoencoderDC (benchmarks.sweep --zoo diffusers); a view",
 }

@@ -75,8 +75,9 @@ def _parent(ir: IR, key: str) -> str:
 
 def replace_nodes(s: Session, match: Match, *, type: str, key: str | None, data: Mapping[str, Any] | None,
                   state_fn: StateTransform | None, meta: Mapping[str, Any] | None, split: Split | None,
-                  record: bool, pass_name: str | None) -> str:
-    """Replace the matched nodes (one graph) by one call of a new implementation; returns its key."""
+                  record: bool, pass_name: str | None, node_name: str | None = None) -> str:
+    """Replace the matched nodes (one graph) by one call of a new implementation; returns its key. The call is
+    named ``node_name`` (made unique) when given, else after the first matched node."""
     if match.graph is None:
         raise RewriteError(f"the match spans module boundaries ({', '.join(map(str, match.nodes))}); one call "
                            "cannot replace nodes of several graphs", implementation=match.nodes[0].implementation,
@@ -122,7 +123,8 @@ def replace_nodes(s: Session, match: Match, *, type: str, key: str | None, data:
                 s.made[("" if key == "root" else key + ".") + n] = s.view()[prefix + n]
     rank = {n: float(i) for i, (n, _) in enumerate(nodes)}
     taken = [n for n, _ in nodes if n not in inside]
-    first = names[0] if split is None else fresh_name(taken, key.rpartition(".")[2])
+    first = (fresh_name(taken, node_name) if node_name else names[0]) if split is None else \
+        fresh_name(taken, key.rpartition(".")[2])
     rank[first] = min(rank[n] for n in names)
     attrs: dict[str, Any] = {"type": type, "implementation": key}
     new_edges = [(u, v, d) for u, v, d in edges if u not in inside and v not in inside]

@@ -54,3 +54,20 @@ def test_timm_blocks_reparameterize_like_timm(timm, name):
             if not d.endswith(".drop_path (identity)")] == []
     for key, value in own.state_dict().items():
         torch.testing.assert_close(result.state[key], value, rtol=1e-5, atol=1e-5 * float(value.abs().max()))
+
+
+def test_fold_batchnorm_names_timm_evonorms(timm):
+    from timm.layers import EvoNorm2dB0, EvoNorm2dS0, GroupNormAct
+
+    from common.rewrite import fold_batchnorm
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), EvoNorm2dB0(8), nn.Conv2d(8, 8, 3), EvoNorm2dS0(8, group_size=4),
+                          nn.Conv2d(8, 8, 1), GroupNormAct(8, 2), nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8)).eval()
+    allow = ["aten::sqrt_.default", "aten::var.dim"]
+    x = torch.randn(1, 3, 12, 12)
+    result = fold_batchnorm(torch2ir.convert(model, (x,), allow=allow), model.state_dict(), allow=allow)
+    assert result.count == 1
+    assert [line.split(" ")[0] for line in result.other_norms] == ["1", "3", "5"]
+    assert "EvoNorm2dB0): not folded: keeps running statistics (running_var)" in result.other_norms[0]
+    assert "EvoNorm2dS0): not folded: normalizes with statistics of each input" in result.other_norms[1]
+    assert "GroupNormAct" in result.other_norms[2]

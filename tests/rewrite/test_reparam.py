@@ -123,3 +123,17 @@ def test_where_limits_the_graphs():
     rebuilt = ir2torch.convert(*result)
     with torch.no_grad():
         torch.testing.assert_close(rebuilt(x), model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_fold_batchnorm_names_the_norms_it_does_not_fold():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.GroupNorm(2, 8), nn.Conv2d(8, 8, 1), nn.InstanceNorm2d(8),
+                          nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8)).eval()
+    randomize_batchnorms(model)
+    x = torch.randn(1, 3, 8, 8)
+    from common.rewrite import fold_batchnorm
+
+    result = fold_batchnorm(torch2ir.convert(model, (x,)), model.state_dict())
+    assert result.count == 1 and result.skipped == []
+    assert [line.split(":")[0] for line in result.other_norms] == \
+        ["1 (torch.nn.modules.normalization.GroupNorm)", "3 (torch.nn.modules.instancenorm.InstanceNorm2d)"]
+    assert all("statistics of each input" in line for line in result.other_norms)

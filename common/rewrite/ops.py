@@ -73,6 +73,21 @@ def _parent(ir: IR, key: str) -> str:
     return parent_key(key, ir)
 
 
+def _joined_meta(metas: list[Any], dim: int, sizes: Sequence[int]) -> dict[str, Any] | None:
+    """The shape and dtype of the output the pieces ``metas`` are slices of along ``dim`` (``None``: unknown)."""
+    shapes = [m.get("shape") if isinstance(m, dict) else None for m in metas]
+    dtypes = {m.get("dtype") if isinstance(m, dict) else None for m in metas}
+    if not shapes or not all(isinstance(x, list) and x for x in shapes) or len(dtypes) != 1 or None in dtypes:
+        return None
+    shape = list(shapes[0])
+    axis = dim % len(shape)
+    if any(len(x) != len(shape) or [d for i, d in enumerate(x) if i != axis] != [d for i, d in enumerate(shape)
+                                                                                   if i != axis] for x in shapes):
+        return None
+    shape[axis] = sum(sizes)
+    return {"shape": shape, "dtype": next(iter(dtypes))}
+
+
 def replace_nodes(s: Session, match: Match, *, type: str, key: str | None, data: Mapping[str, Any] | None,
                   state_fn: StateTransform | None, meta: Mapping[str, Any] | None, split: Split | None,
                   record: bool, pass_name: str | None, node_name: str | None = None) -> str:
@@ -140,6 +155,10 @@ def replace_nodes(s: Session, match: Match, *, type: str, key: str | None, data:
                       for pos, (u, i) in enumerate(sources)]
         if split is None and producers and "meta" in graph.node(producers[0]):
             attrs["meta"] = graph.node(producers[0])["meta"]
+        elif split is not None:
+            joined = _joined_meta([graph.node(n).get("meta") for n in names], *split)
+            if joined is not None:
+                attrs["meta"] = joined
     new_nodes = [(n, a) for n, a in nodes if n not in inside] + [(first, attrs)]
     rename: dict[str, str] = {}
     if split is None:

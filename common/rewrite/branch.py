@@ -48,13 +48,6 @@ class Branch:
     def kernel(self) -> tuple[int, ...]:
         return tuple(int(k) for k in self.weight.shape[2:])
 
-    @property
-    def is_identity(self) -> bool:
-        """Whether this is the source itself (no convolution, no scaling, no shift)."""
-        return self.convs == 0 and self.groups == self.in_channels == self.out_channels and \
-            all(k == 1 for k in self.kernel) and all(s == 1 for s in self.stride) and \
-            all(p == 0 for p in self.padding) and bool((self.weight == 1).all()) and bool((self.bias == 0).all())
-
 
 def identity(channels: int, dims: int, device: torch.device | str = "cpu") -> Branch:
     """The source itself, as a depthwise 1x1 convolution of weight 1."""

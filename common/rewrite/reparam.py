@@ -39,6 +39,8 @@ class _Evaluator:
 
     def __init__(self, ir: IR, view: Mapping[str, torch.Tensor]) -> None:
         self.ir, self.view = ir, view
+        #: where an identity branch's tensors live: with the state's (cpu, or meta for a model built on meta)
+        self.device = next((t.device for t in view.values() if isinstance(t, torch.Tensor)), torch.device("cpu"))
 
     def _path(self, key: str, name: str) -> str:
         return name if key == "root" else f"{key}.{name}"
@@ -63,7 +65,7 @@ class _Evaluator:
                 return None
             if channels is not None and shape[1] != channels:
                 return None
-            return identity(shape[1], len(shape) - 2)
+            return identity(shape[1], len(shape) - 2, self.device)
 
         for node, attrs in g.nodes(data=True):
             value = self._node(owner, graph, node, attrs, lookup, solid)

@@ -137,3 +137,13 @@ def test_fold_batchnorm_names_the_norms_it_does_not_fold():
     assert [line.split(":")[0] for line in result.other_norms] == \
         ["1 (torch.nn.modules.normalization.GroupNorm)", "3 (torch.nn.modules.instancenorm.InstanceNorm2d)"]
     assert all("statistics of each input" in line for line in result.other_norms)
+
+
+def test_a_model_on_meta_reparameterizes_to_meta_tensors():
+    with torch.device("meta"):
+        model = Rep(8).eval()
+    ir = torch2ir.convert(model, (torch.randn(1, 8, 6, 6, device="meta"),))
+    result = reparameterize(ir, model.state_dict())
+    assert result.count == 1
+    assert {k: (v.device.type, list(v.shape)) for k, v in result.state.items()} == \
+        {"reparam_conv.weight": ("meta", [8, 8, 3, 3]), "reparam_conv.bias": ("meta", [8])}

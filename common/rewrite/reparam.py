@@ -101,6 +101,9 @@ class _Evaluator:
             return None
         if kind == "function" and attrs.get("implementation") in ADDS and len(args) == 2 and \
                 kwargs.get("alpha", 1) == 1 and set(kwargs) <= {"alpha"}:
+            if attrs["implementation"] == "aten.add_.Tensor" and isinstance(args[0], Ref) and \
+                    lookup(args[0]) == (args[0].node, None, frozenset()):
+                return None  # x.add_(...) changes x itself, which others may read after it
             return self._add(args, lookup, solid, mine)
         if kind == "function" and attrs.get("implementation") in EVAL_BATCH_NORMS and not kwargs:
             return self._batch_norm_op(owner, graph, attrs, args, lookup, solid, mine)

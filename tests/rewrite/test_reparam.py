@@ -147,3 +147,22 @@ def test_a_model_on_meta_reparameterizes_to_meta_tensors():
     assert result.count == 1
     assert {k: (v.device.type, list(v.shape)) for k, v in result.state.items()} == \
         {"reparam_conv.weight": ("meta", [8, 8, 3, 3]), "reparam_conv.bias": ("meta", [8])}
+
+
+class InPlace(nn.Module):
+    """``x.add_(conv(x))`` changes ``x`` itself, read again after it: merging would lose that."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        x = x * 1.0
+        y = x.add_(self.conv(x))
+        return y + x
+
+
+def test_an_in_place_sum_into_the_input_is_left():
+    model, x = InPlace().eval(), torch.randn(1, 4, 5, 5)
+    result = reparameterize(torch2ir.convert(model, (x,)), model.state_dict())
+    assert result.count == 0

@@ -5,6 +5,10 @@ that rewrites or re-converts a model often wants equality up to fields it expect
 history in ``meta.provenance``, per-node shape notes); :func:`equal` takes those as ``ignore`` patterns,
 and :func:`differences` lists what differs, one line each, as ``ir2torch diff`` prints it.
 
+The order of the implementations (``order``) and of each graph's nodes (``node_order``: the execution order) is
+part of an IR, as in its file: two IRs holding the same nodes in another order differ for ``==``, for
+:func:`differences` and in their saved bytes alike.
+
 Paths are dotted, within an implementation: ``type``, ``meta.provenance``, ``nodes.add.meta.shape``,
 ``edges.x->add.slot``, ``state.weight.dtype``, ``variants[0].nodes.add.args[1]`` (FlatIR:
 ``nodes.add.meta``, ``weights.w.shape``...). An ``ignore`` pattern is an ``fnmatch`` glob over such a path
@@ -121,13 +125,34 @@ def differences(a: IR | FlatIR, b: IR | FlatIR, *, ignore: Iterable[str] = ()) -
         raise TypeError(f"compare two IRs or two FlatIRs, not {type(a).__name__} and {type(b).__name__}")
     out = [f"- {k} ({a[k].type})" for k in a if k not in b]
     out += [f"+ {k} ({b[k].type})" for k in b if k not in a]
+    both = [k for k in a if k in b]
+    if both != [k for k in b if k in a] and not _ignored("order", patterns):
+        out.append(f"~ order: {_order_text(both, [k for k in b if k in a])}")
     doc_a = a.to_dict(value_fn=encode, edge_list=True)
     doc_b = b.to_dict(value_fn=encode, edge_list=True)
-    for key in (k for k in a if k in b):
+    for key in both:
         changes = []
         _walk(_comparable_impl(doc_a[key]), _comparable_impl(doc_b[key]), "", changes)
+        _node_orders(doc_a[key], doc_b[key], "", changes)
         out += [f"~ {key}: {path}: {text}" for path, text in changes if not _ignored(path, patterns)]
     return out + _tensor_lines(a, b, patterns)
+
+
+def _order_text(a: list[str], b: list[str]) -> str:
+    """The first place two orders of the same names part, as ``... x, y ... -> ... y, x ...``."""
+    i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    return f"{_short(a[i:i + 4])} -> {_short(b[i:i + 4])} (from position {i})"
+
+
+def _node_orders(a: dict[str, Any], b: dict[str, Any], path: str, out: list[tuple[str, str]]) -> None:
+    """Append a ``node_order`` line when a graph holds the same nodes in another order (the execution order: an
+    IR's file, ``==`` and this comparison all see it), for the graph and each per-call variant."""
+    names_a, names_b = list(a.get("nodes") or {}), list(b.get("nodes") or {})
+    if set(names_a) == set(names_b) and names_a != names_b:
+        out.append((f"{path}node_order", _order_text(names_a, names_b)))
+    variants_a, variants_b = a.get("variants") or [], b.get("variants") or []
+    for i, (x, y) in enumerate(zip(variants_a, variants_b)):
+        _node_orders(x, y, f"{path}variants[{i}].", out)
 
 
 def _tensor_lines(a: IR | FlatIR, b: IR | FlatIR, patterns: tuple[str, ...]) -> list[str]:

@@ -197,7 +197,7 @@ class IR(IRLowering, MutableMapping[str, Implementation]):
         if not isinstance(other, IR):
             return NotImplemented
         return (
-            self._impls.keys() == other._impls.keys()
+            list(self._impls) == list(other._impls)
             and all(self._impls[k] == other._impls[k] for k in self._impls)
             and self.tensors.keys() == other.tensors.keys()
             and all(_same_tensor(v, other.tensors[k]) for k, v in self.tensors.items())

@@ -7,7 +7,7 @@ so that ``ir2torch.convert(new_ir, new_state)`` loads with ``strict=True``:
 - :func:`replace` a node, a matched subgraph or an implementation by a new implementation,
   :func:`remove` a node (consumers read one of its inputs), :func:`insert_after` a node;
 - passes: :func:`fold_batchnorm`, :func:`fuse_qkv`, :func:`replace_type`, :func:`remove_types`,
-  :func:`insert_after_type`;
+  :func:`insert_after_type`, :func:`reparameterize`;
 - :func:`replace_pattern` splices a replacement graph for every match of a pattern function (fx's
   ``subgraph_rewriter.replace_pattern`` on the IR);
 - :func:`rename_implementation` moves a module to another path;
@@ -27,10 +27,11 @@ from .pattern import MatchFilter, replace_pattern
 from .primitives import insert_after, remove, replace
 from .qkv import fuse_qkv
 from .rename import rename_implementation
+from .reparam import reparameterize
 from .state import StateView
 
 __all__ = [
     "Match", "MatchFilter", "NodeRef", "PatternNotFoundError", "RewriteError", "Rewritten", "StateView", "find",
     "fold_batchnorm", "fuse_qkv", "inline", "insert_after", "insert_after_type", "remove", "remove_types",
-    "rename_implementation", "replace", "replace_pattern", "replace_type",
+    "rename_implementation", "reparameterize", "replace", "replace_pattern", "replace_type",
 ]  # fmt: skip

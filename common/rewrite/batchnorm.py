@@ -16,6 +16,7 @@ from .fold import conv_of_graph, fold_into_graph, fold_into_leaf, has_running_st
 from .fold_next import CONVS as CONVS_NEXT
 from .fold_next import fold_into_next, why_not_next
 from .fold_own import own_norm
+from .fold_report import other_norms
 from .passes import Rewritten
 from .session import Session
 
@@ -129,6 +130,10 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
     layer instead (:mod:`common.rewrite.fold_next`: the layer's weight scaled along its input channels, its bias
     given the shift); a padding convolution is listed in ``skipped`` with why.
 
+    Every other normalization module (LayerNorm, GroupNorm, InstanceNorm, RMSNorm, timm's EvoNorms, a frozen
+    batch norm written as ops, ...) is named in ``other_norms`` with why it is not folded
+    (:mod:`common.rewrite.fold_report`).
+
     Pairs that cannot be folded exactly are left alone and listed in ``skipped`` (a module called twice, no
     running statistics, a Linear output that is not 2-d, a layer output with other consumers), and so is
     every other BatchNorm left, with what it follows, and every module still computing a batch norm in its own
@@ -202,6 +207,8 @@ def fold_batchnorm(ir: IR, state: Mapping[str, torch.Tensor] | None, *, where: W
                 fold_into_next(s, bn_ref, layer_ref, " (across modules)" if match.crosses_modules else "")
     result = Rewritten(*s.finish(), s.changes)
     result.skipped = list(skipped.values()) + _left(result.ir, skipped)
+    own = {k for k in result.ir if _own_batch_norm(result.ir, k) is not None}
+    result.other_norms = other_norms(result.ir, own | set(skipped))
     return result
 
 

@@ -73,10 +73,26 @@ def _parent(ir: IR, key: str) -> str:
     return parent_key(key, ir)
 
 
+def _joined_meta(metas: list[Any], dim: int, sizes: Sequence[int]) -> dict[str, Any] | None:
+    """The shape and dtype of the output the pieces ``metas`` are slices of along ``dim`` (``None``: unknown)."""
+    shapes = [m.get("shape") if isinstance(m, dict) else None for m in metas]
+    dtypes = {m.get("dtype") if isinstance(m, dict) else None for m in metas}
+    if not shapes or not all(isinstance(x, list) and x for x in shapes) or len(dtypes) != 1 or None in dtypes:
+        return None
+    shape = list(shapes[0])
+    axis = dim % len(shape)
+    if any(len(x) != len(shape) or [d for i, d in enumerate(x) if i != axis] != [d for i, d in enumerate(shape)
+                                                                                   if i != axis] for x in shapes):
+        return None
+    shape[axis] = sum(sizes)
+    return {"shape": shape, "dtype": next(iter(dtypes))}
+
+
 def replace_nodes(s: Session, match: Match, *, type: str, key: str | None, data: Mapping[str, Any] | None,
                   state_fn: StateTransform | None, meta: Mapping[str, Any] | None, split: Split | None,
-                  record: bool, pass_name: str | None) -> str:
-    """Replace the matched nodes (one graph) by one call of a new implementation; returns its key."""
+                  record: bool, pass_name: str | None, node_name: str | None = None) -> str:
+    """Replace the matched nodes (one graph) by one call of a new implementation; returns its key. The call is
+    named ``node_name`` (made unique) when given, else after the first matched node."""
     if match.graph is None:
         raise RewriteError(f"the match spans module boundaries ({', '.join(map(str, match.nodes))}); one call "
                            "cannot replace nodes of several graphs", implementation=match.nodes[0].implementation,
@@ -122,7 +138,8 @@ def replace_nodes(s: Session, match: Match, *, type: str, key: str | None, data:
                 s.made[("" if key == "root" else key + ".") + n] = s.view()[prefix + n]
     rank = {n: float(i) for i, (n, _) in enumerate(nodes)}
     taken = [n for n, _ in nodes if n not in inside]
-    first = names[0] if split is None else fresh_name(taken, key.rpartition(".")[2])
+    first = (fresh_name(taken, node_name) if node_name else names[0]) if split is None else \
+        fresh_name(taken, key.rpartition(".")[2])
     rank[first] = min(rank[n] for n in names)
     attrs: dict[str, Any] = {"type": type, "implementation": key}
     new_edges = [(u, v, d) for u, v, d in edges if u not in inside and v not in inside]
@@ -138,6 +155,10 @@ def replace_nodes(s: Session, match: Match, *, type: str, key: str | None, data:
                       for pos, (u, i) in enumerate(sources)]
         if split is None and producers and "meta" in graph.node(producers[0]):
             attrs["meta"] = graph.node(producers[0])["meta"]
+        elif split is not None:
+            joined = _joined_meta([graph.node(n).get("meta") for n in names], *split)
+            if joined is not None:
+                attrs["meta"] = joined
     new_nodes = [(n, a) for n, a in nodes if n not in inside] + [(first, attrs)]
     rename: dict[str, str] = {}
     if split is None:

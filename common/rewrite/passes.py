@@ -29,6 +29,8 @@ class Rewritten(tuple):
 
     changes: list[str]
     skipped: list[str]
+    #: normalizations ``fold_batchnorm`` never folds (layer, group, EvoNorm, ...), one line each with why
+    other_norms: list[str]
     #: module calls inlined for a match to be found (:func:`~common.rewrite.replace_pattern`), one line each
     inlined: list[str]
 
@@ -37,6 +39,7 @@ class Rewritten(tuple):
         obj.changes = list(changes)
         obj.skipped = []  # places the pass looked at and left alone, with why
         obj.inlined = []
+        obj.other_norms = []
         return obj
 
     @property

@@ -53,7 +53,7 @@ from .core import (
 from .inline import inline_call
 from .ops import _in_order
 from .passes import Rewritten
-from .pattern_trace import Traced, replacement_metas, trace, value_meta
+from .pattern_trace import SizedReplacements, Traced, replacement_metas, trace, value_meta
 from .session import Session
 
 #: A match filter: called with each candidate match and the IR, keeps the match when it returns true.
@@ -205,6 +205,7 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
         raise RewriteError("the pattern returns one of its arguments: it would match every value",
                            hint="the pattern must compute something")
     filters = list(match_filters)
+    sized = SizedReplacements(replacement, example_inputs)
     s = Session(ir, state, allow=allow, pass_name="replace_pattern")
     inlined = _inline_spanning(s, pat, where) if across_calls else []
     for key, variant, graph in list(all_graphs(s.ir)):
@@ -231,7 +232,7 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
             found.append((name, inside, [inputs[p] for p in pat.inputs]))
             texts.append(", ".join(ref.node for ref in refs))
         if found:
-            _splice(s.ir, graph, key, found, rep)
+            _splice(s.ir, graph, key, found, lambda metas: sized(metas) or rep)
             where_text = key + (f"[variant {variant}]" if variant else "")
             made = ", ".join(rep.names[n] for n in rep.calls if n in rep.names) or "an argument"
             s.changes += [f"{where_text}: {text} -> {made}" for text in texts]
@@ -301,16 +302,19 @@ def _arg_count(fn: Any, role: str) -> int:
 Found = list[tuple[str, set[str], list[Ref]]]
 
 
-def _splice(ir: IR, graph: Implementation, key: str, found: Found, rep: Traced) -> None:
-    """Replace each ``(anchor, matched nodes, input values)`` of one graph by the replacement's calls."""
+def _splice(ir: IR, graph: Implementation, key: str, found: Found, rep_for: Callable[[list[Any]], Traced]) -> None:
+    """Replace each ``(anchor, matched nodes, input values)`` of one graph by the replacement's calls, traced for the
+    shapes and dtypes of the values each match binds (``rep_for``)."""
     nodes, edges = ordered(graph)
     removed = set().union(*(inside for _, inside, _ in found))
     taken = {n for n, _ in nodes if n not in removed}
     emitted: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     redirect: dict[str, Ref] = {}
     for anchor, _, inputs in found:
+        bound = [value_meta(ir, graph, r) for r in inputs]
+        rep = rep_for(bound)
         env: dict[fx.Node, Ref] = dict(zip(rep.inputs, inputs))
-        metas = replacement_metas(rep, [value_meta(ir, graph, r) for r in inputs], key, anchor)
+        metas = replacement_metas(rep, bound, key, anchor)
         new: list[tuple[str, dict[str, Any]]] = []
         for rnode in rep.calls:
             if rnode.target is operator.getitem:

@@ -185,4 +185,47 @@ def _meta_of(a: Any, b: Any, back: Mapping[tuple[int, int], str], key: str, anch
     return None
 
 
-__all__ = ["Traced", "replacement_metas", "trace", "value_meta"]
+
+
+class SizedReplacements:
+    """The replacement traced again at the shapes and dtypes the values of a match have, once per distinct set.
+
+    A replacement's trace holds its sizes as numbers (``F.layer_norm(x, (x.shape[-1],))`` traced at 16 channels
+    says 16); traced at each match's own shapes, one call replaces a pattern wherever it sits, whatever its sizes
+    (a LayerNorm written as ops at 16 and at 32 channels). The traces run on ``meta`` tensors (no memory for the
+    sizes; real ones, zeros, when an op has no ``meta`` kernel and the values are small). A match whose values
+    have no recorded, fixed shapes (a symbolic size) uses the trace at ``example_inputs``, whose sizes
+    :func:`replacement_metas` checks.
+    """
+
+    def __init__(self, fn: Callable[..., Any], example_inputs: Sequence[Any]) -> None:
+        self.fn = fn
+        self.examples = list(example_inputs)
+        self.cache: dict[tuple, Traced] = {}
+
+    def __call__(self, metas: Sequence[Any]) -> Traced | None:
+        """The replacement traced at the shapes and dtypes ``metas`` (one per argument) record, or ``None``."""
+        if len(metas) != len(self.examples) or not all(isinstance(e, torch.Tensor) for e in self.examples):
+            return None
+        key = []
+        for meta in metas:
+            shape, dtype = (meta.get("shape"), meta.get("dtype")) if isinstance(meta, dict) else (None, None)
+            if not isinstance(shape, list) or not isinstance(dtype, torch.dtype) or \
+                    not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+                return None
+            key.append((tuple(shape), dtype))
+        signature = tuple(key)
+        if signature not in self.cache:
+            try:
+                traced = trace(self.fn, [torch.empty(sh, dtype=dt, device="meta") for sh, dt in signature],
+                               "replacement")
+            except RewriteError:
+                if sum(math.prod(sh) for sh, _ in signature) > _REAL_RUN_ELEMENTS:
+                    raise
+                # an op without a meta kernel (a fused fake quantization): traced on real tensors of those sizes
+                traced = trace(self.fn, [torch.zeros(sh, dtype=dt) for sh, dt in signature], "replacement")
+            self.cache[signature] = traced
+        return self.cache[signature]
+
+
+__all__ = ["SizedReplacements", "Traced", "replacement_metas", "trace", "value_meta"]

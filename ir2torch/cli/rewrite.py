@@ -25,6 +25,8 @@ PASSES: dict[str, str] = {
     "fold-batchnorm": "fold every BatchNorm into the Conv/ConvTranspose/Linear it follows (eval semantics; needs "
                       "--state)",
     "fuse-qkv": "one Linear for the query/key/value projections of every attention block (needs --state)",
+    "reparameterize": "merge parallel branches of one value summed (RepVGG/MobileOne: conv+BN, 1x1 conv+BN, "
+                      "identity BN) into one conv (eval semantics; needs --state)",
     "remove-dropout": "remove dropout nodes (the identity in eval mode)",
     "remove-identity": "remove nn.Identity nodes",
     "replace-type": "replace every module of --type (and/or with a key matching --where) by one of --new-type, "
@@ -44,7 +46,7 @@ def _pass(name: str, options: argparse.Namespace) -> Callable[..., Any]:
         CommandError: an option the pass needs is missing.
     """
     from common.cli.inputs import parse_json_option
-    from common.rewrite import fold_batchnorm, fuse_qkv, insert_after_type, remove_types, replace_type
+    from common.rewrite import fold_batchnorm, fuse_qkv, insert_after_type, remove_types, reparameterize, replace_type
     from common.rewrite.passes import DROPOUT_FUNCTIONS, DROPOUT_TYPES, IDENTITY_TYPES
 
     where = options.where
@@ -59,6 +61,7 @@ def _pass(name: str, options: argparse.Namespace) -> Callable[..., Any]:
         "fold-batchnorm": lambda ir, state, allow: fold_batchnorm(ir, state, where=where, allow=allow,
                                                                   into_next=options.into_next),
         "fuse-qkv": lambda ir, state, allow: fuse_qkv(ir, state, where=where, allow=allow),
+        "reparameterize": lambda ir, state, allow: reparameterize(ir, state, where=where, allow=allow),
         "remove-dropout": lambda ir, state, allow: remove_types(ir, state, DROPOUT_TYPES + DROPOUT_FUNCTIONS,
                                                                 where=where, allow=allow),
         "remove-identity": lambda ir, state, allow: remove_types(ir, state, IDENTITY_TYPES, where=where,
@@ -140,6 +143,10 @@ def rewrite_command(options: argparse.Namespace) -> int:
         if len(result.skipped) > _LISTED:
             print(f"  ... and {len(result.skipped) - _LISTED} more")
         left_alone += len(result.skipped)
+        for line in result.other_norms[:_LISTED]:
+            print(f"  other norm: {line}")
+        if len(result.other_norms) > _LISTED:
+            print(f"  ... and {len(result.other_norms) - _LISTED} more other norms")
     if options.strict and left_alone:
         print(f"nothing written: --strict and {left_alone} left alone")
         return EXIT_FAILED

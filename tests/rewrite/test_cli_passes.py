@@ -21,7 +21,7 @@ from tests.rewrite.helpers import corpus_model
 COVERED = {"fold-batchnorm": "test_fold_with_where", "fuse-qkv": "test_fuse_qkv_and_remove_dropout_on_bert",
            "remove-dropout": "test_fuse_qkv_and_remove_dropout_on_bert",
            "remove-identity": "test_insert_after_then_remove_identity", "replace-type": "test_replace_type",
-           "insert-after": "test_insert_after_then_remove_identity"}
+           "insert-after": "test_insert_after_then_remove_identity", "reparameterize": "test_reparameterize"}
 
 
 def _files(folder, name):
@@ -122,3 +122,19 @@ def test_missing_options_are_one_line_errors(resnet, capsys, extra, message):
     err = capsys.readouterr().err
     assert code == 2 and message in err and "Traceback" not in err
     assert not (folder / "out.ir.json").exists()
+
+
+def test_reparameterize(tmp_path, capsys):
+    import torch2ir
+    from tests.rewrite.helpers import randomize_batchnorms
+    from tests.rewrite.test_reparam import Rep
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(Rep(8), Rep(8, stride=2)).eval(), torch.randn(1, 8, 8, 8)
+    randomize_batchnorms(model)
+    torch2ir.convert(model, (x,)).save(tmp_path / "in.ir.json")
+    save_safetensors(model.state_dict(), tmp_path / "in.safetensors")
+    code, out = _run(tmp_path, capsys, "--pass", "reparameterize")
+    assert code == 0 and "reparameterize: 2 changes" in out, out
+    with torch.no_grad():
+        torch.testing.assert_close(_rebuilt(tmp_path)(x), model(x), rtol=1e-5, atol=1e-5)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import ir2torch
+import torch2ir
 from common.errors import StateDictError
 from common.ir import IR
 from common.rewrite import fuse_qkv
@@ -33,6 +34,13 @@ def test_fuse_qkv(name, tmp_path):
         assert torch.equal(new_state[f"{key}.weight"], want)
         assert [f["key"].rpartition(".")[2] for f in impl.meta["provenance"][0]["from"]] == list(parts)
     rebuilt = ir2torch.convert(new_ir, new_state)
+    # the fused call carries its shape and dtype, as a conversion of the rebuild records them
+    again = torch2ir.convert(rebuilt, args, kwargs)
+    for layer in range(2):
+        key, owner = f"{block.format(layer)}.{fused}", block.format(layer)
+        (meta,) = [a["meta"] for _, a in new_ir[owner].graph.nodes(data=True) if a.get("implementation") == key]
+        assert meta["shape"][-1] == sum(sizes) and meta["dtype"] == torch.float32
+        assert [a["meta"] for _, a in again[owner].graph.nodes(data=True) if a.get("implementation") == key] == [meta]
     report = verify(model, rebuilt, args, kwargs, atol=1e-5, rtol=0, rewritten=new_ir)
     assert report.ok and report.max_abs_diff < 1e-5 and report.first_divergence is None, report
     new_ir.save(tmp_path / "fused.ir.json")

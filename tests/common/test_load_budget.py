@@ -204,12 +204,12 @@ def test_get_attr_through_an_alias_is_found_and_a_missing_one_refused() -> None:
 def test_a_file_whose_format_is_not_its_first_key_is_parsed_within_the_budget(tmp_path: Path, monkeypatch) -> None:
     """``ir2torch.convert(path)`` tells an IR from a FlatIR by the file's header; a document not starting with its
     ``format`` is parsed whole for it, within the loaders' default budget (once with no budget at all)."""
-    import common.flat_schema
+    import common.flat_files
 
     doc = many_implementations(100)
     reordered = {k: v for k, v in doc.items() if k != "format"} | {"format": doc["format"]}
     path = _write(reordered, tmp_path)
-    monkeypatch.setattr(common.flat_schema, "DEFAULT_MAX_NODES", 3)
+    monkeypatch.setattr(common.flat_files, "DEFAULT_MAX_NODES", 3)
     with pytest.raises(errors.IRFormatError, match="JSON (values|objects)"):
         ir2torch.convert(path)
 

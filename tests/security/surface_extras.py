@@ -75,6 +75,7 @@ EXTRA_SURFACE: dict[str, str] = {
                           "(benchmarks.sweep --zoo diffusers)",
     "aten.linspace.default": "torch.linspace for positions and timesteps: diffusers' LTX-Video and Mochi "
                              "(benchmarks.sweep --zoo diffusers); its size is measured against the memory budget",
+    "aten.movedim.int": "Tensor.movedim: diffusers' AutoencoderDC (benchmarks.sweep --zoo diffusers); a view",
     "aten.pixel_shuffle.default": "nn.PixelShuffle: diffusers' AutoencoderDC, super-resolution networks "
                                   "(benchmarks.sweep --zoo diffusers); a rearrangement of its input",
     "aten.pixel_unshuffle.default": "nn.PixelUnshuffle: diffusers' AutoencoderDC (benchmarks.sweep --zoo diffusers); "

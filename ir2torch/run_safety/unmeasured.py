@@ -93,6 +93,26 @@ _ATEN: dict[str, Any] = {
 }
 
 
+#: ATen operators on quantized tensors whose output has the size of a float operator's on the same arguments: the
+#: float operator runs on a ``meta`` stand-in of the input (nothing is allocated) and its output is measured.
+_AS_FLOAT: dict[str, Any] = {
+    "aten::quantized_max_pool1d": torch.ops.aten.max_pool1d.default,
+    "aten::quantized_max_pool2d": torch.ops.aten.max_pool2d.default,
+    "aten::quantized_max_pool3d": torch.ops.aten.max_pool3d.default,
+}
+
+
+def _as_float(op: Any, args: tuple, kwargs: dict[str, Any]) -> int | None:
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if x is None:
+        return None
+    try:
+        out = op(torch.empty(x.shape, device="meta"), *args[1:], **kwargs)
+    except (RuntimeError, TypeError, ValueError):
+        return None  # arguments the float kernel refuses: no model, the op is refused
+    return out.numel() * STAND_IN_ITEM
+
+
 def unmeasured_bytes(func: Any, args: tuple, kwargs: dict[str, Any]) -> int | None:
     """Bytes (outputs and workspace) of a ``quantized::`` kernel whose arguments fake tensors cannot stand for, or
     ``None``: no model (the op is refused)."""
@@ -102,6 +122,8 @@ def unmeasured_bytes(func: Any, args: tuple, kwargs: dict[str, Any]) -> int | No
     tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
     if schema.name in _ATEN:
         return _ATEN[schema.name](tensors)
+    if schema.name in _AS_FLOAT:
+        return _as_float(_AS_FLOAT[schema.name], args, kwargs)
     if not schema.name.startswith("quantized::"):
         return None
     name = schema.name.removeprefix("quantized::")

@@ -287,3 +287,14 @@ def test_mkldnn_tensors_are_measured_by_their_model(tmp_path: Path, checked: boo
     with pytest.raises(ResourceBudgetError, match=r"aten.to_mkldnn.default .*live tensors of the call") as info:
         ir2torch.convert(path, max_bytes=25 * 10**6, allow=allow)(x)
     assert info.value.node == "clone"
+
+
+def test_a_quantized_max_pool_is_measured_as_its_float_pool() -> None:
+    """int8 torchvision models pool quantized tensors: measured by the float kernel on a meta stand-in."""
+    from ir2torch.run_safety.unmeasured import unmeasured_bytes
+
+    x = torch.quantize_per_tensor(torch.rand(1, 3, 8, 8), 0.1, 0, torch.quint8)
+    op = torch.ops.aten.quantized_max_pool2d.default
+    assert unmeasured_bytes(op, (x, [2, 2], [2, 2], [0, 0], [1, 1], False), {}) == 1 * 3 * 4 * 4 * 4
+    assert unmeasured_bytes(op, (x, [20, 20], [1, 1], [0, 0], [1, 1], False), {}) is None  # refused as eager is
+    assert op(x, [2, 2], [2, 2], [0, 0], [1, 1], False).shape == (1, 3, 4, 4)

@@ -17,7 +17,7 @@ from common import IR, errors, schema
 from common.flat import FlatIR
 from common.ir import Implementation
 from common.json_files import dumps, loads_json
-from common.values import decode
+from common.values import Ref, decode
 
 validate_module = importlib.import_module("common.validate")  # the package exports the function of that name
 
@@ -193,7 +193,7 @@ def test_get_attr_through_an_alias_is_found_and_a_missing_one_refused() -> None:
     assert a.aliases == ["shared"]
     root = ir.add(Implementation("root", "module"))
     root.add_node("w", "get_attr", "shared.weight")
-    root.add_node("output", "output", "output", args=[validate_module.Ref("w")])
+    root.add_node("output", "output", "output", args=[Ref("w")])
     root.add_edge("w", "output", slot=0)
     validate_module.validate(ir)
     root.node("w")["implementation"] = "shared.bias"

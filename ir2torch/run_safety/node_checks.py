@@ -117,9 +117,9 @@ class CheckedCall(functools.partial):
         return f"CheckedCall({self.overload})"
 
 
-def _run_precondition(check: Any, call: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    if not tracing():
-        problem = check(*args, **kwargs)
+def _run_precondition(key: str, call: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    if not tracing():  # the precondition by name: a CheckedCall holds no local function (it pickles)
+        problem = PRECONDITIONS[key](*args, **kwargs)
         if problem is not None:
             raise RuntimeError(f"{name}: {problem}; refused before it runs")
     return call(*args, **kwargs)
@@ -153,7 +153,7 @@ def checked_target(call: Any, node: fx.Node | None = None) -> Any:
         if composite and name not in PRECONDITION_FREE_COMPOSITES:
             return _named(CheckedCall(_run_data_checked, call), overload, call)
         if check is not None:
-            return _named(CheckedCall(_run_precondition, check, call, str(overload)), overload, call)
+            return _named(CheckedCall(_run_precondition, name, call, str(overload)), overload, call)
         return call
     if isinstance(overload, torch._ops.HigherOrderOperator) or not callable(call):
         return call  # its bodies are graphs of their own, checked node by node

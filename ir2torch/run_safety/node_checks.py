@@ -74,9 +74,10 @@ _PLAIN_MODULES = ("operator", "_operator", "math")
 _INDEXING = (operator.getitem, operator.setitem)
 
 #: Modules of ``torch.nn.modules`` whose classes may reach an operator reading data (embeddings, losses' labels,
-#: ``AdaptiveLogSoftmaxWithLoss``, packed sequences' permutations); ``MaxUnpool*`` by name.
+#: ``AdaptiveLogSoftmaxWithLoss``); ``MaxUnpool*`` by name. The recurrent layers' ``index_select`` permutes a
+#: ``PackedSequence``, which only the caller can pass (a file cannot make one: ``_pack_padded_sequence`` is refused).
 _DATA_MODULES = ("torch.nn.modules.sparse", "torch.nn.modules.loss", "torch.nn.modules.adaptive",
-                 "torch.nn.modules.rnn", "torch.nn.modules.linear_cross_entropy")
+                 "torch.nn.modules.linear_cross_entropy")
 
 
 def tracing() -> bool:

@@ -10,11 +10,13 @@ Candidates, timed interleaved in one process, single-threaded, under ``torch.no_
 :mod:`benchmarks.measure`; ratios are medians of per-round ratios against the bare rebuild):
 
 - ``eager``: the original model;
-- ``bare``: the rebuilt model with every forward budget taken off its modules (no check at all: not something a
-  user can ask for, the baseline of the checks' cost);
-- ``default``: ``ir2torch.convert(ir, state)``: memory and FLOPs probed at the first call of a signature, then
-  each call runs the data preconditions (BERT's embeddings read indices) op by op on the real tensors;
-- ``no budgets``: ``max_bytes=None, max_flops=None``: only the preconditions and the writes check, op by op;
+- ``bare``: the rebuilt model with every forward budget taken off its modules (not something a user can ask for,
+  the baseline of the budgets' cost; the checks generated code makes in the nodes that read indices stay: BERT's
+  embedding leaves run under the data checks);
+- ``default``: ``ir2torch.convert(ir, state)``: memory and FLOPs probed at the first call of a signature; later
+  calls check the data preconditions only in the nodes that need them (``ir2torch.run_safety.node_checks``);
+- ``no budgets``: ``max_bytes=None, max_flops=None``: the same node checks, and modules whose graph writes in
+  place run op by op (the writes check);
 - ``checked``: every call run as a call whose sizes depend on data does (the probe cannot finish): each op measured
   on fake tensors right before it runs, against the live memory of the call.
 

@@ -18,7 +18,6 @@ from common.ir import IR, Implementation
 from common.notes import CustomBackwardWarning, custom_backward_message, custom_backward_names
 from common.opaque import OPAQUE_TYPE, traced_alone
 from common.registry import Registry, Where
-from common.required_ops import function_names
 from common.safety import Allowlist
 from common.validate import validate
 from ir2torch.codegen.shared import CodeCache
@@ -233,7 +232,6 @@ class Ir2Torch:
         budget = self.max_bytes if isinstance(max_bytes, _Unset) else max_bytes
         flat = as_flat(ir, self.allowlist, self.executors.keys())
         if flat is not None:
-            names = {node.op_type for node in flat.nodes}
             with weight_budget(budget):
                 model = build_flat_module(flat, state_dict, device=device, strict=strict, allowlist=self.allowlist,
                                           executors=self.executors, guard_inputs=guard_inputs)
@@ -242,12 +240,11 @@ class Ir2Torch:
             with collector_paused(long_lived=True):
                 ir = as_ir(ir, self.allowlist)
                 custom = custom_backward_names(ir.root.meta) if "root" in ir else []
-                names = function_names(ir)
                 model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
                 del ir  # one read from a file is freed now, before the collector walks what was built
         with collector_paused():  # one small object per generated module: nothing to collect
             install_budgets(model, budget, target_device(device), guarded=static_guard(model),
-                            flops=self.max_flops if isinstance(max_flops, _Unset) else max_flops, names=names)
+                            flops=self.max_flops if isinstance(max_flops, _Unset) else max_flops)
         if flat is None and custom:
             warnings.warn(f"ir2torch: {custom_backward_message('the converted model', custom)}",
                           CustomBackwardWarning, stacklevel=2)

@@ -39,6 +39,7 @@ from ir2torch.codegen.lookups import _fast_lookups
 from ir2torch.codegen.module_call import call_module
 from ir2torch.codegen.module_call import child as module_child
 from ir2torch.codegen.shared import CodeCache, placeholder_module
+from ir2torch.run_safety.node_checks import checked_target
 
 _COMPONENT = re.compile(r"[A-Za-z0-9_-]+\Z")  # common.names' rule: quoted where not an identifier
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -86,7 +87,13 @@ class SafeCodeGen(_UniqueNames, CodeGen):
 
     def _gen_python_code(self, nodes: Any, root_module: str, namespace: Any, **kwargs: Any) -> Any:
         with self._names_reserved(nodes, namespace):
-            return super()._gen_python_code(nodes, root_module, namespace, **kwargs)
+            # submodule calls through call_module as in SafePyTreeCodeGen (the data checks of a leaf are there)
+            values = {generated_global("call_module"): call_module, generated_global("child"): module_child}
+            names = {base: namespace.create_name(base, None) for base in values}
+            code = super()._gen_python_code(nodes, root_module, namespace, **kwargs)
+        code.src = _fast_lookups(code.src, nodes, root_module, lambda base: names.get(base, base))
+        code.globals.update({names[base]: value for base, value in values.items()})
+        return code
 
 
 class SafePyTreeCodeGen(_UniqueNames, _PyTreeCodeGen):
@@ -289,6 +296,16 @@ def check_graph(graph: fx.Graph, implementation: str) -> None:
         kwarg_names(codegen.pytree_info.in_spec, implementation=implementation)
 
 
+def checked_calls(graph: fx.Graph) -> None:
+    """Make each ``call_function`` node whose operator has a precondition on data call it checked
+    (:func:`~ir2torch.run_safety.node_checks.checked_target`; nearly every node is left as it is)."""
+    for node in graph.nodes:
+        if node.op == "call_function":
+            target = checked_target(node.target, node)
+            if target is not node.target:
+                node.target = target
+
+
 def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str,
                   codes: CodeCache | None = None) -> fx.GraphModule:
     """Check ``graph`` (:func:`check_graph`) and make it ``gm``'s graph (fx generates and runs its source; with
@@ -300,6 +317,7 @@ def install_graph(gm: fx.GraphModule, graph: fx.Graph, implementation: str,
     """
     if type(graph._codegen) is CodeGen:
         graph._codegen = SafeCodeGen()
+    checked_calls(graph)
     check_graph(graph, implementation)
 
     def compile_one() -> None:
@@ -322,6 +340,7 @@ def compile_variant(graph: fx.Graph, implementation: str, codes: CodeCache | Non
 
     if codes is None:
         return compile_one()
+    checked_calls(graph)
     check_graph(graph, implementation)
     return codes.function(graph, compile_one)
 

@@ -6,7 +6,8 @@ owns every bound on that run:
 - **surface**: which operators a call may reach and how they are called (:mod:`.fast_ops`, the bindings that run
   exactly one ATen overload; the default operator surface itself is data of :mod:`common.surface`);
 - **preconditions**: what a kernel assumes without checking, tested on its arguments before it runs
-  (:mod:`.op_preconditions`, :mod:`.index_checks`: indices, labels, offsets and counts read from tensor data);
+  (:mod:`.op_preconditions`, :mod:`.index_checks`: indices, labels, offsets and counts read from tensor data),
+  by the nodes of generated code that reach them (:mod:`.node_checks`);
   writes into the caller's tensors refused (:mod:`.writes`); uninitialized allocations zero-filled
   (:mod:`.uninitialized`);
 - **memory**: the parameters and buffers a rebuild allocates (:mod:`.budget`) and the live memory of a call at

@@ -22,9 +22,11 @@ on fake tensors right before the real operator runs, against the live tensors th
 whose output size depends on data is bounded by its inputs).
 
 The budget is the converter's ``max_bytes``: an int in bytes, ``"available"`` (the memory available on the
-device when the call is probed) or ``None`` (no memory check, no probe; a module whose graph calls an op with
-a precondition its kernel does not check, :data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`, still has
-it tested before the op runs, at every call). It bounds the peak of what one call allocates (the parameters and
+device when the call is probed) or ``None`` (no memory check, no probe; a module whose graph writes in place is
+run op by op so that no write reaches the caller's tensors). Whatever the budget, an op with a precondition its
+kernel does not check (:data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`) has it tested by the node that
+calls it, on the real arguments, before it runs (:mod:`~ir2torch.run_safety.node_checks`). It bounds the peak
+of what one call allocates (the parameters and
 buffers are bounded separately when rebuilding, see :mod:`ir2torch.run_safety.budget`). A rebuild on
 ``meta`` is probed too: a factory op runs on the device it records (``aten.full(..., device=cpu)``), and its
 ``"available"`` budget is the CPU's memory.
@@ -36,7 +38,6 @@ that measure each operator in :mod:`~ir2torch.run_safety.op_modes` (the probe's 
 
 from __future__ import annotations
 
-import operator
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -53,8 +54,7 @@ from ir2torch.run_safety.budget import AVAILABLE, Budget, available_bytes, human
 from ir2torch.run_safety.checked import Checked
 from ir2torch.run_safety.fake_probe import fake_state, hooks_off, state_storages
 from ir2torch.run_safety.flops import FlopBudget, flop_limit, human_flops
-from ir2torch.run_safety.op_modes import DataChecks, OverBudget, Tally, over_budget, quiet_fake_tensors, storages
-from ir2torch.run_safety.op_preconditions import PRECONDITIONS, qualified
+from ir2torch.run_safety.op_modes import OverBudget, Tally, over_budget, quiet_fake_tensors, storages
 from ir2torch.run_safety.writes import writes_in_place
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
@@ -98,21 +98,18 @@ class ForwardBudget:
         flops: the compute budget of one call in FLOPs (:mod:`ir2torch.run_safety.flops`), ``None``: not counted.
     """
 
-    __slots__ = ("budget", "checked", "data_checks", "device", "flops", "probed", "static")
+    __slots__ = ("budget", "checked", "device", "flops", "probed", "static")
 
-    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None,
-                 data_checks: bool = False) -> None:
+    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None) -> None:
         self.budget = budget
         self.device = device
         self.static = static
         self.flops = flops
-        self.data_checks = data_checks  # a probed call runs with the data preconditions (DataChecks)
         self.probed: set[Any] = set()
         self.checked: set[Any] = set()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
-        return ForwardBudget(self.budget, self.device, self.static, self.flops,  # a copy is probed again
-                             self.data_checks)
+        return ForwardBudget(self.budget, self.device, self.static, self.flops)  # a copy is probed again
 
     def limit(self) -> int | None:
         """The budget in bytes now (``"available"`` is read at each probe)."""
@@ -140,10 +137,7 @@ class ForwardBudget:
             else:
                 _remember(self.probed, signature)
         _LOCAL.depth += 1
-        try:
-            if self.data_checks:  # fake tensors had no values: the index checks run on the real ones
-                with DataChecks():
-                    return call(obj, *args, **kwargs)
+        try:  # fake tensors had no values: the nodes reading indices check them (ir2torch.run_safety.node_checks)
             return call(obj, *args, **kwargs)
         finally:
             _LOCAL.depth -= 1
@@ -265,73 +259,39 @@ def static_guard(root: nn.Module) -> bool:
         not guard._dynamic and not guard._scalars
 
 
-def _names_precondition_ops(module: nn.Module) -> bool:
-    """Whether ``module``'s own graph calls an op of :data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`, or
-    one that writes an argument in place (checked not to write its caller's tensors,
-    :mod:`ir2torch.run_safety.writes`)."""
+def _writes_in_place(module: nn.Module) -> bool:
+    """Whether ``module``'s own graph calls an op that writes an argument in place (checked op by op not to write
+    its caller's tensors, :mod:`ir2torch.run_safety.writes`). A graph whose nodes write nothing cannot write its
+    inputs: established here, once, when the budgets are installed. Preconditions are checked by the nodes that
+    need them (:mod:`ir2torch.run_safety.node_checks`), budget or not."""
     graph = getattr(module, "graph", None)
     if not isinstance(graph, torch.fx.Graph):
         return False
-    targets = [getattr(node.target, "overload", node.target) for node in graph.nodes if node.op == "call_function"]
-    return any(qualified(target) in PRECONDITIONS or writes_in_place(target) for target in targets)
-
-
-#: Python-level functions of the allow-list that dispatch to an operator reading indices from data.
-_DATA_FUNCTIONS = (torch.gather, torch.index_select, torch.nn.functional.embedding)
-_DATA_NAMES = frozenset({"torch.gather", "torch.index_select", "torch.nn.functional.embedding"})
-
-
-def _reads_data(root: nn.Module, names: set[str] | None) -> bool:
-    """Whether a call of ``root`` may run an op whose preconditions read tensor data (indices, labels, offsets,
-    :mod:`ir2torch.run_safety.index_checks`): the file names one (``names``: every function name of the IR or
-    FlatIR) or a Python function dispatching to one, a built graph does (without ``names``; a graph not built yet
-    is never built here), a ``getitem`` with a computed index (``x[idx]`` is ``aten.index``), or a module is
-    not generated code and not one of torch.nn's own (an opaque leaf: its code is not read) or an embedding."""
-    if names is not None and any(n in PRECONDITIONS or n in _DATA_NAMES for n in names):
-        return True
-    for module in root.modules():
-        graph = module.__dict__.get("_graph") if names is None else None
-        if isinstance(graph, torch.fx.Graph):
-            for node in graph.nodes:
-                if node.op != "call_function":
-                    continue
-                target = getattr(node.target, "overload", node.target)
-                if qualified(target) in PRECONDITIONS or node.target in _DATA_FUNCTIONS:
-                    return True
-                if node.target is operator.getitem and any(isinstance(a, torch.fx.Node) for a in
-                                                           pytree.tree_leaves(list(node.args[1:]))):
-                    return True
-        elif isinstance(module, (nn.Embedding, nn.EmbeddingBag)) or (
-                getattr(type(module), "_wrapped_call", None) is None
-                and not type(module).__module__.startswith("torch.")):
-            return True
-    return False
+    return any(writes_in_place(getattr(node.target, "overload", node.target))
+               for node in graph.nodes if node.op == "call_function")
 
 
 def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool,
-                    flops: FlopBudget = None, names: set[str] | None = None) -> None:
+                    flops: FlopBudget = None) -> None:
     """Give every module of ``root`` whose forward is generated code a :class:`ForwardBudget`.
 
     Args:
         root: the rebuilt model.
-        budget: the rebuild's ``max_bytes`` (``None``: only modules whose graph calls an op with an unchecked
-            precondition get one, to test it).
+        budget: the rebuild's ``max_bytes`` (``None``: with no compute budget either, only modules whose graph
+            writes in place get one, run op by op so that no write reaches the caller's tensors).
         device: the device it was rebuilt on (``meta`` included: factory ops of the graph run on the device they
             record, usually the CPU).
         guarded: the root has an input guard fixing every input (one probe covers every call).
         flops: the compute budget (:func:`~ir2torch.run_safety.flops.flop_limit`: ``"auto"``, FLOPs or ``None``).
-        names: every function name the file calls (whether a call reads indices from data: :func:`_reads_data`).
     """
     flop_count = flop_limit(flops, root)
-    data = _reads_data(root, names)
     for module in root.modules():
         if getattr(type(module), "_wrapped_call", None) is None:
             continue
-        if budget is None and flop_count is None and not _names_precondition_ops(module):
-            continue  # nothing to measure and nothing a kernel assumes unchecked
+        if budget is None and flop_count is None and not _writes_in_place(module):
+            continue  # nothing to measure, no write to check (preconditions: checked by the nodes themselves)
         static = guarded and module is root
-        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count,
-                                                     data_checks=data)
+        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count)
 
 
 __all__ = ["BUDGET_ATTR", "MAX_SIGNATURES", "ForwardBudget", "inside_checked_call", "install_budgets", "skip_budget",

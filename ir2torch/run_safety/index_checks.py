@@ -10,7 +10,8 @@ within the indices, counts non-negative. :data:`INDEX_PRECONDITIONS` holds one c
 :data:`ir2torch.run_safety.op_preconditions.PRECONDITIONS`, which the forward budget tests before every op of a
 rebuilt module-level IR and of an executed FlatIR alike (:mod:`ir2torch.run_safety.forward_budget`). On fake tensors
 (the budget's probe) the values are unknown and nothing is checked: these operators' output sizes follow from the index
-*shapes*; the real call is then run with the checks (``DataChecks`` of the forward budget).
+*shapes*; the real call then checks them in the nodes that call these operators
+(:mod:`ir2torch.run_safety.node_checks`).
 
 ``tests/security/test_index_preconditions.py`` plants out-of-range values for each and checks that an ``IRError``
 comes out where PyTorch itself raises, and that honest values give PyTorch's result.

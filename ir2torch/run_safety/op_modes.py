@@ -2,7 +2,8 @@
 
 :class:`Tally` runs under the probe's ``FakeTensorMode`` and adds up the storage each op creates while a tensor
 holds it; :class:`Checked` runs a call whose sizes depend on data op by op, measuring each op on fake tensors
-first; :class:`DataChecks` tests the data preconditions of a probed call on its real arguments. All of them test
+first; :class:`DataChecks` tests the data preconditions of the nodes that need it on their real arguments. All of
+them test
 the preconditions (:mod:`~ir2torch.run_safety.op_preconditions`), the compute budget
 (:mod:`~ir2torch.run_safety.flops`) and the writes into the caller's tensors (:mod:`~ir2torch.run_safety.writes`),
 and raise :class:`OverBudget`, which the forward budget turns into an ``IRError`` naming the node.
@@ -324,8 +325,9 @@ class Flops:
 class DataChecks(TorchDispatchMode):
     """Runs each op for real after testing its preconditions
     (:data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`) on
-    the real arguments: a probe on fake tensors sees no index, label or offset, so a probed call of a module that
-    reads them (:func:`_reads_data`) is run under this mode (nothing is measured)."""
+    the real arguments: a probe on fake tensors sees no index, label or offset, so a node of generated code that
+    may reach an operator reading them without naming it (a composite, a torch function, an embedding or an opaque
+    leaf) runs under this mode (:mod:`~ir2torch.run_safety.node_checks`; nothing is measured)."""
 
     supports_higher_order_operators = True
     transparent_to_folding = True  # constant folding may use its values under this mode (ir2torch.codegen.fold_cache)

@@ -1,0 +1,203 @@
+"""Preconditions checked where a graph's node needs them, not by a dispatch mode over the whole call.
+
+A probe on fake tensors sees no index, label or offset, so the values a kernel reads from data
+(:data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`: :mod:`~ir2torch.run_safety.index_checks`,
+``repeat_interleave``, ``ctc_loss``...) are tested on the real arguments. Only a few nodes of a graph can reach
+such an operator; code generation (:mod:`ir2torch.codegen`) asks :func:`checked_target` for each
+``call_function`` target and :func:`module_needs_checks` (at each call) for a module that is not generated code:
+
+- an ATen overload with a precondition and its own kernel: its precondition is tested on the node's arguments,
+  then the overload runs (:class:`CheckedCall`, one Python call more than the bare op);
+- an overload that is a composite (``CompositeImplicitAutograd``: its C++ decomposition calls other operators)
+  and is not known to reach no precondition (:data:`PRECONDITION_FREE_COMPOSITES`), a Python-level function of
+  torch that dispatches to operators, a ``getitem`` with a computed index, and a module whose code is not
+  generated and not known to reach no data-reading operator (an embedding, a loss, an opaque leaf): the node
+  runs under :class:`~ir2torch.run_safety.op_modes.DataChecks`, which tests every operator the node dispatches,
+  as the whole call did before;
+- anything else (nearly every node): runs as it is.
+
+Preconditions that depend only on shapes (batch norm's statistics, FFT dims...) are also tested by the forward's
+probe on fake tensors for each input signature; without a memory or compute budget, a module naming such an
+operator is still run op by op (:mod:`~ir2torch.run_safety.forward_budget`).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from ir2torch.run_safety.checked import Checked as _Checked
+from ir2torch.run_safety.op_modes import DataChecks, Tally
+from ir2torch.run_safety.op_preconditions import PRECONDITIONS, qualified
+
+_compiling = torch.compiler.is_compiling
+_exporting = torch.compiler.is_exporting
+_jit_tracing = torch._C._get_tracing_state
+_stack_len = torch._C._len_torch_dispatch_stack
+_MODULE_CALL = nn.Module.__call__
+
+#: Composite overloads of the default surface whose decomposition reaches no operator of
+#: :data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS` reading data (reviewed: each decomposes into
+#: elementwise, view, reduction, matrix, convolution, pooling, normalization or upsampling kernels; batch norm and
+#: the FFTs reach kernels whose preconditions depend on shapes only, tested by the forward's probe). A composite
+#: not listed here runs under :class:`DataChecks`.
+PRECONDITION_FREE_COMPOSITES = frozenset({
+    "aten.__and__.Tensor", "aten.__iand__.Scalar", "aten.__ior__.Tensor", "aten.__ixor__.Tensor",
+    "aten.__or__.Tensor", "aten.__xor__.Tensor", "aten._upsample_bicubic2d_aa.vec", "aten._upsample_bilinear2d_aa.vec",
+    "aten._upsample_nearest_exact1d.vec", "aten._upsample_nearest_exact2d.vec", "aten._upsample_nearest_exact3d.vec",
+    "aten.adaptive_avg_pool1d.default", "aten.adaptive_avg_pool2d.default", "aten.adaptive_avg_pool3d.default",
+    "aten.argsort.default", "aten.batch_norm.default", "aten.bilinear.default", "aten.broadcast_to.default",
+    "aten.cdist.default", "aten.chunk.default", "aten.concat.default", "aten.contiguous.default",
+    "aten.conv1d.default", "aten.conv2d.default", "aten.conv2d.padding", "aten.conv3d.default", "aten.diff.default",
+    "aten.dropout.default", "aten.dropout_.default", "aten.einsum.default", "aten.expand_as.default",
+    "aten.fake_quantize_per_tensor_affine.tensor_qparams", "aten.fft_fftn.default", "aten.fft_irfft.default",
+    "aten.fft_rfft.default", "aten.flatten.using_ints", "aten.fused_moving_avg_obs_fake_quant.default",
+    "aten.group_norm.default", "aten.gru.input", "aten.instance_norm.default", "aten.item.default",
+    "aten.layer_norm.default", "aten.linear.default", "aten.log_softmax.int", "aten.lstm.input",
+    "aten.matmul.default", "aten.max.other", "aten.max_pool2d.default", "aten.meshgrid.indexing", "aten.min.other",
+    "aten.multiply.Tensor", "aten.numpy_T.default", "aten.pad.default", "aten.real.default", "aten.reshape.default",
+    "aten.reshape_as.default", "aten.resolve_conj.default", "aten.rms_norm.default",
+    "aten.scaled_dot_product_attention.default", "aten.softmax.int", "aten.square.default", "aten.stft.default",
+    "aten.sym_numel.default", "aten.sym_size.int", "aten.tensor_split.indices", "aten.to.device", "aten.to.dtype",
+    "aten.to.dtype_layout", "aten.type_as.default", "aten.unflatten.int", "aten.upsample_bicubic2d.vec",
+    "aten.upsample_bilinear2d.vec", "aten.upsample_nearest2d.vec", "aten.view_as.default", "aten.where.Scalar",
+    "aten.where.ScalarOther",
+})
+
+#: Python-level functions (:mod:`common.python_functions`) that compute on Python numbers, symbolic sizes or
+#: dispatch to no data-reading operator; ``operator.getitem`` / ``operator.index`` only with constant indices.
+_PLAIN_MODULES = ("operator", "_operator", "math")
+_INDEXING = (operator.getitem, operator.setitem)
+
+#: Modules of ``torch.nn.modules`` whose classes may reach an operator reading data (embeddings, losses' labels,
+#: ``AdaptiveLogSoftmaxWithLoss``); ``MaxUnpool*`` by name. The recurrent layers' ``index_select`` permutes a
+#: ``PackedSequence``, which only the caller can pass (a file cannot make one: ``_pack_padded_sequence`` is refused).
+_DATA_MODULES = ("torch.nn.modules.sparse", "torch.nn.modules.loss", "torch.nn.modules.adaptive",
+                 "torch.nn.modules.linear_cross_entropy")
+
+
+def tracing() -> bool:
+    """Whether a tracer runs the call (torch.compile, torch.export, ``jit.trace``, fx): it sees the plain ops."""
+    return bool(_compiling() or _exporting() or _jit_tracing() is not None or nn.Module.__call__ is not _MODULE_CALL)
+
+
+def _covered() -> bool:
+    """Whether one of run_safety's modes already tests every op of this call (a probe, a checked run)."""
+    if not _stack_len():
+        return False
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return any(isinstance(m, (DataChecks, Tally, _Checked)) for m in _get_current_dispatch_mode_stack())
+
+
+def is_composite(overload: Any) -> bool:
+    """Whether ``overload`` runs a C++ decomposition (``CompositeImplicitAutograd``) that dispatches other ops."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(overload.name(), "CompositeImplicitAutograd")
+
+
+class CheckedCall(functools.partial):
+    """``call(*args, **kwargs)`` after ``overload``'s precondition accepts the arguments (raises ``RuntimeError``,
+    which the generated code reports as an ``ExecutionError`` naming the node). Compares and hashes equal to the
+    overload, as :class:`~ir2torch.codegen.direct_op.DirectOp` does."""
+
+    overload: Any
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CheckedCall):
+            return self.overload is other.overload and self.args == other.args
+        return self.overload is other
+
+    def __hash__(self) -> int:
+        return hash(self.overload)
+
+    def __repr__(self) -> str:
+        return f"CheckedCall({self.overload})"
+
+
+def _run_precondition(key: str, call: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    if not tracing():  # the precondition by name: a CheckedCall holds no local function (it pickles)
+        problem = PRECONDITIONS[key](*args, **kwargs)
+        if problem is not None:
+            raise RuntimeError(f"{name}: {problem}; refused before it runs")
+    return call(*args, **kwargs)
+
+
+def _run_data_checked(call: Any, *args: Any, **kwargs: Any) -> Any:
+    if tracing() or _covered():
+        return call(*args, **kwargs)
+    with DataChecks():
+        return call(*args, **kwargs)
+
+
+def _named(wrapper: Any, overload: Any, call: Any) -> Any:
+    wrapper.overload = getattr(call, "overload", overload)
+    wrapper.__module__ = "checked"  # not under torch: fx binds the object itself (see DirectOp)
+    name = getattr(call, "__name__", None) or getattr(overload, "__name__", "call")
+    wrapper.__name__ = wrapper.__qualname__ = f"checked_{name}".replace(".", "_")
+    return wrapper
+
+
+def checked_target(call: Any, node: fx.Node | None = None) -> Any:
+    """What a ``call_function`` node calling ``call`` runs: ``call`` itself, or a :class:`CheckedCall` (see the
+    module docstring). ``call`` may be an ``OpOverload``, a ``DirectOp`` of one, or a Python function."""
+    if isinstance(call, CheckedCall):
+        return call
+    overload = getattr(call, "overload", call)
+    if isinstance(overload, torch._ops.OpOverload):
+        name = qualified(overload)
+        composite = is_composite(overload)
+        check = PRECONDITIONS.get(name)
+        if composite and name not in PRECONDITION_FREE_COMPOSITES:
+            return _named(CheckedCall(_run_data_checked, call), overload, call)
+        if check is not None:
+            return _named(CheckedCall(_run_precondition, name, call, str(overload)), overload, call)
+        return call
+    if isinstance(overload, torch._ops.HigherOrderOperator) or not callable(call):
+        return call  # its bodies are graphs of their own, checked node by node
+    owner = getattr(call, "__module__", None) or ""
+    if owner.split(".")[0] in ("ir2torch", "common") and not owner.startswith("common.python_functions"):
+        return call  # the rebuilder's own helpers (device, variants, guards)
+    if owner in _PLAIN_MODULES or owner == "common.python_functions":
+        if call in _INDEXING and node is not None and any(isinstance(a, fx.Node) for a in node.args[1:2]):
+            return _named(CheckedCall(_run_data_checked, call), call, call)  # x[i] of a computed i: aten.index
+        return call
+    if owner == "torch" and getattr(call, "__name__", "").startswith("sym_"):
+        return call
+    return _named(CheckedCall(_run_data_checked, call), call, call)
+
+
+#: class -> whether a call of one of its modules runs under DataChecks (read once per class).
+_MODULE_CLASSES: dict[type, bool] = {}
+
+
+def module_needs_checks(cls: type) -> bool:
+    """Whether a module of ``cls``, called from generated code, runs under :class:`DataChecks`: not when its
+    ``forward`` is generated code (its nodes are checked there) or a class of ``torch.nn.modules`` that reaches
+    no data-reading operator; yes for anything else (embeddings, losses, opaque leaves, quantized modules)."""
+    try:
+        return _MODULE_CLASSES[cls]
+    except KeyError:
+        pass
+    owner = getattr(cls, "__module__", "") or ""
+    generated = getattr(cls, "_wrapped_call", None) is not None
+    plain = owner.startswith("torch.nn.modules.") and owner not in _DATA_MODULES and \
+        not cls.__name__.startswith("MaxUnpool") and cls.__call__ is _MODULE_CALL
+    _MODULE_CLASSES[cls] = needs = not (generated or plain)
+    return needs
+
+
+def call_data_checked(call: Any, obj: nn.Module, /, *args: Any, **kwargs: Any) -> Any:
+    """``call(obj, *args, **kwargs)`` under :class:`DataChecks` (unless a tracer runs it, or a probe or a
+    checked run already tests every op)."""
+    if tracing() or _covered():
+        return call(obj, *args, **kwargs)
+    with DataChecks():
+        return call(obj, *args, **kwargs)
+
+
+__all__ = ["PRECONDITION_FREE_COMPOSITES", "CheckedCall", "call_data_checked", "checked_target", "is_composite",
+           "module_needs_checks", "tracing"]

@@ -1,0 +1,101 @@
+"""Data preconditions are checked by the nodes that need them (:mod:`ir2torch.run_safety.node_checks`), not by a
+dispatch mode over the whole call: a typed embedding leaf's indices are still refused before the kernel runs (with
+a memory budget and without), and a call whose nodes read no data runs no op through a dispatch mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import ir2torch
+import torch2ir
+from common.errors import IRError
+from common.surface import default_surface
+from ir2torch.run_safety import op_modes
+from ir2torch.run_safety.node_checks import PRECONDITION_FREE_COMPOSITES, checked_target, is_composite
+from ir2torch.run_safety.op_preconditions import PRECONDITIONS
+
+
+class _Embed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(7, 4)
+        self.proj = nn.Linear(4, 3)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.embed(ids)).relu()
+
+
+class _Plain(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 3)
+        self.norm = nn.LayerNorm(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(self.norm(self.proj(x)) * 2, -1)
+
+
+def _overload(name: str) -> Any:
+    ns, op, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, ns), op), overload)
+
+
+def test_the_reviewed_composites_are_composites_of_the_surface_without_preconditions() -> None:
+    surface = default_surface()
+    for name in sorted(PRECONDITION_FREE_COMPOSITES):
+        assert name in surface, name
+        assert name not in PRECONDITIONS, name
+        assert is_composite(_overload(name)), name
+
+
+def test_every_surface_overload_with_a_precondition_or_a_composite_is_checked() -> None:
+    """A default overload with a precondition, or a composite not reviewed as reaching none, never runs bare."""
+    for name in sorted(default_surface()):
+        overload = _overload(name)
+        if name in PRECONDITIONS or (is_composite(overload) and name not in PRECONDITION_FREE_COMPOSITES):
+            assert checked_target(overload) is not overload, name
+        else:
+            assert checked_target(overload) is overload, name
+
+
+@pytest.mark.parametrize("budget", ["available", None])
+def test_a_typed_embeddings_indices_are_refused_before_the_kernel_runs(budget: str | None) -> None:
+    model = _Embed().eval()
+    ids = torch.tensor([[0, 6, 2]])
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (ids,)), model.state_dict(), max_bytes=budget,
+                               max_flops=None if budget is None else "auto")
+    torch.testing.assert_close(rebuilt(ids), model(ids))
+    for hostile in (torch.tensor([[0, 7, 2]]), torch.tensor([[-1, 0, 0]]), torch.tensor([[0, 10**12, 0]])):
+        with pytest.raises(IRError, match="refused before it runs"):
+            rebuilt(hostile)
+
+
+def _dispatched(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    original = op_modes.DataChecks.__torch_dispatch__
+
+    def counting(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        seen.append(str(func))
+        return original(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(op_modes.DataChecks, "__torch_dispatch__", counting)
+    return seen
+
+
+def test_only_the_nodes_reading_data_run_under_the_data_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _dispatched(monkeypatch)
+    embed, plain = _Embed().eval(), _Plain().eval()
+    ids, x = torch.tensor([[0, 6, 2]]), torch.randn(2, 4)
+    rebuilt_embed = ir2torch.convert(torch2ir.convert(embed, (ids,)), embed.state_dict())
+    rebuilt_plain = ir2torch.convert(torch2ir.convert(plain, (x,)), plain.state_dict())
+    for _ in range(2):  # the first call is probed, the second runs as every later one
+        rebuilt_plain(x)
+    assert seen == []
+    rebuilt_embed(ids)
+    seen.clear()
+    rebuilt_embed(ids)
+    assert seen == ["aten.embedding.default"]  # the embedding leaf alone, not the linear, nor the relu

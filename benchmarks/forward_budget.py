@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +28,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import torch
 
 from benchmarks.guards import MODELS, _model
-from benchmarks.measure import calibrate, interleaved, paired_ratio
+from benchmarks.measure import paired_ratio, time_modules
 
 
 def measure(name: str, batch: int, rounds: int) -> dict[str, Any]:
@@ -43,26 +41,15 @@ def measure(name: str, batch: int, rounds: int) -> dict[str, Any]:
     budgeted = ir2torch.convert(ir, model.state_dict()).eval()
     plain = ir2torch.convert(ir, model.state_dict(), max_bytes=None).eval()
     modules = {"eager": model, "budget": budgeted, "no_budget": plain}
-    with torch.no_grad():
-        calls = {k: (lambda m=m: m(*args, **kwargs)) for k, m in modules.items()}
-        number = calibrate(calls["eager"])
-        series = interleaved(calls, rounds=rounds, warmup=2, number=number)
-        first, later = [], []
-        for _ in range(5):
-            fresh = ir2torch.convert(ir, model.state_dict()).eval()
-            start = time.perf_counter()
-            fresh(*args, **kwargs)
-            first.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            fresh(*args, **kwargs)
-            later.append(time.perf_counter() - start)
+    series, probe = time_modules(modules, args, kwargs, rounds=rounds, reference="eager",
+                                 fresh=lambda: ir2torch.convert(ir, model.state_dict()).eval())
     return {
         "model": name, **{f"{k}_ms": s.median * 1e3 for k, s in series.items()},
         "budget_vs_eager": paired_ratio(series, "budget", "eager"),
         "no_budget_vs_eager": paired_ratio(series, "no_budget", "eager"),
         "budget_vs_no_budget": paired_ratio(series, "budget", "no_budget"),
-        "probe_ms": (statistics.median(first) - statistics.median(later)) * 1e3,
-        "probe_vs_eager": (statistics.median(first) - statistics.median(later)) / series["eager"].median,
+        "probe_ms": probe * 1e3,
+        "probe_vs_eager": probe / series["eager"].median,
     }
 
 

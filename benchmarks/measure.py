@@ -96,6 +96,30 @@ def calibrate(fn: Callable[[], Any], *, target: float = 0.02, limit: int = 1000)
     return max(1, min(limit, round(target / once)))
 
 
+def time_modules(modules: Mapping[str, Callable[..., Any]], args: tuple[Any, ...], kwargs: Mapping[str, Any], *,
+                 rounds: int, reference: str,
+                 fresh: Callable[[], Callable[..., Any]]) -> tuple[dict[str, Series], float]:
+    """Time ``modules`` called on ``(args, kwargs)`` under ``no_grad``, interleaved round by round (the number of
+    calls per sample calibrated on ``reference``), and the first call's extra cost: the median over five
+    modules made by ``fresh`` of their first call's time minus their second's (the one-time probe).
+    Returns the series by name and that extra cost in seconds."""
+    import torch
+
+    with torch.no_grad():
+        calls = {k: (lambda m=m: m(*args, **kwargs)) for k, m in modules.items()}
+        series = interleaved(calls, rounds=rounds, warmup=2, number=calibrate(calls[reference]))
+        first, later = [], []
+        for _ in range(5):
+            module = fresh()
+            start = time.perf_counter()
+            module(*args, **kwargs)
+            first.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            module(*args, **kwargs)
+            later.append(time.perf_counter() - start)
+    return series, statistics.median(first) - statistics.median(later)
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of this process image so far, in MiB.
 

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +40,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import torch
 
 from benchmarks.guards import MODELS, _model
-from benchmarks.measure import calibrate, interleaved, paired_ratio
+from benchmarks.measure import paired_ratio, time_modules
 
 CANDIDATES = ("eager", "bare", "default", "no_budgets", "checked")
 
@@ -78,22 +76,11 @@ def measure(name: str, batch: int, rounds: int) -> dict[str, Any]:
         "no_budgets": ir2torch.convert(ir, state, max_bytes=None, max_flops=None).eval(),
         "checked": _always_checked(ir2torch.convert(ir, state).eval(), args, kwargs),
     }
-    with torch.no_grad():
-        calls = {k: (lambda m=m: m(*args, **kwargs)) for k, m in modules.items()}
-        number = calibrate(calls["bare"])
-        series = interleaved(calls, rounds=rounds, warmup=2, number=number)
-        first, later = [], []
-        for _ in range(5):
-            fresh = ir2torch.convert(ir, state).eval()
-            start = time.perf_counter()
-            fresh(*args, **kwargs)
-            first.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            fresh(*args, **kwargs)
-            later.append(time.perf_counter() - start)
+    series, probe = time_modules(modules, args, kwargs, rounds=rounds, reference="bare",
+                                 fresh=lambda: ir2torch.convert(ir, state).eval())
     return {"model": name, **{f"{k}_ms": s.median * 1e3 for k, s in series.items()},
             **{f"{k}_ratio": paired_ratio(series, k, "bare") for k in CANDIDATES},
-            "probe_ms": (statistics.median(first) - statistics.median(later)) * 1e3}
+            "probe_ms": probe * 1e3}
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -25,6 +25,7 @@ from common.caches import register_loaded_caches
 from common.errors import ConversionError
 from common.module_state import kept_attributes
 from torch2ir.frontend import custom_backward
+from torch2ir.frontend.dropout_identity import keep_input_names
 from torch2ir.frontend.logs import torch_logs_to_debug
 from torch2ir.opaque.attribution import attribute_failure
 from torch2ir.quant.observers import is_observer, untraceable_observer
@@ -216,7 +217,7 @@ def export(
             on_attempt()  # forget what a failed attempt recorded
         try:
             with kept_attributes(model), traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), \
-                    torch_logs_to_debug(), \
+                    keep_input_names(), torch_logs_to_debug(), \
                     custom_backward.recording() as functions, lean_export():
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)

@@ -26,19 +26,27 @@ _CHECKS = ("aten._assert", "aten.sym_constrain_range")
 
 @dataclass
 class Traced:
-    """A traced pattern or replacement: its input nodes, call nodes (in order) and output node."""
+    """A traced pattern or replacement: its input nodes, call nodes (in order) and output nodes (one per value it
+    returns, in order; ``several`` when it returns a tuple or list)."""
 
     inputs: list[fx.Node]
     calls: list[fx.Node]
-    output: Any
+    outputs: list[fx.Node]
     names: dict[fx.Node, str] = field(default_factory=dict)  # call node -> IR function name
+    several: bool = False
+
+    @property
+    def output(self) -> fx.Node:
+        """The first (for a function of one result, the only) output node."""
+        return self.outputs[0]
 
 
 def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> Traced:
     """``fn`` traced by ``torch.export`` (non-strict, as torch2ir traces) into ATen calls.
 
     Raises:
-        RewriteError: ``fn`` cannot be traced, makes tensor constants, or returns not exactly one tensor.
+        RewriteError: ``fn`` cannot be traced, makes tensor constants, or returns other than one tensor or a
+            tuple (or list) of tensors.
     """
     if not callable(fn):
         raise RewriteError(f"the {role} must be a function of tensors, not {type(fn).__name__}",
@@ -63,18 +71,21 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> T
     inputs = [n for n in graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in graph.nodes if n.op == "output")
     outputs = list(out_node.args[0])
-    if len(outputs) != 1 or not isinstance(outputs[0], fx.Node):
-        raise RewriteError(f"the {role} returns {len(outputs)} values; patterns of one tensor are supported",
-                           hint="split the rewrite into one pattern per output")
+    spec = exported.call_spec.out_spec
+    several = spec is not None and not spec.is_leaf()
+    if not outputs or not all(isinstance(o, fx.Node) for o in outputs):
+        raise RewriteError(f"the {role} returns {len(outputs)} values, not all of them tensors",
+                           hint="return one tensor, or a tuple of tensors")
     needed: set[fx.Node] = set()
-    stack = [outputs[0]]
+    stack = list(outputs)
     while stack:  # only what the output depends on (export may keep unused checks)
         node = stack.pop()
         if node in needed:
             continue
         needed.add(node)
         stack.extend(node.all_input_nodes)
-    traced = Traced(inputs, [n for n in graph.nodes if n.op == "call_function" and n in needed], outputs[0])
+    traced = Traced(inputs, [n for n in graph.nodes if n.op == "call_function" and n in needed], outputs,
+                    several=several)
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue

@@ -207,7 +207,10 @@ def test_json_round_trip_of_the_result(tmp_path):
 
 
 @pytest.mark.parametrize(("pattern", "replacement", "match"), [
-    (lambda x: (x + 1, x - 1), lambda x: (x, x), "returns 2 values"),
+    (lambda x: (x + 1, x - 1), lambda x: x, "returns 2 values and the replacement 1"),
+    (lambda x: (x + 1, x), lambda x: (x, x), "returns one of its arguments"),
+    (lambda x: ((y := x + 1), y), lambda x: (x, x), "returns one value twice"),
+    (lambda x: (x + 1, 2), lambda x: (x, x), "not all of them tensors|cannot be traced"),
     (lambda x: x, lambda x: x, "returns one of its arguments"),
     (lambda x: x + 1, lambda x, y: x + y, "cannot be traced|takes 1 arguments"),
     (lambda x: x + 1, lambda x: x + torch.tensor([1.0]), "tensor constant"),

@@ -134,7 +134,7 @@ class PatternMatcher:
         self.outs: list[Ref] = []
         first = self.pattern.outputs[0]
         value = Ref(anchor)
-        if first.target is operator.getitem and self.computed.get(anchor, ("",))[0] != "operator.getitem":
+        if first.target is operator.getitem and (self.computed.get(anchor) or ("",))[0] != "operator.getitem":
             return None  # an item of a module call's result is not an op the pattern computes
         if not self._node(first, value):
             return None

@@ -57,7 +57,7 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> T
             return fn(*args)
 
     try:
-        exported = torch.export.export(_Call(), tuple(example_inputs), strict=False)
+        exported = torch.export.export(_Call(), _apart(example_inputs), strict=False)
     except Exception as exc:  # noqa: BLE001 - any tracing failure is reported as the rewrite's error
         raise RewriteError(f"the {role} cannot be traced by torch.export: {type(exc).__name__}: "
                            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
@@ -100,6 +100,28 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> T
             raise RewriteError(f"the {role} calls {name}, whose result its output does not use",
                                hint="a call made for its side effect cannot be spliced into a graph; drop it")
     return traced
+
+
+def _apart(example_inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """The example inputs with a tensor sharing memory with an earlier one copied (``[w, b] * 3`` passes one tensor
+    three times, which export would trace as one argument read three times: a pattern binding all three to one
+    value)."""
+    seen: set[int] = set()
+    out = []
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor):
+            if _memory(value) in seen:
+                value = value.clone()
+            seen.add(_memory(value))
+        out.append(value)
+    return tuple(out)
+
+
+def _memory(tensor: torch.Tensor) -> int:
+    """Where a tensor's data lives (the object itself for tensors without memory: meta, empty)."""
+    if tensor.device.type == "meta" or not tensor.numel():
+        return id(tensor)
+    return tensor.untyped_storage().data_ptr()
 
 
 def value_meta(ir: IR, graph: Implementation, ref: Ref, depth: int = 0) -> Any:

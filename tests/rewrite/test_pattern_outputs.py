@@ -98,14 +98,15 @@ def test_qkv_projections_by_one_pattern_exact_and_a_fixpoint(name, tmp_path):
 
 
 def test_match_filters_see_every_matched_node_and_where_selects():
-    model, _, _, ir = corpus_model("bert")
+    _, _, _, ir = corpus_model("bert")
     seen = []
 
     def keep(match, ir):
         seen.append([(ref.node, key) for ref, key in zip(match.nodes, match.implementations)])
         return True
 
-    one = replace_pattern(ir, None, qkv, fused_qkv, example_inputs=_examples(3, True), where="encoder.layer.1.*",
+    aliased = [torch.randn(2, 5, 8)] + [torch.randn(8, 8), torch.randn(8)] * 3  # one weight passed thrice: copied
+    one = replace_pattern(ir, None, qkv, fused_qkv, example_inputs=aliased, where="encoder.layer.1.*",
                           match_filters=[keep])
     assert one.count == 1 and [c.split(":")[0] for c in one.changes] == ["encoder.layer.1.attention.self"]
     block = "encoder.layer.1.attention.self"

@@ -228,3 +228,52 @@ def test_output_counts_must_agree(replacement, match):
     _, _, _, ir = corpus_model("bert")
     with pytest.raises(RewriteError, match=match):
         replace_pattern(ir, None, qkv, replacement, example_inputs=_examples(3, True))
+
+
+def _rotate_half(x):  # transformers' Llama
+    return torch.cat((-x[..., x.shape[-1] // 2:], x[..., : x.shape[-1] // 2]), dim=-1)
+
+
+def rope(q, k, cos, sin):
+    """transformers' ``apply_rotary_pos_emb``: two outputs, both read later (the scores, the repeated keys)."""
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def rope_once(q, k, cos, sin):
+    """The same on the query and key heads stacked: one pass of each op, split back."""
+    both = torch.cat([q, k], 1)
+    out = both * cos.unsqueeze(1) + _rotate_half(both) * sin.unsqueeze(1)
+    return out.split([q.shape[1], k.shape[1]], 1)
+
+
+def test_llama_rotary_embedding_of_queries_and_keys_in_one_pass(tmp_path):
+    model, args, kwargs, ir = corpus_model("llama")
+    examples = (torch.randn(2, 4, 8, 16), torch.randn(2, 2, 8, 16), torch.randn(1, 8, 16), torch.randn(1, 8, 16))
+    result = replace_pattern(ir, None, rope, rope_once, example_inputs=examples)
+    assert result.count == 2 and result.skipped == [], (result.changes, result.skipped)
+    graph = result.ir["model.layers.0.self_attn"]
+    called = [graph.node(n).get("implementation") for n in graph.nodes]
+    assert called.count("aten.split_with_sizes.default") == 1 and called.count("aten.neg.default") == 1
+    assert nodes_without_meta(ir, result.ir) == []
+    rebuilt = ir2torch.convert(result.ir, model.state_dict())
+    with torch.no_grad():
+        assert torch.equal(rebuilt(*args, **kwargs).logits, model(*args, **kwargs).logits)  # elementwise: exact
+    assert _agree(torch2ir.convert(rebuilt, args, kwargs), result.ir, tmp_path) == []
+
+
+def test_a_dynamic_batch_keeps_its_symbol_on_every_output():
+    torch.manual_seed(0)
+    model, x = QK(leak=False).eval(), torch.randn(4, 8)
+    dims = ({0: torch.export.Dim("batch", min=2, max=64)},)
+    ir = torch2ir.convert(model, (x,), dynamic_shapes=dims)
+    result = replace_pattern(ir, model.state_dict(), qk_relu, qk_fused, example_inputs=_examples(2, True))
+    assert result.count == 1 and nodes_without_meta(ir, result.ir) == []
+    root = result.ir["root"]
+    split = next(n for n in root.nodes if root.node(n).get("implementation") == "aten.split_with_sizes.default")
+    shapes = [m["shape"] for m in root.node(split)["meta"]]
+    assert [s[1] for s in shapes] == [8, 8] and all(isinstance(s[0], str) for s in shapes)
+    rebuilt = ir2torch.convert(result.ir, result.state)
+    y = torch.randn(9, 8)
+    torch.testing.assert_close(rebuilt(y), model(y), rtol=0, atol=1e-6)
+    assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == result.ir

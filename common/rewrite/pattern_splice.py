@@ -60,14 +60,16 @@ def splice(ir: IR, graph: Implementation, key: str, found: list[Found],
     taken = {n for n, _ in nodes if n not in removed}
     emitted: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     redirect: dict[str, Ref] = {}
-    for match in found:
+    for match in sorted(found, key=lambda f: order[f.place(order)]):
         at = match.place(order)
         reads = {a["implementation"]: n for n, a in nodes
                  if a.get("type") == "get_attr" and n not in removed and order[n] < order[at]}
         bound = [input_meta(ir, graph, v) for v in match.inputs]
         rep = rep_for(bound)
         metas = replacement_metas(rep, bound, key, at)
-        emit = _Emitter(ir, graph, taken, reads, dict(zip(rep.inputs, match.inputs)))
+        # a value an earlier match computed (a chain of matches) is read from that match's replacement
+        inputs = [redirect.get(v.node, v) if isinstance(v, Ref) and v.index is None else v for v in match.inputs]
+        emit = _Emitter(ir, graph, taken, reads, dict(zip(rep.inputs, inputs)))
         for rnode in rep.calls:
             args = _template(rnode.args, emit.value)
             kwargs = _template(dict(rnode.kwargs), emit.value)

@@ -27,13 +27,12 @@ _CHECKS = ("aten._assert", "aten.sym_constrain_range")
 @dataclass
 class Traced:
     """A traced pattern or replacement: its input nodes, call nodes (in order) and output nodes (one per value it
-    returns, in order; ``several`` when it returns a tuple or list)."""
+    returns, in order)."""
 
     inputs: list[fx.Node]
     calls: list[fx.Node]
     outputs: list[fx.Node]
     names: dict[fx.Node, str] = field(default_factory=dict)  # call node -> IR function name
-    several: bool = False
 
     @property
     def output(self) -> fx.Node:
@@ -71,8 +70,6 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> T
     inputs = [n for n in graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in graph.nodes if n.op == "output")
     outputs = list(out_node.args[0])
-    spec = exported.call_spec.out_spec
-    several = spec is not None and not spec.is_leaf()
     if not outputs or not all(isinstance(o, fx.Node) for o in outputs):
         raise RewriteError(f"the {role} returns {len(outputs)} values, not all of them tensors",
                            hint="return one tensor, or a tuple of tensors")
@@ -84,8 +81,7 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> T
             continue
         needed.add(node)
         stack.extend(node.all_input_nodes)
-    traced = Traced(inputs, [n for n in graph.nodes if n.op == "call_function" and n in needed], outputs,
-                    several=several)
+    traced = Traced(inputs, [n for n in graph.nodes if n.op == "call_function" and n in needed], outputs)
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue

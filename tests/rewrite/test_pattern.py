@@ -271,3 +271,18 @@ def test_an_in_place_activation_or_other_attributes_do_not_match():
     assert result.count == 1
     rebuilt = ir2torch.convert(result.ir, result.state)
     assert torch.equal(rebuilt(x), F.gelu(F.silu(tanh.lin(x)) + 1) * 2)
+
+
+def test_a_match_reading_another_matchs_output():
+    class Twice(nn.Module):
+        def forward(self, x):
+            s = swish(x)
+            return swish(s) + s
+
+    model, x = Twice().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,))
+    result = replace_pattern(ir, None, swish, silu)  # the second swish reads what the first computes
+    assert result.count == 2
+    rebuilt = ir2torch.convert(result.ir, {})
+    assert torch.equal(rebuilt(x), F.silu(F.silu(x)) + F.silu(x))
+    assert torch2ir.convert(rebuilt, (x,)) == result.ir

@@ -118,6 +118,8 @@ class PatternMatcher:
         self.ir = ir
         self.owner = owner
         self.computed = {n: node_op(ir, graph.node(n), owner) for n in graph.nodes}
+        self.output_set = set(pattern.outputs)
+        self.readers = {n: [u for u in n.users if u.op == "call_function"] for n in pattern.calls}
         self.by_op: dict[str, list[str]] = {}
         for name, computed in self.computed.items():
             if computed is not None:
@@ -136,7 +138,7 @@ class PatternMatcher:
         value = Ref(anchor)
         if first.target is operator.getitem and (self.computed.get(anchor) or ("",))[0] != "operator.getitem":
             return None  # an item of a module call's result is not an op the pattern computes
-        if not self._node(first, value):
+        if not self._node(first, value) or not self._closed():
             return None
         self.outs.append(value)
         return self._rest(1)
@@ -154,13 +156,24 @@ class PatternMatcher:
             if name in self.taken:
                 continue
             saved = dict(self.calls), dict(self.taken), dict(self.inputs), list(self.outs)
-            if self._node(pnode, Ref(name)):
+            if self._node(pnode, Ref(name)) and self._closed():
                 self.outs.append(Ref(name))
                 hit = self._rest(i + 1)
                 if hit is not None:
                     return hit
             self.calls, self.taken, self.inputs, self.outs = saved
         return None
+
+    def _closed(self) -> bool:
+        """No matched inner node whose pattern readers are all matched is read by anything else: checked after each
+        output, so a choice that cannot give a match is dropped before the next output is tried."""
+        inside = set(self.calls.values())
+        for pnode, name in self.calls.items():
+            if pnode in self.output_set or not all(u in self.calls for u in self.readers[pnode]):
+                continue
+            if any(user not in inside for user in self.graph.graph._succ[name]):
+                return False
+        return True
 
     def _finish(self) -> tuple[dict[fx.Node, str], dict[fx.Node, Any], list[Ref]] | None:
         if set(self.inputs) != set(self.pattern.inputs):

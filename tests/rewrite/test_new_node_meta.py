@@ -70,6 +70,7 @@ def _conv(ir):
 
 REWRITES: dict[str, Callable[[Any, dict[str, torch.Tensor]], Any]] = {
     "fold_batchnorm": lambda ir, s: fold_batchnorm(ir, s),
+    "fold_batchnorm_into_next": lambda ir, s: fold_batchnorm(ir, s, into_next=True),
     "reparameterize": lambda ir, s: reparameterize(ir, s),
     "remove_types": lambda ir, s: remove_types(ir, s),
     "replace_type": lambda ir, s: replace_type(ir, s, type="dropout", new_type="identity", data={}),
@@ -79,6 +80,9 @@ REWRITES: dict[str, Callable[[Any, dict[str, torch.Tensor]], Any]] = {
     "replace": lambda ir, s: replace(ir, s, find(ir, ["conv2d", "batchnorm2d"])[0], type="conv2d", key="conv",
                                      state_fn=lambda o: {"weight": o["conv.weight"], "bias": o["conv.bias"]},
                                      data=dict(ir["conv"].data)),
+    "replace_node": lambda ir, s: replace(ir, s, NodeRef("root", "fc"), type="linear", key="head",
+                                          state_fn=lambda o: {"weight": o["fc.weight"], "bias": o["fc.bias"]},
+                                          data=dict(ir["fc"].data)),
     "rename_implementation": lambda ir, s: (rename_implementation(ir, "fc", "head"), None),
     "inline": lambda ir, s: inline(ir, s, NodeRef("root", "gate")),
     "replace_pattern": lambda ir, s: replace_pattern(ir, s, lambda v: v * torch.sigmoid(v), F.silu),

@@ -34,13 +34,12 @@ not matched, by design: tensor constants inside the pattern or the replacement (
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from common.ir import IR, Implementation
+from common.ir import IR
 
 from .core import (
     Match,
@@ -51,11 +50,11 @@ from .core import (
     callee,
     matches_where,
 )
-from .inline import inline_call
 from .passes import Rewritten
-from .pattern_match import PatternMatcher, node_op
+from .pattern_inline import inline_spanning
+from .pattern_match import PatternMatcher
 from .pattern_splice import Found, splice
-from .pattern_trace import SizedReplacements, Traced, trace
+from .pattern_trace import SizedReplacements, trace
 from .session import Session
 
 #: A match filter: called with each candidate match and the IR, keeps the match when it returns true.
@@ -117,7 +116,7 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
     filters = list(match_filters)
     sized = SizedReplacements(replacement, example_inputs)
     s = Session(ir, state, allow=allow, pass_name="replace_pattern")
-    inlined = _inline_spanning(s, pat, where) if across_calls else []
+    inlined = inline_spanning(s, pat, where) if across_calls else []
     skipped: list[str] = []
     for key, variant, graph in list(all_graphs(s.ir)):
         if not matches_where(where, key):
@@ -139,7 +138,7 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
             if not all(f(match, s.ir) for f in filters):
                 continue
             one = Found(inside, [inputs[p] for p in pat.inputs], outputs)
-            if not one.placeable(order):
+            if not one.placeable(graph, order):
                 skipped.append(f"{where_text}: {', '.join(r.node for r in refs)} (a value the replacement reads "
                                f"is computed after {one.place(order)!r}, where it would go)")
                 continue
@@ -154,54 +153,6 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
     result.inlined = inlined
     result.skipped = skipped
     return result
-
-
-def _matches(pat: Traced, graph: Implementation, ir: IR | None = None, key: str | None = None) -> Iterable[set[str]]:
-    """The node sets of the matches of ``pat`` in ``graph`` (overlapping ones too; before any match filter)."""
-    matcher = PatternMatcher(pat, graph, ir, key)
-    for name in list(graph.graph.nodes):
-        hit = matcher.at(name)
-        if hit is not None:
-            yield set(hit[0].values())
-
-
-def _inline_spanning(s: Session, pat: Traced, where: Where) -> list[str]:
-    """Inline each module call a match would span (part of it among the callee's nodes, part outside them), one at a
-    time, until no call is spanned; calls whose graphs hold none of the pattern's ops are not tried. Returns one
-    line per inlined call."""
-    done: list[str] = []
-    ops = set(pat.names.values())
-    tried: set[tuple[str, int, str, str]] = set()
-    while True:
-        for key, variant, graph in list(all_graphs(s.ir)):
-            if not matches_where(where, key):
-                continue
-            spanned = None
-            for name, attrs in list(graph.graph.nodes(data=True)):
-                target = callee(attrs)
-                if target is None or target not in s.ir or not s.ir[target].node_count or \
-                        (key, variant, name, target) in tried:
-                    continue
-                tried.add((key, variant, name, target))
-                runs = s.ir[target].graphs()[attrs.get("variant", 0)]
-                if not any((node_op(s.ir, runs.node(n), target) or ("",))[0] in ops for n in runs.nodes):
-                    continue
-                trial = copy.copy(s)
-                trial.ir, trial.changes = copy.deepcopy(s.ir), []
-                try:
-                    inlined = inline_call(trial, NodeRef(key, name, variant))
-                except RewriteError:
-                    continue  # a call inline refuses (a callee returning a ModelOutput) is not spanned
-                after = trial.ir[key].graphs()[variant]
-                if any(inside & inlined and inside - inlined for inside in _matches(pat, after, trial.ir, key)):
-                    spanned = trial
-                    break
-            if spanned is not None:
-                s.ir = spanned.ir
-                done += spanned.changes
-                break
-        else:
-            return done
 
 
 def _arg_count(fn: Any, role: str) -> int:

@@ -35,11 +35,17 @@ class Found:
         """The node whose place the replacement takes: the first output in graph order."""
         return min((ref.node for ref in self.outputs), key=order.__getitem__)
 
-    def placeable(self, order: Mapping[str, int]) -> bool:
-        """Every value the replacement reads is computed before :meth:`place` (a match of several outputs whose
-        later output reads a value computed after its first is not replaced: other nodes would have to move)."""
+    def placeable(self, graph: Implementation, order: Mapping[str, int]) -> bool:
+        """Every value the replacement reads is computed before :meth:`place`, or is a state read (a ``get_attr``
+        node, which moves up to its new first reader). A match of several outputs whose later output reads a value
+        computed after its first is not replaced: other nodes would have to move."""
         at = order[self.place(order)]
-        return all(order[v.node] < at for v in self.inputs if isinstance(v, Ref))
+        return all(order[v.node] < at or _moves(graph, v) for v in self.inputs if isinstance(v, Ref))
+
+
+def _moves(graph: Implementation, value: Ref) -> bool:
+    """A value read by a ``get_attr`` node: it can move up (a read of a tensor computes nothing)."""
+    return value.index is None and graph.node(value.node).get("type") == "get_attr"
 
 
 def input_meta(ir: IR, graph: Implementation, value: Any) -> Any:
@@ -60,6 +66,7 @@ def splice(ir: IR, graph: Implementation, key: str, found: list[Found],
     taken = {n for n, _ in nodes if n not in removed}
     emitted: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     redirect: dict[str, Ref] = {}
+    moved: set[str] = set()
     for match in sorted(found, key=lambda f: order[f.place(order)]):
         at = match.place(order)
         reads = {a["implementation"]: n for n, a in nodes
@@ -67,8 +74,14 @@ def splice(ir: IR, graph: Implementation, key: str, found: list[Found],
         bound = [input_meta(ir, graph, v) for v in match.inputs]
         rep = rep_for(bound)
         metas = replacement_metas(rep, bound, key, at)
-        # a value an earlier match computed (a chain of matches) is read from that match's replacement
+        # a value an earlier match computed (a chain of matches) is read from that match's replacement; a state read
+        # whose first reader is now in the replacement moves to just before that reader, as a conversion writes it
         inputs = [redirect.get(v.node, v) if isinstance(v, Ref) and v.index is None else v for v in match.inputs]
+        for i, v in enumerate(inputs):
+            if isinstance(v, Ref) and v.node in order and v.node not in moved and _moves(graph, v) and \
+                    all(u in match.inside or order[u] > order[at] for u in graph.graph._succ[v.node]):
+                moved.add(v.node)
+                inputs[i] = _Moved(v.node, dict(graph.node(v.node)))
         emit = _Emitter(ir, graph, taken, reads, dict(zip(rep.inputs, inputs)))
         for rnode in rep.calls:
             args = _template(rnode.args, emit.value)
@@ -85,7 +98,7 @@ def splice(ir: IR, graph: Implementation, key: str, found: list[Found],
     new_nodes: list[tuple[str, dict[str, Any]]] = []
     for name, attrs in nodes:
         new_nodes += emitted.get(name, [])
-        if name in removed:
+        if name in removed or name in moved:
             continue
         for f in ("args", "kwargs"):
             if f in attrs:
@@ -110,6 +123,14 @@ def splice(ir: IR, graph: Implementation, key: str, found: list[Found],
     rebuild_graph(graph, new_nodes, _in_order(new_edges, new_nodes))
 
 
+@dataclass(frozen=True)
+class _Moved:
+    """A ``get_attr`` node of the graph that moves up into a replacement, written before its first reader there."""
+
+    name: str
+    attrs: dict[str, Any]
+
+
 class _Emitter:
     """The nodes one match's replacement adds, named apart from ``taken``; a state tensor (a leaf's parameter a
     pattern argument bound) is read by a ``get_attr`` node written before its first reader, unless the graph reads
@@ -130,6 +151,9 @@ class _Emitter:
     def value(self, node: fx.Node) -> Ref:
         """The IR value of a replacement node or input."""
         got = self.env[node]
+        if isinstance(got, _Moved):
+            self.new.append((got.name, got.attrs))
+            got = self.env[node] = Ref(got.name)
         if isinstance(got, StateValue):
             name = self.reads.get(got.path)
             if name is None:

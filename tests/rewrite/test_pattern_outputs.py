@@ -277,3 +277,39 @@ def test_a_dynamic_batch_keeps_its_symbol_on_every_output():
     y = torch.randn(9, 8)
     torch.testing.assert_close(rebuilt(y), model(y), rtol=0, atol=1e-6)
     assert torch2ir.convert(rebuilt, (x,), dynamic_shapes=dims) == result.ir
+
+
+class Proj(nn.Linear):
+    """A Linear subclass with a forward of its own: rebuilt from its graph (``F.linear`` of its parameters)."""
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class ProjAttention(nn.Module):
+    """Query/key/value projections that are modules with graphs, and an output projection the pattern does not need."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v, self.o = Proj(8, 8), Proj(8, 8), Proj(8, 8), Proj(8, 8)
+
+    def forward(self, x):
+        scores = (self.q(x) @ self.k(x).transpose(-1, -2)).softmax(-1)
+        return self.o(scores @ self.v(x))
+
+
+def test_a_match_over_several_module_calls_inlines_those_it_needs(tmp_path):
+    torch.manual_seed(0)
+    model, x = ProjAttention().eval(), torch.randn(2, 5, 8)
+    ir = torch2ir.convert(model, (x,))
+    assert replace_pattern(ir, None, qkv, fused_qkv, example_inputs=_examples(3, True), across_calls=False).count == 0
+    result = replace_pattern(ir, model.state_dict(), qkv, fused_qkv, example_inputs=_examples(3, True))
+    assert result.count == 1 and len(result.inlined) == 3, (result.changes, result.inlined)
+    assert [line.split(": ")[0] for line in result.inlined] == ["root:q", "root:k", "root:v"]
+    root = result.ir["root"]
+    called = [root.node(n).get("implementation") for n in root.nodes]
+    assert "o" in called and not {"q", "k", "v"} & set(called)  # the output projection stays a call
+    assert nodes_without_meta(ir, result.ir) == []
+    rebuilt = ir2torch.convert(result.ir, result.state)
+    torch.testing.assert_close(rebuilt(x), model(x), rtol=0, atol=1e-6)
+    assert _agree(torch2ir.convert(rebuilt, (x,)), result.ir, tmp_path) == []

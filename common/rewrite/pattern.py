@@ -19,7 +19,9 @@ place is not replaced (``skipped`` says so), since other nodes would have to mov
 
 A match spread over a module call (part of it in the callee's graph, part in the caller's) is found by inlining
 that call first (:func:`~common.rewrite.inline`): each call whose graph holds one of the pattern's ops is
-inlined on a trial copy, and kept inlined only where a match then spans its nodes and the caller's.
+inlined on a trial copy, and kept inlined only where a match then spans its nodes and the caller's; a match of
+several outputs over several calls of one graph is found by inlining them together
+(:mod:`~common.rewrite.pattern_inline`).
 
 A call of a stateless activation module rebuilt by its handler (``nn.SiLU``, ``nn.ReLU``, ``nn.GELU``, ...: no graph)
 matches as the ATen op its forward runs (:data:`~common.rewrite.pattern_match.LEAF_OPS`: ``aten.silu.default`` of
@@ -82,7 +84,9 @@ def replace_pattern(ir: IR, state: Mapping[str, torch.Tensor] | None, pattern: C
         allow: extra op names the result may call (the default allow-list otherwise).
         across_calls: a match spread over a module call (part of it in the callee's graph, part in the caller's)
             is found by inlining just that call first (:func:`~common.rewrite.inline`), one call at a time, and
-            only where such a match exists; ``False`` matches inside each graph only.
+            only where such a match exists; a match of several outputs spread over several calls of one graph, by
+            inlining those calls together (:mod:`~common.rewrite.pattern_inline`); ``False`` matches inside each
+            graph only.
 
     Returns:
         :class:`~common.rewrite.Rewritten`: ``(new_ir, new_state)``, with ``changes`` (one line per replaced match),

@@ -138,7 +138,7 @@ def _inlined(s: Session, key: str, variant: int, calls: list[tuple[str, int, str
     name)``) inlined, in graph order; ``None`` when inline refuses one. ``inlined_nodes`` holds the nodes the
     last call became."""
     trial = copy.copy(s)
-    trial.ir, trial.changes = copy.deepcopy(s.ir), []
+    trial.ir, trial.changes = _copy_of(s.ir, {key, *(target for target, _, _ in calls)}), []
     inlined: set[str] = set()
     for i, (target, nth, _) in enumerate(calls):
         graph = trial.ir[key].graphs()[variant]
@@ -152,6 +152,14 @@ def _inlined(s: Session, key: str, variant: int, calls: list[tuple[str, int, str
             return None
     trial.inlined_nodes = inlined  # type: ignore[attr-defined]
     return trial
+
+
+def _copy_of(ir: IR, changing: set[str]) -> IR:
+    """A copy of ``ir`` for a trial: the implementations inlining changes (the caller, the callees) copied, the others
+    shared, read only (a trial of a large model copies a few graphs, not every one)."""
+    out = copy.copy(ir)
+    out._impls = {k: copy.deepcopy(v) if k in changing else v for k, v in ir._impls.items()}
+    return out
 
 
 __all__ = ["inline_spanning", "matches"]

@@ -34,11 +34,6 @@ class Traced:
     outputs: list[fx.Node]
     names: dict[fx.Node, str] = field(default_factory=dict)  # call node -> IR function name
 
-    @property
-    def output(self) -> fx.Node:
-        """The first (for a function of one result, the only) output node."""
-        return self.outputs[0]
-
 
 def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> Traced:
     """``fn`` traced by ``torch.export`` (non-strict, as torch2ir traces) into ATen calls.

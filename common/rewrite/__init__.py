@@ -8,8 +8,8 @@ so that ``ir2torch.convert(new_ir, new_state)`` loads with ``strict=True``:
   :func:`remove` a node (consumers read one of its inputs), :func:`insert_after` a node;
 - passes: :func:`fold_batchnorm`, :func:`fuse_qkv`, :func:`replace_type`, :func:`remove_types`,
   :func:`insert_after_type`, :func:`reparameterize`;
-- :func:`replace_pattern` splices a replacement graph for every match of a pattern function (fx's
-  ``subgraph_rewriter.replace_pattern`` on the IR);
+- :func:`replace_pattern` splices a replacement graph for every match of a pattern function, of one output or a
+  tuple of several (fx's ``subgraph_rewriter.replace_pattern`` on the IR);
 - :func:`rename_implementation` moves a module to another path;
 - :func:`inline` puts the graph a module call runs in the call's place (its caller's graph).
 

@@ -26,11 +26,12 @@ _CHECKS = ("aten._assert", "aten.sym_constrain_range")
 
 @dataclass
 class Traced:
-    """A traced pattern or replacement: its input nodes, call nodes (in order) and output node."""
+    """A traced pattern or replacement: its input nodes, call nodes (in order) and output nodes (one per value it
+    returns, in order)."""
 
     inputs: list[fx.Node]
     calls: list[fx.Node]
-    output: Any
+    outputs: list[fx.Node]
     names: dict[fx.Node, str] = field(default_factory=dict)  # call node -> IR function name
 
 
@@ -38,7 +39,8 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> T
     """``fn`` traced by ``torch.export`` (non-strict, as torch2ir traces) into ATen calls.
 
     Raises:
-        RewriteError: ``fn`` cannot be traced, makes tensor constants, or returns not exactly one tensor.
+        RewriteError: ``fn`` cannot be traced, makes tensor constants, or returns other than one tensor or a
+            tuple (or list) of tensors.
     """
     if not callable(fn):
         raise RewriteError(f"the {role} must be a function of tensors, not {type(fn).__name__}",
@@ -49,7 +51,7 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> T
             return fn(*args)
 
     try:
-        exported = torch.export.export(_Call(), tuple(example_inputs), strict=False)
+        exported = torch.export.export(_Call(), _apart(example_inputs), strict=False)
     except Exception as exc:  # noqa: BLE001 - any tracing failure is reported as the rewrite's error
         raise RewriteError(f"the {role} cannot be traced by torch.export: {type(exc).__name__}: "
                            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}",
@@ -63,18 +65,18 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> T
     inputs = [n for n in graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in graph.nodes if n.op == "output")
     outputs = list(out_node.args[0])
-    if len(outputs) != 1 or not isinstance(outputs[0], fx.Node):
-        raise RewriteError(f"the {role} returns {len(outputs)} values; patterns of one tensor are supported",
-                           hint="split the rewrite into one pattern per output")
+    if not outputs or not all(isinstance(o, fx.Node) for o in outputs):
+        raise RewriteError(f"the {role} returns {len(outputs)} values, not all of them tensors",
+                           hint="return one tensor, or a tuple of tensors")
     needed: set[fx.Node] = set()
-    stack = [outputs[0]]
+    stack = list(outputs)
     while stack:  # only what the output depends on (export may keep unused checks)
         node = stack.pop()
         if node in needed:
             continue
         needed.add(node)
         stack.extend(node.all_input_nodes)
-    traced = Traced(inputs, [n for n in graph.nodes if n.op == "call_function" and n in needed], outputs[0])
+    traced = Traced(inputs, [n for n in graph.nodes if n.op == "call_function" and n in needed], outputs)
     for node in graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
@@ -89,6 +91,28 @@ def trace(fn: Callable[..., Any], example_inputs: Sequence[Any], role: str) -> T
             raise RewriteError(f"the {role} calls {name}, whose result its output does not use",
                                hint="a call made for its side effect cannot be spliced into a graph; drop it")
     return traced
+
+
+def _apart(example_inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """The example inputs with a tensor sharing memory with an earlier one copied (``[w, b] * 3`` passes one tensor
+    three times, which export would trace as one argument read three times: a pattern binding all three to one
+    value)."""
+    seen: set[int] = set()
+    out = []
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor):
+            if _memory(value) in seen:
+                value = value.clone()
+            seen.add(_memory(value))
+        out.append(value)
+    return tuple(out)
+
+
+def _memory(tensor: torch.Tensor) -> int:
+    """Where a tensor's data lives (the object itself for tensors without memory: meta, empty)."""
+    if tensor.device.type == "meta" or not tensor.numel():
+        return id(tensor)
+    return tensor.untyped_storage().data_ptr()
 
 
 def value_meta(ir: IR, graph: Implementation, ref: Ref, depth: int = 0) -> Any:

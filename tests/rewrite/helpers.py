@@ -38,3 +38,42 @@ def corpus_model(name: str) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any],
     randomize_batchnorms(model)
     args, kwargs = arch.inputs()
     return model, args, kwargs, torch2ir.convert(model, args, kwargs)
+
+
+def _has_meta(meta: Any) -> bool:
+    """A recorded shape and dtype: one ``{"shape", "dtype"}`` or a list of them (a multi-result op)."""
+    if isinstance(meta, dict):
+        return isinstance(meta.get("shape"), list) and isinstance(meta.get("dtype"), torch.dtype)
+    return isinstance(meta, list) and bool(meta) and all(m is None or _has_meta(m) for m in meta)
+
+
+def nodes_without_meta(before: IR, after: IR) -> list[str]:
+    """``key: node`` of each node a rewrite added or changed in ``after`` (not in ``before`` with the same
+    attributes) that computes a tensor without recording its shape and dtype: an op, a state read, a call of a
+    leaf module (a call of a module rebuilt from its graph records nothing itself, as in a conversion). An op
+    returning a number (``operator.mul`` of sizes) records none in a conversion either; those are not listed."""
+    from common.values import Ref, iter_refs, values_equal
+
+    missing = []
+    for key in after:
+        impl = after[key]
+        for graph in impl.graphs():
+            old = before[key].graphs() if key in before else []
+            old_nodes = {n: g.node(n) for g in old for n in g.nodes}
+            for name in graph.nodes:
+                attrs = graph.node(name)
+                if name in old_nodes and values_equal(dict(old_nodes[name]), dict(attrs)):
+                    continue
+                kind = attrs.get("type")
+                if kind in ("input", "output") or _has_meta(attrs.get("meta")):
+                    continue
+                target = attrs.get("implementation")
+                if kind not in ("function", "get_attr") and (target not in after or after[target].graphs()):
+                    continue  # a call of a module rebuilt from its graph
+                reads = [r for _, r in iter_refs([attrs.get("args", []), attrs.get("kwargs", {})])
+                         if isinstance(r, Ref)]
+                if kind == "function" and str(target).startswith(("operator.", "builtins.", "math.")) and \
+                        not any(_has_meta(graph.node(r.node).get("meta")) for r in reads):
+                    continue  # arithmetic on numbers
+                missing.append(f"{key}: {name}")
+    return missing

@@ -207,7 +207,10 @@ def test_json_round_trip_of_the_result(tmp_path):
 
 
 @pytest.mark.parametrize(("pattern", "replacement", "match"), [
-    (lambda x: (x + 1, x - 1), lambda x: (x, x), "returns 2 values"),
+    (lambda x: (x + 1, x - 1), lambda x: x, "returns 2 values and the replacement 1"),
+    (lambda x: (x + 1, x), lambda x: (x, x), "returns one of its arguments"),
+    (lambda x: ((y := x + 1), y), lambda x: (x, x), "returns one value twice"),
+    (lambda x: (x + 1, 2), lambda x: (x, x), "not all of them tensors|cannot be traced"),
     (lambda x: x, lambda x: x, "returns one of its arguments"),
     (lambda x: x + 1, lambda x, y: x + y, "cannot be traced|takes 1 arguments"),
     (lambda x: x + 1, lambda x: x + torch.tensor([1.0]), "tensor constant"),
@@ -268,3 +271,18 @@ def test_an_in_place_activation_or_other_attributes_do_not_match():
     assert result.count == 1
     rebuilt = ir2torch.convert(result.ir, result.state)
     assert torch.equal(rebuilt(x), F.gelu(F.silu(tanh.lin(x)) + 1) * 2)
+
+
+def test_a_match_reading_another_matchs_output():
+    class Twice(nn.Module):
+        def forward(self, x):
+            s = swish(x)
+            return swish(s) + s
+
+    model, x = Twice().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,))
+    result = replace_pattern(ir, None, swish, silu)  # the second swish reads what the first computes
+    assert result.count == 2
+    rebuilt = ir2torch.convert(result.ir, {})
+    assert torch.equal(rebuilt(x), F.silu(F.silu(x)) + F.silu(x))
+    assert torch2ir.convert(rebuilt, (x,)) == result.ir

@@ -8,7 +8,8 @@ Usage::
 
 A model the sweep refused with an ``OperatorSurfaceError`` is built again (the same builder and input), converted,
 and every ATen overload outside the default surface the refusal names is recorded; then the model is converted and
-rebuilt with exactly those opted in, and compared with eager. ``--write`` keeps, for every such overload whose
+rebuilt with exactly those opted in, and compared with eager (and, where it differs, with ``torch.export``'s own
+module, as the sweep does). ``--write`` keeps, for every such overload whose
 model came out exact, the models that need it in ``tests/security/surface_sweeps.json``: the measured part of the
 default surface (``python -m tests.security.op_corpus --write-surface`` adds it to ``common/default_ops.txt``, for
 the overloads whose operator class is allowed; a reviewer reads the diff). Each model runs under a time limit in
@@ -41,6 +42,7 @@ def probe(zoo: str, name: str, size: int, seconds: int) -> dict[str, Any]:
 
     import ir2torch
     import torch2ir
+    from benchmarks.sweep import _export_agrees
     from benchmarks.sweep_compare import max_diff
     from benchmarks.sweep_registries import build
     from common.surface import opt_in
@@ -74,6 +76,8 @@ def probe(zoo: str, name: str, size: int, seconds: int) -> dict[str, Any]:
         with torch.no_grad():
             got = rebuilt(*args, **kwargs)
         row["diff"] = max_diff(got, expected)
+        if row["diff"] != 0:  # as the sweep: does the rebuild equal torch.export's own module exactly?
+            row["export_differs"] = _export_agrees(model, args, kwargs, got)
     except BaseException as error:
         if isinstance(error, KeyboardInterrupt):
             raise
@@ -85,10 +89,11 @@ def probe(zoo: str, name: str, size: int, seconds: int) -> dict[str, Any]:
 
 
 def measured(rows: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """``overload -> ["<zoo> <model>", ...]`` for the models that came out exact with their overloads allowed."""
+    """``overload -> ["<zoo> <model>", ...]`` for the models that came out exact with their overloads allowed (or
+    equal to ``torch.export``'s own module, the sweep's "export differs")."""
     out: dict[str, set[str]] = {}
     for row in rows:
-        if row.get("diff") == 0 and "error" not in row:
+        if (row.get("diff") == 0 or row.get("export_differs")) and "error" not in row:
             for op in row.get("ops", []):
                 out.setdefault(op, set()).add(f"{row['zoo']} {row['model']}")
     return {op: sorted(models) for op, models in sorted(out.items())}

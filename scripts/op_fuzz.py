@@ -56,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-op", type=int, default=500, help="documents starting with each operator, in all")
     parser.add_argument("--shards", type=int, default=10, help="child processes the documents are split over")
+    parser.add_argument("--ops", help="only documents starting with these overloads (comma-separated, e.g. the "
+                                      "ones a change adds to the surface)")
     options = parser.parse_args(argv)
+    if options.ops:
+        os.environ["OP_FUZZ_ONLY"] = options.ops
     per_shard = max(1, options.per_op // options.shards)
     started = time.perf_counter()
     outcomes: Counter = Counter()

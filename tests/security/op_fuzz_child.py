@@ -196,6 +196,13 @@ def _state() -> dict[str, Any]:
 
 def main(out_path: str, examples: int, watched: str, derandomize: bool, per_op: int = 0) -> None:
     ops = _allowed_ops()
+    only = os.environ.get("OP_FUZZ_ONLY")  # scripts/op_fuzz.py --ops: a comma-separated list of overloads
+    if only:
+        wanted = set(only.split(","))
+        ops = [op for op in ops if op[0] in wanted]
+        missing = wanted - {op[0] for op in ops}
+        if missing:
+            raise SystemExit(f"not in the default surface: {sorted(missing)}")
     first: Counter = Counter()
     folder = Path(tempfile.mkdtemp(prefix="op-fuzz-docs-"))  # under TMPDIR, outside the watched folders
     summary: dict[str, Any] = {"ops": len(ops), "examples": 0, "outcomes": Counter(), "failures": [],

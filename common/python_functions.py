@@ -69,7 +69,8 @@ HIGHER_ORDER_OPS: frozenset[str] = frozenset(
 
 def _flag(value: Any, what: str) -> bool:
     if type(value) is not bool:
-        raise IRValidationError(f"{MODULE_BATCH_NORM}: {what} is {type(value).__name__} {str(value)[:40]!r}, not a bool",
+        raise IRValidationError(f"{MODULE_BATCH_NORM}: {what} is {type(value).__name__} {str(value)[:40]!r}, "
+                                "not a bool",
                                 key=what, hint="the IR's batch norms of a module's own state pass bools there")
     return value
 

@@ -86,8 +86,8 @@ class EagerStandIns:
 
     def complete(self, ops: Any) -> Any:
         """Copy the records of each traced member's subtree to the members stood in for in the pass just run (the
-        ``dropouts``, ``randoms``, ``calls`` and ``norms`` of :class:`~torch2ir.train.record.TrainOps`, and its ``written``
-        tensors by name); returns ``ops``."""
+        ``dropouts``, ``randoms``, ``calls`` and ``norms`` of :class:`~torch2ir.train.record.TrainOps`, and its
+        ``written`` tensors by name); returns ``ops``."""
         if ops is None:
             return None
         roots = {*self.done, *self.done.values()}

@@ -36,7 +36,8 @@ _OP = "aten.batch_norm.default"
 _F = "torch.nn.functional.batch_norm"
 _ADD = "TensorBase.add_"
 #: batch-norm ops of an eval graph: a graph holding more than the one rewritten is left alone
-_NORM_OPS = frozenset({_OP, "aten._native_batch_norm_legit_no_training.default", "aten._native_batch_norm_legit.default",
+_NORM_OPS = frozenset({_OP, "aten._native_batch_norm_legit_no_training.default",
+                       "aten._native_batch_norm_legit.default",
                        "aten.native_batch_norm.default", "aten._batch_norm_with_update.default",
                        "aten._batch_norm_no_update.default", MODULE_BATCH_NORM})
 
@@ -54,7 +55,8 @@ def carry_batch_norms(ir: IR, table: ModuleTable, train: TrainOps, evaluated: Tr
                 or (impl.meta.get("base") or {}).get("type") not in BASES or impl.variant_count:
             continue
         options = _options(module)
-        if options is None or (options["counts"] and "num_batches_tracked" not in impl.state) or not _computes_base(path, options, train, evaluated):
+        if options is None or (options["counts"] and "num_batches_tracked" not in impl.state) or \
+                not _computes_base(path, options, train, evaluated):
             continue
         node = _eval_op(impl, options)
         if node is not None:

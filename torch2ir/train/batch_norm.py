@@ -26,7 +26,6 @@ from torch import nn
 from common.ir import IR, Implementation
 from common.python_functions import MODULE_BATCH_NORM
 from common.values import TRAINING, Ref
-from torch2ir.hierarchy.graphs import add_node_with_edges
 from torch2ir.hierarchy.modules import ModuleTable
 from torch2ir.train.record import TrainOps
 
@@ -128,9 +127,12 @@ def _rewrite(impl: Implementation, node: str, options: dict[str, Any]) -> None:
     if options["counts"]:
         getters = [n for n, a in impl.graph.nodes(data=True)
                    if a.get("type") == "get_attr" and a.get("implementation") == "num_batches_tracked"]
-        counter = getters[0] if getters else add_node_with_edges(
-            impl, _fresh(impl, "num_batches_tracked"), "get_attr", "num_batches_tracked", [], {},
-            meta={"shape": [], "dtype": impl.state["num_batches_tracked"]["dtype"]})
+        if getters:
+            counter = getters[0]
+        else:
+            counter = _fresh(impl, "num_batches_tracked")
+            impl.add_node(counter, "get_attr", "num_batches_tracked",
+                          meta={"shape": [], "dtype": impl.state["num_batches_tracked"]["dtype"]})
         impl.add_edge(counter, node, slot=5)
     attrs["args"] = [*args[:5], Ref(counter) if counter is not None else None, TRAINING, options["track"],
                      options["momentum"], options["eps"]]

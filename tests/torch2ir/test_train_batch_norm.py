@@ -136,7 +136,8 @@ def test_a_cumulative_average_is_not_carried_and_said_unchecked() -> None:
 
 
 HOSTILE = {
-    "momentum string": (8, "0.1"), "momentum None": (8, None), "momentum nan": (8, {"$float": "nan"}), "eps inf": (9, {"$float": "inf"}),
+    "momentum string": (8, "0.1"), "momentum None": (8, None), "momentum nan": (8, {"$float": "nan"}),
+    "eps inf": (9, {"$float": "inf"}),
     "eps list": (9, [1e-5]), "training string": (6, "yes"), "training int": (6, 1), "track None": (7, None),
     "weight number": (1, 3), "counter string": (5, "num_batches_tracked"),
     "statistics of the input": (3, {"$ref": "x"}), "counter of the input": (5, {"$ref": "x"}),
@@ -156,7 +157,7 @@ def test_a_hostile_argument_is_an_ir_error_and_nothing_runs(name: str, tmp_path:
     assert node["implementation"] == MODULE_BATCH_NORM
     position, value = HOSTILE[name]
     impl["edges"] = [e for e in impl["edges"] if not (e["dst"] == "batch_norm" and e["slot"] == position)]
-    if isinstance(value, dict) and "$ref" in value:  # the module's input (the caller's tensor) where a buffer written in place goes
+    if isinstance(value, dict) and "$ref" in value:  # the module's input (the caller's tensor) where state goes
         impl["edges"].append({"src": "x", "dst": "batch_norm", "slot": position})
     node["args"][position] = value
     path.write_text(json.dumps(data))

@@ -168,3 +168,38 @@ def test_a_hostile_argument_is_an_ir_error_and_nothing_runs(name: str, tmp_path:
         rebuilt(x)
     assert torch.equal(x, X)
     assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+
+
+class SuperBatchNorm(nn.BatchNorm2d):
+    """A subclass calling the base's forward through ``super()`` (timm's ``SyncBatchNormAct`` does so), then an
+    activation: its own bytecode never reads ``training``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(super().forward(x))
+
+
+class Doubling(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if self.training else x
+
+
+class Shifted(Doubling):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + 1
+
+
+def test_a_super_call_of_the_base_forward_is_followed_and_carried() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), SuperBatchNorm(4)).train()
+    original, state = copy.deepcopy(model), copy.deepcopy(model.state_dict())
+    ir, messages = _convert(model)
+    assert not messages and _carried(ir) == 1
+    rebuilt = ir2torch.convert(ir, state).train()
+    assert torch.equal(rebuilt(X), original(X)) and torch.equal(rebuilt(X), original(X))
+    assert all(torch.equal(v, rebuilt.state_dict()[k]) for k, v in original.state_dict().items())
+
+
+def test_a_train_branch_reached_through_super_is_warned() -> None:
+    """Before, the check read the subclass's bytecode alone and never ran: the train mode differed silently."""
+    _, messages = _convert(nn.Sequential(nn.Linear(8, 3), Shifted()).train())
+    assert messages and "computes otherwise when self.training is set" in messages[0]

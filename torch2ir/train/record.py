@@ -53,10 +53,9 @@ _DROPOUTS: dict[Callable[..., Any], tuple[Any, tuple[str, ...]]] = {
 }
 #: the calls :attr:`TrainOps.norms` records, with their argument names and defaults
 _NORM_CALLS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "torch.nn.functional.batch_norm": (("input", "running_mean", "running_var", "weight", "bias", "training",
-                                        "momentum", "eps"),
-                                       {"weight": None, "bias": None, "training": False, "momentum": 0.1,
-                                        "eps": 1e-5}),
+    "torch.nn.functional.batch_norm": (
+        ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+        {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5}),
     "TensorBase.add_": (("self", "other", "alpha"), {"alpha": 1}),
 }
 _DEFAULTS = {"p": 0.5, "training": True, "train": True, "attn_mask": None, "dropout_p": 0.0, "is_causal": False}
@@ -85,10 +84,9 @@ class TrainOps:
     calls: dict[str, list[str]] = field(default_factory=dict)
     #: where the pass ran: ``"meta"``, or ``"cpu"`` (copies of the model's values)
     device: str = "meta"
-    #: per module path (its first call): each batch-norm call (``torch.nn.functional.batch_norm``) and in-place
-    #: addition (``Tensor.add_``) in call order, as ``(name, arguments)``: the arguments in the function's order,
-    #: each tensor of the module's own state as ``"own:<name>"``, any other tensor as ``"tensor"``
-    #: (:mod:`torch2ir.train.batch_norm`)
+    #: per module path (its first call): each ``F.batch_norm`` and ``Tensor.add_`` call, as ``(name, arguments in
+    #: order)``, a tensor of the module's own state as ``"own:<name>"``, any other as ``"tensor"`` (for
+    #: :mod:`torch2ir.train.batch_norm`)
     norms: dict[str, list[tuple[str, tuple]]] = field(default_factory=dict)
 
 
@@ -192,8 +190,8 @@ class _Recorder(TorchFunctionMode):
         values = dict(zip(names, args))
         values.update({k: v for k, v in kwargs.items() if k in names})
         module = self.owners.get(path)
-        own = {} if module is None else {id(t): n for n, t in (*module._parameters.items(), *module._buffers.items())
-                                         if t is not None}
+        tables = (*module._parameters.items(), *module._buffers.items()) if module is not None else ()
+        own = {id(t): n for n, t in tables if t is not None}
         return tuple(
             (f"own:{own[id(v)]}" if id(v) in own else "tensor") if isinstance(v, torch.Tensor) else v
             for v in (values.get(n, defaults.get(n)) for n in names))
@@ -371,8 +369,8 @@ def reads_training(cls: type) -> bool:
 
     Only such a module can behave differently in train mode outside its handled leaves (DropPath's
     ``if not self.training``, LayerDrop's coin, gradient checkpointing). Found from the bytecode's attribute
-    names: no source file is read, about 0.1 ms for a whole transformers model. A ``forward`` that is not
-    plain Python counts as reading it.
+    names (a ``super()`` call follows the bases' methods of the names it reads): no source file is read, about
+    0.1 ms for a whole transformers model. A ``forward`` that is not plain Python counts as reading it.
     """
     return _reads_training(cls)
 
@@ -395,6 +393,8 @@ def _code_reads_training(code: types.CodeType, cls: type, seen: set[types.CodeTy
         return True
     nested = [c for c in code.co_consts if isinstance(c, types.CodeType)]  # lambdas, comprehensions, closures
     methods = [getattr(cls, n, None) for n in code.co_names]  # self.helper(...) calls
+    if "super" in code.co_names:  # super().forward(x) (timm's SyncBatchNormAct): the bases' methods of those names
+        methods += [vars(base).get(n) for base in cls.__mro__[1:] for n in code.co_names]
     nested += [inspect.unwrap(m).__code__ for m in methods if isinstance(m, types.FunctionType)]
     return any(_code_reads_training(c, cls, seen) for c in nested)
 

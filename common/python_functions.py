@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import math
 import operator
+import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .errors import ResourceBudgetError, UnsafeTargetError
+from .errors import IRValidationError, ResourceBudgetError, UnsafeTargetError
 
-__all__ = ["BOUNDED_FUNCTIONS", "HIGHER_ORDER_OPS", "MAX_INT_BITS", "MAX_SEQUENCE_ITEMS", "PYTHON_FUNCTIONS",
-           "bounded_add", "bounded_lshift", "bounded_mul", "bounded_pow", "function_name", "resolve_python"]
+__all__ = ["BOUNDED_FUNCTIONS", "HIGHER_ORDER_OPS", "MAX_INT_BITS", "MAX_SEQUENCE_ITEMS", "MODULE_BATCH_NORM",
+           "PYTHON_FUNCTIONS", "bounded_add", "bounded_lshift", "bounded_mul", "bounded_pow", "function_name",
+           "module_batch_norm", "resolve_python"]
 
 _OPERATOR = (
     "getitem", "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos",
@@ -48,9 +50,13 @@ _FUNCTIONAL = (
     "scaled_dot_product_attention", "selu", "sigmoid", "silu", "softmax", "softplus", "tanh",
 )  # fmt: skip
 
+#: The name a file gives :func:`module_batch_norm`.
+MODULE_BATCH_NORM = "ir.module_batch_norm"
+
 #: Qualified names of the Python-level functions an IR may name.
 PYTHON_FUNCTIONS: frozenset[str] = frozenset(
-    [f"operator.{n}" for n in _OPERATOR]
+    [MODULE_BATCH_NORM]
+    + [f"operator.{n}" for n in _OPERATOR]
     + [f"math.{n}" for n in _MATH]
     + [f"torch.{n}" for n in _TORCH]
     + [f"torch.nn.functional.{n}" for n in _FUNCTIONAL]
@@ -61,7 +67,61 @@ HIGHER_ORDER_OPS: frozenset[str] = frozenset(
     ["higher_order.wrap_with_set_grad_enabled", "higher_order.wrap_with_autocast", "higher_order.cond"]
 )
 
-_ROOTS: dict[str, Any] = {"operator": operator, "math": math, "torch.nn.functional": F, "torch": torch}
+def _flag(value: Any, what: str) -> bool:
+    if type(value) is not bool:
+        raise IRValidationError(f"{MODULE_BATCH_NORM}: {what} is {type(value).__name__} {str(value)[:40]!r}, "
+                                "not a bool",
+                                key=what, hint="the IR's batch norms of a module's own state pass bools there")
+    return value
+
+
+def _number(value: Any, what: str) -> float:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        raise IRValidationError(f"{MODULE_BATCH_NORM}: {what} is {type(value).__name__} {str(value)[:40]!r}, not a "
+                                "finite number", key=what,
+                                hint="momentum and eps are the module's own (momentum=None is not carried)")
+    return float(value)
+
+
+def _state(value: Any, what: str) -> torch.Tensor | None:
+    if value is not None and not isinstance(value, torch.Tensor):
+        raise IRValidationError(f"{MODULE_BATCH_NORM}: {what} is {type(value).__name__}, not a tensor or None",
+                                key=what, hint="weight, bias and the statistics are the module's own state")
+    return value
+
+
+def module_batch_norm(input: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                      running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                      num_batches_tracked: torch.Tensor | None, training: bool, track_running_stats: bool,
+                      momentum: float, eps: float) -> torch.Tensor:
+    """What ``torch.nn.BatchNorm{1,2,3}d.forward`` (``_BatchNorm.forward``) computes for a module of this state and
+    these options, in train mode (``training``: the batch's statistics, running statistics and
+    ``num_batches_tracked`` updated in place) and in eval mode (the running statistics), as a function of them.
+
+    A module that subclasses a batch norm with a forward of its own computing that first (timm's ``BatchNormAct2d``:
+    the batch norm, then its ``drop`` and ``act`` children) is traced in eval mode; torch2ir puts this function in
+    place of its eval-form batch-norm op once the train-mode pass showed that its train-mode call computes the
+    base's (:mod:`torch2ir.train.batch_norm`), so that the rebuild's train mode is the original's. ``momentum``
+    ``None`` (a cumulative average read from ``num_batches_tracked``'s value) is not carried.
+
+    Raises:
+        IRValidationError: an argument of another type than the module's state and options have (a file's
+            ``"momentum": "x"``), before anything runs.
+    """
+    weight, bias = _state(weight, "weight"), _state(bias, "bias")
+    running_mean, running_var = _state(running_mean, "running_mean"), _state(running_var, "running_var")
+    num_batches_tracked = _state(num_batches_tracked, "num_batches_tracked")
+    training, track = _flag(training, "training"), _flag(track_running_stats, "track_running_stats")
+    factor, eps = _number(momentum, "momentum"), _number(eps, "eps")
+    if training and track and num_batches_tracked is not None:
+        num_batches_tracked.add_(1)
+    tracked = not training or track
+    return F.batch_norm(input, running_mean if tracked else None, running_var if tracked else None, weight, bias,
+                        training or (running_mean is None and running_var is None), factor, eps)
+
+
+_ROOTS: dict[str, Any] = {"operator": operator, "math": math, "torch.nn.functional": F, "torch": torch,
+                          "ir": types.SimpleNamespace(module_batch_norm=module_batch_norm)}
 
 #: Largest sequence a Python-level function may build from an IR's values (items).
 MAX_SEQUENCE_ITEMS = 10**7

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from common.ir import IR
+from common.python_functions import MODULE_BATCH_NORM
 from common.values import Ref
 
 from .core import NodeRef, Where, all_graphs, call_sites, callee, graph_of, matches_where
@@ -243,11 +244,12 @@ def _left(ir: IR, skipped: Mapping[str, str]) -> list[str]:
     return out
 
 
-#: ATen ops computing a batch norm (an ``nn.BatchNorm2d`` subclass with a ``forward`` of its own calls one).
+#: ATen ops computing a batch norm (an ``nn.BatchNorm2d`` subclass with a ``forward`` of its own calls one), and the
+#: base's forward in both modes (``ir.module_batch_norm``, :mod:`torch2ir.train.batch_norm`).
 BATCH_NORM_OPS = ("aten.batch_norm.default", "aten._native_batch_norm_legit_no_training.default",
                   "aten._native_batch_norm_legit.default", "aten._native_batch_norm_legit.no_stats",
                   "aten.native_batch_norm.default", "aten._batch_norm_with_update.default",
-                  "aten._batch_norm_no_update.default")
+                  "aten._batch_norm_no_update.default", MODULE_BATCH_NORM)
 
 
 def _own_batch_norm(ir: IR, key: str) -> str | None:

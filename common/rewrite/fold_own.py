@@ -2,7 +2,9 @@
 ``forward`` of its own): recognising one that folds exactly, and removing its batch norm op once folded.
 
 Such a module's graph starts with one batch-norm op in eval form (running statistics, ``training=False``) of the
-module's own ``weight``, ``bias``, ``running_mean`` and ``running_var``, applied to the module's only input; what
+module's own ``weight``, ``bias``, ``running_mean`` and ``running_var``, applied to the module's only input (or the
+base's forward in both modes, ``ir.module_batch_norm`` with the module's ``training`` flag, which computes that in
+eval mode: :mod:`torch2ir.train.batch_norm`; its ``num_batches_tracked`` goes with it); what
 follows (an activation, a dropout that is the identity in eval mode) stays. Folding moves the normalisation into
 the layer before it and leaves the module computing the rest of its graph on its input.
 """
@@ -13,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.ir import IR, Implementation
-from common.values import Ref
+from common.python_functions import MODULE_BATCH_NORM
+from common.values import TRAINING, Ref
 
 from .core import map_refs, ordered, rebuild_graph
 from .ops import _in_order
@@ -23,7 +26,17 @@ from .ops import _in_order
 EVAL_BATCH_NORMS: dict[str, tuple[tuple[int, int, int, int], int | None, int, bool]] = {
     "aten.batch_norm.default": ((1, 2, 3, 4), 5, 7, False),
     "aten._native_batch_norm_legit_no_training.default": ((1, 2, 3, 4), None, 6, True),
+    MODULE_BATCH_NORM: ((1, 2, 3, 4), 6, 9, False),
 }
+#: where ``ir.module_batch_norm`` reads ``num_batches_tracked``
+COUNTER_AT = 5
+
+
+def eval_form(op: str, flag: object) -> bool:
+    """Whether ``flag``, the ``training`` argument of batch-norm op ``op`` (of :data:`EVAL_BATCH_NORMS`), makes it
+    compute with the running statistics in eval mode: ``False``, or the module's own flag for
+    ``ir.module_batch_norm`` (the base's forward, which folds as its eval mode computes)."""
+    return flag is (TRAINING if op == MODULE_BATCH_NORM else False)
 #: The state each argument must read (a BatchNorm subclass keeps the names of ``nn.BatchNorm2d``).
 STATE_NAMES = ("weight", "bias", "running_mean", "running_var")
 
@@ -65,7 +78,8 @@ def own_norm(ir: IR, key: str) -> OwnNorm | None:
         return None
     positions, training, eps_at, tuple_out = spec
     args = list(attrs.get("args", []))
-    if len(args) <= eps_at or args[0] != Ref(inputs[0]) or (training is not None and args[training] is not False):
+    op = attrs.get("implementation")
+    if len(args) <= eps_at or args[0] != Ref(inputs[0]) or (training is not None and not eval_form(op, args[training])):
         return None
     eps = args[eps_at]
     if not isinstance(eps, (int, float)) or isinstance(eps, bool):
@@ -82,6 +96,14 @@ def own_norm(ir: IR, key: str) -> OwnNorm | None:
         if rec is None or rec.get("tie") is not None:
             return None
         getters.append(arg.node)
+    if op == MODULE_BATCH_NORM and args[COUNTER_AT] is not None:  # the counter goes with the op
+        counter = args[COUNTER_AT]
+        if not isinstance(counter, Ref) or counter.index is not None or \
+                g.nodes[counter.node].get("type") != "get_attr" or \
+                g.nodes[counter.node].get("implementation") != "num_batches_tracked" or \
+                set(g._succ[counter.node]) != {node}:
+            return None
+        getters.append(counter.node)
     if (args[positions[0]] is None) != (args[positions[1]] is None):
         return None  # a weight without a bias (or the reverse): not the shape fold_tensors computes
     if any(d.get("src_index") != (0 if tuple_out else None) for _, _, d in g.out_edges(node, data=True)):
@@ -123,4 +145,4 @@ def strip_norm(impl: Implementation, found: OwnNorm) -> None:
             del impl.state[name]
 
 
-__all__ = ["EVAL_BATCH_NORMS", "OwnNorm", "own_norm", "strip_norm"]
+__all__ = ["COUNTER_AT", "EVAL_BATCH_NORMS", "OwnNorm", "eval_form", "own_norm", "strip_norm"]

@@ -21,7 +21,7 @@ from common.values import Ref
 from .branch import Branch, affine, conv_branch, identity, shifted, summed
 from .core import Match, NodeRef, Where, all_graphs, call_sites, callee, matches_where
 from .fold import bn_affine, has_running_stats
-from .fold_own import EVAL_BATCH_NORMS, STATE_NAMES
+from .fold_own import EVAL_BATCH_NORMS, STATE_NAMES, eval_form
 from .ops import replace_nodes
 from .passes import Rewritten
 from .session import Session
@@ -166,7 +166,8 @@ class _Evaluator:
     def _batch_norm_op(self, owner, graph, attrs, args, lookup, solid, mine) -> Value | None:
         """An eval-form batch-norm op of the graph owner's own statistics (timm's ``BatchNormAct2d``)."""
         positions, training, eps_at, tuple_out = EVAL_BATCH_NORMS[attrs["implementation"]]
-        if tuple_out or len(args) <= eps_at or (training is not None and args[training] is not False):
+        if tuple_out or len(args) <= eps_at or \
+                (training is not None and not eval_form(attrs["implementation"], args[training])):
             return None
         arg = lookup(args[0])
         if arg is None:

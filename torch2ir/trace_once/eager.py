@@ -86,12 +86,12 @@ class EagerStandIns:
 
     def complete(self, ops: Any) -> Any:
         """Copy the records of each traced member's subtree to the members stood in for in the pass just run (the
-        ``dropouts``, ``randoms`` and ``calls`` of :class:`~torch2ir.train.record.TrainOps`, and its ``written``
-        tensors by name); returns ``ops``."""
+        ``dropouts``, ``randoms``, ``calls`` and ``norms`` of :class:`~torch2ir.train.record.TrainOps`, and its
+        ``written`` tensors by name); returns ``ops``."""
         if ops is None:
             return None
         roots = {*self.done, *self.done.values()}
-        for table in (ops.dropouts, ops.randoms, ops.calls):
+        for table in (ops.dropouts, ops.randoms, ops.calls, ops.norms):
             # a member that ran is never below a stood-in one: the records copied never come from records copied
             below = paths_below(list(table), roots)
             for path, home in self.done.items():

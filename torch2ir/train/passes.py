@@ -24,6 +24,7 @@ from torch2ir.hierarchy.modules import ModuleTable
 from torch2ir.hierarchy.recover import Hierarchy
 from torch2ir.trace_once.eager import EagerStandIns
 from torch2ir.trace_once.trace import StandIns
+from torch2ir.train.batch_norm import carry_batch_norms
 from torch2ir.train.device import cpu_possible, pass_device
 from torch2ir.train.dropout import (
     RANDOM_OPS,
@@ -105,9 +106,9 @@ def train_mode(ir: IR, run: TrainPass) -> None:
         recorded = _train_trace(ir, run)
     elif reads:
         recorded = _check_train_randomness(ir, run)
-    differs = _train_computations(ir, run, recorded) if reads and recorded else []
+    differs, carried = _train_computations(ir, run, recorded) if reads and recorded else ([], set())
     check_train_updates(ir, run.model, run.args, run.kwargs, table, run.ep, recorded, differs,
-                        run.failure if recorded is None else None)
+                        run.failure if recorded is None else None, carried)
 
 
 def _train_trace(ir: IR, run: TrainPass) -> TrainOps | None:
@@ -157,26 +158,45 @@ def _check_train_randomness(ir: IR, run: TrainPass) -> TrainOps | None:
     return train
 
 
-def _train_computations(ir: IR, run: TrainPass, train: TrainOps) -> list[str]:
+def _train_computations(ir: IR, run: TrainPass, train: TrainOps) -> tuple[list[str], set[int]]:
     """Keys of the modules whose train-mode call computes with other functions or submodules than their eval-mode
     call (``if self.training: return x * 2``; brevitas' TensorNorm normalising with the batch's statistics): the
     IR holds the eval trace, so the rebuild's train mode runs the eval computation. Compared on the same eager pass
     run in eval mode; modules already reported for train-only randomness or unaligned dropout are left out. The
-    keys are noted in ``meta["train_trace"]``; :func:`~torch2ir.train.updates.check_train_updates` warns."""
+    keys are noted in ``meta["train_trace"]``; :func:`~torch2ir.train.updates.check_train_updates` warns.
+
+    A batch norm a module computes in its own graph whose train-mode call is its base class's is made exact instead
+    (:mod:`torch2ir.train.batch_norm`): such modules are not listed, and the ids of their statistics and counter
+    (which the rebuild now updates) are returned beside the keys."""
     evaluated = run.record(training=False)
     if evaluated is not None and evaluated.device != train.device:  # compare records made on one device
         train = run.record()
     if evaluated is None or train is None:
-        return []  # the train pass ran on the same inputs; the train notes already say what was checked
+        return [], set()  # the train pass ran on the same inputs; the train notes already say what was checked
     noted = ir.root.meta.get("train_trace", "")
     already = {key for part in str(noted).split("; ") for key in part.rpartition(": ")[2].split(", ")}
-    differs = [run.table.key(path) or "root" for path in sorted(set(train.calls) | set(evaluated.calls))
-               if train.calls.get(path) != evaluated.calls.get(path)]
-    differs = [key for key in dict.fromkeys(differs) if key not in already]
+    paths = {}
+    for path in sorted(set(train.calls) | set(evaluated.calls) | set(train.norms) | set(evaluated.norms)):
+        # the batch norms' arguments too: a ``training=self.training`` computes otherwise under the same names
+        if train.calls.get(path) != evaluated.calls.get(path) or train.norms.get(path) != evaluated.norms.get(path):
+            paths.setdefault(run.table.key(path) or "root", path)
+    carried = set(carry_batch_norms(ir, run.table, train, evaluated, [(p, k) for k, p in paths.items()]))
+    carried |= {k for k, p in paths.items() if run.table.key(_home(run, p)) in carried}  # become instances of those
+    state = {id(t) for k in carried for t in run.table.module_of_key[k]._buffers.values() if t is not None}
+    differs = [key for key in paths if key not in already and key not in carried]
     if differs:
         note = f"other computations only in train mode in: {', '.join(differs)}"
         ir.root.meta["train_trace"] = note if noted in ("", "applied") else f"{noted}; {note}"
-    return differs
+    return differs, state
+
+
+def _home(run: TrainPass, path: str) -> str:
+    """The path of the module of the traced block that the module at ``path`` becomes an instance of (below a block
+    stood in for in the eager passes, whose records are the traced block's), else ``path``."""
+    for member, home in (run.eager.done.items() if run.eager is not None else ()):
+        if path == member or path.startswith(member + "."):
+            return home + path[len(member):]
+    return path
 
 
 def _described(exc: BaseException) -> str:

@@ -51,6 +51,13 @@ _DROPOUTS: dict[Callable[..., Any], tuple[Any, tuple[str, ...]]] = {
         ("query", "key", "value", "attn_mask", "dropout_p", "is_causal"),
     ),
 }
+#: the calls :attr:`TrainOps.norms` records, with their argument names and defaults
+_NORM_CALLS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "torch.nn.functional.batch_norm": (
+        ("input", "running_mean", "running_var", "weight", "bias", "training", "momentum", "eps"),
+        {"weight": None, "bias": None, "training": False, "momentum": 0.1, "eps": 1e-5}),
+    "TensorBase.add_": (("self", "other", "alpha"), {"alpha": 1}),
+}
 _DEFAULTS = {"p": 0.5, "training": True, "train": True, "attn_mask": None, "dropout_p": 0.0, "is_causal": False}
 
 
@@ -77,6 +84,10 @@ class TrainOps:
     calls: dict[str, list[str]] = field(default_factory=dict)
     #: where the pass ran: ``"meta"``, or ``"cpu"`` (copies of the model's values)
     device: str = "meta"
+    #: per module path (its first call): each ``F.batch_norm`` and ``Tensor.add_`` call, as ``(name, arguments in
+    #: order)``, a tensor of the module's own state as ``"own:<name>"``, any other as ``"tensor"`` (for
+    #: :mod:`torch2ir.train.batch_norm`)
+    norms: dict[str, list[tuple[str, tuple]]] = field(default_factory=dict)
 
 
 def _positional(names: tuple[str, ...], args: tuple, kwargs: Mapping[str, Any]) -> tuple:
@@ -136,8 +147,9 @@ class _Flows:
 
 class _Recorder(TorchFunctionMode):
     def __init__(self, current: Callable[[], str | None], random_names: frozenset[str], ops: TrainOps,
-                 flows: _Flows, guarded: bool = False) -> None:
+                 flows: _Flows, guarded: bool = False, owners: Mapping[str, nn.Module] | None = None) -> None:
         super().__init__()
+        self.owners = owners if owners is not None else {}  # path -> module, of the calls on the stack
         self.current = current
         self.random_names = random_names
         self.ops = ops
@@ -157,6 +169,8 @@ class _Recorder(TorchFunctionMode):
             elif getattr(func, "__name__", None) in self.random_names:
                 self.ops.randoms[path] = self.ops.randoms.get(path, 0) + 1
         name = _call_name(func) if path is not None or self.guarded else ""
+        if path is not None and name in _NORM_CALLS:
+            self.ops.norms.setdefault(path, []).append((name, self._described(name, args, kwargs, path)))
         out = guarded_call(func, name, args, kwargs) if self.guarded else func(*args, **kwargs)
         if path is not None:
             outputs, inputs = _tensors(out), _tensors((args, kwargs))
@@ -169,6 +183,18 @@ class _Recorder(TorchFunctionMode):
                 # kernel before it chose, which on CPU differ between modes (SDPA's math and fused kernels)
                 self.flows.add(path, None if name in _LAYOUT_ONLY else name, inputs, outputs)
         return out
+
+    def _described(self, name: str, args: tuple, kwargs: Mapping[str, Any], path: str) -> tuple:
+        """The arguments of a :data:`_NORM_CALLS` call in order, defaults filled in, tensors described."""
+        names, defaults = _NORM_CALLS[name]
+        values = dict(zip(names, args))
+        values.update({k: v for k, v in kwargs.items() if k in names})
+        module = self.owners.get(path)
+        tables = (*module._parameters.items(), *module._buffers.items()) if module is not None else ()
+        own = {id(t): n for n, t in tables if t is not None}
+        return tuple(
+            (f"own:{own[id(v)]}" if id(v) in own else "tensor") if isinstance(v, torch.Tensor) else v
+            for v in (values.get(n, defaults.get(n)) for n in names))
 
 
 #: calls whose result holds their input's values, in another memory layout
@@ -224,12 +250,14 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
 
     flows = _Flows()
     callers: list[str | None] = []  # the recording caller of each module call on the stack
+    owners: dict[str, nn.Module] = {}
 
     def pre(module: nn.Module, _args: Any) -> None:
         path = path_of.get(id(module))
         if path is None:  # not a registered submodule: its ops stay in the caller
             return
         callers.append(current())
+        owners[path] = module
         leaf = bool(path) and is_leaf(module)
         leaves[0] += leaf and bool(stack)
         stack.append((path, leaf, path not in seen))
@@ -259,7 +287,7 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
                 _compiling_state_context(), \
                 (torch.random.fork_rng(devices=[]) if device != "meta" else contextlib.nullcontext()), \
                 (stand_ins.installed() if stand_ins is not None else contextlib.nullcontext()), \
-                _Recorder(current, random_names, ops, flows, guarded=device != "meta"):
+                _Recorder(current, random_names, ops, flows, guarded=device != "meta", owners=owners):
             before = {i: t._version for i, t in copies.items()}
             model(*meta[0], **meta[1])
             ops.written = copies.written(before)
@@ -341,8 +369,8 @@ def reads_training(cls: type) -> bool:
 
     Only such a module can behave differently in train mode outside its handled leaves (DropPath's
     ``if not self.training``, LayerDrop's coin, gradient checkpointing). Found from the bytecode's attribute
-    names: no source file is read, about 0.1 ms for a whole transformers model. A ``forward`` that is not
-    plain Python counts as reading it.
+    names (a ``super()`` call follows the bases' methods of the names it reads): no source file is read, about
+    0.1 ms for a whole transformers model. A ``forward`` that is not plain Python counts as reading it.
     """
     return _reads_training(cls)
 
@@ -365,6 +393,8 @@ def _code_reads_training(code: types.CodeType, cls: type, seen: set[types.CodeTy
         return True
     nested = [c for c in code.co_consts if isinstance(c, types.CodeType)]  # lambdas, comprehensions, closures
     methods = [getattr(cls, n, None) for n in code.co_names]  # self.helper(...) calls
+    if "super" in code.co_names:  # super().forward(x) (timm's SyncBatchNormAct): the bases' methods of those names
+        methods += [vars(base).get(n) for base in cls.__mro__[1:] for n in code.co_names]
     nested += [inspect.unwrap(m).__code__ for m in methods if isinstance(m, types.FunctionType)]
     return any(_code_reads_training(c, cls, seen) for c in nested)
 

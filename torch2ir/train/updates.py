@@ -63,13 +63,15 @@ def written_in_graph(ep: torch.export.ExportedProgram) -> set[str]:
 
 def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, table: ModuleTable,
                        ep: torch.export.ExportedProgram, recorded: TrainOps | None = None,
-                       failure: str | None = None) -> list[str] | None:
+                       failure: str | None = None, carried: set[int] | frozenset[int] = frozenset()
+                       ) -> list[str] | None:
     """Names of the buffers outside handled leaves that a train-mode forward writes and the eval graph does not.
 
     ``recorded``: the result of the train-mode meta pass conversion already made for dropout and train-only
     randomness (:func:`~torch2ir.train.record.record_train_ops`), whose writes are used instead of a second pass;
     ``failure``: why that pass failed alike on meta and on CPU copies (``TrainPass.failure``): this pass, the same
-    train-mode forward, would fail too and is not run.
+    train-mode forward, would fail too and is not run; ``carried``: ids of buffers the rebuild updates as the
+    original does (the statistics of batch norms made exact, :mod:`torch2ir.train.batch_norm`).
 
     Returns:
         the buffer names (``[]`` when the check is not needed), or ``None`` when the train pass failed.
@@ -78,7 +80,7 @@ def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] 
     candidates: dict[int, str] = {}
     for path, module in outside:
         for name, buf in module._buffers.items():
-            if buf is not None:
+            if buf is not None and id(buf) not in carried:
                 candidates.setdefault(id(buf), f"{path}.{name}" if path else name)
     readers = [p for p, m in outside if reads_training(type(m))]
     if not any(r == "" or name.startswith(r + ".") for r in readers for name in candidates.values()):
@@ -105,12 +107,13 @@ def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] 
 
 def check_train_updates(ir: IR, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
                         table: ModuleTable, ep: torch.export.ExportedProgram, recorded: TrainOps | None = None,
-                        computations: list[str] | None = None, failure: str | None = None) -> None:
+                        computations: list[str] | None = None, failure: str | None = None,
+                        carried: set[int] | frozenset[int] = frozenset()) -> None:
     """Warn (:class:`TrainModeWarning`) about buffers only train mode updates, and record them in
     ``ir.root.meta["train_buffers"]`` (or why they could not be looked for); ``recorded``: see
     :func:`train_only_updates`; ``computations``: keys of the modules whose train-mode call computes otherwise
     than their eval-mode call (one warning names both); ``failure``: see :func:`train_only_updates`."""
-    updated = train_only_updates(model, args, kwargs, table, ep, recorded, failure)
+    updated = train_only_updates(model, args, kwargs, table, ep, recorded, failure, carried)
     if updated is None:
         ir.root.meta["train_buffers"] = ("not checked: the train-mode pass on meta tensors failed" if failure is None
                                          else f"not checked: the train-mode pass failed: {failure}")

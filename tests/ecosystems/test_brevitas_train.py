@@ -149,3 +149,12 @@ def test_without_opaque_the_warning_says_what_to_pass() -> None:
         module.eval()(x).square().sum().backward()
     assert not all(torch.equal(p.grad, q.grad) for p, q in zip(original.parameters(), rebuilt.parameters(),
                                                                   strict=True) if p.grad is not None)
+
+
+def test_auto_alone_names_the_tensor_norm_to_pass() -> None:
+    """``"auto"`` does not make a module with its own train-mode computation opaque; the warning names its class."""
+    model, x = _model("tfc")
+    with pytest.warns(TrainModeWarning, match=r"opaque=\['brevitas_examples\.bnn_pynq\.models\.tensor_norm\."
+                                              r"TensorNorm'\] \(with \"auto\" in the list"):
+        ir = torch2ir.convert(model, (x,), opaque="auto")
+    assert TENSOR_NORM not in named_classes(ir.values())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from torch import nn
@@ -58,10 +58,7 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
         try:
             # each attempt starts from the model's own attributes (brevitas' counters); with "auto", its warnings
             # are held until it is known to be the last
-            with kept_attributes(model), custom_backward.collected() as calls, \
-                    warnings.catch_warnings(record=True) if auto else contextlib.nullcontext() as held:
-                if auto:
-                    warnings.simplefilter("always")
+            with kept_attributes(model), custom_backward.collected() as calls, _holding(auto) as held:
                 ir = _build_opaque(build, converter, model, args, kwargs, why, opaque, **options)
             if auto:  # a module calling a custom autograd.Function is kept opaque: its own backward runs in a rebuild
                 found, _ = callers(model, calls, converter.has_handler, why)
@@ -69,8 +66,7 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                 if new_callers and len(why) + len(new_callers) <= MAX_OPAQUE_CLASSES:
                     why.update(new_callers)
                     continue
-                for caught in held:
-                    warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
+                _replay(held)
             custom_backward.hand_over(calls)  # the caller warns (torch2ir.opaque.custom_calls.warn)
             return ir
         except OpaqueCallError as exc:
@@ -105,6 +101,31 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                     or len(why) >= MAX_OPAQUE_CLASSES):
                 raise
             why[type(module)] = reason
+
+
+@contextlib.contextmanager
+def _holding(active: bool) -> Iterator[list[warnings.WarningMessage]]:
+    """When ``active``, the warnings of the block, held (the caller replays them, :func:`_replay`, when the attempt is
+    the last); a block that raises has them replayed at once, as they would have been shown."""
+    if not active:
+        yield []
+        return
+    held: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # the filters apply when they are replayed
+            try:
+                yield caught
+            finally:
+                held = list(caught)
+    except BaseException:
+        _replay(held)
+        raise
+
+
+def _replay(held: list[warnings.WarningMessage]) -> None:
+    for caught in held:
+        warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
 
 
 def _caller(model: nn.Module, path: str) -> nn.Module:

@@ -55,25 +55,35 @@ def callers(model: nn.Module, calls: Sequence[Call], has_handler: Callable[[nn.M
     index = module_index(model)
     found: dict[str, Caller] = {}
     unplaced: list[type] = []
+    placed: dict[str, tuple[str, nn.Module] | None] = {}
     for call in calls:
         hit = next((h for h in map(lambda owner: find_module(index, owner), call.owners) if h is not None), None)
         if hit is None:
             if call.function not in unplaced:
                 unplaced.append(call.function)
             continue
-        path, module = hit
-        if _in_handled_leaf(model, path, has_handler):
-            continue  # rebuilt as its own class: the Function runs as the original's
-        if path:
-            module, path = owning_layer(model, module, path)
-        while type(module) in opaque and path:
-            module, path = caller_path(model, path)
-        if type(module) in opaque:
+        if hit[0] not in placed:  # each module once (finding a brevitas layer constructs it again)
+            placed[hit[0]] = _placed(model, *hit, has_handler, opaque)
+        if placed[hit[0]] is None:
             continue
+        path, module = placed[hit[0]]
         caller = found.setdefault(path, Caller(path, module))
         if call.function not in caller.functions:
             caller.functions.append(call.function)
     return found, unplaced
+
+
+def _placed(model: nn.Module, path: str, module: nn.Module, has_handler: Callable[[nn.Module], bool],
+            opaque: Collection[type]) -> tuple[str, nn.Module] | None:
+    """The module to keep opaque for a Function called by ``module``'s own code (see :func:`callers`), ``None``
+    when nothing needs to be."""
+    if _in_handled_leaf(model, path, has_handler):
+        return None  # rebuilt as its own class: the Function runs as the original's
+    if path:
+        module, path = owning_layer(model, module, path)
+    while type(module) in opaque and path:
+        module, path = caller_path(model, path)
+    return None if type(module) in opaque else (path, module)
 
 
 def _in_handled_leaf(model: nn.Module, path: str, has_handler: Callable[[nn.Module], bool]) -> bool:

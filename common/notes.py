@@ -27,13 +27,16 @@ class CustomBackwardWarning(UserWarning):
     rebuilt model's outputs are exact, its gradients through them are those of their forward's ops."""
 
 
-def custom_backward_message(model: str, names: list[str]) -> str:
-    """The :class:`CustomBackwardWarning` text for ``model``'s forward calling the Functions ``names``."""
+def custom_backward_message(model: str, names: list[str], advice: str | None = None) -> str:
+    """The :class:`CustomBackwardWarning` text for ``model``'s forward calling the Functions ``names``; ``advice``:
+    what to do instead of the general advice (torch2ir names the modules to keep opaque)."""
+    advice = advice or ("to train a rebuild exactly, convert the original model with opaque=\"auto\": the modules "
+                        "calling them become opaque leaves, rebuilt as their real classes with their own backward "
+                        "(docs/opaque.md); or swap them back in (register_override)")
     return (f"the forward of {model} calls custom autograd.Function(s) {', '.join(names)}: the IR keeps "
             "the ops of their forward, not their own backward, so the rebuilt model's outputs are exact but its "
             "gradients through them are those of the forward's ops (a straight-through estimator's round gets a "
-            "zero gradient); do not train the rebuild through them, or swap the modules that call them back in "
-            "(register_override)")
+            f"zero gradient); do not train the rebuild through them. {advice[0].upper()}{advice[1:]}")
 
 
 def custom_backward_names(meta: Mapping[str, Any], key: str = "root") -> list[str]:

@@ -26,6 +26,7 @@ from ir2torch.flat.run import Executor, build_flat_module, new_executor_registry
 from ir2torch.flat.state import weight_budget
 from ir2torch.guards.root import guard_builder_root
 from ir2torch.guards.specs import root_guard
+from ir2torch.handlers.graph import from_graph
 from ir2torch.handlers.opaque import check_allowed as check_opaque_allowed
 from ir2torch.handlers.owned import kept_quantizers, restore_attributes, take_owned
 from ir2torch.handlers.quant import restore_quantization
@@ -291,23 +292,30 @@ class Ir2Torch:
         sizes: dict[str, int] = {}
         for key, impl in ir.items():
             size = records_bytes(impl.state)
-            if impl.type in self.builders and impl.type != OPAQUE_TYPE:  # an opaque leaf's class is not imported
-                entry = self.builders.get(impl.type, impl.name)
+            entry = self._entry(impl)
+            if entry is not None and impl.type != OPAQUE_TYPE:  # an opaque leaf's class is not imported
                 size = max(size, int8_constructor_bytes(impl.type, impl.data),
                            measured_on_meta(lambda entry=entry, impl=impl: entry.build(impl)))
             sizes[key] = size
         return sizes
 
+    def _entry(self, impl: Implementation) -> BuilderEntry | None:
+        """The builder of ``impl`` (overrides scoped to its path first); ``None`` when it is rebuilt from its graph."""
+        if impl.type not in self.builders:
+            return None
+        entry = self.builders.get(impl.type, impl.name)
+        return None if entry.build is from_graph else entry  # the default of "module" (ir2torch.handlers.graph)
+
     def _build_one(self, impl: Implementation, device: torch.device | str | None,
                    maps: dict[str, StateMap], guard_inputs: bool = False,
                    codes: CodeCache | None = None, fold_constants: bool = True,
                    leaves: LeafCopies | None = None) -> nn.Module:
-        if impl.type in self.builders:
+        entry = self._entry(impl)
+        if entry is not None:
             if impl.variant_count:
                 raise BuildError(f"type {impl.type!r} is built by its builder, which has one forward, but the IR "
                                  f"gives it {impl.variant_count + 1} per-call graphs", implementation=impl.name,
                                  hint="only modules rebuilt from their graphs can run per-call graphs")
-            entry = self.builders.get(impl.type, impl.name)
             if impl.type == OPAQUE_TYPE and impl.data.get("class") in self.opaque_builders:
                 entry = BuilderEntry(self.opaque_builders[impl.data["class"]])
             try:

@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "instances of it; same IR)")
     convert.add_argument("--opaque", action="append", default=[], metavar="auto|PKG.MOD.CLASS",
                          help="keep modules torch.export cannot trace as opaque leaves: 'auto' (each failing "
-                         "module's class) or a qualified class name (repeatable); see docs/opaque.md")
+                         "module's class, and each module calling a custom autograd.Function) and/or qualified "
+                         "class names (repeatable); see docs/opaque.md")
     convert.add_argument("--dynamic", action="append", default=[], metavar="[INPUT.]DIM=NAME,...", help=DYNAMIC_HELP)
     add_allow_op(convert)
     add_common_options(convert)
@@ -110,7 +111,8 @@ def _convert(options: argparse.Namespace) -> int:
             model, args, kwargs = model_and_inputs(options)
             dynamic = dynamic_shapes(model, args, kwargs, parse_dynamic(options.dynamic))
         with bar.stage("export + convert"):
-            opaque = "auto" if "auto" in options.opaque else options.opaque or None
+            # "auto" alone, classes, or both ("auto" and TensorNorm: torch2ir.opaque.driver)
+            opaque = "auto" if set(options.opaque) == {"auto"} else options.opaque or None
             with _dynamic_refused(dynamic):
                 ir = convert(model, args, kwargs, allow=options.allow_op, trace_once=not options.trace_every_block,
                              opaque=opaque, dynamic_shapes=dynamic)

@@ -164,8 +164,11 @@ class Torch2Ir:
 
         ``opaque`` (opt-in, see ``docs/opaque.md``): ``"auto"`` keeps each smallest module whose trace makes the
         export fail as an *opaque leaf* (a node of type ``"opaque"`` run by the module's own forward when rebuilt;
-        every instance of its class), one class at a time while the export fails; a list of ``nn.Module``
-        classes (or their qualified names) keeps every instance of those. ``ir.capture.opaque`` lists
+        every instance of its class), one class at a time while the export fails, and then the class of each
+        module whose own code calls a custom ``torch.autograd.Function`` (a straight-through estimator: export
+        records its forward only), so that a rebuild trains as the original; a list of ``nn.Module`` classes (or
+        their qualified names) keeps every instance of those, and with ``"auto"`` in it does both (``["auto",
+        TensorNorm]``). ``ir.capture.opaque`` lists
         ``(path, qualified class, why)``; ``ir.lower()`` refuses such an IR; ``trace_once`` is off with it.
 
         Raises:

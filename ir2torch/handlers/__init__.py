@@ -16,6 +16,7 @@ from ir2torch.handlers import (
     distance,
     dropout,
     embedding,
+    graph,
     int8,
     linear,
     loss,
@@ -48,3 +49,4 @@ def register_defaults(converter: Any) -> None:
     quant.register(converter)
     int8.register(converter)
     containers.register(converter)
+    graph.register(converter)

@@ -10,13 +10,21 @@ runs while a conversion traces, so that torch2ir can say so (:class:`CustomBackw
 While at least one conversion is recording (any thread), every Function class defined outside torch has a
 ``forward`` that notes its class for the recording threads and calls its own; the originals are put back when
 the last recording ends, also on errors.
+
+Each call also notes the objects ``self`` of the Python frames calling it, innermost first (:class:`Call`): which
+module's own code calls the Function, so that the conversion can keep that module as an opaque leaf, rebuilt as
+its real class with its own backward (:mod:`torch2ir.opaque.custom_calls`). Within :func:`collected`, an export
+hands its calls to the collecting caller instead of warning (the caller decides: ``opaque="auto"`` makes those
+modules opaque, otherwise it warns naming them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,6 +40,42 @@ _LOCK = threading.Lock()
 _ACTIVE = 0
 _PATCHED: list[tuple[type, Any]] = []
 _LOCAL = threading.local()
+#: Frames looked at above a Function's call for the objects calling it.
+_MAX_FRAMES = 400
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of a custom Function's ``forward``: its class and the ``self`` objects of the frames calling it,
+    innermost first (modules, and whatever else has a ``self``)."""
+
+    function: type
+    owners: tuple[Any, ...]
+
+
+class Found(list):
+    """The Function classes a :func:`recording` saw, in first-call order; ``calls``: each call (:class:`Call`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[Call] = []
+
+
+def _owners() -> tuple[Any, ...]:
+    """The ``self`` of each frame above the caller's caller, innermost first, each once."""
+    owners: list[Any] = []
+    seen: set[int] = set()
+    frame = sys._getframe(2)
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            break
+        if "self" in frame.f_code.co_varnames:
+            owner = frame.f_locals.get("self")
+            if owner is not None and id(owner) not in seen:
+                seen.add(id(owner))
+                owners.append(owner)
+        frame = frame.f_back
+    return tuple(owners)
 
 
 def _function_classes() -> list[type]:
@@ -54,14 +98,18 @@ def _noting(cls: type, forward: Any) -> Any:
         found = getattr(_LOCAL, "found", None)
         if found is not None and cls not in found:
             found.append(cls)
+        calls = getattr(_LOCAL, "calls", None)
+        if calls is not None:
+            calls.append(Call(cls, _owners()))
         return function(*args, **kwargs)
 
     return staticmethod(noted)
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[list[type]]:
-    """Within the block, the custom Function classes whose ``forward`` this thread runs, in first-call order.
+def recording() -> Iterator[Found]:
+    """Within the block, the custom Function classes whose ``forward`` this thread runs, in first-call order (and
+    each call, ``.calls``).
 
     Each Function class defined so far gets, for the block, a ``forward`` that notes its class and calls its own
     (``Function.apply`` itself is often bound early, ``round_ste_impl = RoundSteFn.apply``, while the autograd
@@ -76,20 +124,46 @@ def recording() -> Iterator[list[type]]:
                 cls.forward = _noting(cls, original)  # type: ignore[attr-defined]
         _ACTIVE += 1
     outer = getattr(_LOCAL, "found", None)
-    found: list[type] = []
-    _LOCAL.found = found
+    outer_calls = getattr(_LOCAL, "calls", None)
+    found = Found()
+    calls = found.calls
+    _LOCAL.found, _LOCAL.calls = found, calls
     try:
         yield found
     finally:
-        _LOCAL.found = outer
+        _LOCAL.found, _LOCAL.calls = outer, outer_calls
         if outer is not None:
             outer.extend(c for c in found if c not in outer)
+            outer_calls.extend(calls)
         with _LOCK:
             _ACTIVE -= 1
             if _ACTIVE == 0:
                 for cls, original in reversed(_PATCHED):
                     cls.forward = original  # type: ignore[attr-defined]
                 _PATCHED.clear()
+
+
+@contextlib.contextmanager
+def collected() -> Iterator[list[Call]]:
+    """Within the block, each export of this thread that succeeds hands the calls of custom Functions it traced to
+    the yielded list instead of warning (:func:`hand_over`); the caller warns, or keeps the modules calling them
+    opaque. Nested blocks each collect their own."""
+    outer = getattr(_LOCAL, "sink", None)
+    sink: list[Call] = []
+    _LOCAL.sink = sink
+    try:
+        yield sink
+    finally:
+        _LOCAL.sink = outer
+
+
+def hand_over(calls: list[Call]) -> bool:
+    """Give ``calls`` to the innermost open :func:`collected` block of this thread; ``False`` when there is none."""
+    sink = getattr(_LOCAL, "sink", None)
+    if sink is None:
+        return False
+    sink.extend(calls)
+    return True
 
 
 def message(model: str, classes: list[type]) -> str:
@@ -103,4 +177,4 @@ def names(classes: list[type]) -> list[str]:
     return found if len(found) <= MAX_NAMES else [*found[:MAX_NAMES], "..."]
 
 
-__all__ = ["CustomBackwardWarning", "message", "names", "recording"]
+__all__ = ["Call", "CustomBackwardWarning", "Found", "collected", "hand_over", "message", "names", "recording"]

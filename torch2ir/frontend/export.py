@@ -201,7 +201,8 @@ def export(
     ``required``: the opaque leaves, whose inputs nothing else wires).
 
     ``custom_functions``: a list the qualified names of the custom ``autograd.Function``\ s the traced forward
-    calls are appended to (they are also warned about: :class:`~common.notes.CustomBackwardWarning`).
+    calls are appended to (they are also warned about, :class:`~common.notes.CustomBackwardWarning`, unless a caller
+    collects their calls: :func:`torch2ir.frontend.custom_backward.collected`).
 
     Raises:
         ConversionError: export failed (its message is kept, with the model class).
@@ -227,7 +228,7 @@ def export(
                 )
             if functions and custom_functions is not None:
                 custom_functions.extend(custom_backward.names(functions))
-            if functions:
+            if functions and not custom_backward.hand_over(functions.calls):  # else the collecting caller warns
                 warnings.warn(custom_backward.message(name, functions), custom_backward.CustomBackwardWarning,
                               stacklevel=3)
             return ep

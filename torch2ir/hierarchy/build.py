@@ -17,6 +17,7 @@ from common.notes import CUSTOM_BACKWARD_KEY
 from common.required_ops import function_names, required_ops_error
 from common.safety import Allowlist
 from common.validate import validate
+from torch2ir.frontend import custom_backward
 from torch2ir.frontend.export import (
     ExportFailedError,
     OpaqueCallError,
@@ -38,6 +39,7 @@ from torch2ir.hierarchy.program_facts import (
 )
 from torch2ir.hierarchy.recover import Frame, Hierarchy, Problem
 from torch2ir.lowering.capture import Capture
+from torch2ir.opaque.custom_calls import warn as warn_custom_backward
 from torch2ir.opaque.driver import with_opaque
 from torch2ir.opaque.recording import StandIns as OpaqueStandIns
 from torch2ir.quant.int8 import has_int8, int8_stand_ins, refuse_int8
@@ -85,16 +87,22 @@ def build_ir(
 def _convert(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,
              dynamic_shapes: Any, allowlist: Any, captured: Any, train_checks: bool, trace_once: Any,
              opaque: Any) -> IR:
-    if opaque and captured is None:
-        if strict:
-            raise ConversionError("opaque leaves need the non-strict export: strict export (dynamo) traces their "
-                                  "stand-ins' Python and cannot", implementation="root",
-                                  hint="convert with strict=False (the default) to use opaque=")
-        return with_opaque(_build_ir, converter, model, args, kwargs, opaque, strict=strict,
-                           dynamic_shapes=dynamic_shapes,
-                            allowlist=allowlist, train_checks=train_checks, trace_once=trace_once)
-    return _build_ir(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                     allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once)
+    # the custom autograd.Functions the exports trace are warned about once, naming the modules calling them
+    # (torch2ir.opaque.custom_calls; opaque="auto" keeps those opaque)
+    with custom_backward.collected() as calls:
+        if opaque and captured is None:
+            if strict:
+                raise ConversionError("opaque leaves need the non-strict export: strict export (dynamo) traces "
+                                      "their stand-ins' Python and cannot", implementation="root",
+                                      hint="convert with strict=False (the default) to use opaque=")
+            ir = with_opaque(_build_ir, converter, model, args, kwargs, opaque, strict=strict,
+                             dynamic_shapes=dynamic_shapes, allowlist=allowlist, train_checks=train_checks,
+                             trace_once=trace_once)
+        else:
+            ir = _build_ir(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                           allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once)
+    warn_custom_backward(model, calls, converter.has_handler)
+    return ir
 
 
 def _build_ir(

@@ -11,6 +11,8 @@ This package owns what happens when the export of a model fails:
   replay it during the export;
 - :mod:`~torch2ir.opaque.children`: the children of opaque leaves (an opaque root's included), converted on
   their own on the inputs of their eager call and grafted into the IR;
+- :mod:`~torch2ir.opaque.custom_calls`: the modules whose own code calls custom ``autograd.Function`` classes (their
+  backward is not in a trace), which ``opaque="auto"`` keeps opaque too, and the warning naming them otherwise;
 - :mod:`~torch2ir.opaque.driver`: the loop of ``opaque="auto"``.
 
 It may import ``common`` and the tracing modules of ``torch2ir`` below :mod:`torch2ir.hierarchy.build` (whose builder

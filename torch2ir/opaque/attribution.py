@@ -72,27 +72,42 @@ def _frames(tb: types.TracebackType | None) -> Iterator[types.FrameType]:
         tb = tb.tb_next
 
 
+ModuleIndex = dict[int, tuple[str, nn.Module]]
+
+
+def module_index(model: nn.Module) -> ModuleIndex:
+    """``model``'s modules (first path of each) by ``id`` of the module and of its ``__dict__`` (for
+    :func:`find_module`)."""
+    by_id: ModuleIndex = {}
+    for path, module in model.named_modules(remove_duplicate=False):
+        by_id.setdefault(id(module), (path, module))
+        by_id.setdefault(id(module.__dict__), (path, module))
+    return by_id
+
+
+def find_module(by_id: ModuleIndex, owner: Any) -> tuple[str, nn.Module] | None:
+    """The path and module ``owner`` is (by identity, or by ``__dict__`` identity: export may run a module through
+    an attribute proxy sharing its ``__dict__``), ``None`` when it is none of the indexed model's."""
+    hit = by_id.get(id(owner))
+    if hit is None:
+        try:
+            hit = by_id.get(id(object.__getattribute__(owner, "__dict__")))
+        except AttributeError:
+            hit = None
+    return hit
+
+
 def in_traceback(exc: BaseException, model: nn.Module) -> tuple[str, nn.Module] | None:
     """The path and module of the innermost frame, on the stack of ``exc`` or of an exception it chains to, whose
     ``self`` is a module of ``model``; ``None`` when there is none. The deepest exception of the chain that has
     one wins (a wrapper's traceback stops where it caught the original)."""
-    by_id: dict[int, tuple[str, nn.Module]] = {}
-    for path, module in model.named_modules(remove_duplicate=False):
-        by_id.setdefault(id(module), (path, module))
-        by_id.setdefault(id(module.__dict__), (path, module))
+    by_id = module_index(model)
     found: tuple[str, nn.Module] | None = None
     for current in _chain(exc):
         innermost = None
         for frame in _frames(current.__traceback__):
             owner = frame.f_locals.get("self") if "self" in frame.f_code.co_varnames else None
-            if owner is None:
-                continue
-            hit = by_id.get(id(owner))
-            if hit is None:
-                try:
-                    hit = by_id.get(id(object.__getattribute__(owner, "__dict__")))
-                except AttributeError:
-                    hit = None
+            hit = None if owner is None else find_module(by_id, owner)
             if hit is not None:
                 innermost = hit
         if innermost is not None:
@@ -154,4 +169,5 @@ def attribute_failure(exc: BaseException, model: nn.Module) -> Failure | None:
     return Failure(hit[0], hit[1], reason(exc))
 
 
-__all__ = ["Failure", "alone", "attribute_failure", "in_traceback", "qualified_name", "reason"]
+__all__ = ["Failure", "ModuleIndex", "alone", "attribute_failure", "find_module", "in_traceback", "module_index",
+           "qualified_name", "reason"]

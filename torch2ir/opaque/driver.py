@@ -1,26 +1,31 @@
 """Conversion with opaque leaves (``torch2ir.convert(..., opaque=...)``): which classes are kept opaque, and the
 export loop of ``opaque="auto"``, which adds the class of each module whose trace fails, and of the caller of an
-opaque leaf that passes it a value read from data, until the export succeeds.
+opaque leaf that passes it a value read from data, until the export succeeds; and then the class of each module
+whose own code calls a custom ``autograd.Function`` (:mod:`torch2ir.opaque.custom_calls`: its backward is not in a
+trace), until none does.
 
 ``build`` is :mod:`torch2ir.hierarchy.build`'s IR builder, passed in (this package sits below it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+import contextlib
+import warnings
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from torch import nn
 
-from common.errors import ConversionError
 from common.injectors import is_injector
 from common.ir import IR
 from common.module_state import kept_attributes
+from torch2ir.frontend import custom_backward
 from torch2ir.frontend.export import ExportFailedError, OpaqueCallError
 from torch2ir.hierarchy.modules import CONTAINER_TYPES
 from torch2ir.opaque.attribution import qualified_name
 from torch2ir.opaque.children import GraftError, convert_children, graft, traced_children
-from torch2ir.opaque.constructed import holds_injectors, owns_subtree
+from torch2ir.opaque.constructed import owns_subtree
+from torch2ir.opaque.custom_calls import caller_path, callers, owning_layer
 from torch2ir.opaque.leaves import (
     OpaqueConverter,
     inner_modules,
@@ -38,16 +43,32 @@ MAX_OPAQUE_CLASSES = 16
 def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args: tuple,
                 kwargs: Mapping[str, Any] | None, opaque: str | Collection[type | str],
                 known: Mapping[type, str] | None = None, **options: Any) -> IR:
-    """:func:`build_ir` with opaque leaves: the classes named in ``opaque``, and with ``"auto"`` the class of each
-    smallest module whose trace fails (the root's own, when its own code fails), added one at a time while the
-    export fails on such a module. ``known``: classes already found opaque (for a child converted on its own)."""
-    auto = opaque == "auto"
-    why: dict[type, str] = dict(known or {}) if auto else {cls: "named in opaque="
-                                                            for cls in opaque_classes_of(model, opaque)}
+    """:func:`build_ir` with opaque leaves: the classes named in ``opaque``, and with ``"auto"`` (alone or in the list)
+    the class of each smallest module whose trace fails (the root's own, when its own code fails), added one at a
+    time while the export fails on such a module, then the classes of the modules calling custom autograd.Functions
+    (:mod:`torch2ir.opaque.custom_calls`), until none is left. ``known``: classes already found opaque (for a child
+    converted on its own)."""
+    # "auto", classes, or both: ["auto", TensorNorm] also keeps every TensorNorm opaque (a train-mode computation)
+    auto = opaque == "auto" or (not isinstance(opaque, str) and any(isinstance(e, str) and e == "auto"
+                                                                    for e in opaque))
+    named = [] if isinstance(opaque, str) and auto else [e for e in opaque if not (isinstance(e, str) and e == "auto")]
+    why: dict[type, str] = dict(known or {}) if auto else {}
+    why.update((cls, "named in opaque=") for cls in opaque_classes_of(model, named) if cls not in why)
     while True:
         try:
-            with kept_attributes(model):  # each attempt starts from the model's own attributes (brevitas' counters)
-                return _build_opaque(build, converter, model, args, kwargs, why, opaque, **options)
+            # each attempt starts from the model's own attributes (brevitas' counters); with "auto", its warnings
+            # are held until it is known to be the last
+            with kept_attributes(model), custom_backward.collected() as calls, _holding(auto) as held:
+                ir = _build_opaque(build, converter, model, args, kwargs, why, opaque, **options)
+            if auto:  # a module calling a custom autograd.Function is kept opaque: its own backward runs in a rebuild
+                found, _ = callers(model, calls, converter.has_handler, why)
+                new_callers = {type(c.module): c.why() for c in found.values() if type(c.module) not in why}
+                if new_callers and len(why) + len(new_callers) <= MAX_OPAQUE_CLASSES:
+                    why.update(new_callers)
+                    continue
+                _replay(held)
+            custom_backward.hand_over(calls)  # the caller warns (torch2ir.opaque.custom_calls.warn)
+            return ir
         except OpaqueCallError as exc:
             # a caller passes an opaque leaf a value computed from tensor data: its caller is kept opaque instead
             # (up the tree, while the calls of the opaque leaves cannot be kept)
@@ -63,55 +84,53 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
             reason = getattr(failure, "why", "")
             path = failure.path if failure is not None else ""
             if module is not None and path:  # inside a brevitas layer: the layer, made again by its constructor
-                module, path = _owning_layer(model, module, path)
+                module, path = owning_layer(model, module, path)
             if module is not None and type(module) in why and path:
                 # already opaque, so its code ran through another method than forward (Mimi's codebook.encode):
                 # the nearest caller above it that is not opaque yet is kept opaque instead
                 reason = f"it calls a method of the opaque leaf {path} whose trace fails ({reason[:120]})"
                 while type(module) in why and path:
-                    module, path = _caller_path(model, path)
+                    module, path = caller_path(model, path)
             if module is not None and path and converter.has_handler(module):
                 # a typed leaf (nn.Linear) is never made opaque: the failure is its caller's use of it (Switch
                 # Transformers' router moves its classifier to another dtype inside forward)
                 reason = f"its use of {path} ({type(module).__name__}) fails to trace ({reason[:120]})"
                 while path and (type(module) in why or converter.has_handler(module)):
-                    module, path = _caller_path(model, path)
+                    module, path = caller_path(model, path)
             if (not auto or failure is None or module is None or type(module) in why
                     or len(why) >= MAX_OPAQUE_CLASSES):
                 raise
             why[type(module)] = reason
 
 
-def _owning_layer(model: nn.Module, module: nn.Module, path: str) -> tuple[nn.Module, str]:
-    """The nearest module at or above ``path`` that owns its subtree (a brevitas layer whose quantizer internals
-    fail to trace: the layer is kept opaque as a whole), else ``module`` at ``path`` itself."""
-    parts = path.split(".")
-    for cut in range(len(parts), 0, -1):
-        sub = ".".join(parts[:cut])
-        candidate = model.get_submodule(sub)
-        if isinstance(candidate, tuple(CONTAINER_TYPES)) or not holds_injectors(candidate):
-            continue
-        try:
-            if owns_subtree(candidate, sub):
-                return candidate, sub
-        except ConversionError:  # a quantizer proxy: the layer above it may own it
-            continue
-    return module, path
+@contextlib.contextmanager
+def _holding(active: bool) -> Iterator[list[warnings.WarningMessage]]:
+    """When ``active``, the warnings of the block, held (the caller replays them, :func:`_replay`, when the attempt is
+    the last); a block that raises has them replayed at once, as they would have been shown."""
+    if not active:
+        yield []
+        return
+    held: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # the filters apply when they are replayed
+            try:
+                yield caught
+            finally:
+                held = list(caught)
+    except BaseException:
+        _replay(held)
+        raise
+
+
+def _replay(held: list[warnings.WarningMessage]) -> None:
+    for caught in held:
+        warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
 
 
 def _caller(model: nn.Module, path: str) -> nn.Module:
     """The nearest module above ``path`` that can call it (a ``ModuleList`` or ``ModuleDict`` holds, never calls)."""
-    return _caller_path(model, path)[0]
-
-
-def _caller_path(model: nn.Module, path: str) -> tuple[nn.Module, str]:
-    """:func:`_caller` and its path (``""``: the root)."""
-    while "." in path:
-        path = path.rpartition(".")[0]
-        module = model.get_submodule(path)
-        if not isinstance(module, (nn.ModuleList, nn.ModuleDict)):
-            return module, path
-    return model, ""
+    return caller_path(model, path)[0]
 
 
 def _owned(inner: list[tuple[str, nn.Module]], owning: list[tuple[str, nn.Module]]

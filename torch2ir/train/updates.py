@@ -129,5 +129,23 @@ def check_train_updates(ir: IR, model: nn.Module, args: tuple, kwargs: Mapping[s
         reasons.append(f"buffers updated only in train mode, by Python code the eval-mode trace does not hold, are "
                        f"not updated by the rebuild: {owners} (e.g. spectral_norm's power iteration)")
     if reasons:
+        owners = [*(computations or []), *(table.key(name.rpartition(".")[0]) or "root" for name in updated)]
         warnings.warn(f"torch2ir: the rebuilt model's train mode will differ from the original's: "
-                      f"{'; '.join(reasons)}; eval mode is exact", TrainModeWarning, stacklevel=7)
+                      f"{'; '.join(reasons)}; eval mode is exact{_opaque_advice(table, owners)}", TrainModeWarning,
+                      stacklevel=7)
+
+
+def _opaque_advice(table: ModuleTable, keys: list[str]) -> str:
+    """How to keep the modules of ``keys`` (IR keys, ``"root"``) as opaque leaves, rebuilt as their real classes
+    running their own train-mode code: their qualified classes in ``opaque=[...]`` (docs/opaque.md)."""
+    classes = []
+    for key in keys:
+        module = table.module_of_key.get(key)
+        if module is not None:
+            classes.append(f"{type(module).__module__}.{type(module).__qualname__}")
+    if not classes:
+        return ""
+    listed = ", ".join(repr(c) for c in dict.fromkeys(classes))
+    return (f"; to train the rebuild as the original, keep them as opaque leaves, rebuilt as their real classes: "
+            f"opaque=[{listed}] (with \"auto\" in the list to keep the other modules opaque it finds; "
+            "docs/opaque.md)")

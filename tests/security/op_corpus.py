@@ -231,7 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-surface", action="store_true", help="write common/default_ops.txt")
     parser.add_argument("--check-surface", action="store_true", help="exit 1 when common/default_ops.txt is stale")
     parser.add_argument("--from-log", help="derive the surface from the printed output of an earlier whole run")
+    parser.add_argument("--add-swept", action="store_true",
+                        help="add the overloads of surface_sweeps.json to common/default_ops.txt (no corpus run; the "
+                             "lines already there are kept as they are)")
     options = parser.parse_args(argv)
+    if options.add_swept:
+        added = add_swept()
+        print(f"added {len(added)} overloads:", ", ".join(added))
+        return 0
     if options.from_log:
         from pathlib import Path
 
@@ -317,6 +324,33 @@ def surface_entries(seen: dict[str, set[str]]) -> dict[str, set[str]]:
     for name, reason in EXTRA_SURFACE.items():
         out.setdefault(name, set()).add(f"extra: {reason}")
     return out
+
+
+def add_swept() -> list[str]:
+    """Add to ``common/default_ops.txt`` the overloads the registry sweeps' models need (``surface_sweeps.json``)
+    whose class is allowed, with those models as where they were seen; the other lines stay as they are. What a
+    whole run (``--write-surface``) writes too, without the run. Returns the overloads added."""
+    import re
+
+    from common import surface
+
+    text = surface.TABLE.read_text(encoding="utf-8")
+    old = surface.parse(text)
+    new = {n: {f"sweep: {m}" for m in models} for n, models in swept().items()
+           if n not in old and n.startswith("aten.") and safety.op_class(n)[0] in ("pure", "allocating")}
+    if not new:
+        return []
+    rendered = surface.render(new, torch.__version__, models=0)
+    header = [line for line in surface.render({}, torch.__version__, models=0).splitlines()]
+    lines = {line.partition("\t")[0]: line for line in text.splitlines() if line and not line.startswith("#")}
+    lines.update({line.partition("\t")[0]: line for line in rendered.splitlines()[len(header):]})
+    corpus_header = [line for line in text.splitlines() if line.startswith("#")]
+    kept = re.search(r"\(torch ([^,]+), (\d+) corpus entries\)", "\n".join(corpus_header))
+    top = surface.render({}, kept.group(1) if kept else torch.__version__, models=int(kept.group(2)) if kept else 0)
+    top_lines = [line for line in top.splitlines() if not line.startswith("# 0 overloads")]
+    surface.TABLE.write_text("\n".join([*top_lines, f"# {len(lines)} overloads.",
+                                         *(lines[n] for n in sorted(lines))]) + "\n", encoding="utf-8")
+    return sorted(new)
 
 
 def surface_table(seen: dict[str, set[str]], models: int, *, write: bool) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import DanglingEdgeError, IRFormatError
+from .torchao_tensors import CLASSES as SUBCLASSES
 
 #: Node types that are not calls of another implementation.
 NODE_KINDS = ("input", "output", "function", "get_attr")
@@ -210,6 +211,11 @@ def parse_state(raw: Any, value_fn: ValueFn, where: str, impl: str) -> dict[str,
         if not isinstance(rec.get("dtype"), torch.dtype):
             raise IRFormatError(f"state {name!r} has invalid dtype {rec.get('dtype')!r}", implementation=impl,
                                 key=rwhere, hint="use a torch.dtype (in JSON: {'$dtype': 'float32'})")
+        if "subclass" in rec and (rec["kind"] != "parameter" or not isinstance(rec["subclass"], str)
+                                  or rec["subclass"] not in SUBCLASSES):
+            raise IRFormatError(f"state {name!r} has subclass {rec['subclass']!r}", implementation=impl,
+                                key=f"{rwhere}.subclass",
+                                hint=f"a parameter's subclass is one of {', '.join(SUBCLASSES)} (torchao's weights)")
         out[name] = rec
     return out
 

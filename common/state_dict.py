@@ -88,6 +88,8 @@ def record_mismatch(rec: Mapping[str, Any], tensor: Any) -> str | None:
         return f"expected shape {tuple(want)}, found {tuple(tensor.shape)}"
     if tensor.dtype != rec["dtype"]:
         return f"expected dtype {rec['dtype']}, found {tensor.dtype}"
+    if rec.get("subclass") != class_name(tensor):  # a torchao weight, of its class only
+        return f"expected {rec.get('subclass') or 'a plain tensor'}, found {class_name(tensor) or 'a plain tensor'}"
     return None
 
 

@@ -20,8 +20,8 @@ from torch import nn
 
 from common.errors import StateDictError, listing
 from common.ir import IR
-from common.torchao_tensors import class_name
 from common.state_dict import check_state_dict, load_safetensors, packed_entries, remap_state_dict, unpack_int8
+from common.torchao_tensors import class_name
 
 StateMap = Callable[[Any, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
 

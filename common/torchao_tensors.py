@@ -126,7 +126,7 @@ def _attribute_data(name: str, value: Any) -> Any:
     raise ValueError(f"attribute {name!r}")
 
 
-def to_stored(key: str, tensor: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def to_stored(key: str, tensor: torch.Tensor, source: str = "saving") -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The inner tensors (``{stored key: tensor}``) and the metadata record of a torchao weight ``tensor``.
 
     Raises:
@@ -155,7 +155,7 @@ def to_stored(key: str, tensor: torch.Tensor) -> tuple[dict[str, torch.Tensor], 
                              hint="save the weights of a freshly quantized model")
     record = {"class": name, "tensors": list(names), "attributes": attributes}
     stored = {f"{key}:{n}": t.contiguous() for n, t in inner.items()}
-    _check(key, record, {n: inner[n] for n in names}, "saving")
+    _check(key, record, {n: inner[n] for n in names}, source)
     return stored, record
 
 

@@ -49,8 +49,10 @@ def check_weights(weights: list[tuple[str, str, torch.Tensor]], model: nn.Module
         ConversionError: naming every tensor that is not the ``weight`` parameter of a handled ``nn.Linear`` leaf,
             is of a class outside :data:`common.torchao_tensors.CLASSES`, or has attributes its record cannot hold.
     """
-    problems = []
+    problems: list[str] = []
+    first: str | None = None  # the first refused tensor
     for path, name, tensor in weights:
+        count = len(problems)
         module = model.get_submodule(path)
         where = f"{path + '.' if path else ''}{name}"
         cls = class_name(tensor)
@@ -62,14 +64,16 @@ def check_weights(weights: list[tuple[str, str, torch.Tensor]], model: nn.Module
                             f"(its module is a {type(module).__name__})")
         else:
             try:
-                to_stored(where, tensor)
+                to_stored(where, tensor, source="converting")
             except StateDictError as exc:
                 problems.append(exc.message)
+        if first is None and len(problems) > count:
+            first = where
     if problems:
         raise ConversionError(
             f"{len(problems)} torchao tensor{'s' if len(problems) != 1 else ''} the IR cannot carry: "
             + "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else ""),
-            key=weights[0][0] or "root",
+            key=first,
             hint="quantize_ only nn.Linear modules (its default filter) with Int8WeightOnlyConfig, "
             "Int8DynamicActivationInt8WeightConfig, Float8WeightOnlyConfig, IntxWeightOnlyConfig or "
             "Int8DynamicActivationIntxWeightConfig (docs/extending.md), or convert the float model and quantize_ "

@@ -24,7 +24,7 @@ from common.torchao_tensors import SUBCLASS_KEY
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    import torchao.quantization as tq  # noqa: E402  (torchao warns about its CUDA extensions at import)
+    import torchao.quantization as tq  # torchao warns about its CUDA extensions at import
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
 

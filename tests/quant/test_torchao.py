@@ -17,7 +17,7 @@ from torch import nn
 
 import ir2torch
 import torch2ir
-from common.errors import ConversionError, StateDictError
+from common.errors import ConversionError, ResourceBudgetError, StateDictError
 from common.ir import IR
 from common.state_dict import load_safetensors, save_safetensors
 from common.torchao_tensors import SUBCLASS_KEY
@@ -187,3 +187,14 @@ def test_the_model_keeps_its_torchao_weights_after_converting():
     with pytest.raises(ConversionError):
         torch2ir.convert(nn.Sequential(model, FunctionalUser(model.up.weight)), (x,))
     assert (model.up.weight, model.down.weight) == weights
+
+
+def test_the_memory_probe_measures_the_torchao_kernels_of_a_rebuild():
+    """A rebuilt root's forward is probed on fake tensors with the torchao weights too: a call over the budget is
+    refused before it runs, the same call within it runs exactly."""
+    model, _ = quantized("int8_dynamic")
+    x = torch.randn(4096, 64)
+    ir = torch2ir.convert(model, (x,))
+    with pytest.raises(ResourceBudgetError, match="would allocate"):
+        ir2torch.convert(ir, model.state_dict(), max_bytes=400_000)(x)
+    assert torch.equal(ir2torch.convert(ir, model.state_dict(), max_bytes=50_000_000)(x), model(x))

@@ -1,7 +1,8 @@
 """Hostile values in the torchao fields (issue 51 point 2): every field of a ``.safetensors`` file's
 ``torch2ir.subclasses`` record (class, inner tensors, each attribute of each carried class, the inner tensors'
-dtypes, shapes and values) and the ``subclass`` of an IR's state record. A bad value is a ``StateDictError`` (the
-weights file) or an ``IRFormatError`` (the IR) naming it; nothing is imported, no tensor is made."""
+dtypes, shapes and values) and the ``subclass`` of an IR's state record (a carried class, on a linear leaf's weight
+only). A bad value is a ``StateDictError`` (the weights file) or an ``IRFormatError`` / ``IRValidationError`` (the
+IR) naming it; nothing is imported, no tensor is made."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from safetensors import safe_open
 from torch import nn
 
 import torch2ir
-from common.errors import IRFormatError, StateDictError
+from common.errors import IRFormatError, IRValidationError, StateDictError
 from common.state_dict import load_safetensors, save_safetensors
 from common.tensor_files import write_tensors_atomic
 from common.torchao_tensors import SUBCLASS_KEY
@@ -188,6 +189,12 @@ IR_HOSTILE: dict[str, Callable[[dict[str, Any]], Any]] = {
     "subclass_unknown_torchao_class": lambda rec: rec.update({"subclass": "torchao.quantization.Int4Tensor"}),
     "subclass_on_a_buffer": lambda rec: rec.update({"kind": "buffer", "persistent": True}),
 }
+#: name -> mutation of the whole document: a valid subclass where no torchao weight may be
+IR_MISPLACED: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "subclass_on_a_bias": lambda doc: doc["implementations"]["0"]["state"]["bias"].update(
+        {"subclass": "torchao.quantization.Int8Tensor"}),
+    "subclass_on_a_graph_module": lambda doc: doc["implementations"]["0"].update({"type": "module"}),
+}
 
 
 @pytest.mark.parametrize("case", IR_HOSTILE)
@@ -201,3 +208,14 @@ def test_a_hostile_subclass_of_a_state_record_is_refused(case, saved, tmp_path):
     path.write_text(json.dumps(doc))
     error = refused(path, folder / "m.safetensors", allow=[])
     assert isinstance(error, IRFormatError) and "subclass" in str(error)
+
+
+@pytest.mark.parametrize("case", IR_MISPLACED)
+def test_a_subclass_outside_a_linear_weight_is_refused(case, saved, tmp_path):
+    folder, _, _ = saved
+    doc = json.loads((folder / "m.ir.json").read_text())
+    IR_MISPLACED[case](doc)
+    path = tmp_path / "m.ir.json"
+    path.write_text(json.dumps(doc))
+    error = refused(path, folder / "m.safetensors", allow=[])
+    assert isinstance(error, IRValidationError) and "only the weight of a 'linear' leaf" in str(error)

@@ -134,6 +134,29 @@ def test_a_torchao_weight_outside_a_linear_leaf_is_refused_naming_it():
         torch2ir.convert(wrapper, (x,))
 
 
+def test_a_torchao_weight_of_a_linear_inside_another_leaf_is_refused():
+    """``nn.MultiheadAttention`` (a handled leaf) reads its ``out_proj.weight`` itself: quantize_ leaves it alone,
+    and one put there by hand is refused."""
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(64, 4, batch_first=True).eval()
+    donor = nn.Sequential(nn.Linear(64, 64))
+    tq.quantize_(donor, tq.Int8WeightOnlyConfig())
+    attention.out_proj.weight = donor[0].weight
+    x = torch.randn(2, 5, 64)
+    with pytest.raises(ConversionError, match=r"attn\.out_proj\.weight .*is not the weight of an nn\.Linear kept as a "
+                       "handled leaf"):
+        torch2ir.convert(_Wrap(attention), (x,))
+
+
+class _Wrap(nn.Module):
+    def __init__(self, attention: nn.Module) -> None:
+        super().__init__()
+        self.attn = attention
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x, x, x)[0]
+
+
 def test_a_torchao_class_or_attribute_the_records_do_not_carry_is_refused():
     model, x = quantized("int8_weight_only")
 

@@ -46,11 +46,13 @@ def check_weights(weights: list[tuple[str, str, torch.Tensor]], model: nn.Module
     """Refuse torchao tensors the IR cannot carry.
 
     Raises:
-        ConversionError: naming every tensor that is not the ``weight`` parameter of a handled ``nn.Linear`` leaf,
+        ConversionError: naming every tensor that is not the ``weight`` parameter of a handled ``nn.Linear`` leaf
+            (outside any other handled leaf),
             is of a class outside :data:`common.torchao_tensors.CLASSES`, or has attributes its record cannot hold.
     """
     problems: list[str] = []
     first: str | None = None  # the first refused tensor
+    outermost = set(table.outermost_leaves())  # a leaf inside another handled leaf is that leaf's business
     for path, name, tensor in weights:
         count = len(problems)
         module = model.get_submodule(path)
@@ -58,7 +60,7 @@ def check_weights(weights: list[tuple[str, str, torch.Tensor]], model: nn.Module
         cls = class_name(tensor)
         if cls not in CLASSES:
             problems.append(f"{where} is a {cls}, not one of {', '.join(CLASSES)}")
-        elif name != "weight" or tensor is not module._parameters.get(name) or not table.is_leaf(module) or \
+        elif name != "weight" or tensor is not module._parameters.get(name) or path not in outermost or \
                 table.leaf_type(module) not in LEAF_TYPES:
             problems.append(f"{where} ({cls}) is not the weight of an nn.Linear kept as a handled leaf "
                             f"(its module is a {type(module).__name__})")

@@ -219,3 +219,36 @@ def test_a_subclass_outside_a_linear_weight_is_refused(case, saved, tmp_path):
     path.write_text(json.dumps(doc))
     error = refused(path, folder / "m.safetensors", allow=[])
     assert isinstance(error, IRValidationError) and "only the weight of a 'linear' leaf" in str(error)
+
+
+_CHILD = """
+import json, sys
+from common.errors import StateDictError
+from common.state_dict import load_safetensors
+import ir2torch  # noqa: F401 - the library imported, as a user's process has it
+assert not any(m.startswith("torchao") for m in sys.modules), "imported by the library itself"
+try:
+    load_safetensors(sys.argv[1])
+except StateDictError:
+    pass
+else:
+    raise SystemExit("the hostile file loaded")
+assert not any(m.startswith("torchao") for m in sys.modules), "imported for a refused record"
+weights = load_safetensors(sys.argv[2])
+assert type(weights["0.weight"]).__name__ == "Int8Tensor" and "torchao.quantization" in sys.modules
+"""
+
+
+def test_torchao_is_imported_only_for_a_file_whose_records_pass(saved, tmp_path):
+    """In a fresh process: neither the library nor a refused record imports torchao; a valid record does."""
+    import subprocess
+
+    folder, tensors, records = saved
+    hostile = json.loads(json.dumps(records))
+    hostile["0.weight"]["attributes"]["dtype"] = "float64"
+    write_tensors_atomic(tmp_path / "bad.safetensors", tensors, {"torch2ir.aliases": "{}",
+                                                                 SUBCLASS_KEY: json.dumps(hostile)})
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "bad.safetensors"),
+                           str(folder / "m.safetensors")], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]

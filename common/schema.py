@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .errors import DanglingEdgeError, IRFormatError
-from .torchao_tensors import CLASSES as SUBCLASSES
 
 #: Node types that are not calls of another implementation.
 NODE_KINDS = ("input", "output", "function", "get_attr")
@@ -191,6 +190,8 @@ def _valid_slot(slot: Any) -> bool:
 def parse_state(raw: Any, value_fn: ValueFn, where: str, impl: str) -> dict[str, dict[str, Any]]:
     expect(raw, Mapping, f"{where}.state", impl)
     import torch
+
+    from .torchao_tensors import CLASSES as SUBCLASSES
 
     out: dict[str, dict[str, Any]] = {}
     for name, rec in raw.items():

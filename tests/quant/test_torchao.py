@@ -1,6 +1,6 @@
 """Models quantized with torchao's ``quantize_`` convert and rebuild exactly (issue 51 point 2): every configuration
 the CPU build of torchao 0.18 runs (``Int8WeightOnlyConfig``, ``Int8DynamicActivationInt8WeightConfig`` per row,
-per tensor and asymmetric, ``Float8WeightOnlyConfig``, ``IntxWeightOnlyConfig`` and
+per tensor and asymmetric, ``Float8WeightOnlyConfig`` (per row, per tensor, e5m2), ``IntxWeightOnlyConfig`` and
 ``Int8DynamicActivationIntxWeightConfig`` with int4 and int2 groups), in float32 and bfloat16: bit-exact outputs,
 each rebuilt weight of the original's class, through the model's own ``state_dict()`` and through ``.safetensors``
 (inner tensors and checked records, no pickle), the loop a fixpoint. What the IR cannot carry is refused by
@@ -36,6 +36,9 @@ CONFIGS = {
     "int8_dynamic_asymmetric": lambda: tq.Int8DynamicActivationInt8WeightConfig(
         act_mapping_type=tq.MappingType.ASYMMETRIC),
     "float8_weight_only": lambda: tq.Float8WeightOnlyConfig(),
+    "float8_weight_only_per_tensor": lambda: tq.Float8WeightOnlyConfig(granularity=tq.PerTensor()),
+    "float8_e5m2_weight_only": lambda: tq.Float8WeightOnlyConfig(weight_dtype=torch.float8_e5m2),
+    "int8_weight_only_groups": lambda: tq.Int8WeightOnlyConfig(granularity=tq.PerGroup(32)),
     "int4_weight_only_groups": lambda: tq.IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=tq.PerGroup(32)),
     "int2_asymmetric_groups": lambda: tq.IntxWeightOnlyConfig(weight_dtype=torch.int2, granularity=tq.PerGroup(16),
                                                               mapping_type=tq.MappingType.ASYMMETRIC),

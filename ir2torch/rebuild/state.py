@@ -98,9 +98,9 @@ def load_into(model: nn.Module, ir: IR, state_dict: Mapping[str, torch.Tensor] |
                 (tensor is None or key in packed):
             state[key] = None
     on_meta = any(t.is_meta for t in expected.values())
-    # torchao weights (their class checked against the IR's records) are put in place as they are: copying one
-    # into the rebuilt float parameter would not make it one
-    assigned = {k: state.pop(k) for k in [k for k, t in state.items() if class_name(t) is not None]}
+    # torchao weights (their class checked against the IR's records) are put in place as copies of their own class:
+    # copying one into the rebuilt float parameter would not make it one
+    assigned = {k: state.pop(k).detach().clone() for k in [k for k, t in state.items() if class_name(t) is not None]}
     # the keys were checked above against the model's own state_dict(); a module whose loading asks for more
     # than its state_dict() gives (brevitas' runtime-statistics scale before statistics are collected) keeps that
     # entry's value from the IR, as its original does

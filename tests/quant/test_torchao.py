@@ -76,7 +76,9 @@ def test_a_quantized_model_round_trips_bit_exact(config, dtype, tmp_path):
     rebuilt = ir2torch.convert(ir, model.state_dict())
     assert torch.equal(rebuilt(x), want)
     for name in ("up", "down"):
-        assert type(getattr(rebuilt, name).weight) is type(getattr(model, name).weight)
+        mine, theirs = getattr(rebuilt, name).weight, getattr(model, name).weight
+        assert type(mine) is type(theirs) and not mine.requires_grad
+        assert mine.qdata.data_ptr() != theirs.qdata.data_ptr()  # a copy, as a plain weight's load is
     assert torch2ir.convert(rebuilt, (x,)) == ir  # fixpoint
     ir.save(tmp_path / "m.ir.json")
     save_safetensors(model.state_dict(), tmp_path / "m.safetensors")

@@ -246,6 +246,16 @@ def check_state_dict(expected: Mapping[str, torch.Tensor], given: Mapping[str, A
         )
 
 
+def _subclass_identity(tensor: torch.Tensor) -> tuple:
+    """What makes two torchao wrappers one tensor: their class and the memory of each inner tensor."""
+    names, _ = tensor.__tensor_flatten__()
+    inner = [getattr(tensor, n) for n in names]
+    if any(t.is_meta or t.untyped_storage().data_ptr() == 0 for t in inner):
+        return ("object", id(tensor))
+    return (class_name(tensor), tuple((n, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+                                       tuple(t.stride()), t.dtype) for n, t in zip(names, inner)))
+
+
 def save_safetensors(state_dict: Mapping[str, torch.Tensor], path: str | os.PathLike) -> Path:
     """Save a state dict to ``.safetensors``, storing each shared tensor once (atomic write); an int8 model's packed
     entries are stored unpacked (:func:`unpack_int8`), quantized tensors as integers and quantization records,
@@ -258,10 +268,11 @@ def save_safetensors(state_dict: Mapping[str, torch.Tensor], path: str | os.Path
     subclasses: dict[str, Any] = {}
     for key, tensor in state_dict.items():
         if class_name(tensor) is not None:  # a torchao weight: its inner tensors and a record
-            if (id(tensor),) in first:
-                aliases[key] = first[(id(tensor),)]
+            ident = _subclass_identity(tensor)  # state_dict() gives a tied weight's two names two wrappers
+            if ident in first:
+                aliases[key] = first[ident]
                 continue
-            first[(id(tensor),)] = key
+            first[ident] = key
             stored, subclasses[key] = subclass_to_stored(key, tensor)
             inner.update(stored)
             continue

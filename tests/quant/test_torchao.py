@@ -226,3 +226,27 @@ def test_the_memory_probe_measures_the_torchao_kernels_of_a_rebuild():
     with pytest.raises(ResourceBudgetError, match="would allocate"):
         ir2torch.convert(ir, model.state_dict(), max_bytes=400_000)(x)
     assert torch.equal(ir2torch.convert(ir, model.state_dict(), max_bytes=50_000_000)(x), model(x))
+
+
+class _Tied(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 64), nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+def test_a_torchao_weight_shared_by_two_linears_stays_shared(tmp_path):
+    torch.manual_seed(0)
+    model = _Tied().eval()
+    tq.quantize_(model, tq.Int8DynamicActivationInt8WeightConfig())
+    model.b.weight = model.a.weight
+    x = torch.randn(3, 64)
+    ir = torch2ir.convert(model, (x,))
+    assert ir["b"].state["weight"]["tie"] == "a.weight" and ir["b"].state["weight"]["subclass"]
+    save_safetensors(model.state_dict(), tmp_path / "m.safetensors")
+    for state in (model.state_dict(), tmp_path / "m.safetensors"):
+        rebuilt = ir2torch.convert(ir, state)
+        assert rebuilt.b.weight is rebuilt.a.weight and type(rebuilt.a.weight) is type(model.a.weight)
+        assert torch.equal(rebuilt(x), model(x))

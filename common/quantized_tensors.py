@@ -53,19 +53,20 @@ def to_stored(tensor: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
     return tensor.int_repr().contiguous(), record
 
 
-def read_records(text: Any, source: str) -> dict[str, dict[str, Any]]:
-    """The ``{key: record}`` table of a file's :data:`QUANTIZED_KEY` metadata, checked to be JSON objects.
+def read_records(text: Any, source: str, name: str = QUANTIZED_KEY) -> dict[str, dict[str, Any]]:
+    """The ``{key: record}`` table of a file's ``name`` metadata (:data:`QUANTIZED_KEY` by default), checked to be
+    JSON objects.
 
     Raises:
         StateDictError: the metadata is not a JSON object of objects.
     """
     try:  # bounded: a weights file's metadata is read like any document (nesting, size)
-        records = loads_json(text, source=f"{source} {QUANTIZED_KEY}") if isinstance(text, str) else None
+        records = loads_json(text, source=f"{source} {name}") if isinstance(text, str) else None
     except IRFormatError:
         records = None
     if not isinstance(records, dict) or not all(isinstance(r, dict) for r in records.values()):
-        raise StateDictError(f"{source}: malformed {QUANTIZED_KEY} metadata", key=QUANTIZED_KEY,
-                             hint=f"{QUANTIZED_KEY} maps each quantized tensor's key to its quantization record")
+        raise StateDictError(f"{source}: malformed {name} metadata", key=name,
+                             hint=f"{name} maps each quantized tensor's key to its record")
     return records
 
 

@@ -191,6 +191,8 @@ def parse_state(raw: Any, value_fn: ValueFn, where: str, impl: str) -> dict[str,
     expect(raw, Mapping, f"{where}.state", impl)
     import torch
 
+    from .torchao_tensors import CLASSES as SUBCLASSES
+
     out: dict[str, dict[str, Any]] = {}
     for name, rec in raw.items():
         rwhere = f"{where}.state[{name!r}]"
@@ -210,6 +212,11 @@ def parse_state(raw: Any, value_fn: ValueFn, where: str, impl: str) -> dict[str,
         if not isinstance(rec.get("dtype"), torch.dtype):
             raise IRFormatError(f"state {name!r} has invalid dtype {rec.get('dtype')!r}", implementation=impl,
                                 key=rwhere, hint="use a torch.dtype (in JSON: {'$dtype': 'float32'})")
+        if "subclass" in rec and (rec["kind"] != "parameter" or not isinstance(rec["subclass"], str)
+                                  or rec["subclass"] not in SUBCLASSES):
+            raise IRFormatError(f"state {name!r} has subclass {rec['subclass']!r}", implementation=impl,
+                                key=f"{rwhere}.subclass",
+                                hint=f"a parameter's subclass is one of {', '.join(SUBCLASSES)} (torchao's weights)")
         out[name] = rec
     return out
 

@@ -28,6 +28,9 @@ from .ir import IR
 from .json_files import loads_json
 from .quantized_tensors import QUANTIZED_KEY, from_stored, read_records, to_stored
 from .tensor_files import write_tensors_atomic
+from .torchao_tensors import SUBCLASS_KEY, class_name
+from .torchao_tensors import from_stored as subclass_from_stored
+from .torchao_tensors import to_stored as subclass_to_stored
 
 ALIASES_KEY = "torch2ir.aliases"
 
@@ -85,6 +88,8 @@ def record_mismatch(rec: Mapping[str, Any], tensor: Any) -> str | None:
         return f"expected shape {tuple(want)}, found {tuple(tensor.shape)}"
     if tensor.dtype != rec["dtype"]:
         return f"expected dtype {rec['dtype']}, found {tensor.dtype}"
+    if rec.get("subclass") != class_name(tensor):  # a torchao weight, of its class only
+        return f"expected {rec.get('subclass') or 'a plain tensor'}, found {class_name(tensor) or 'a plain tensor'}"
     return None
 
 
@@ -241,14 +246,36 @@ def check_state_dict(expected: Mapping[str, torch.Tensor], given: Mapping[str, A
         )
 
 
+def _subclass_identity(tensor: torch.Tensor) -> tuple:
+    """What makes two torchao wrappers one tensor: their class and the memory of each inner tensor."""
+    names, _ = tensor.__tensor_flatten__()
+    inner = [getattr(tensor, n) for n in names]
+    if any(t.is_meta or t.untyped_storage().data_ptr() == 0 for t in inner):
+        return ("object", id(tensor))
+    return (class_name(tensor), tuple((n, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape),
+                                       tuple(t.stride()), t.dtype) for n, t in zip(names, inner)))
+
+
 def save_safetensors(state_dict: Mapping[str, torch.Tensor], path: str | os.PathLike) -> Path:
     """Save a state dict to ``.safetensors``, storing each shared tensor once (atomic write); an int8 model's packed
-    entries are stored unpacked (:func:`unpack_int8`), quantized tensors as integers and quantization records."""
+    entries are stored unpacked (:func:`unpack_int8`), quantized tensors as integers and quantization records,
+    torchao's weight tensors as their inner tensors and records (:mod:`common.torchao_tensors`)."""
     state_dict = unpack_int8(state_dict)
     kept: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     first: dict[tuple, str] = {}
+    inner: dict[str, torch.Tensor] = {}  # the inner tensors of torchao weights, never aliased
+    subclasses: dict[str, Any] = {}
     for key, tensor in state_dict.items():
+        if class_name(tensor) is not None:  # a torchao weight: its inner tensors and a record
+            ident = _subclass_identity(tensor)  # state_dict() gives a tied weight's two names two wrappers
+            if ident in first:
+                aliases[key] = first[ident]
+                continue
+            first[ident] = key
+            stored, subclasses[key] = subclass_to_stored(key, tensor)
+            inner.update(stored)
+            continue
         ident = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape),
                  tuple(tensor.stride()), tensor.dtype) if not tensor.is_meta else (id(tensor),)
         if ident in first and ident[0] != 0:
@@ -263,6 +290,13 @@ def save_safetensors(state_dict: Mapping[str, torch.Tensor], path: str | os.Path
             kept[key], quantized[key] = to_stored(tensor)
     if quantized:
         metadata[QUANTIZED_KEY] = json.dumps(quantized, sort_keys=True)
+    if subclasses:
+        clashes = sorted(set(inner) & set(kept))
+        if clashes:
+            raise StateDictError(f"the stored key {clashes[0]!r} of a torchao weight's inner tensor is also a key of "
+                                 "the state dict", key=clashes[0], hint="rename that entry")
+        kept.update(inner)
+        metadata[SUBCLASS_KEY] = json.dumps(subclasses, sort_keys=True)
     return write_tensors_atomic(path, kept, metadata)
 
 
@@ -287,6 +321,7 @@ def load_safetensors(path: str | os.PathLike, *, device: str | torch.device = "c
             raise StateDictError(f"{os.fspath(path)}: the quantization record {key!r} names no stored tensor", key=key,
                                  hint="each record of the metadata belongs to a stored tensor")
         out[key] = from_stored(key, out[key], record, os.fspath(path))
+    _load_subclasses(out, metadata, os.fspath(path))
     for alias, kept in _read_aliases(metadata.get(ALIASES_KEY, "{}"), os.fspath(path)).items():
         if kept not in out:
             raise StateDictError(f"{os.fspath(path)}: alias {alias!r} points to missing key {kept!r}", key=alias)
@@ -295,6 +330,27 @@ def load_safetensors(path: str | os.PathLike, *, device: str | torch.device = "c
                                  hint="an alias names a key the file does not store")
         out[alias] = out[kept]
     return out
+
+
+def _load_subclasses(out: dict[str, torch.Tensor], metadata: Mapping[str, Any], source: str) -> None:
+    """Replace the inner tensors of each torchao weight of ``out`` by the weight its record describes.
+
+    Raises:
+        StateDictError: a record that is malformed, names a stored tensor, or an inner tensor that does not fit.
+    """
+    if SUBCLASS_KEY not in metadata:
+        return
+    records = read_records(metadata[SUBCLASS_KEY], source, SUBCLASS_KEY)
+    made = {}
+    for key, record in records.items():
+        if key in out:
+            raise StateDictError(f"{source}: the torchao record {key!r} names a stored tensor", key=key,
+                                 hint="a torchao weight is stored as its inner tensors only")
+        made[key] = subclass_from_stored(key, out, record, source)
+    for key, record in records.items():
+        for name in record["tensors"]:
+            out.pop(f"{key}:{name}", None)
+    out.update(made)
 
 
 def _read_aliases(text: Any, source: str) -> dict[str, str]:

@@ -92,6 +92,11 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         pt2e_prepared_record(impl.meta, key)
         _check_children(impl.meta, key)
         check_none_slots(impl.meta, key)
+        for name, rec in impl.state.items():  # a torchao weight: only a linear leaf's, which torchao's F.linear runs
+            if "subclass" in rec and (impl.type != "linear" or name != "weight"):
+                raise IRValidationError(f"state {name!r} of a {impl.type!r} implementation names subclass "
+                                        f"{rec['subclass']!r}", implementation=key, key=f"state[{name!r}].subclass",
+                                        hint="only the weight of a 'linear' leaf may be a torchao tensor")
     check_names(ir, subgraphs=False)  # the bodies of higher-order ops: in _check_subgraph, found by the same walk
     calls: dict[str, dict[str, int]] = {}  # caller -> callee -> call nodes naming it, in the order found
     sizes: dict[str, int] = {}  # implementation -> nodes of its largest graph

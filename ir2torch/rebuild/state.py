@@ -21,6 +21,7 @@ from torch import nn
 from common.errors import StateDictError, listing
 from common.ir import IR
 from common.state_dict import check_state_dict, load_safetensors, packed_entries, remap_state_dict, unpack_int8
+from common.torchao_tensors import class_name
 
 StateMap = Callable[[Any, dict[str, torch.Tensor]], dict[str, torch.Tensor]]
 
@@ -97,13 +98,18 @@ def load_into(model: nn.Module, ir: IR, state_dict: Mapping[str, torch.Tensor] |
                 (tensor is None or key in packed):
             state[key] = None
     on_meta = any(t.is_meta for t in expected.values())
+    # torchao weights (their class checked against the IR's records) are put in place as copies of their own class:
+    # copying one into the rebuilt float parameter would not make it one
+    assigned = {k: state.pop(k).detach().clone() for k in [k for k, t in state.items() if class_name(t) is not None]}
     # the keys were checked above against the model's own state_dict(); a module whose loading asks for more
     # than its state_dict() gives (brevitas' runtime-statistics scale before statistics are collected) keeps that
     # entry's value from the IR, as its original does
     result = model.load_state_dict(_versioned(state, versions, packed), strict=False, assign=on_meta)
-    wrong = [k for k in result.missing_keys if k in expected] + list(result.unexpected_keys)
+    wrong = [k for k in result.missing_keys if k in expected and k not in assigned] + list(result.unexpected_keys)
     if strict and wrong:
         raise StateDictError(f"loading the state dict left {len(wrong)} entries unset or unused: {listing(wrong)}",
                              key=wrong[0], hint="the rebuilt model's modules load otherwise than they save")
-    if on_meta:
+    if assigned:
+        model.load_state_dict(assigned, strict=False, assign=True)
+    if on_meta or assigned:
         retie()

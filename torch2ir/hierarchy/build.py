@@ -44,6 +44,7 @@ from torch2ir.opaque.driver import with_opaque
 from torch2ir.opaque.recording import StandIns as OpaqueStandIns
 from torch2ir.quant.int8 import has_int8, int8_stand_ins, refuse_int8
 from torch2ir.quant.pt2e_prepared import record_pt2e_prepared
+from torch2ir.quant.torchao_weights import torchao_stand_ins
 from torch2ir.signatures.record import record_calls, signature_targets
 from torch2ir.trace_once.instances import check_stood_in_calls, instantiate
 from torch2ir.trace_once.lower import plan
@@ -78,10 +79,16 @@ def build_ir(
     Raises:
         ConversionError: every construct the IR cannot hold, listed together.
     """
-    with kept_attributes(model):  # the model's code runs for real: its own attributes are put back after
-        return _convert(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                        allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once,
-                        opaque=opaque)
+    # the model's code runs for real: its own attributes are put back after; torchao weights are stood in for
+    with kept_attributes(model), torchao_stand_ins(model, lambda: ModuleTable(model, converter)) as stood:
+        try:
+            ir = _convert(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                          allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once,
+                          opaque=opaque)
+        finally:
+            stood.refuse_lowering(captured or [])
+        stood.record(ir)
+        return ir
 
 
 def _convert(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, *, strict: bool,

@@ -37,6 +37,7 @@ from common.values import Subgraph
 from torch2ir.frontend.export import ExportFailedError, export, lean_export
 from torch2ir.hierarchy.recover import same_objects
 from torch2ir.lowering.flat import check_ops, flat_from_program
+from torch2ir.quant.torchao_weights import torchao_weights
 from torch2ir.trace_once.lower import Copy, expanded
 
 #: deepcopy of export's tree specs inside run_decompositions warns about a deprecated isinstance check.
@@ -241,6 +242,13 @@ def lower_directly(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | No
     Raises:
         ConversionError: as :func:`lower`.
     """
+    weights = torchao_weights(model)
+    if weights:  # export would trace through them (access_subclass_inner_tensor, torchao's operators)
+        names = ", ".join(f"{p}.{n}" if p else n for p, n, _ in weights[:3])
+        raise ConversionError(f"a model with torchao weights ({names}{', ...' if len(weights) > 3 else ''}) cannot be "
+                              "lowered: a FlatIR does not carry torchao's tensor subclasses and kernels",
+                              key=weights[0][0] or "root",
+                              hint="lower the float model before quantize_, or convert (torch2ir.convert) and rebuild")
     ep = export(model, args, kwargs, strict=False, dynamic_shapes=dynamic_shapes, preserve=[])
     return Capture(ep, model, args, kwargs, allowlist).flat(linked=False, decompose=decompose, allowlist=allowlist)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -11,7 +10,7 @@ import networkx as nx
 from torch import fx, nn
 
 from common.errors import ConversionError, IRError, listing
-from common.ir import CARRIED_NOTES, IR, NODE_KINDS, NOTES_KEY, Implementation
+from common.ir import CARRIED_NOTES, IR, NOTES_KEY, Implementation
 from common.module_state import kept_attributes
 from common.notes import CUSTOM_BACKWARD_KEY
 from common.required_ops import function_names, required_ops_error
@@ -28,6 +27,7 @@ from torch2ir.frontend.export import (
 from torch2ir.frontend.functional_calls import method_calls, name_methods
 from torch2ir.frontend.hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
 from torch2ir.hierarchy.base_class import record_bases
+from torch2ir.hierarchy.call_types import real_sequentials, sync_call_types
 from torch2ir.hierarchy.modules import ModuleTable
 from torch2ir.hierarchy.program_facts import (
     _calling_convention,
@@ -223,9 +223,9 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         problems: list[Problem] = [*table.errors, *check_hooked_frames(hierarchy, hooked)]
         capture.link(hierarchy, _per_call_graphs(ir, table, hierarchy, frames, problems))
         problems += hierarchy.problems
-        _real_sequentials(ir, table)
+        real_sequentials(ir, table)
         record_bases(ir, table)  # the torch.nn class a module traced as a graph subclasses (common.base_class)
-        _sync_call_types(ir)
+        sync_call_types(ir)
         problems += name_methods(ir, table, methods)
         _record_constants(ir, table, ep)
         _mutations(ep, hierarchy, problems)
@@ -238,7 +238,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
                                      preserved=_preserved(model, table), standins=standins))
         # after the train-mode analysis, which marks the traced member's dropout ops (a stood-in frame has none)
         instances = instantiate(ir, table, standins, called) if standins is not None else {}
-        _sync_call_types(ir, instances)
+        sync_call_types(ir, instances)
         if custom:
             ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
         _carried_notes(ir, model)
@@ -354,48 +354,6 @@ def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: l
                              "graphs, and one of them holds dropout: train mode could not be matched per call",
                              "call it the same way each time, or give its class a handler"))
     return placed
-
-
-def _real_sequentials(ir: IR, table: ModuleTable) -> None:
-    """A called ``nn.Sequential`` whose graph just chains its children in order is rebuilt
-    as a real ``nn.Sequential`` (indexable), its graph kept for reading."""
-    for key, impl in ir.items():
-        module = table.module_of_key[key]
-        if type(module) is not nn.Sequential or impl.type != "module" or not len(module) or impl.variants:
-            continue
-        if any(attrs.get("variant") for _, attrs in impl.graph.nodes(data=True)):
-            continue  # a real Sequential cannot tell a child which of its per-call graphs to run
-        names = impl.nodes
-        kinds = [impl.node(n)["type"] for n in names]
-        if kinds[0] != "input" or kinds[-1] != "output" or kinds.count("input") != 1:
-            continue
-        calls = names[1:-1]
-        targets = [impl.node(n).get("target") or n for n in calls]
-        prefix = "" if key == "root" else key + "."
-        # an nn.Identity child leaves no node (QAT's fused downsample: Sequential(ConvBn2d, Identity))
-        children = [name for name, child in module._modules.items() if type(child) is not nn.Identity]
-        expected = [table.key(prefix + child) for child in children]
-        called = [impl.node(n).get("implementation") for n in calls]
-        chain = all(len(impl.in_edges(n)) == 1 and impl.in_edges(n)[0][0] == prev
-                    for prev, n in itertools.pairwise(names))
-        if chain and called == expected and targets == children and (calls or len(impl.in_edges(names[-1])) == 1):
-            impl.type = "sequential"
-
-
-def _sync_call_types(ir: IR, called: Collection[str] | None = None) -> None:
-    """Call nodes carry the type of the implementation they call; with ``called`` (instances that replaced
-    stood-in members), only the calls of those, outside them (an instance's graphs are its body's, whose calls
-    carry their types; a stood-in ``nn.Sequential`` was traced as a plain module)."""
-    if called is not None and not called:
-        return
-    for impl in ir.values():
-        if called is not None and impl.name in called:
-            continue
-        for graph in impl.graphs():
-            for _, attrs in graph.graph.nodes(data=True):
-                target = attrs.get("implementation")
-                if attrs["type"] not in NODE_KINDS and target in ir and (called is None or target in called):
-                    attrs["type"] = ir[target].type
 
 
 def _raise(problems: list[Problem]) -> None:

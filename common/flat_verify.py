@@ -31,7 +31,7 @@ import torch.fx._pytree as fx_pytree
 from torch import fx
 from torch.utils import _pytree as pytree
 
-from .pytree_compare import _compare_leaf, _snapshot
+from .pytree_compare import _snapshot, compare_leaf
 from .safety import function_name
 from .verify import VerificationError
 
@@ -191,7 +191,7 @@ def _compare(a: Any, b: Any, atol: float, rtol: float) -> tuple[bool, float]:
         return False, math.inf
     ok, worst = True, 0.0
     for x, y in zip(xs, ys):
-        leaf_ok, diff = _compare_leaf(x, y, atol, rtol)
+        leaf_ok, diff = compare_leaf(x, y, atol, rtol)
         ok, worst = ok and leaf_ok, max(worst, diff)
     return ok, worst
 

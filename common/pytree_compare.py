@@ -52,7 +52,7 @@ def _fallback_keys(tree: Any, children: list[Any]) -> list[pytree.KeyEntry]:
     return [pytree.SequenceKey(i) for i in range(len(children))]
 
 
-def _flatten(tree: Any) -> tuple[list[str], list[Any]]:
+def flatten(tree: Any) -> tuple[list[str], list[Any]]:
     """Leaf paths (``keystr``) and leaves of ``tree``, in ``tree_leaves`` order."""
     paths: list[str] = []
     leaves: list[Any] = []
@@ -70,7 +70,7 @@ def _flatten(tree: Any) -> tuple[list[str], list[Any]]:
     return paths, leaves
 
 
-def _structure_difference(a: Any, b: Any, path: tuple[pytree.KeyEntry, ...] = ()) -> str | None:
+def structure_difference(a: Any, b: Any, path: tuple[pytree.KeyEntry, ...] = ()) -> str | None:
     """Where the pytree structures of ``a`` and ``b`` first differ (``"at output['x']: ..."``), or ``None``."""
     node_a, node_b = _node(a), _node(b)
     if node_a is None and node_b is None:
@@ -85,7 +85,7 @@ def _structure_difference(a: Any, b: Any, path: tuple[pytree.KeyEntry, ...] = ()
             desc_a, desc_b = f"{desc_a} (context {node_a[1]!r:.80})", f"{desc_b} (context {node_b[1]!r:.80})"
         return f"at output{pytree.keystr(path)}: the original has {desc_a}, the rebuilt model {desc_b}"
     for key, x, y in zip(node_a[3], node_a[2], node_b[2]):
-        found = _structure_difference(x, y, (*path, key))
+        found = structure_difference(x, y, (*path, key))
         if found is not None:
             return found
     return None
@@ -93,9 +93,9 @@ def _structure_difference(a: Any, b: Any, path: tuple[pytree.KeyEntry, ...] = ()
 
 def _describe(tree: Any, node: tuple[type, Any, list[Any], list[pytree.KeyEntry]] | None) -> str:
     if node is None:
-        return f"a {_kind(tree)} leaf"
+        return f"a {kind(tree)} leaf"
     n, keys = len(node[2]), [pytree.keystr((k,)) for k in node[3]]
-    return f"{type(tree).__name__} with {n} {'child' if n == 1 else 'children'} {_short(keys)}"
+    return f"{type(tree).__name__} with {n} {'child' if n == 1 else 'children'} {short(keys)}"
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -105,27 +105,27 @@ def _equal(a: Any, b: Any) -> bool:
         return a is b
 
 
-def _short(items: list[str], most: int = 12) -> str:
+def short(items: list[str], most: int = 12) -> str:
     """``(a, b, ...)``: at most ``most`` items, then how many more."""
     return "(" + ", ".join(items[:most]) + (f", ... {len(items) - most} more)" if len(items) > most else ")")
 
 
-def _kind(leaf: Any) -> str:
+def kind(leaf: Any) -> str:
     """The tensor dtype of a leaf, or the Python type name of a non-tensor leaf."""
     return str(leaf.dtype) if isinstance(leaf, torch.Tensor) else type(leaf).__name__
 
 
-def _compare_leaves(xs: list[Any], ys: list[Any], atol: float, rtol: float,
+def compare_leaves(xs: list[Any], ys: list[Any], atol: float, rtol: float,
                     scale: bool = False) -> tuple[bool, float]:
     """Whether two equally long lists of leaves match pairwise, and their largest max abs diff."""
     ok, worst = True, 0.0
     for x, y in zip(xs, ys):
-        leaf_ok, diff = _compare_leaf(x, y, atol, rtol, scale)
+        leaf_ok, diff = compare_leaf(x, y, atol, rtol, scale)
         ok, worst = ok and leaf_ok, max(worst, diff)
     return ok, worst
 
 
-def _compare_leaf(a: Any, b: Any, atol: float, rtol: float, scale: bool = False) -> tuple[bool, float]:
+def compare_leaf(a: Any, b: Any, atol: float, rtol: float, scale: bool = False) -> tuple[bool, float]:
     """Whether two leaves match and their max abs diff (0.0 for equal non-tensors, inf for differing kinds/types)."""
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.shape != b.shape:

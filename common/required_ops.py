@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import IRFormatError, OperatorSurfaceError, UnsafeTargetError
-from .safety import _CUSTOM, DEFAULT_ALLOWLIST, Allowlist, registered_op
+from .safety import CUSTOM, DEFAULT_ALLOWLIST, Allowlist, registered_op
 from .surface import opt_in
 from .values import Subgraph, iter_values
 
@@ -25,7 +25,7 @@ def required_ops_error(missing: list[str], what: str) -> UnsafeTargetError:
     and the rest (``os.system``: not an operator at all) as names that are never imported or called."""
     refused = {n: r for n in missing if (r := DEFAULT_ALLOWLIST.refusal(n)) is not None}
     outside = [n for n in missing if DEFAULT_ALLOWLIST.outside_surface(n)]
-    ops = [n for n in missing if (m := _CUSTOM.match(n)) and not n.startswith("aten.") and registered_op(*m.groups())]
+    ops = [n for n in missing if (m := CUSTOM.match(n)) and not n.startswith("aten.") and registered_op(*m.groups())]
     others = [n for n in missing if n not in ops and n not in refused and n not in outside]
     parts = [f"refused ATen operators: {', '.join(f'{n} (refused: {r})' for n, r in refused.items())}"] if refused \
         else []

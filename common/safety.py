@@ -59,7 +59,7 @@ _ATEN = re.compile(rf"^aten\.({_IDENT})(?:\.({_IDENT}))?$")
 #: An opt-in pattern: ``"ns::op"``, ``"ns::op.overload"`` or ``"ns::*"``.
 _PATTERN = re.compile(rf"^({_IDENT})::(\*|{_IDENT})(?:\.({_IDENT}))?$")
 #: How an IR names an operator of another namespace: ``"ns.op.overload"`` (as ``str(OpOverload)``).
-_CUSTOM = re.compile(rf"^({_IDENT})\.({_IDENT})(?:\.({_IDENT}))?$")
+CUSTOM = re.compile(rf"^({_IDENT})\.({_IDENT})(?:\.({_IDENT}))?$")
 
 
 class Allowlist:
@@ -176,7 +176,7 @@ class Allowlist:
 
     def _custom(self, name: str) -> Any:
         """The registered ``OpOverload``/``OpOverloadPacket`` an opted-in ``ns.op[.overload]`` names, else None."""
-        match = _CUSTOM.match(name)
+        match = CUSTOM.match(name)
         if match is None:
             return None
         ns, op, overload = match.groups()
@@ -204,7 +204,7 @@ class Allowlist:
         elif isinstance(name, str) and _ATEN.match(name):
             message = f"{name!r} is not an ATen operator known to this torch ({torch.__version__})"
             hint = "check the op name and overload (torch.ops.aten.<op>.<overload>)"
-        elif isinstance(name, str) and _CUSTOM.match(name):
+        elif isinstance(name, str) and CUSTOM.match(name):
             ns, op = name.split(".")[:2]
             message = f"operator {name!r} is not on the allow-list and will not be resolved or called"
             hint = (f"if you trust it, opt in: allow=['{ns}::{op}'] (or '{ns}::*') on convert/load, "

@@ -148,10 +148,10 @@ def parse_edges(impl: Any, raw: Any, value_fn: ValueFn, where: str) -> None:
         if src_index is not None:
             attrs["src_index"] = src_index
         impl.graph.add_edge(src, dst, **attrs)
-    _fix_slotless_order(impl, items, slotless)
+    fix_slotless_order(impl, items, slotless)
 
 
-def _fix_slotless_order(impl: Any, items: list, slotless: dict[str, int]) -> None:
+def fix_slotless_order(impl: Any, items: list, slotless: dict[str, int]) -> None:
     """Keep "slotless edges feed positional arguments in document order" true in the graph.
 
     A graph lists a node's in-edges grouped by source, so edges ``a, b, a`` into one node

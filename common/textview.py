@@ -44,7 +44,7 @@ def tensor_text(meta: Any, *, short: bool = False) -> str:
     return f"{name}[{', '.join(str(d) for d in shape)}]"
 
 
-def _meta_text(meta: Any) -> str | None:
+def meta_text(meta: Any) -> str | None:
     """The annotation of a node's recorded output: a tensor, a symbolic int, a nest of them, or a constant."""
     if isinstance(meta, Mapping):
         if "shape" in meta:
@@ -53,7 +53,7 @@ def _meta_text(meta: Any) -> str | None:
             return f"Sym({meta['sym']})"
         return None
     if isinstance(meta, list | tuple):
-        items = [_meta_text(m) or "?" for m in meta]
+        items = [meta_text(m) or "?" for m in meta]
         return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
     return repr(meta)
 
@@ -167,17 +167,17 @@ def ir_summary(ir: IR, depth: int | None = None, *, collapse: bool = True) -> st
 
 
 # -- one graph as code ---------------------------------------------------------------------------
-def _value_text(value: Any) -> str:
+def value_text(value: Any) -> str:
     """An argument as code: ``Ref`` s by node name (``x``, ``split[1]``), other values by ``repr``."""
     if isinstance(value, Ref):
         return value.node if value.index is None else f"{value.node}[{value.index}]"
     if isinstance(value, tuple):
-        inner = ", ".join(_value_text(v) for v in value)
+        inner = ", ".join(value_text(v) for v in value)
         return f"({inner}{',' if len(value) == 1 else ''})"
     if isinstance(value, list):
-        return f"[{', '.join(_value_text(v) for v in value)}]"
+        return f"[{', '.join(value_text(v) for v in value)}]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_value_text(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{k!r}: {value_text(v)}" for k, v in value.items()) + "}"
     if isinstance(value, torch.dtype):
         return str(value)
     if isinstance(value, Subgraph):
@@ -187,11 +187,11 @@ def _value_text(value: Any) -> str:
     return repr(value)
 
 
-def _call_args(impl: Implementation, name: str, attrs: Mapping[str, Any]) -> str:
+def call_args(impl: Implementation, name: str, attrs: Mapping[str, Any]) -> str:
     """The arguments of a node: its recorded ``args``/``kwargs``, else its in-edges by slot."""
     if "args" in attrs or "kwargs" in attrs:
-        parts = [_value_text(a) for a in attrs.get("args", [])]
-        parts += [f"{k}={_value_text(v)}" for k, v in attrs.get("kwargs", {}).items()]
+        parts = [value_text(a) for a in attrs.get("args", [])]
+        parts += [f"{k}={value_text(v)}" for k, v in attrs.get("kwargs", {}).items()]
         return ", ".join(parts)
     parts = []
     for src, _, edge in impl.in_edges(name):
@@ -202,7 +202,7 @@ def _call_args(impl: Implementation, name: str, attrs: Mapping[str, Any]) -> str
 
 
 def _annotated(name: str, meta: Any) -> str:
-    text = _meta_text(meta) if meta is not None else None
+    text = meta_text(meta) if meta is not None else None
     return f'{name}: "{text}"' if text is not None else name
 
 
@@ -228,10 +228,10 @@ def _node_line(impl: Implementation, name: str, attrs: Mapping[str, Any]) -> str
     if ntype == "output":
         args = attrs.get("args")
         if args:
-            return f"return {_value_text(_structured(impl, args[0]))}"
-        return f"return {_call_args(impl, name, attrs)}"
+            return f"return {value_text(_structured(impl, args[0]))}"
+        return f"return {call_args(impl, name, attrs)}"
     if ntype == "function":
-        return f"{_annotated(name, meta)} = {target}({_call_args(impl, name, attrs)})"
+        return f"{_annotated(name, meta)} = {target}({call_args(impl, name, attrs)})"
     if ntype == "get_attr":
         if meta is None and target in impl.state:
             meta = impl.state[target]
@@ -240,7 +240,7 @@ def _node_line(impl: Implementation, name: str, attrs: Mapping[str, Any]) -> str
     local = str(attrs.get("target") or (target.removeprefix(f"{impl.name}.") if impl.name != "root" else target))
     variant = f"  # variant {attrs['variant']}" if attrs.get("variant") else ""
     local = "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in local.split("."))  # blocks.0 -> .blocks[0]
-    return f"{_annotated(name, meta)} = self{local}({_call_args(impl, name, attrs)}){variant}  # {ntype}"
+    return f"{_annotated(name, meta)} = self{local}({call_args(impl, name, attrs)}){variant}  # {ntype}"
 
 
 def _graph_lines(impl: Implementation, indent: str = "    ") -> list[str]:
@@ -262,7 +262,7 @@ def graph_text(impl: Implementation) -> str:
     head = f"# {impl.name}: {impl.type}" + (f" ({cls})" if cls else "")
     lines = [head]
     if impl.data:
-        lines.append("# attributes: " + ", ".join(f"{k}={_value_text(v)}" for k, v in impl.data.items()))
+        lines.append("# attributes: " + ", ".join(f"{k}={value_text(v)}" for k, v in impl.data.items()))
     for attr, rec in impl.state.items():
         extra = f", tie={rec['tie']}" if isinstance(rec.get("tie"), str) else ""
         lines.append(f"# {rec.get('kind', 'state')} {attr}: {tensor_text(rec, short=True)}{extra}")

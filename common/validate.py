@@ -27,7 +27,7 @@ from typing import Any
 
 import networkx as nx
 
-from common.validate_calls import _check_args, _check_call
+from common.validate_calls import check_args, check_call
 
 from .bodies import relocate
 from .errors import (
@@ -218,8 +218,8 @@ def _validate_graph(ir: Any, impl: Implementation, allow: _CheckedNames, *, cont
                     hint=f"record it in 'state' (nearest: {', '.join(near)})" if near else "record it in 'state'",
                 )
         elif ntype != "input" and context:
-            callees.append(_check_call(ir, impl, node, ntype, target, attrs))
-        for sub in _check_args(impl, node, attrs):
+            callees.append(check_call(ir, impl, node, ntype, target, attrs))
+        for sub in check_args(impl, node, attrs):
             _check_subgraph(ir, sub.impl, allow, name, node)
     if g.number_of_nodes() and len(outputs) != 1:
         raise IRValidationError(
@@ -266,7 +266,7 @@ def _validate_instance(ir: IR, impl: Implementation, body: Implementation, allow
                         implementation=impl.name, node=node, hint="record it in 'state'")
             elif ntype not in NODE_KINDS:
                 relocated = relocate(target, home, impl.name) if isinstance(target, str) else target
-                callees.append(_check_call(ir, impl, node, ntype, relocated, attrs))
+                callees.append(check_call(ir, impl, node, ntype, relocated, attrs))
     return callees
 
 

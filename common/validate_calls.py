@@ -19,7 +19,7 @@ from .ir import IR, NODE_KINDS, Implementation, slot_path
 from .values import Ref, Subgraph, collect_refs
 
 
-def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any, attrs: dict[str, Any]) -> str:
+def check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any, attrs: dict[str, Any]) -> str:
     name = impl.name
     if not isinstance(target, str):
         near = difflib.get_close_matches(ntype, NODE_KINDS, n=1)
@@ -53,7 +53,7 @@ def _check_call(ir: IR, impl: Implementation, node: str, ntype: str, target: Any
     return target
 
 
-def _check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> list[Subgraph]:
+def check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> list[Subgraph]:
     """Check that ``node``'s ``Ref`` placeholders and in-edges agree; return the subgraphs among its arguments
     (args first, then kwargs, in order)."""
     name = impl.name

@@ -26,14 +26,14 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from common.pytree_compare import (
-    _compare_leaf,
-    _compare_leaves,
-    _flatten,
-    _kind,
     _shapes,
-    _short,
     _snapshot,
-    _structure_difference,
+    compare_leaf,
+    compare_leaves,
+    flatten,
+    kind,
+    short,
+    structure_difference,
 )
 
 from .errors import IRError
@@ -191,20 +191,20 @@ def verify(
     report = VerifyReport(ok=True, max_abs_diff=0.0, tolerance=(
         f"atol {atol:g} scaled by the largest magnitude of each tensor (at least 1), rtol {rtol:g}" if scale
         else f"atol {atol:g}, rtol {rtol:g}"))
-    paths_o, leaves_o = _flatten(out_o)
-    paths_r, leaves_r = _flatten(out_r)
-    difference = _structure_difference(out_o, out_r)
+    paths_o, leaves_o = flatten(out_o)
+    paths_r, leaves_r = flatten(out_r)
+    difference = structure_difference(out_o, out_r)
     if difference is not None:
         report.ok = False
         report.structure_mismatch = (
-            f"{difference}; leaves of the original {_short(paths_o)}, of the rebuilt model {_short(paths_r)}"
+            f"{difference}; leaves of the original {short(paths_o)}, of the rebuilt model {short(paths_r)}"
         )
     if len(leaves_o) == len(leaves_r):
         for path, a, b in zip(paths_o, leaves_o, leaves_r):
-            ok, diff = _compare_leaf(a, b, atol, rtol, scale)
+            ok, diff = compare_leaf(a, b, atol, rtol, scale)
             tensor = isinstance(a, torch.Tensor)
             shape = tuple(a.shape) if tensor else None
-            dtype = _kind(a) if _kind(a) == _kind(b) else f"{_kind(a)} -> {_kind(b)}"
+            dtype = kind(a) if kind(a) == kind(b) else f"{kind(a)} -> {kind(b)}"
             report.outputs.append(OutputRecord(path, shape, dtype, diff if tensor else None, ok))
             report.ok = report.ok and ok
             if tensor:
@@ -220,11 +220,11 @@ def verify(
         if (path, n) not in rebuilt_by_key:
             continue
         other = rebuilt_by_key[path, n]
-        if _structure_difference(output, other) is not None or (path in mapped and _shapes(output) != _shapes(other)):
+        if structure_difference(output, other) is not None or (path in mapped and _shapes(output) != _shapes(other)):
             report.skipped_keys.append(_call_key(path, n))  # e.g. a rebuilt module returning only the outputs used
             continue
         report.calls_compared += 1
-        ok, diff = _compare_leaves(pytree.tree_leaves(output), pytree.tree_leaves(other), atol, rtol, scale)
+        ok, diff = compare_leaves(pytree.tree_leaves(output), pytree.tree_leaves(other), atol, rtol, scale)
         key = path or "root"
         report.module_diffs[key] = max(report.module_diffs.get(key, 0.0), diff)
         if not ok:

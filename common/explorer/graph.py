@@ -25,7 +25,7 @@ from ..errors import IRFormatError
 from ..htmlview.data import call_leaves
 from ..ir import IR, Implementation
 from ..schema import NODE_KINDS, slot_path
-from ..textview import _call_args, _meta_text
+from ..textview import call_args, meta_text
 from ..values import Ref
 
 __all__ = ["ADAPTER_ID", "MAX_NODES", "explorer_graph", "layer", "node_data"]
@@ -113,7 +113,7 @@ class _Builder:
             meta = attrs.get("meta")
             if meta is None and ntype == "get_attr":
                 meta = impl.state.get(str(attrs.get("implementation")))
-            output = _meta_text(meta) if meta is not None else None
+            output = meta_text(meta) if meta is not None else None
             common = [_kv("ir node", name), _kv("module", key)]
             if ntype == "input":
                 position = inputs.index(name)
@@ -125,7 +125,7 @@ class _Builder:
                 op = target.removeprefix("aten.") if ntype == "function" else (
                     f"self.{target}" if ntype == "get_attr" else ntype)
                 extra = [] if ntype == "output" else \
-                    [_kv("op", target), _kv("arguments", _call_args(impl, name, attrs))]
+                    [_kv("op", target), _kv("arguments", call_args(impl, name, attrs))]
                 self.add(out_id if ntype == "output" else node_id, op if ntype != "output" else "output", namespace,
                          common + extra, ins, output)
             else:
@@ -142,7 +142,7 @@ class _Builder:
                 cls = str(callee.meta.get("class", "")) if callee is not None else ""
                 label = cls.rsplit(".", 1)[-1] or ntype
                 extra = [_kv("calls", callee_key), _kv("class", cls or ntype),
-                         _kv("arguments", _call_args(impl, name, attrs))]
+                         _kv("arguments", call_args(impl, name, attrs))]
                 self.add(node_id, label, namespace, common + extra, ins, output)
                 self.members.setdefault(callee_key, []).append(node_id)
             values[name] = (out_id if ntype == "output" else node_id, None)

@@ -31,7 +31,7 @@ from ..calls import argument_leaves
 from ..ir import IR, Implementation
 from ..render.graphs import hierarchy_graph
 from ..render.repeats import ir_signatures, repeat_runs
-from ..textview import _call_args, _meta_text, _value_text, ir_summary_lines, shared_groups, tensor_text
+from ..textview import call_args, ir_summary_lines, meta_text, shared_groups, tensor_text, value_text
 from ..values import Ref
 
 __all__ = ["MAX_TEXT", "call_leaves", "overlay_keys", "plumbing", "produced", "view_data"]
@@ -47,8 +47,8 @@ def _clip(text: str) -> str:
 
 
 def _text(value: Any) -> str:
-    """A value as display text: strings as they are, anything else as code (``_value_text``)."""
-    return _clip(value if isinstance(value, str) else _value_text(value))
+    """A value as display text: strings as they are, anything else as code (``value_text``)."""
+    return _clip(value if isinstance(value, str) else value_text(value))
 
 
 def _short(path: str) -> str:
@@ -125,7 +125,7 @@ def produced(ir: IR, impl: Implementation, name: str, index: Any = None, depth: 
 def _edge_label(ir: IR, impl: Implementation, src: str, index: Any) -> str:
     """The tensor an edge carries: what its source gives (see :func:`produced`), as ``f32[1, 16, 64]``."""
     meta = produced(ir, impl, src, index)
-    return _clip(_meta_text(meta) or "") if meta is not None else ""
+    return _clip(meta_text(meta) or "") if meta is not None else ""
 
 
 #: operators export writes only to check what it assumed (a tensor's metadata, a symbolic size's range): read by no
@@ -167,8 +167,8 @@ def _graph(impl: Implementation, key: str, ir: IR) -> dict[str, Any]:
             shown = _short(str(ir[called].meta.get("class", ""))) or ntype if called else ntype
             kind, op = "call", shown if local == name else f"{local}: {shown}"
         meta = produced(ir, impl, name)
-        out = _meta_text(meta) if meta is not None else None
-        row = [str(name), kind, _clip(op), _clip(out or ""), _clip(_call_args(impl, name, attrs)), called]
+        out = meta_text(meta) if meta is not None else None
+        row = [str(name), kind, _clip(op), _clip(out or ""), _clip(call_args(impl, name, attrs)), called]
         if called:
             binding = _binding(ir[called], attrs, index)
             if binding is not None:

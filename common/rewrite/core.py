@@ -16,7 +16,7 @@ import networkx as nx
 
 from common.errors import IRValidationError
 from common.ir import IR, NODE_KINDS, Implementation
-from common.schema import _fix_slotless_order
+from common.schema import fix_slotless_order
 from common.values import Ref, Subgraph, iter_refs
 
 Where = str | Callable[[str], bool] | None
@@ -174,7 +174,7 @@ def rebuild_graph(graph: Implementation, nodes: list[tuple[str, dict[str, Any]]]
         graph.graph.add_edge(src, dst, **attrs)
         if attrs.get("slot") is None:
             slotless[dst] = slotless.get(dst, 0) + 1
-    _fix_slotless_order(graph, [(s, d, a) for s, d, a in edges], slotless)
+    fix_slotless_order(graph, [(s, d, a) for s, d, a in edges], slotless)
 
 
 def ordered(graph: Implementation) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, str, dict[str, Any]]]]:

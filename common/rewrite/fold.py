@@ -72,7 +72,7 @@ def has_running_stats(bn: Implementation) -> bool:
     return bool(bn.data.get("track_running_stats", True)) and "running_var" in bn.state
 
 
-def _remove_bn(s: Session, bn_ref: NodeRef) -> None:
+def remove_bn(s: Session, bn_ref: NodeRef) -> None:
     """Remove the batch norm's node (its consumers read its input) without a line in ``changes``."""
     count = len(s.changes)
     remove_node(s, bn_ref, 0)
@@ -116,7 +116,7 @@ def _label(bn: Implementation, own: OwnNorm | None) -> str:
 def _finish(s: Session, bn_ref: NodeRef, bn_key: str, own: OwnNorm | None) -> None:
     """Remove the folded batch norm: its call node, or the batch norm op inside a module computing its own."""
     if own is None or not own.keeps:  # nothing left but the identity: the module goes, as a plain BatchNorm does
-        _remove_bn(s, bn_ref)
+        remove_bn(s, bn_ref)
         return
     from .fold_own import strip_norm
 

@@ -19,7 +19,7 @@ from common.ir import IR
 from common.provenance import PROVENANCE_KEY
 
 from .core import Match, NodeRef, call_sites, callee, graph_of
-from .fold import _remove_bn, bn_affine, has_running_stats
+from .fold import bn_affine, has_running_stats, remove_bn
 from .ops import replace_nodes
 from .session import Session
 
@@ -104,7 +104,7 @@ def fold_into_next(s: Session, bn_ref: NodeRef, layer_ref: NodeRef, how: str) ->
                   data={**layer.data, "bias": True}, state_fn=fold, meta=meta, split=None, record=False, pass_name=None)
     del s.changes[count:]
     s.ir[layer_key].meta[PROVENANCE_KEY] = prov
-    _remove_bn(s, bn_ref)
+    remove_bn(s, bn_ref)
     s.changes.append(f"{layer_key}: {bn.type} + {layer.type} -> {layer.type} (the batch norm before it){how}")
 
 

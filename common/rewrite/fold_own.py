@@ -19,7 +19,7 @@ from common.python_functions import MODULE_BATCH_NORM
 from common.values import TRAINING, Ref
 
 from .core import map_refs, ordered, rebuild_graph
-from .ops import _in_order
+from .ops import in_order
 
 #: Batch-norm ops in eval form: ``(weight, bias, running_mean, running_var)`` argument positions, the position of
 #: the ``training`` flag (``None``: the op has none), of ``eps``, and whether consumers read item 0 of a tuple.
@@ -138,7 +138,7 @@ def strip_norm(impl: Implementation, found: OwnNorm) -> None:
         if u == found.node:
             u, d = found.input, {k: x for k, x in d.items() if k != "src_index"}
         new_edges.append((u, v, d))
-    rebuild_graph(impl, kept, _in_order(new_edges, kept))
+    rebuild_graph(impl, kept, in_order(new_edges, kept))
     read = {a.get("implementation") for _, a in impl.graph.nodes(data=True) if a.get("type") == "get_attr"}
     for name in (*STATE_NAMES, "num_batches_tracked"):
         if name in impl.state and name not in read:

@@ -45,7 +45,7 @@ from .core import (
     ordered,
     rebuild_graph,
 )
-from .ops import _in_order
+from .ops import in_order
 from .session import Session
 
 #: ``meta`` keys of a module's call signature, dropped once nothing calls it.
@@ -147,7 +147,7 @@ def inline_call(s: Session, ref: NodeRef) -> set[str]:
     for name, node in nodes:
         if name in changed:
             edges += edges_of(name, node)
-    rebuild_graph(parent, nodes, _in_order(edges, nodes))
+    rebuild_graph(parent, nodes, in_order(edges, nodes))
     same = _one_read_per_tensor(parent)
     names = _name_by_structure(parent, ref.implementation, {renamed[n]: n for n in renamed})
     _drop_unused_graphs(s.ir, key)

@@ -179,7 +179,7 @@ def replace_nodes(s: Session, match: Match, *, type: str, key: str | None, data:
     for u, v, d in outside:
         new_edges.append((rename.get(u, u), v, d))
     new_nodes = [(n, _renamed_refs(a, rename) if n not in inside or split is not None else a) for n, a in new_nodes]
-    rebuild_graph(graph, topo_order(new_nodes, new_edges, rank, owner), _in_order(new_edges, new_nodes))
+    rebuild_graph(graph, topo_order(new_nodes, new_edges, rank, owner), in_order(new_edges, new_nodes))
     s.place(impl, gone, replaced[0] if replaced else None, owner)
     s.changes.append(f"{key}: {' + '.join(from_types)} -> {type}")
     return key
@@ -195,7 +195,7 @@ def _renamed_refs(attrs: dict[str, Any], rename: Mapping[str, str]) -> dict[str,
     return out
 
 
-def _in_order(edges: list[tuple[str, str, dict[str, Any]]], nodes: list[tuple[str, dict[str, Any]]]) -> (
+def in_order(edges: list[tuple[str, str, dict[str, Any]]], nodes: list[tuple[str, dict[str, Any]]]) -> (
         list[tuple[str, str, dict[str, Any]]]):
     """Edges grouped by destination in node order, keeping each destination's edge order."""
     by_dst: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
@@ -262,7 +262,7 @@ def remove_node(s: Session, ref: NodeRef, input: int) -> None:
                     a[field] = map_refs(a[field], lambda r: Ref(src, compose_index(r.index, inner, ref))
                                         if r.node == ref.node else r)
         new_nodes.append((n, a))
-    rebuild_graph(graph, new_nodes, _in_order(kept_edges, new_nodes))
+    rebuild_graph(graph, new_nodes, in_order(kept_edges, new_nodes))
     if gone:
         keys = [k for k in s.ir if k not in gone]
         tensors = s.ir.tensors
@@ -315,7 +315,7 @@ def insert_node(s: Session, ref: NodeRef, *, type: str, key: str | None, data: M
         new_nodes.append((n, a))
         if n == ref.node:
             new_nodes.append((name, new_attrs))
-    rebuild_graph(graph, new_nodes, _in_order(new_edges, new_nodes))
+    rebuild_graph(graph, new_nodes, in_order(new_edges, new_nodes))
     s.place(impl, [], callee(attrs) or owner, owner, after=True)
     s.changes.append(f"{key}: {type} inserted after {ref}")
     return key

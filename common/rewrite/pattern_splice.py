@@ -17,7 +17,7 @@ from common.names import without_counter
 from common.values import Ref
 
 from .core import edges_of, fresh_name, map_refs, ordered, rebuild_graph
-from .ops import _in_order
+from .ops import in_order
 from .pattern_match import StateValue
 from .pattern_trace import Traced, replacement_metas, value_meta
 
@@ -120,7 +120,7 @@ def splice(ir: IR, graph: Implementation, key: str, found: list[Found],
             new_edges += edges_of(name, attrs)
     bases = {without_counter(n) for n in removed} | {without_counter(n) for g in emitted.values() for n, _ in g}
     new_nodes, new_edges = _renumber(new_nodes, new_edges, bases)
-    rebuild_graph(graph, new_nodes, _in_order(new_edges, new_nodes))
+    rebuild_graph(graph, new_nodes, in_order(new_edges, new_nodes))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError
 from common.treespec import describe_spec
-from ir2torch.guards.check import _fits, check_structure
+from ir2torch.guards.check import check_structure, fits
 from ir2torch.guards.specs import is_call_spec
 
 
@@ -40,7 +40,7 @@ class ArgumentFlattener:
         self.names = names
 
     def __call__(self, value: Any, spec: pytree.TreeSpec) -> list[Any]:
-        if not _fits(pytree.tree_structure(value), spec):
+        if not fits(pytree.tree_structure(value), spec):
             self._refuse(value, spec)
         return fx_pytree.tree_flatten_spec(value, spec)
 

@@ -20,8 +20,8 @@ from torch.nn.modules import module as _module
 from common.errors import ExecutionError, IRError, without_values
 from common.names import GENERATED_ATTRS
 from ir2torch.codegen.fold_cache import FOLD_ATTR
-from ir2torch.run_safety.forward_budget import _LOCAL as _BUDGET_LOCAL
 from ir2torch.run_safety.forward_budget import BUDGET_ATTR, skip_budget
+from ir2torch.run_safety.forward_budget import LOCAL as _BUDGET_LOCAL
 from ir2torch.run_safety.node_checks import call_data_checked, module_needs_checks
 
 Check = Callable[[nn.Module, tuple, dict], None]

@@ -148,7 +148,7 @@ class CodeCache:
         self._specs: dict[tuple[str, str], Any] = {}
         self._spec_keys: dict[int, tuple[Any, Hashable]] = {}
         #: what ``function`` nodes call, by allow-list, target, keyword names and positional count
-        #: (:meth:`ir2torch.rebuild.graphs._GraphBuilder.function`)
+        #: (:meth:`ir2torch.rebuild.graphs.GraphBuilder.function`)
         self.functions: dict[tuple[int, Any, tuple, int], Any] = {}
         self.hits = 0
         self.misses = 0

@@ -30,7 +30,7 @@ from ir2torch.codegen.source import calling_convention, install_graph
 from ir2torch.flat.state import StateSource, attach_weights, resolve_weights
 from ir2torch.guards.same_inputs import insert_flat_same_inputs
 from ir2torch.guards.specs import flat_guard
-from ir2torch.rebuild.graphs import _fx_name, runtime_device
+from ir2torch.rebuild.graphs import fx_name, runtime_device
 from ir2torch.run_safety.uninitialized import is_uninitialized, zero_filled
 
 Executor = Callable[..., Any]
@@ -77,7 +77,7 @@ def build_flat_module(
     registry = executors if executors is not None else new_executor_registry()
     flat.validate(allowlist=allow, extra_ops=registry.keys())
     name = str(flat.meta.get("model", "Model")).rpartition(".")[2]
-    gm = fx.GraphModule(nn.Module(), fx.Graph(), class_name=_fx_name(f"Flat{name}"))
+    gm = fx.GraphModule(nn.Module(), fx.Graph(), class_name=fx_name(f"Flat{name}"))
     tensors = resolve_weights(flat, state, device=device, strict=strict)
     attach_weights(gm, flat, tensors)
     fallback = torch.device(device) if device is not None else torch.device("cpu")
@@ -186,7 +186,7 @@ class _FlatGraph:
     def build(self) -> fx.Graph:
         taken: set[str] = set()
         for meta in self.flat.graph_inputs:
-            name = base = _fx_name(meta.name)
+            name = base = fx_name(meta.name)
             while name in taken:
                 name = f"{base}_{len(taken)}"
             taken.add(name)
@@ -196,7 +196,7 @@ class _FlatGraph:
             fn, schema = self.target(node)
             args, kwargs = call_arguments(schema, node.args, node.kwargs)
             fx_node = self.graph.create_node("call_function", fn, tuple(self.substitute(args)),
-                                             self.substitute(kwargs), name=_fx_name(node.name))
+                                             self.substitute(kwargs), name=fx_name(node.name))
             fx_node.meta.update(flat_node=node.name, op_type=node.op_type, module_path=node.module_path,
                                 ir_node=node.name)
             if returns_sequence(schema, len(node.outputs)):

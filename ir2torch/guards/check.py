@@ -281,7 +281,7 @@ def _nested_args(in_spec: pytree.TreeSpec | None, names: list[str]) -> tuple[tup
     return tuple((i, name, spec) for i, (name, spec) in enumerate(zip(names, children)) if not spec.is_leaf())
 
 
-def _fits(given: Any, spec: Any, *, ordered: bool = True) -> bool:
+def fits(given: Any, spec: Any, *, ordered: bool = True) -> bool:
     """Whether a value of structure ``given`` flattens to the leaves ``spec`` names, and to no more: a list, a tuple
     or a ``torch.Size`` for another is accepted (the flattening reads them alike); a leaf of ``spec`` takes anything
     (the graph's guard checks it). A dict's keys must come in the converted order: a forward that iterates the dict
@@ -297,12 +297,12 @@ def _fits(given: Any, spec: Any, *, ordered: bool = True) -> bool:
         if ordered and list(given.context) != list(spec.context):
             return False
         position = {key: i for i, key in enumerate(given.context)}
-        return all(_fits(given.child(position[key]), spec.child(i), ordered=ordered)
+        return all(fits(given.child(position[key]), spec.child(i), ordered=ordered)
                    for i, key in enumerate(spec.context))
     if not (given.type is spec.type and given.context == spec.context) and not (
             given.type in _SEQUENCES and spec.type in _SEQUENCES):
         return False
-    return all(_fits(given.child(i), spec.child(i), ordered=ordered) for i in range(spec.num_children))
+    return all(fits(given.child(i), spec.child(i), ordered=ordered) for i in range(spec.num_children))
 
 
 #: Sequences one argument may be given as for another (a ``torch.Size`` is a tuple; pytree's maps make it one).
@@ -311,15 +311,15 @@ _SEQUENCES = (list, tuple, torch.Size)
 
 def check_structure(name: str, value: Any, spec: Any) -> None:
     """Raise :class:`InputMismatchError` naming argument ``name`` when ``value``'s pytree structure does not fit
-    ``spec`` (:func:`_fits`): the one check of a nested argument, for the input guard and the generated code."""
+    ``spec`` (:func:`fits`): the one check of a nested argument, for the input guard and the generated code."""
     found = pytree.tree_structure(value)
-    if not _fits(found, spec) and _fits(found, spec, ordered=False):
+    if not fits(found, spec) and fits(found, spec, ordered=False):
         raise InputMismatchError(
             f"argument has a dict whose keys come in another order than in the conversion call "
             f"({describe_spec(found)}, converted with {describe_spec(spec)}); the forward may depend on the order "
             "(iterating the dict), and the graph computes in the converted one", key=name,
             hint="build the dict with its keys in the converted order, or convert again with this order")
-    if not _fits(found, spec):
+    if not fits(found, spec):
         raise InputMismatchError(
             f"argument has pytree structure {describe_spec(found)}, but the module was converted with "
             f"{describe_spec(spec)}", key=name,

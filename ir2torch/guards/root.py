@@ -28,7 +28,7 @@ from common.ir import Implementation
 from ir2torch.codegen.source import calling_convention, compile_variant
 from ir2torch.guards.check import InputGuard
 from ir2torch.guards.same_inputs import insert_same_inputs
-from ir2torch.rebuild.graphs import _GraphBuilder, execution_order
+from ir2torch.rebuild.graphs import GraphBuilder, execution_order
 
 
 def guarded_forward(cls_forward: Callable[..., Any], guard: InputGuard, bind: Callable[..., Any]) -> Callable[..., Any]:
@@ -57,7 +57,7 @@ def guard_builder_root(module: nn.Module, impl: Implementation, guard: InputGuar
             generated code cannot use).
     """
     graph = fx.Graph()
-    builder = _GraphBuilder(impl, allowlist=None, codes=None)  # type: ignore[arg-type] - only its input names
+    builder = GraphBuilder(impl, allowlist=None, codes=None)  # type: ignore[arg-type] - only its input names
     for node in execution_order(impl):
         if impl.node(node)["type"] == "input":
             placeholder = graph.placeholder(builder.placeholder_name(node))

@@ -101,7 +101,7 @@ def resolve_class(name: str, impl: str) -> type[nn.Module]:
     return obj
 
 
-def _check_attribute(cls: type, name: str, impl: str) -> None:
+def check_attribute(cls: type, name: str, impl: str) -> None:
     if not is_attribute_name(name):
         raise UnsafeTargetError(f"opaque attribute name {name!r} is not allowed", implementation=impl, key=name,
                                 hint="the file is corrupt or hostile")
@@ -121,7 +121,7 @@ def build_opaque(impl: Implementation) -> nn.Module:
     check_data(impl.data, impl.name)
     cls = resolve_class(impl.data["class"], impl.name)
     for name in impl.data["attributes"]:
-        _check_attribute(cls, name, impl.name)
+        check_attribute(cls, name, impl.name)
     if "init" in impl.data:  # constructed from its recorded arguments (the class is allowed: its code is trusted)
         module = cls(**_arguments(impl))
     else:
@@ -130,10 +130,10 @@ def build_opaque(impl: Implementation) -> nn.Module:
     for name, value in impl.data["attributes"].items():
         vars(module)[name] = copy.deepcopy(value)
     for name, value in impl.data.get("configs", {}).items():  # configuration objects set as attributes
-        _check_attribute(cls, name, impl.name)
+        check_attribute(cls, name, impl.name)
         vars(module)[name] = _config(value[CONFIG_TAG], impl.name)
     for name, value in impl.data.get("objects", {}).items():  # plain helper objects (torchvision's BoxCoder)
-        _check_attribute(cls, name, impl.name)
+        check_attribute(cls, name, impl.name)
         vars(module)[name] = _object(value, impl.name)
     for name, record in impl.state.items():
         kind = record.get("kind")
@@ -195,7 +195,7 @@ def _object(record: Mapping[str, Any], impl: str) -> Any:
                          "__new__ or __slots__)", implementation=impl,
                          hint="an opaque leaf's helper objects are instances of plain classes of its package")
     for attribute in record["attributes"]:
-        _check_attribute(obj, attribute, impl)
+        check_attribute(obj, attribute, impl)
     instance = object.__new__(obj)
     vars(instance).update(copy.deepcopy(dict(record["attributes"])))
     return instance

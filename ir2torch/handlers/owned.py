@@ -97,7 +97,7 @@ def take_owned(ir: IR, modules: MutableMapping[str, nn.Module]) -> None:
         IRFormatError: an owned implementation without an owning opaque leaf above it.
         BuildError: the constructor made no module there, or one of another class.
     """
-    from ir2torch.handlers.opaque import _check_attribute
+    from ir2torch.handlers.opaque import check_attribute
 
     for key, impl in ir.items():
         if impl.type != OWNED_TYPE:
@@ -119,7 +119,7 @@ def take_owned(ir: IR, modules: MutableMapping[str, nn.Module]) -> None:
                              hint="the installed library makes this layer otherwise than the one it was converted "
                              "with")
         for name, value in impl.data["attributes"].items():
-            _check_attribute(cls, name, key)
+            check_attribute(cls, name, key)
             vars(module)[name] = copy.deepcopy(value)
         modules[key] = module
 

@@ -81,7 +81,7 @@ def runtime_device(value: Any) -> torch.device:
     return value.device if isinstance(value, torch.Tensor) else torch.device("cpu")
 
 
-class _GraphBuilder:
+class GraphBuilder:
     """Builds one fx graph from one implementation's IR graph."""
 
     def __init__(self, impl: Implementation, allowlist: Allowlist, codes: CodeCache | None = None) -> None:
@@ -98,7 +98,7 @@ class _GraphBuilder:
 
     def placeholder_name(self, node: str) -> str:
         """A distinct identifier for input ``node`` (sanitized names of two inputs may coincide)."""
-        name = base = _fx_name(node)
+        name = base = fx_name(node)
         suffix = 1
         while name in self._placeholders:
             name = f"{base}_{suffix}"
@@ -172,7 +172,7 @@ class _GraphBuilder:
         """A higher-order op's body becomes a ``GraphModule`` bound into the call target."""
         bodies = {
             i: install_graph(placeholder_module("Subgraph"),
-                             _GraphBuilder(a.impl, self.allowlist, self.codes).build(), self.impl.name, self.codes)
+                             GraphBuilder(a.impl, self.allowlist, self.codes).build(), self.impl.name, self.codes)
             for i, a in enumerate(args) if isinstance(a, Subgraph)
         }
         if fn is torch.ops.higher_order.wrap_with_set_grad_enabled:
@@ -227,7 +227,7 @@ class _GraphBuilder:
                 self.graph.output(result)
                 outputs_seen = True
                 continue
-            name = _fx_name(local_name(node))
+            name = fx_name(local_name(node))
             if kind == "function":
                 fn = self.function(node, attrs["implementation"], args, kwargs)
                 if fn is None:  # a higher-order op: its bodies are bound into the call
@@ -284,7 +284,7 @@ def local_name(node: str) -> str:
     return without_counter(node)
 
 
-def _fx_name(name: str) -> str:
+def fx_name(name: str) -> str:
     """A Python identifier for generated code: no keyword, builtin or ``self``."""
     cleaned = sanitize(name)
     if cleaned in _RESERVED_NAMES or keyword.iskeyword(cleaned):
@@ -333,7 +333,7 @@ def graph_module(
     # an unexpanded instance of a shared body is built from its body, whose calls name children by paths relative
     # to the module (the same from the body's home as from the instance)
     source = impl.shared_body or impl
-    graph = _GraphBuilder(source, allowlist, codes).build()
+    graph = GraphBuilder(source, allowlist, codes).build()
     insert_same_inputs(graph, source)
     if guard is not None:
         guard.insert(graph)
@@ -351,7 +351,7 @@ def graph_module(
                                constants)
     variants = []
     for variant in source.variants:  # per-call graphs share the module's calling convention
-        vgraph = _GraphBuilder(variant, allowlist, codes).build()
+        vgraph = GraphBuilder(variant, allowlist, codes).build()
         insert_same_inputs(vgraph, variant)
         if "in_spec" in impl.meta:
             vgraph._codegen = calling_convention(impl.meta, impl.name, codes)
@@ -386,4 +386,4 @@ def _drop_entry(name: str, module: nn.Module, state: dict[str, Any], prefix: str
 def _class_name(impl: Implementation) -> str:
     cls = impl.meta.get("class")
     base = cls.rsplit(".", 1)[-1] if isinstance(cls, str) else impl.type.title()
-    return _fx_name(base) or "IRModule"
+    return fx_name(base) or "IRModule"

@@ -67,7 +67,7 @@ class _Local(threading.local):
     depth = 0  # > 0 while a checked call (probed, checked, or the probe itself) runs on this thread
 
 
-_LOCAL = _Local()
+LOCAL = _Local()
 
 
 _MODULE_CALL = nn.Module.__call__
@@ -84,7 +84,7 @@ def skip_budget() -> bool:
 
 def inside_checked_call() -> bool:
     """Whether a call checked by a budget is running on this thread (its submodule calls are covered by it)."""
-    return _LOCAL.depth > 0
+    return LOCAL.depth > 0
 
 
 class ForwardBudget:
@@ -136,11 +136,11 @@ class ForwardBudget:
                 return self._run_checked(obj, call, args, kwargs)
             else:
                 _remember(self.probed, signature)
-        _LOCAL.depth += 1
+        LOCAL.depth += 1
         try:  # fake tensors had no values: the nodes reading indices check them (ir2torch.run_safety.node_checks)
             return call(obj, *args, **kwargs)
         finally:
-            _LOCAL.depth -= 1
+            LOCAL.depth -= 1
 
     def _probe(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
                limit: int | None) -> bool:
@@ -154,7 +154,7 @@ class ForwardBudget:
 
         if any(isinstance(t, FakeTensor) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)):
             return True  # a caller's fake tensors (its own FakeTensorMode runs the ops): nothing real runs
-        _LOCAL.depth += 1
+        LOCAL.depth += 1
         try:
             with kept_attributes(obj), _disable_current_modes(), quiet_fake_tensors(), hooks_off(obj), \
                     FakeTensorMode(allow_fallback_kernels=False) as mode, \
@@ -176,12 +176,12 @@ class ForwardBudget:
         except Exception:  # noqa: BLE001 - fake tensors could not run it: the real call is checked op by op
             return False
         finally:
-            _LOCAL.depth -= 1
+            LOCAL.depth -= 1
         return True
 
     def _run_checked(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
         limit = self.limit()
-        _LOCAL.depth += 1
+        LOCAL.depth += 1
         try:
             with Checked(limit, self._where(obj), self.flops, storages((args, kwargs)),
                          state_storages(obj) if limit is not None else None):
@@ -194,7 +194,7 @@ class ForwardBudget:
         except OverBudget as over:
             raise _budget_error(over, limit or 0, self, checked=True) from None
         finally:
-            _LOCAL.depth -= 1
+            LOCAL.depth -= 1
 
     @staticmethod
     def _where(obj: nn.Module) -> str | None:

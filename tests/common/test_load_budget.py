@@ -166,13 +166,13 @@ def test_ten_thousand_implementations_load_and_rebuild(tmp_path: Path, monkeypat
     total = _nodes(doc)
     path = _write(doc, tmp_path)
     checked = [0]
-    original = validate_module._check_args
+    original = validate_module.check_args
 
     def counting(*args: Any) -> Any:
         checked[0] += 1
         return original(*args)
 
-    monkeypatch.setattr(validate_module, "_check_args", counting)
+    monkeypatch.setattr(validate_module, "check_args", counting)
     ir = IR.load(path)
     assert checked[0] == total  # one check per node: nothing walks the IR again per implementation
     assert len(ir) == count + 1

@@ -128,8 +128,8 @@ class _CountingHead(_Head):
 def test_the_train_update_check_names_the_failure_without_another_pass(device, monkeypatch) -> None:
     _cpu(monkeypatch, device)
     passes = []
-    real = torch2ir.train.updates._copied
-    monkeypatch.setattr("torch2ir.train.updates._copied", lambda *a, **k: passes.append(1) or real(*a, **k))
+    real = torch2ir.train.updates.copied
+    monkeypatch.setattr("torch2ir.train.updates.copied", lambda *a, **k: passes.append(1) or real(*a, **k))
     torch.manual_seed(0)
     model, x = _CountingHead().eval(), torch.randn(1, 4)
     ir = torch2ir.convert(model, (x,))

@@ -30,12 +30,12 @@ from torch2ir.hierarchy.base_class import record_bases
 from torch2ir.hierarchy.call_types import real_sequentials, sync_call_types
 from torch2ir.hierarchy.modules import ModuleTable
 from torch2ir.hierarchy.program_facts import (
-    _calling_convention,
-    _keep_tensors,
-    _module_conventions,
     _mutations,
-    _record_constants,
-    _shape_of,
+    calling_convention,
+    keep_tensors,
+    module_conventions,
+    record_constants,
+    shape_of,
 )
 from torch2ir.hierarchy.recover import Frame, Hierarchy, Problem
 from torch2ir.lowering.capture import Capture
@@ -126,7 +126,7 @@ def _build_ir(
     if table.is_leaf(model):  # the whole model is one handled module (nn.LSTM, ...)
         ir = table.build(called=set())
         _raise(table.errors)
-        _keep_tensors(ir, table, {})
+        keep_tensors(ir, table, {})
         capture = Capture(None, model, args, kwargs, allowlist, refused=f"the whole model is one handled "
                           f"{type(model).__name__} (no export ran)")
         if captured is None:
@@ -227,11 +227,11 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         record_bases(ir, table)  # the torch.nn class a module traced as a graph subclasses (common.base_class)
         sync_call_types(ir)
         problems += name_methods(ir, table, methods)
-        _record_constants(ir, table, ep)
+        record_constants(ir, table, ep)
         _mutations(ep, hierarchy, problems)
         _raise(problems)
-        _calling_convention(ir.root, ep)
-        _module_conventions(ir, table, hierarchy, frames)
+        calling_convention(ir.root, ep)
+        module_conventions(ir, table, hierarchy, frames)
         if train_checks:
             train_mode(ir, TrainPass(model, args, kwargs, table, hierarchy, ep, strict=strict,
                                      dynamic_shapes=dynamic_shapes, hooked=hooked,
@@ -243,7 +243,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
             ir.root.meta[CUSTOM_BACKWARD_KEY] = custom
         _carried_notes(ir, model)
         record_pt2e_prepared(ir, model)  # what convert_pt2e reads from a prepared model (common.pt2e_prepared)
-        _keep_tensors(ir, table, ep.constants)
+        keep_tensors(ir, table, ep.constants)
         _instance_tensors(ir, instances)
         missing = allowlist.required(function_names(ir))
         if missing:
@@ -337,7 +337,7 @@ def _per_call_graphs(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: l
         shapes: list[list[tuple]] = []
         shared: list[Implementation] = []
         for call in by_key[key]:
-            shape = _shape_of(written[id(call)])
+            shape = shape_of(written[id(call)])
             if shape not in shapes:
                 shapes.append(shape)
                 shared.append(written[id(call)])

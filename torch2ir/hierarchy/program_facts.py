@@ -17,7 +17,7 @@ from torch2ir.hierarchy.tensormeta import range_bound, state_record
 from torch2ir.lowering.flat import spec_text
 
 
-def _shape_of(impl: Implementation) -> list[tuple]:
+def shape_of(impl: Implementation) -> list[tuple]:
     """Graph structure with node names replaced by positions (to compare two calls)."""
     index = {n: i for i, n in enumerate(impl.graph.nodes)}
     out = []
@@ -45,7 +45,7 @@ def _owner(table: ModuleTable, fqn: str) -> tuple[str | None, str]:
     return table.key(path), attr
 
 
-def _record_constants(ir: IR, table: ModuleTable, ep: torch.export.ExportedProgram) -> None:
+def record_constants(ir: IR, table: ModuleTable, ep: torch.export.ExportedProgram) -> None:
     for fqn in ep.graph_signature.inputs_to_lifted_tensor_constants.values():
         key, attr = _owner(table, fqn)
         if key is not None and attr not in ir[key].state:
@@ -97,7 +97,7 @@ def _parameters_written(ep: torch.export.ExportedProgram) -> list[str]:
     return list(written)
 
 
-def _calling_convention(root: Implementation, ep: torch.export.ExportedProgram) -> None:
+def calling_convention(root: Implementation, ep: torch.export.ExportedProgram) -> None:
     spec = ep.call_spec
     entry = next((e for e in ep.module_call_graph if e.fqn == ""), None)
     names = list(entry.signature.forward_arg_names) if entry and entry.signature else []
@@ -113,7 +113,7 @@ def _calling_convention(root: Implementation, ep: torch.export.ExportedProgram) 
         }
 
 
-def _module_conventions(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: list[Frame]) -> None:
+def module_conventions(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames: list[Frame]) -> None:
     """Each module written with its recorded call signature takes and returns what the original did."""
     for frame in frames:
         sig = hierarchy.signed.get(id(frame))
@@ -124,7 +124,7 @@ def _module_conventions(ir: IR, table: ModuleTable, hierarchy: Hierarchy, frames
                 ir[key].meta["parameters"] = [list(p) for p in sig.parameters]
 
 
-def _keep_tensors(ir: IR, table: ModuleTable, constants: Mapping[str, Any]) -> None:
+def keep_tensors(ir: IR, table: ModuleTable, constants: Mapping[str, Any]) -> None:
     """Values of state that no state dict carries: non-persistent buffers and constants."""
     for key, impl in ir.items():
         prefix = "" if key == "root" else key + "."

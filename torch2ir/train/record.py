@@ -283,7 +283,7 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
     try:
         copy = (lambda t: t.to("meta")) if device == "meta" else (lambda t: t.clone())
         meta = pytree.tree_map_only(torch.Tensor, copy, (tuple(args), dict(kwargs or {})))
-        with kept_attributes(model), _copied(model, device) as copies, traced_mode(model, training=training), \
+        with kept_attributes(model), copied(model, device) as copies, traced_mode(model, training=training), \
                 _compiling_state_context(), \
                 (torch.random.fork_rng(devices=[]) if device != "meta" else contextlib.nullcontext()), \
                 (stand_ins.installed() if stand_ins is not None else contextlib.nullcontext()), \
@@ -308,7 +308,7 @@ def _record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, is_
 
 
 class PassCopies(dict):
-    """``{id(original tensor): its copy}`` (on meta or CPU), and the module slots :func:`_copied` swapped."""
+    """``{id(original tensor): its copy}`` (on meta or CPU), and the module slots :func:`copied` swapped."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -324,7 +324,7 @@ class PassCopies(dict):
 
 
 @contextlib.contextmanager
-def _copied(model: nn.Module, device: str = "meta") -> Iterator[PassCopies]:
+def copied(model: nn.Module, device: str = "meta") -> Iterator[PassCopies]:
     """Swap every parameter and buffer of ``model`` for a ``meta`` copy, and put the very same objects back.
     ``device="cpu"``: for a clone instead, and every tensor held as a plain module attribute too (a forward
     computing on real values may write it in place; on meta, mixing it with a meta copy fails first).

@@ -6,7 +6,7 @@ does (``nn.BatchNorm2d``'s running statistics), and an in-place op of the eval t
 covers is a buffer written only when ``self.training`` is set, in Python the trace never saw:
 ``torch.nn.utils.parametrizations.spectral_norm`` runs its power iteration and updates ``_u`` / ``_v`` only in
 train mode. The rebuild never updates them, so its train mode differs: :func:`check_train_updates` finds such
-buffers with the cheap meta-tensor train pass (:func:`torch2ir.train.record._copied`: in-place writes show as
+buffers with the cheap meta-tensor train pass (:func:`torch2ir.train.record.copied`: in-place writes show as
 version-counter bumps of the meta copies) and warns with :class:`~torch2ir.train.dropout.TrainModeWarning`.
 
 The pass runs only when a module outside the handled leaves reads ``training`` and holds such buffers in its
@@ -28,7 +28,7 @@ from common.ir import IR
 from torch2ir.frontend.export import traced_mode
 from torch2ir.hierarchy.modules import ModuleTable
 from torch2ir.train.dropout import TrainModeWarning
-from torch2ir.train.record import TrainOps, _copied, reads_training
+from torch2ir.train.record import TrainOps, copied, reads_training
 
 
 def _outside_leaves(model: nn.Module, table: ModuleTable) -> list[tuple[str, nn.Module]]:
@@ -95,7 +95,7 @@ def train_only_updates(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] 
         _compiling_state_context = contextlib.nullcontext  # type: ignore[assignment]
     try:
         meta = pytree.tree_map_only(torch.Tensor, lambda t: t.to("meta"), (tuple(args), dict(kwargs or {})))
-        with _copied(model) as copies, traced_mode(model, training=True), _compiling_state_context():
+        with copied(model) as copies, traced_mode(model, training=True), _compiling_state_context():
             before = {i: copies[i]._version for i in candidates if i in copies}
             model(*meta[0], **meta[1])
             changed = [candidates[i] for i in copies.written(before) if i in candidates]

@@ -11,7 +11,7 @@ from torch.utils import _pytree as pytree
 from common.errors import InputMismatchError
 from common.treespec import describe_spec
 from ir2torch.guards.check import _fits, check_structure
-from ir2torch.guards.specs import is_call_spec
+from ir2torch.guards.specs import exact_leaves, is_call_spec
 
 
 def _not_a_sequence(name: str, value: Any) -> None:
@@ -40,6 +40,9 @@ class ArgumentFlattener:
         self.names = names
 
     def __call__(self, value: Any, spec: pytree.TreeSpec) -> list[Any]:
+        leaves = exact_leaves(value, spec)  # the converted structure itself: its leaves in one walk
+        if leaves is not None:
+            return leaves
         if not _fits(pytree.tree_structure(value), spec):
             self._refuse(value, spec)
         return fx_pytree.tree_flatten_spec(value, spec)

@@ -58,3 +58,10 @@ def test_a_leaf_of_the_spec_takes_anything_as_the_slow_rule_does() -> None:
     spec = pytree.tree_structure((T[0], T[1]))
     assert exact_leaves((T[0], [T[1], T[2]]), spec) == [T[0], [T[1], T[2]]]
     assert fx_pytree.tree_flatten_spec((T[0], [T[1], T[2]]), spec)[1] == [T[1], T[2]]
+
+
+def test_generated_code_s_list_of_positional_arguments_takes_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    value = ((T[0], [T[1]]), {"k": {"a": T[2]}})
+    spec = pytree.tree_structure(value)
+    monkeypatch.setattr(pytree, "tree_structure", None)  # the slow path would call it
+    assert ArgumentFlattener(("x", "y", "k"))(([T[0], [T[1]]], {"k": {"a": T[2]}}), spec) == [T[0], T[1], T[2]]

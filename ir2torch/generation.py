@@ -14,9 +14,10 @@ own ``generate()`` (greedy, sampling, beam search, stopping criteria, ...) drive
   attention mask is all ones and missing position ids the cache's positions (what the original computes);
   ``logits_to_keep`` other than the converted ``1`` is refused by the rebuild's input guard;
 - takes a ``StaticCache`` (``cache_implementation="static"``) of plain and sliding-window static layers: the
-  tokens it holds are copied into a ``DynamicCache`` of the config's layers, the rebuild runs on that, and the new
-  keys and values it returns are written into the ``StaticCache`` by transformers' own ``StaticLayer.update``
-  (the wrapper writes, never the rebuilt graph); ``generate()`` gets its ``StaticCache`` back;
+  tokens it holds are passed as a ``DynamicCache`` of the config's layers holding views of them, the rebuild runs
+  on that (it reads its inputs, never writes them), and the new keys and values it returns are written into the
+  ``StaticCache`` by transformers' own ``StaticLayer.update`` (the wrapper writes, never the rebuilt graph);
+  ``generate()`` gets its ``StaticCache`` back;
 - refuses, with :class:`~common.caches.UnsupportedCacheError` naming it, any other cache (quantized, offloaded,
   ...) or layer class, a sliding-window layer past its window, and an argument it cannot pass on
   (``inputs_embeds``, ...).
@@ -34,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.caches import UnsupportedCacheError, check_dynamic_cache, static_cache_length
+from common.caches import UnsupportedCacheError, check_dynamic_cache, output_unflatten, static_cache_length
 from common.errors import BuildError, InputMismatchError
 
 #: Arguments ``generate()`` passes that the wrapper checks and drops: ``{name: values it may have}``.
@@ -101,23 +102,25 @@ def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], t
                    attention_mask=attention_mask, logits_to_keep=logits_to_keep)
 
 
-def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], torch.dtype]], config: Any,
-                input_ids: torch.Tensor, cache: Any, position_ids: torch.Tensor | None,
+def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], torch.dtype]],
+                layout: list[int | None], input_ids: torch.Tensor, cache: Any, position_ids: torch.Tensor | None,
                 attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any]) -> Any:
-    """One decoding step of ``rebuilt`` with a ``StaticCache`` (see the module's text): its tokens go in as a
-    ``DynamicCache`` of ``config``'s layers, the step's new keys and values are written into ``cache``, which the
-    output holds in place of the rebuild's ``DynamicCache``."""
+    """One decoding step of ``rebuilt`` with a ``StaticCache`` (see the module's text): the tokens it holds go in as
+    a ``DynamicCache`` of ``layout`` (each layer's sliding window or ``None``, the model config's) holding views of
+    them (the rebuild only reads its inputs), the step's new keys and values are written into ``cache`` by
+    ``StaticLayer.update``, and the output holds ``cache`` in place of the rebuild's ``DynamicCache``."""
     from transformers import DynamicCache
 
     batch, new = input_ids.shape
     seen = static_cache_length(cache, new, batch)
-    dynamic = DynamicCache(config=config)
-    if len(dynamic.layers) != len(cache.layers):
+    if len(layout) != len(cache.layers):
         raise UnsupportedCacheError(f"the StaticCache has {len(cache.layers)} layers, the model's config "
-                                    f"{len(dynamic.layers)}: it was made for another model")
+                                    f"{len(layout)}: it was made for another model")
+    held: list[list[torch.Tensor]] = [[], []]
     if seen:
-        for layer, target in zip(cache.layers, dynamic.layers, strict=True):
-            target.update(layer.keys[:, :, :seen], layer.values[:, :, :seen])
+        held = [[layer.keys[:, :, :seen] for layer in cache.layers], [layer.values[:, :, :seen] for layer in
+                                                                       cache.layers]]
+    dynamic = output_unflatten(DynamicCache)(held, (["key_cache", "value_cache"], list(layout)))
     output = forward_step(rebuilt, leaves, input_ids, dynamic, position_ids, attention_mask, logits_to_keep, extra)
     returned = output.past_key_values.layers
     if len(returned) != len(cache.layers):
@@ -132,7 +135,7 @@ def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], to
 @functools.cache
 def _wrapper_class() -> type:
     """The ``PreTrainedModel`` + ``GenerationMixin`` class around a rebuilt decoder (made once, on first use)."""
-    from transformers import GenerationMixin, PreTrainedModel, StaticCache
+    from transformers import DynamicCache, GenerationMixin, PreTrainedModel, StaticCache
 
     class RebuiltForGeneration(PreTrainedModel, GenerationMixin):
         """A rebuilt decoder (``self.rebuilt``) that transformers' ``generate()`` drives; see
@@ -158,6 +161,8 @@ def _wrapper_class() -> type:
             super().__init__(config)
             self.rebuilt = rebuilt
             self._past_leaves = _past_leaves(rebuilt)
+            # each layer's sliding window (or None) in the config's DynamicCache: the layout the IR was converted for
+            self._layout = [getattr(layer, "sliding_window", None) for layer in DynamicCache(config=config).layers]
 
         def forward(self, input_ids: torch.Tensor, past_key_values: Any = None,
                     position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
@@ -166,7 +171,7 @@ def _wrapper_class() -> type:
             ``generate()`` reads this signature (it passes ``position_ids`` and ``logits_to_keep=1`` because they
             are named, as it does to the original)."""
             if type(past_key_values) is StaticCache:
-                return static_step(self.rebuilt, self._past_leaves, self.config, input_ids, past_key_values,
+                return static_step(self.rebuilt, self._past_leaves, self._layout, input_ids, past_key_values,
                                    position_ids, attention_mask, logits_to_keep, kwargs)
             return forward_step(self.rebuilt, self._past_leaves, input_ids, past_key_values, position_ids,
                                 attention_mask, logits_to_keep, kwargs)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
 import time
@@ -91,16 +92,23 @@ def _without_run_checks(on: bool) -> Iterator[None]:
         forward_budget.ForwardBudget.call = saved
 
 
+@functools.lru_cache(maxsize=1)
+def _converted(name: str, make: Callable[[], nn.Module]) -> tuple[nn.Module, Any]:
+    """The original model ``name`` and its decoding step's IR (once per model: each row rebuilds it afresh)."""
+    from torch2ir.generation import convert_for_generation
+
+    torch.manual_seed(0)
+    original = make().eval()
+    return original, convert_for_generation(original)
+
+
 def measure(name: str, make: Callable[[], nn.Module], batch: int, tokens: int, prompt: int, repeats: int,
             cache: str = "dynamic") -> dict[str, Any]:
     """Per-token ms of the original and the rebuild of model ``name``, and whether their tokens are equal."""
     import ir2torch
     from ir2torch.generation import for_generation
-    from torch2ir.generation import convert_for_generation
 
-    torch.manual_seed(0)
-    original = make().eval()
-    ir = convert_for_generation(original)
+    original, ir = _converted(name, make)
     state = original.state_dict()
     trusted = for_generation(ir2torch.convert(ir, state, max_bytes=None, max_flops=None), original.config,
                              original.generation_config)

@@ -122,6 +122,7 @@ def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], to
                                                                        cache.layers]]
     dynamic = output_unflatten(DynamicCache)(held, (["key_cache", "value_cache"], list(layout)))
     output = forward_step(rebuilt, leaves, input_ids, dynamic, position_ids, attention_mask, logits_to_keep, extra)
+    check_dynamic_cache(output.past_key_values)  # a sliding layer that dropped tokens would lose new ones here
     returned = output.past_key_values.layers
     if len(returned) != len(cache.layers):
         raise InputMismatchError(f"the rebuilt decoder returned a cache of {len(returned)} layers, not "

@@ -245,11 +245,11 @@ def _dynamic_cache_unflatten(cache_type: type, values: list[Any], context: Any) 
 def _same_as_registered(cache_type: type, registered: Callable[[list[Any], Any], Any]) -> bool:
     """Whether :func:`_dynamic_cache_unflatten` gives what ``registered`` gives on a sample of a plain and a
     sliding-window layer of 3 tokens (window 3: the layer drops one) and a layer without tensors: the same
-    classes, attributes and tensor values."""
+    classes, attributes and tensor values (the cache's own attributes compared by ``repr``)."""
     import torch
 
     def state(cache: Any) -> list[Any]:
-        out = [type(cache), sorted(k for k in vars(cache) if k != "layers")]
+        out = [type(cache), sorted((k, repr(v)) for k, v in vars(cache).items() if k != "layers")]
         for layer in cache.layers:
             items = sorted(vars(layer).items())
             out.append((type(layer), [(k, (v.dtype, v.shape, v.tolist()) if isinstance(v, torch.Tensor) else v)

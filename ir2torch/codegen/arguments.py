@@ -31,9 +31,9 @@ class ArgumentFlattener:
     (:meth:`ir2torch.guards.check.InputGuard.check_call`: a list for a tuple and plain-dict keys in another order
     are read alike, any other difference is refused, an ``OrderedDict`` for a ``dict`` or the reverse included), then
     flattened as fx flattens it; a call of the converted structure itself is checked and flattened in one walk
-    (:func:`~ir2torch.guards.specs.exact_leaves`). A mismatch raises :class:`~common.errors.InputMismatchError` naming the argument and both
-    structures in short, never the values (fx's flattening cut a longer list to the traced length without a word,
-    and its error printed every tensor of the argument).
+    (:func:`~ir2torch.guards.specs.exact_leaves`). A mismatch raises :class:`~common.errors.InputMismatchError`
+    naming the argument and both structures in short, never the values (fx's flattening cut a longer list to the
+    traced length without a word, and its error printed every tensor of the argument).
     """
 
     def __init__(self, names: tuple[str, ...]) -> None:

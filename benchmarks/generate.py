@@ -8,23 +8,28 @@ are compared, and the time per new token is the time of ``generate(max_new_token
 ``--repeats`` alternating runs is kept::
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/generate.py            # all models, batch 1 and 4
-    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/generate.py llama --batch 1 --tokens 64
+    PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/generate.py llama --batch 1 --tokens 64 --cache static
 
-Prints a Markdown table: model, batch, per-token ms of the original and of two rebuilds with their ratios, and
-whether the tokens are equal. The rebuilds: ``ir2torch.convert(ir, state, max_bytes=None, max_flops=None)`` (no
-forward budget: a file you converted yourself) and ``ir2torch.convert(ir, state)`` (default budgets: each call of a
-new input signature, i.e. every decoding step, is first probed on fake tensors;
-:mod:`ir2torch.run_safety.forward_budget`).
-No threshold is asserted here (timings depend on the machine).
+Prints a Markdown table: model, batch, cache, per-token ms of the original and of the rebuilds with their ratios,
+and whether the tokens are equal. The rebuilds: ``ir2torch.convert(ir, state)`` (default budgets: each call of a new
+input signature, i.e. every decoding step, is first probed on fake tensors;
+:mod:`ir2torch.run_safety.forward_budget`), ``ir2torch.convert(ir, state, max_bytes=None, max_flops=None)`` (no
+forward budget: a file you converted yourself; the preconditions are then checked op by op) and, as a diagnostic
+only, the default rebuild with the forward budget's run-time checks switched off for the timed calls
+(``ForwardBudget.call`` replaced by the plain call: what the rebuild costs besides those checks; no API offers
+this). The default rebuild's first timed run is shown too: its decoding steps are new input signatures, each probed
+once, as in any first ``generate()`` of a process. No threshold is asserted here (timings depend on the machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -54,26 +59,61 @@ def models() -> dict[str, Callable[[], nn.Module]]:
     }
 
 
-def _generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: int) -> tuple[float, torch.Tensor]:
+def _generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: int, cache: str,
+              ) -> tuple[float, torch.Tensor]:
+    options = {"cache_implementation": "static"} if cache == "static" else {}
     start = time.perf_counter()
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                         **options)
     return time.perf_counter() - start, out
 
 
-def measure(name: str, make: Callable[[], nn.Module], batch: int, tokens: int, prompt: int, repeats: int,
-            ) -> dict[str, Any]:
-    """Per-token ms of the original and the rebuild of model ``name``, and whether their tokens are equal."""
-    import ir2torch
-    from ir2torch.generation import for_generation
+@contextlib.contextmanager
+def _without_run_checks(on: bool) -> Iterator[None]:
+    """(Diagnostic) the forward budget's checks off: ``ForwardBudget.call`` calls the module and nothing else."""
+    from ir2torch.run_safety import forward_budget
+
+    if not on:
+        yield
+        return
+    saved = forward_budget.ForwardBudget.call
+
+    def plain(self: Any, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
+        forward_budget._LOCAL.depth += 1
+        try:
+            return call(obj, *args, **kwargs)
+        finally:
+            forward_budget._LOCAL.depth -= 1
+
+    forward_budget.ForwardBudget.call = plain
+    try:
+        yield
+    finally:
+        forward_budget.ForwardBudget.call = saved
+
+
+@functools.lru_cache(maxsize=1)
+def _converted(name: str, make: Callable[[], nn.Module]) -> tuple[nn.Module, Any]:
+    """The original model ``name`` and its decoding step's IR (once per model: each row rebuilds it afresh)."""
     from torch2ir.generation import convert_for_generation
 
     torch.manual_seed(0)
     original = make().eval()
-    ir = convert_for_generation(original)
+    return original, convert_for_generation(original)
+
+
+def measure(name: str, make: Callable[[], nn.Module], batch: int, tokens: int, prompt: int, repeats: int,
+            cache: str = "dynamic") -> dict[str, Any]:
+    """Per-token ms of the original and the rebuild of model ``name``, and whether their tokens are equal."""
+    import ir2torch
+    from ir2torch.generation import for_generation
+
+    original, ir = _converted(name, make)
     state = original.state_dict()
     trusted = for_generation(ir2torch.convert(ir, state, max_bytes=None, max_flops=None), original.config,
                              original.generation_config)
     budgeted = for_generation(ir2torch.convert(ir, state), original.config, original.generation_config)
+    unchecked = for_generation(ir2torch.convert(ir, state), original.config, original.generation_config)
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(3, original.config.vocab_size, (batch, prompt), generator=generator)
     mask = torch.ones_like(ids)
@@ -81,21 +121,24 @@ def measure(name: str, make: Callable[[], nn.Module], batch: int, tokens: int, p
         mask[1:, : prompt // 2] = 0  # left padding
         ids[mask == 0] = 0
     short = 2
-    runs = {"original": original, "trusted": trusted, "budgeted": budgeted}
+    runs = {"original": original, "budgeted": budgeted, "trusted": trusted, "unchecked": unchecked}
     times: dict[str, list[float]] = {key: [] for key in runs}
     outputs: dict[str, torch.Tensor] = {}
     with torch.inference_mode():
-        for model in runs.values():  # warm-up
-            _generate(model, ids, mask, short)
+        for key, model in runs.items():  # warm-up
+            with _without_run_checks(key == "unchecked"):
+                _generate(model, ids, mask, short, cache)
         for _ in range(repeats):
             for key, model in runs.items():
-                t_short, _ = _generate(model, ids, mask, short)
-                t_long, out = _generate(model, ids, mask, short + tokens)
+                with _without_run_checks(key == "unchecked"):
+                    t_short, _ = _generate(model, ids, mask, short, cache)
+                    t_long, out = _generate(model, ids, mask, short + tokens, cache)
                 times[key].append((t_long - t_short) / tokens)
                 outputs[key] = out
     per_token = {key: statistics.median(values) * 1e3 for key, values in times.items()}
-    return {"model": name, "batch": batch, **{f"{key}_ms": value for key, value in per_token.items()},
-            "equal": all(torch.equal(outputs["original"], outputs[key]) for key in ("trusted", "budgeted"))}
+    return {"model": name, "batch": batch, "cache": cache,
+            **{f"{key}_ms": value for key, value in per_token.items()}, "first_ms": times["budgeted"][0] * 1e3,
+            "equal": all(torch.equal(outputs["original"], outputs[key]) for key in runs)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -107,20 +150,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt", type=int, default=16, help="prompt length")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier figures)")
+    parser.add_argument("--cache", nargs="+", choices=["dynamic", "static"], default=["dynamic", "static"],
+                        help="generate()'s cache: the default DynamicCache, cache_implementation='static'")
     options = parser.parse_args(argv)
     torch.set_num_threads(options.threads)
     table = models()
-    rows = [measure(name, table[name], batch, options.tokens, options.prompt, options.repeats)
-            for name in (options.names or list(table)) for batch in options.batch]
+    rows = [measure(name, table[name], batch, options.tokens, options.prompt, options.repeats, cache)
+            for name in (options.names or list(table)) for batch in options.batch for cache in options.cache]
     print(f"torch {torch.__version__}, {options.threads} thread(s), prompt {options.prompt}, "
           f"{options.tokens} new tokens timed, median of {options.repeats}\n")
-    print("| model | batch | original ms/token | rebuilt, no budgets: ms/token | ratio | rebuilt, default budgets: "
-          "ms/token | ratio | tokens equal |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | batch | cache | original ms/token | rebuilt (default) | ratio | no budgets | ratio | "
+          "run-time checks off (diagnostic) | ratio | default, first run | ratio | tokens equal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         base = row["original_ms"]
-        print(f"| {row['model']} | {row['batch']} | {base:.2f} | {row['trusted_ms']:.2f} | "
-              f"{row['trusted_ms'] / base:.2f}x | {row['budgeted_ms']:.2f} | {row['budgeted_ms'] / base:.2f}x | "
+        cells = [f"{row[key]:.2f} | {row[key] / base:.2f}x" for key in ("budgeted_ms", "trusted_ms", "unchecked_ms",
+                                                                        "first_ms")]
+        print(f"| {row['model']} | {row['batch']} | {row['cache']} | {base:.2f} | {' | '.join(cells)} | "
               f"{'yes' if row['equal'] else 'NO'} |")
 
 

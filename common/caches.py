@@ -11,15 +11,25 @@ registration (``transformers.integrations.executorch.register_dynamic_cache_expo
   the class is what imports transformers, and only for the names of :data:`CACHE_TYPES`.
 
 Other cache kinds (``StaticCache``, quantized or offloaded caches, ...) have no registration: a model taking or
-returning one is refused by export, and ``ir2torch.generation`` refuses them by name
-(:class:`UnsupportedCacheError`). The registration is transformers' own, process-wide and idempotent, as
-transformers' export helpers make it.
+returning one is refused by export. ``ir2torch.generation`` takes a ``StaticCache`` of :data:`STATIC_LAYERS` in
+its wrapper (copied to and from the ``DynamicCache`` the rebuild takes; :func:`static_cache_length` checks it) and
+refuses every other kind by name (:class:`UnsupportedCacheError`). The registration is transformers' own,
+process-wide and idempotent, as transformers' export helpers make it.
+
+A ``DynamicCache`` node read from a file is checked (:func:`cache_context_problem`); the graph of a decoding step
+and a rebuilt module's output build the cache without copying its tensors (:func:`output_unflatten`,
+:func:`caches_unflattened_without_copies`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import sys
+from collections.abc import Callable, Iterator
+from itertools import zip_longest
+from typing import Any
 
 from .errors import IRError
 
@@ -32,8 +42,35 @@ CACHE_TYPES: dict[str, tuple[str, str]] = {
 DYNAMIC_LAYERS = ("DynamicLayer", "DynamicSlidingWindowLayer")
 
 
+#: The layer classes of a ``StaticCache`` whose tokens ``ir2torch.generation`` copies exactly (a sliding-window
+#: layer only while it holds every token it has seen).
+STATIC_LAYERS = ("StaticLayer", "StaticSlidingWindowLayer")
+
+
 class UnsupportedCacheError(IRError):
     """A key/value cache kind (or cache layer kind) a rebuilt model cannot take or return."""
+
+
+def cache_context_problem(name: str, context: Any, children: list[Any]) -> str | None:
+    """What is wrong with the pytree node of the cache class ``name`` a file holds (``context`` read as JSON,
+    ``children`` its child nodes as read), or ``None``: a ``DynamicCache`` node is ``[["key_cache", "value_cache"],
+    layout]``, ``layout`` one entry per layer (``null``, or a sliding window: an int >= 1), with two list children
+    of the same length, at most one per layer (what transformers' flatten writes and its unflatten reads)."""
+    if name != "transformers.cache_utils.DynamicCache":
+        return None
+    if not (isinstance(context, list) and len(context) == 2 and context[0] == ["key_cache", "value_cache"]
+            and isinstance(context[1], list)):
+        return f"has a {name} context that is not [['key_cache', 'value_cache'], [window or null per layer]]"
+    layout = context[1]
+    bad = next((w for w in layout if w is not None and (type(w) is not int or w < 1)), None)
+    if bad is not None:
+        return f"has a {name} layer whose sliding window is {str(bad)[:40]!r}, not null or an int >= 1"
+    counts = [len(c["children_spec"]) if isinstance(c, dict) and c.get("type") == "builtins.list" and
+              isinstance(c.get("children_spec"), list) else None for c in children]
+    if len(counts) != 2 or None in counts or counts[0] != counts[1] or counts[0] > len(layout):
+        return (f"has a {name} node whose children are not two lists of as many key and value tensors, at most "
+                f"one per layer of its layout ({len(layout)})")
+    return None
 
 
 def register_cache_type(name: str) -> bool:
@@ -89,5 +126,145 @@ def check_dynamic_cache(cache: object) -> None:
                 "and returns) loses the position", hint="generate fewer tokens than the sliding window")
 
 
-__all__ = ["CACHE_TYPES", "DYNAMIC_LAYERS", "UnsupportedCacheError", "check_dynamic_cache", "register_cache_type",
-           "register_loaded_caches"]
+def static_cache_length(cache: object, new_tokens: int, batch: int) -> int:
+    """The number of tokens a ``StaticCache`` holds, checked for a step adding ``new_tokens`` for ``batch`` rows:
+    not offloaded, its layers all :data:`STATIC_LAYERS` (exact classes), all at the same length, of ``batch`` rows
+    once allocated, and with room for the new tokens (a sliding-window layer: within its window, where it holds
+    every token; a full layer: within its ``max_cache_len``, past which transformers' own update fails).
+
+    Raises:
+        UnsupportedCacheError: naming the cache or layer class and why.
+    """
+    kind = type(cache).__name__
+    if getattr(cache, "offloading", False):
+        raise UnsupportedCacheError(f"an offloaded {kind} cannot be passed to a rebuilt model",
+                                    hint="generate without offloading the cache")
+    lengths = set()
+    for i, layer in enumerate(getattr(cache, "layers", ())):
+        layer_kind = type(layer).__name__
+        if layer_kind not in STATIC_LAYERS:
+            raise UnsupportedCacheError(f"layer {i} of the {kind} is a {layer_kind}; a rebuilt model takes only "
+                                        f"{', '.join(STATIC_LAYERS)} layers in a {kind}")
+        initialized = bool(getattr(layer, "is_initialized", False))
+        if layer_kind == "StaticSlidingWindowLayer":
+            seen = int(layer.cumulative_length_int)
+        else:
+            seen = int(layer.cumulative_length) if initialized else 0
+        if initialized and (layer.keys.shape[0] != batch or layer.values.shape[0] != batch):
+            raise UnsupportedCacheError(f"layer {i} of the {kind} holds {layer.keys.shape[0]} rows, the step has "
+                                        f"{batch}")
+        room = int(layer.max_cache_len)
+        if seen + new_tokens > room:
+            why = ("past its sliding window the layer drops tokens, which the rebuilt model's cache (what it takes "
+                   "and returns) does not carry" if layer_kind == "StaticSlidingWindowLayer" else
+                   "the cache has no room for them")
+            raise UnsupportedCacheError(
+                f"layer {i} of the {kind} ({layer_kind}) holds {seen} of at most {room} tokens and the step adds "
+                f"{new_tokens}: {why}", hint="generate fewer tokens (or a larger max_cache_len)")
+        lengths.add(seen)
+    if len(lengths) > 1:
+        raise UnsupportedCacheError(f"the layers of the {kind} hold different numbers of tokens "
+                                    f"({sorted(lengths)}): it was not filled by one model's steps")
+    return lengths.pop() if lengths else 0
+
+
+def output_unflatten(node_type: type) -> Callable[[list[Any], Any], Any]:
+    """The function a rebuilt module's generated code builds an output node of ``node_type`` with: the pytree
+    registration's ``unflatten_fn``, except for transformers' ``DynamicCache``, whose registered function (transformers'
+    ``_unflatten_dynamic_cache``) copies every key and value tensor onto an empty one (``DynamicLayer.update``'s
+    ``torch.cat``): :func:`_dynamic_cache_unflatten` makes the same cache holding the tensors themselves. It is used
+    only when it gives the same layers as the registered function on a sample (:func:`_same_as_registered`), so a
+    transformers version that builds its caches differently gets its own function."""
+    from torch.utils import _pytree as pytree
+
+    registered = pytree.SUPPORTED_NODES[node_type].unflatten_fn
+    if _is_dynamic_cache(node_type) and _same_as_registered(node_type, registered):
+        return functools.partial(_dynamic_cache_unflatten, node_type)
+    return registered
+
+
+@contextlib.contextmanager
+def caches_unflattened_without_copies() -> Iterator[None]:
+    """While it is open, transformers' ``DynamicCache`` (when registered) is unflattened by
+    :func:`_dynamic_cache_unflatten` (:func:`output_unflatten`) instead of its registered function.
+
+    ``torch.export`` rebuilds the cache a model takes from its leaves by calling the registered unflatten inside
+    the traced function: with transformers' own, the graph starts with ``torch.cat`` of an empty tensor and each
+    past key and value tensor, a copy of the whole cache at every decoding step. The registration is put back on
+    exit (it is process-wide; nothing else should export in another thread meanwhile)."""
+    from torch.utils import _pytree as pytree
+
+    register_loaded_caches()
+    cache_type = next((t for t in pytree.SUPPORTED_NODES if _is_dynamic_cache(t)), None)
+    if cache_type is None:
+        yield
+        return
+    node = pytree.SUPPORTED_NODES[cache_type]
+    fast = output_unflatten(cache_type)
+    if fast is node.unflatten_fn:
+        yield
+        return
+    pytree.SUPPORTED_NODES[cache_type] = node._replace(unflatten_fn=fast)
+    try:
+        yield
+    finally:
+        pytree.SUPPORTED_NODES[cache_type] = node
+
+
+def _is_dynamic_cache(node_type: type) -> bool:
+    return f"{node_type.__module__}.{node_type.__qualname__}" == "transformers.cache_utils.DynamicCache"
+
+
+def _dynamic_cache_unflatten(cache_type: type, values: list[Any], context: Any) -> Any:
+    """A ``DynamicCache`` from its pytree leaves and context, as transformers' registered unflatten makes it, holding
+    the leaves (no copy); a sliding-window layer holds the last ``sliding_window - 1`` tokens, as its ``update``."""
+    module = sys.modules[cache_type.__module__]
+    names, layout = context
+    tree = dict(zip(names, values, strict=True))
+    layers = []
+    for keys, values_, window in zip_longest(tree["key_cache"], tree["value_cache"], layout):
+        layer = module.DynamicLayer() if window is None else module.DynamicSlidingWindowLayer(sliding_window=window)
+        if keys is not None and values_ is not None:
+            layer.dtype, layer.device = keys.dtype, keys.device
+            layer.is_initialized = True
+            if window is None:
+                layer.keys, layer.values = keys, values_
+            else:
+                layer._sliding_window_tensor = layer._sliding_window_tensor.to(layer.device)
+                layer.cumulative_length += keys.shape[-2]
+                layer.keys, layer.values = keys[:, :, -window + 1:, :], values_[:, :, -window + 1:, :]
+        layers.append(layer)
+    if not layers:
+        return cache_type()
+    cache = cache_type.__new__(cache_type)
+    module.Cache.__init__(cache, layers=layers, offloading=False, offload_only_non_sliding=False)
+    return cache
+
+
+@functools.cache
+def _same_as_registered(cache_type: type, registered: Callable[[list[Any], Any], Any]) -> bool:
+    """Whether :func:`_dynamic_cache_unflatten` gives what ``registered`` gives on a sample of a plain and a
+    sliding-window layer of 3 tokens (window 3: the layer drops one) and a layer without tensors: the same
+    classes, attributes and tensor values (the cache's own attributes compared by ``repr``)."""
+    import torch
+
+    def state(cache: Any) -> list[Any]:
+        out = [type(cache), sorted((k, repr(v)) for k, v in vars(cache).items() if k != "layers")]
+        for layer in cache.layers:
+            items = sorted(vars(layer).items())
+            out.append((type(layer), [(k, (v.dtype, v.shape, v.tolist()) if isinstance(v, torch.Tensor) else v)
+                                      for k, v in items]))
+        return out
+
+    k0, k1, v0, v1 = (torch.arange(24.0).reshape(1, 2, 3, 4) + i for i in range(4))
+    context = (["key_cache", "value_cache"], [None, 3, None])
+    try:
+        return state(_dynamic_cache_unflatten(cache_type, [[k0, k1], [v0, v1]], context)) == \
+            state(registered([[k0, k1], [v0, v1]], context))
+    except Exception:  # noqa: BLE001 - another transformers version: its own function is used
+        return False
+
+
+__all__ = ["CACHE_TYPES", "DYNAMIC_LAYERS", "STATIC_LAYERS", "UnsupportedCacheError", "cache_context_problem",
+           "caches_unflattened_without_copies", "check_dynamic_cache", "output_unflatten", "register_cache_type",
+           "register_loaded_caches", "static_cache_length"]

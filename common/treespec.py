@@ -26,7 +26,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from .caches import CACHE_TYPES, register_cache_type
+from .caches import CACHE_TYPES, cache_context_problem, register_cache_type
 from .errors import IRFormatError
 from .names import check_identifier
 
@@ -138,6 +138,8 @@ def _node(schema: Any, pytree: Any, field: str, implementation: str | None, dept
             raise _fail(f"names an unknown named tuple: {exc}", field, implementation) from None
     else:
         raise _fail(f"type {name!r} has a context decoder that is not read from files", field, implementation)
+    if name in CACHE_TYPES and (problem := cache_context_problem(name, value, children)) is not None:
+        raise _fail(problem, field, implementation)
     kids = [_node(child, pytree, field, implementation, depth + 1) for child in children]
     try:
         return pytree.TreeSpec(typ, value, kids)

@@ -13,9 +13,14 @@ own ``generate()`` (greedy, sampling, beam search, stopping criteria, ...) drive
   prompt step is given key/value tensors of 0 tokens (shapes from the rebuild's recorded inputs), a missing
   attention mask is all ones and missing position ids the cache's positions (what the original computes);
   ``logits_to_keep`` other than the converted ``1`` is refused by the rebuild's input guard;
-- refuses, with :class:`~common.caches.UnsupportedCacheError` naming it, any cache other than a ``DynamicCache``
-  of plain or sliding-window layers (``cache_implementation="static"`` gives a ``StaticCache``: refused), a
-  sliding-window layer past its window, and an argument it cannot pass on (``inputs_embeds``, ...).
+- takes a ``StaticCache`` (``cache_implementation="static"``) of plain and sliding-window static layers: the
+  tokens it holds are passed as a ``DynamicCache`` of the config's layers holding views of them, the rebuild runs
+  on that (it reads its inputs, never writes them), and the new keys and values it returns are written into the
+  ``StaticCache`` by transformers' own ``StaticLayer.update`` (the wrapper writes, never the rebuilt graph);
+  ``generate()`` gets its ``StaticCache`` back;
+- refuses, with :class:`~common.caches.UnsupportedCacheError` naming it, any other cache (quantized, offloaded,
+  ...) or layer class, a sliding-window layer past its window, and an argument it cannot pass on
+  (``inputs_embeds``, ...).
 
 transformers is imported by :func:`for_generation` (its caller holds a transformers config); nothing here runs at
 import.
@@ -30,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.caches import UnsupportedCacheError, check_dynamic_cache
+from common.caches import UnsupportedCacheError, check_dynamic_cache, output_unflatten, static_cache_length
 from common.errors import BuildError, InputMismatchError
 
 #: Arguments ``generate()`` passes that the wrapper checks and drops: ``{name: values it may have}``.
@@ -81,8 +86,8 @@ def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], t
                                      "was not converted to take", hint="generate from input_ids only")
     kind = type(past_key_values).__name__
     if kind != "DynamicCache":
-        raise UnsupportedCacheError(f"a rebuilt decoder takes a DynamicCache, not a {kind}",
-                                    hint="generate with the default cache (no cache_implementation=) and "
+        raise UnsupportedCacheError(f"a rebuilt decoder takes a DynamicCache or a StaticCache, not a {kind}",
+                                    hint="generate with the default cache or cache_implementation='static', and "
                                     "use_cache=True")
     check_dynamic_cache(past_key_values)
     if all(not getattr(layer, "is_initialized", False) for layer in past_key_values.layers):
@@ -97,10 +102,41 @@ def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], t
                    attention_mask=attention_mask, logits_to_keep=logits_to_keep)
 
 
+def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], torch.dtype]],
+                layout: list[int | None], input_ids: torch.Tensor, cache: Any, position_ids: torch.Tensor | None,
+                attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any]) -> Any:
+    """One decoding step of ``rebuilt`` with a ``StaticCache`` (see the module's text): the tokens it holds go in as
+    a ``DynamicCache`` of ``layout`` (each layer's sliding window or ``None``, the model config's) holding views of
+    them (the rebuild only reads its inputs), the step's new keys and values are written into ``cache`` by
+    ``StaticLayer.update``, and the output holds ``cache`` in place of the rebuild's ``DynamicCache``."""
+    from transformers import DynamicCache
+
+    batch, new = input_ids.shape
+    seen = static_cache_length(cache, new, batch)
+    if len(layout) != len(cache.layers):
+        raise UnsupportedCacheError(f"the StaticCache has {len(cache.layers)} layers, the model's config "
+                                    f"{len(layout)}: it was made for another model")
+    held: list[list[torch.Tensor]] = [[], []]
+    if seen:
+        held = [[layer.keys[:, :, :seen] for layer in cache.layers], [layer.values[:, :, :seen] for layer in
+                                                                       cache.layers]]
+    dynamic = output_unflatten(DynamicCache)(held, (["key_cache", "value_cache"], list(layout)))
+    output = forward_step(rebuilt, leaves, input_ids, dynamic, position_ids, attention_mask, logits_to_keep, extra)
+    check_dynamic_cache(output.past_key_values)  # a sliding layer that dropped tokens would lose new ones here
+    returned = output.past_key_values.layers
+    if len(returned) != len(cache.layers):
+        raise InputMismatchError(f"the rebuilt decoder returned a cache of {len(returned)} layers, not "
+                                 f"{len(cache.layers)}")
+    for layer, source in zip(cache.layers, returned, strict=True):
+        layer.update(source.keys[:, :, -new:], source.values[:, :, -new:])
+    output.past_key_values = cache
+    return output
+
+
 @functools.cache
 def _wrapper_class() -> type:
     """The ``PreTrainedModel`` + ``GenerationMixin`` class around a rebuilt decoder (made once, on first use)."""
-    from transformers import GenerationMixin, PreTrainedModel
+    from transformers import DynamicCache, GenerationMixin, PreTrainedModel, StaticCache
 
     class RebuiltForGeneration(PreTrainedModel, GenerationMixin):
         """A rebuilt decoder (``self.rebuilt``) that transformers' ``generate()`` drives; see
@@ -116,16 +152,28 @@ def _wrapper_class() -> type:
         def _check_and_adjust_experts_implementation(self, requested: Any, *args: Any, **kwargs: Any) -> Any:
             return requested
 
+        def create_masks_for_generate(self, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> Any:
+            """The 2-dim attention mask as it is: ``generate()`` expands it to a 4-dim mask of the cache's size
+            for a ``StaticCache`` (for a compiled forward); the rebuild takes the 2-dim mask and builds its own
+            (as the original does from a 2-dim mask)."""
+            return attention_mask
+
         def __init__(self, config: Any, rebuilt: nn.Module) -> None:
             super().__init__(config)
             self.rebuilt = rebuilt
             self._past_leaves = _past_leaves(rebuilt)
+            # each layer's sliding window (or None) in the config's DynamicCache: the layout the IR was converted for
+            self._layout = [getattr(layer, "sliding_window", None) for layer in DynamicCache(config=config).layers]
 
         def forward(self, input_ids: torch.Tensor, past_key_values: Any = None,
                     position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
                     logits_to_keep: int = 0, **kwargs: Any) -> Any:
-            """One decoding step (:func:`forward_step`); ``generate()`` reads this signature (it passes
-            ``position_ids`` and ``logits_to_keep=1`` because they are named, as it does to the original)."""
+            """One decoding step (:func:`forward_step`, :func:`static_step` for a ``StaticCache``);
+            ``generate()`` reads this signature (it passes ``position_ids`` and ``logits_to_keep=1`` because they
+            are named, as it does to the original)."""
+            if type(past_key_values) is StaticCache:
+                return static_step(self.rebuilt, self._past_leaves, self._layout, input_ids, past_key_values,
+                                   position_ids, attention_mask, logits_to_keep, kwargs)
             return forward_step(self.rebuilt, self._past_leaves, input_ids, past_key_values, position_ids,
                                 attention_mask, logits_to_keep, kwargs)
 
@@ -158,4 +206,4 @@ def for_generation(rebuilt: nn.Module, config: Any, generation_config: Any = Non
     return model.eval() if not rebuilt.training else model
 
 
-__all__ = ["for_generation", "forward_step"]
+__all__ = ["for_generation", "forward_step", "static_step"]

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from common.caches import check_dynamic_cache
+from common.caches import caches_unflattened_without_copies, check_dynamic_cache
 from common.errors import ConversionError
 from common.ir import IR
 
@@ -105,6 +105,13 @@ def convert_for_generation(model: nn.Module, *, max_length: int | None = None,
 
     kwargs, dynamic = generation_call(model, max_length)
     options = dict(convert_kwargs or {})
+    with caches_unflattened_without_copies():  # no copy of the past in the graph (common.caches)
+        return _convert(convert, model, kwargs, dynamic, options)
+
+
+def _convert(convert: Any, model: nn.Module, kwargs: dict[str, Any], dynamic: Any, options: dict[str, Any]) -> IR:
+    """``convert(model, (), kwargs, dynamic_shapes=dynamic, **options)``, once more with the ranges export proposes
+    when the traced code bounds a size more tightly than the config says."""
     try:
         return convert(model, (), kwargs, dynamic_shapes=dynamic, **options)
     except ConversionError as exc:

@@ -11,7 +11,7 @@ from torch.utils import _pytree as pytree
 from common.errors import InputMismatchError
 from common.treespec import describe_spec
 from ir2torch.guards.check import check_structure, fits
-from ir2torch.guards.specs import is_call_spec
+from ir2torch.guards.specs import exact_leaves, is_call_spec
 
 
 def _not_a_sequence(name: str, value: Any) -> None:
@@ -29,17 +29,23 @@ class ArgumentFlattener:
     """How generated code binds nested arguments (``_ir_flatten(([a, b], {'k': k}), self._in_spec)``): the call's
     structure is checked against the traced one first, with the rule of the root's input guard
     (:meth:`ir2torch.guards.check.InputGuard.check_call`: a list for a tuple and plain-dict keys in another order
-    are read
-    alike, any other difference is refused, an ``OrderedDict`` for a ``dict`` or the reverse included), then flattened
-    as fx flattens it. A mismatch raises :class:`~common.errors.InputMismatchError` naming the argument and both
-    structures in short, never the values (fx's flattening cut a longer list to the traced length without a word,
-    and its error printed every tensor of the argument).
+    are read alike, any other difference is refused, an ``OrderedDict`` for a ``dict`` or the reverse included), then
+    flattened as fx flattens it; a call of the converted structure itself is checked and flattened in one walk
+    (:func:`~ir2torch.guards.specs.exact_leaves`). A mismatch raises :class:`~common.errors.InputMismatchError`
+    naming the argument and both structures in short, never the values (fx's flattening cut a longer list to the
+    traced length without a word, and its error printed every tensor of the argument).
     """
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
 
     def __call__(self, value: Any, spec: pytree.TreeSpec) -> list[Any]:
+        call = value
+        if type(value) is tuple and len(value) == 2 and type(value[0]) is list:
+            call = (tuple(value[0]), value[1])  # generated code passes the positional arguments as a list
+        leaves = exact_leaves(call, spec)  # the converted structure itself: its leaves in one walk
+        if leaves is not None:
+            return leaves
         if not fits(pytree.tree_structure(value), spec):
             self._refuse(value, spec)
         return fx_pytree.tree_flatten_spec(value, spec)

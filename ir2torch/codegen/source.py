@@ -28,6 +28,7 @@ from torch import fx
 from torch.fx.graph import CodeGen, _PyTreeCodeGen, _PyTreeInfo
 from torch.utils import _pytree as pytree
 
+from common.caches import output_unflatten
 from common.errors import UnsafeNameError
 from common.names import RESPELLED_NAMES, check_forward_arg_names, generated_global
 from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
@@ -130,7 +131,7 @@ class SafePyTreeCodeGen(_UniqueNames, _PyTreeCodeGen):
                            generated_global("not_a_sequence"): _not_a_sequence,
                            generated_global("call_module"): call_module, generated_global("child"): module_child})
             for i, spec in enumerate(outputs):
-                values.update({generated_global("out_fn", i): pytree.SUPPORTED_NODES[spec.type].unflatten_fn,
+                values.update({generated_global("out_fn", i): output_unflatten(spec.type),
                                generated_global("out_ctx", i): spec.context})
             values.update({generated_global("constant", i): value for i, value in enumerate(constants)})
             values[generated_global("flatten")] = ArgumentFlattener(tuple(self.pytree_info.orig_args))

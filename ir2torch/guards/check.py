@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 from common.errors import InputMismatchError
 from common.names import GENERATED_CALL_MODULE, GENERATED_CALLS
 from common.treespec import describe_spec
-from ir2torch.guards.specs import DimExpr, LeafSpec, is_call_spec, parse_bound
+from ir2torch.guards.specs import DimExpr, LeafSpec, exact_leaves, is_call_spec, parse_bound
 
 _DYNAMIC_HINT = ("convert again with dynamic_shapes= for a dim that should vary (torch.export.Dim('batch', "
                  "min=..., max=...)), or call with the converted {what}")
@@ -312,6 +312,8 @@ _SEQUENCES = (list, tuple, torch.Size)
 def check_structure(name: str, value: Any, spec: Any) -> None:
     """Raise :class:`InputMismatchError` naming argument ``name`` when ``value``'s pytree structure does not fit
     ``spec`` (:func:`fits`): the one check of a nested argument, for the input guard and the generated code."""
+    if exact_leaves(value, spec) is not None:
+        return  # the converted structure itself (one walk; the rule below accepts it too)
     found = pytree.tree_structure(value)
     if not fits(found, spec) and fits(found, spec, ordered=False):
         raise InputMismatchError(

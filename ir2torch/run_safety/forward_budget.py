@@ -59,8 +59,11 @@ from ir2torch.run_safety.writes import writes_in_place
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
-#: Signatures one module remembers as probed; a model called with more distinct shapes is probed again.
-MAX_SIGNATURES = 64
+#: Signatures one module remembers as probed; a model called with more distinct shapes is probed again (all of
+#: them: the set is emptied when full). A decoder's ``generate()`` makes one per sequence length: 1024 keeps a
+#: generation of up to about a thousand tokens probed once per process, not at every step of every later run (a
+#: signature is a short tuple of shapes).
+MAX_SIGNATURES = 1024
 
 
 class _Local(threading.local):

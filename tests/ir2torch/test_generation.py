@@ -102,13 +102,6 @@ def test_the_config_passed_is_not_changed() -> None:
     assert wrapper.rebuilt is rebuilt
 
 
-def test_a_static_cache_is_refused_by_name(llama: tuple[torch.nn.Module, Any]) -> None:
-    _, rebuilt = llama
-    ids, mask = _prompts(1, 5)
-    with pytest.raises(UnsupportedCacheError, match="StaticCache"), torch.inference_mode():
-        rebuilt.generate(ids, attention_mask=mask, max_new_tokens=4, do_sample=False, cache_implementation="static")
-
-
 def test_an_offloaded_cache_is_refused(llama: tuple[torch.nn.Module, Any]) -> None:
     from transformers import DynamicCache
 

@@ -1,7 +1,8 @@
 """``generate()`` on rebuilt transformers decoders (issue 52): Llama, GPT-2, Qwen2, Gemma-2 (sliding window) and
 Mixtral (mixture of experts), each converted with its default config by ``torch2ir.generation`` and rebuilt through
 a saved file, give the original ``generate()``'s greedy tokens (a single prompt and a left-padded batch with an
-attention mask, 24 new tokens); a Gemma-2 generating past its sliding window is refused. Small configs, random
+attention mask, 24 new tokens), with the default dynamic cache and with ``cache_implementation="static"``; a Gemma-2
+generating past its sliding window is refused with either cache. Small configs, random
 weights, the default (sdpa) attention."""
 
 from __future__ import annotations
@@ -57,30 +58,34 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return request.param, original, for_generation(rebuilt, original.config, original.generation_config)
 
 
-def _greedy(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: int = NEW) -> torch.Tensor:
+def _greedy(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: int = NEW, cache: str = "dynamic",
+            ) -> torch.Tensor:
+    options = {"cache_implementation": "static"} if cache == "static" else {}
     with torch.inference_mode():
         return model.generate(ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens,
-                              do_sample=False)
+                              do_sample=False, **options)
 
 
-def test_single_prompt(pair: tuple[str, nn.Module, Any]) -> None:
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_single_prompt(pair: tuple[str, nn.Module, Any], cache: str) -> None:
     _, original, rebuilt = pair
     ids = torch.randint(3, 100, (1, 7), generator=torch.Generator().manual_seed(1))
     mask = torch.ones_like(ids)
-    expected = _greedy(original, ids, mask)
+    expected = _greedy(original, ids, mask, cache=cache)
     assert expected.shape == (1, 7 + NEW)
-    assert torch.equal(_greedy(rebuilt, ids, mask), expected)
+    assert torch.equal(_greedy(rebuilt, ids, mask, cache=cache), expected)
 
 
-def test_padded_batch(pair: tuple[str, nn.Module, Any]) -> None:
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_padded_batch(pair: tuple[str, nn.Module, Any], cache: str) -> None:
     _, original, rebuilt = pair
     ids = torch.randint(3, 100, (4, 12), generator=torch.Generator().manual_seed(2))
     mask = torch.ones_like(ids)
     for row in range(1, 4):
         mask[row, : 3 * row] = 0  # left padding
     ids[mask == 0] = 0
-    expected = _greedy(original, ids, mask)
-    assert torch.equal(_greedy(rebuilt, ids, mask), expected)
+    expected = _greedy(original, ids, mask, cache=cache)
+    assert torch.equal(_greedy(rebuilt, ids, mask, cache=cache), expected)
 
 
 @pytest.mark.parametrize("pair", ["gemma2"], indirect=True)  # the one with a sliding window
@@ -89,3 +94,5 @@ def test_past_the_sliding_window_is_refused(pair: tuple[str, nn.Module, Any]) ->
     ids = torch.randint(3, 100, (1, 8), generator=torch.Generator().manual_seed(3))
     with pytest.raises(IRError, match="past_key_values"):
         _greedy(rebuilt, ids, torch.ones_like(ids), WINDOW)
+    with pytest.raises(IRError, match="past_key_values"):  # the views of the static layers: the same guard
+        _greedy(rebuilt, ids, torch.ones_like(ids), WINDOW, cache="static")

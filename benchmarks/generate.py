@@ -79,11 +79,11 @@ def _without_run_checks(on: bool) -> Iterator[None]:
     saved = forward_budget.ForwardBudget.call
 
     def plain(self: Any, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
-        forward_budget._LOCAL.depth += 1
+        forward_budget.LOCAL.depth += 1
         try:
             return call(obj, *args, **kwargs)
         finally:
-            forward_budget._LOCAL.depth -= 1
+            forward_budget.LOCAL.depth -= 1
 
     forward_budget.ForwardBudget.call = plain
     try:

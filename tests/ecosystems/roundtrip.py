@@ -20,6 +20,15 @@ from tests.helpers import assert_same_gradients
 from torch2ir.train.dropout import TrainModeWarning
 
 
+def random_running_stats(model: nn.Module) -> None:
+    """Give every batch norm of ``model`` running statistics other than its initial ones (mean in [-1, 1], variance
+    in [0.5, 2]), so that eval mode does not normalize by the identity."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.running_mean.uniform_(-1, 1)
+            module.running_var.uniform_(0.5, 2)
+
+
 def assert_exact(got: Any, expected: Any) -> None:
     """Same pytree structure, and every tensor leaf bit-for-bit equal to eager's (shape and dtype included)."""
     got_leaves, got_spec = pytree.tree_flatten(got)

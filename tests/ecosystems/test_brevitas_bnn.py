@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.ecosystems.roundtrip import assert_fixpoint, round_trip
+from tests.ecosystems.roundtrip import assert_fixpoint, random_running_stats, round_trip
 from torch2ir.frontend.custom_backward import CustomBackwardWarning
 
 pytestmark = pytest.mark.filterwarnings("ignore::torch2ir.train.dropout.TrainModeWarning")
@@ -62,10 +62,7 @@ def test_round_trip_is_exact(name):
     torch.manual_seed(0)
     build, shape = CASES[name]
     model = build()
-    for module in model.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            module.running_mean.uniform_(-1, 1)
-            module.running_var.uniform_(0.5, 2)
+    random_running_stats(model)
     x = torch.rand(shape) * 2 - 1
     model.eval()(x)  # brevitas initializes its runtime statistics on the first call
     with pytest.warns(CustomBackwardWarning, match=r"calls custom autograd.Function\(s\) brevitas\."):

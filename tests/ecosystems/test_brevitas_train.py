@@ -23,6 +23,7 @@ import torch2ir
 from common.ir import IR
 from common.notes import CUSTOM_BACKWARD_KEY
 from common.opaque import OPAQUE_TYPE, named_classes
+from tests.ecosystems.roundtrip import random_running_stats
 from tests.ecosystems.test_brevitas_bnn import QuantNet
 from torch2ir.frontend.custom_backward import CustomBackwardWarning
 from torch2ir.train.dropout import TrainModeWarning
@@ -62,10 +63,7 @@ def _model(name: str) -> tuple[nn.Module, torch.Tensor]:
     build, shape, _ = CASES[name]
     torch.manual_seed(0)
     model = build()
-    for module in model.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
-            module.running_mean.uniform_(-1, 1)
-            module.running_var.uniform_(0.5, 2)
+    random_running_stats(model)
     x = torch.rand(shape) * 2 - 1
     with torch.no_grad():
         model.eval()(x)

@@ -15,19 +15,8 @@ import ir2torch
 import torch2ir
 from common.notes import CUSTOM_BACKWARD_KEY
 from common.opaque import OPAQUE_TYPE, named_classes
+from tests.torch2ir.test_custom_backward import _RoundSte
 from torch2ir.frontend.custom_backward import CustomBackwardWarning
-
-
-class _RoundSte(torch.autograd.Function):
-    """Round in the forward, pass the gradient through in the backward (a straight-through estimator)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        return torch.round(x)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        return grad
 
 
 class FakeQuant(nn.Module):

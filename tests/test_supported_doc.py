@@ -42,18 +42,3 @@ def test_check_mode_detects_a_stale_page(tmp_path, monkeypatch):
     (tmp_path / "docs").mkdir()
     monkeypatch.setattr(module, "DOC", tmp_path / "docs" / "supported.md")
     assert module.main([]) == 0 and module.main(["--check"]) == 0
-
-
-def test_readme_and_concepts_quote_the_handled_class_count():
-    """The count of classes with a handler, quoted in prose, is the registries' (it drifted once: 175 for 203)."""
-    import re
-
-    import torch2ir
-
-    converter = torch2ir.get_default_converter()
-    count = len(converter.types()) + len(converter.named_types())
-    for page, pattern in [("README.md", r"(\d+) `torch\.nn` and `torch\.ao` classes"),
-                          ("docs/concepts.md", r"\.\.\. (\d+) classes\)"),
-                          ("docs/supported.md", r"(\d+) `torch\.nn` and `torch\.ao` quantization classes")]:
-        found = re.findall(pattern, (ROOT / page).read_text(encoding="utf-8"))
-        assert found == [str(count)], f"{page} quotes {found} handled classes; the registries have {count}"

@@ -1,48 +1,41 @@
 """Figures the README and docs quote are tied to where they come from (the files the code reads or the benchmark
-results kept in the repository), so a page cannot go on quoting an old count."""
+results kept in the repository), so a page cannot go on quoting an old count: one test per row of
+:data:`tests.docs.figures.FIGURES`, named after the page and the figure."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from common import surface
+from tests.docs import sources
+from tests.docs.figures import FIGURES, Figure
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-
-#: phrasings of the default surface's size
-_SURFACE = [re.compile(r"(\d+) overloads real models' conversions emit"),
-            re.compile(r"the surface is \*\*(\d+) overloads\*\*"),
-            re.compile(r"default operator surface of (\d+) overloads")]
+ROOT = sources.ROOT
 
 
-def _text(page: Path) -> str:
-    return " ".join(page.read_text(encoding="utf-8").split())  # a phrase may break across lines
+def _text(page: str) -> str:
+    return " ".join((ROOT / page).read_text(encoding="utf-8").split())  # a phrase may break across lines
 
 
-def test_every_page_quotes_the_default_surface_s_size() -> None:
-    size = len(surface.parse(surface.TABLE.read_text(encoding="utf-8")))
-    quoted = [(page.name, int(m.group(1))) for page in PAGES for rx in _SURFACE for m in rx.finditer(_text(page))]
-    assert len(quoted) >= 3, quoted  # README, ir-spec.md (twice), limitations.md say it
-    assert all(n == size for _, n in quoted), (size, quoted)
+@pytest.mark.parametrize("figure", FIGURES, ids=[f.id for f in FIGURES])
+def test_the_page_quotes_the_figure_its_source_gives(figure: Figure) -> None:
+    matches = list(re.finditer(figure.pattern, _text(figure.page)))
+    assert matches, f"{figure.id}: the page no longer says /{figure.pattern}/: tie the new phrase in figures.py"
+    expected = figure.source()
+    for match in matches:
+        assert match.groups() == expected, (
+            f"{figure.id}: the page says {match.groups()} in {match.group(0)!r}; its source gives {expected}")
 
 
-def _sweep_sections(text: str) -> list[tuple[str, int, dict[str, int]]]:
-    """``(title, models, {status: count})`` of each section of benchmarks/results-sweep.md."""
-    out = []
-    for part in re.split(r"^### ", text, flags=re.M)[1:]:
-        head = re.match(r"(.+): (\d+) models", part)
-        assert head, part[:80]
-        counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^\| ([a-z ]+) \| (\d+) \|$", part, flags=re.M)}
-        out.append((head.group(1), int(head.group(2)), counts))
-    return out
+def test_every_row_names_an_existing_page() -> None:
+    assert all((ROOT / f.page).is_file() for f in FIGURES)
+    assert len({f.id for f in FIGURES}) == len(FIGURES), "two rows share a name"
 
 
 def test_the_supported_page_quotes_the_kept_sweep_results() -> None:
-    results = _sweep_sections((ROOT / "benchmarks" / "results-sweep.md").read_text(encoding="utf-8"))
+    """docs/supported.md's sweep table is benchmarks/results-sweep.md's totals, section by section."""
+    results = sources.sweeps()
     page = (ROOT / "docs" / "supported.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| ([a-z][^|]*?) \| (\d+) \| ([^|]*?) \|$", page, flags=re.M)
     assert [(t, str(n)) for t, n, _ in results] == [(t, n) for t, n, _ in rows]
@@ -52,8 +45,30 @@ def test_the_supported_page_quotes_the_kept_sweep_results() -> None:
         assert sum(counts.values()) == models, title
 
 
-@pytest.mark.parametrize("phrase", ["43 unmatched", "1234 overloads real models' conversions emit"])
-def test_the_checks_would_see_a_stale_figure(phrase: str) -> None:
-    """The surface pattern reads a planted figure (so a stale one would fail the test above)."""
-    found = [int(m.group(1)) for rx in _SURFACE for m in rx.finditer(phrase)]
-    assert found == ([1234] if "overloads" in phrase else [])
+def test_a_stale_figure_fails_its_row(tmp_path, monkeypatch) -> None:
+    """A page quoting another number than its source fails, and so does a page that dropped the phrase."""
+    page = tmp_path / "page.md"
+    monkeypatch.setattr(sources, "ROOT", tmp_path)
+    global ROOT
+    old, ROOT = ROOT, tmp_path
+    try:
+        figure = Figure("page.md", "planted", r"the (\d+) overloads real models'", lambda: ("317",))
+        for text, ok in [("by default the 317 overloads real models' conversions emit", True),
+                         ("by default the\n1234 overloads real models' conversions emit", False),
+                         ("nothing here", False)]:
+            page.write_text(text, encoding="utf-8")
+            if ok:
+                test_the_page_quotes_the_figure_its_source_gives(figure)
+            else:
+                with pytest.raises(AssertionError):
+                    test_the_page_quotes_the_figure_its_source_gives(figure)
+    finally:
+        ROOT = old
+
+
+def test_the_results_tables_are_read_as_written() -> None:
+    """The extractors read the results files' own cells (a planted row of another shape would not parse)."""
+    rows = sources.table("results-quick.md", "Targets")
+    assert rows and {"target", "measured", "limit", "met"} <= set(rows[0])
+    n, worst, median = sources.trace_once_corpus()
+    assert int(n) > 100 and float(median[:-1]) <= float(worst[:-1])

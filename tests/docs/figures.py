@@ -1,0 +1,217 @@
+"""The figures README.md and docs/*.md quote, each tied to where it comes from: one row per figure (or group of
+figures read by one phrase) of :data:`FIGURES`, checked by ``tests/docs/test_figures.py``.
+
+A row is ``Figure(page, what, pattern, source)``: ``pattern`` is a regular expression searched in the page's
+prose with its whitespace collapsed (a phrase may break across lines); each of its groups is a figure, and every
+match must read exactly the strings ``source()`` returns (:mod:`tests.docs.sources`: the registries, tables and
+pin files the code reads, or the benchmark results kept in ``benchmarks/``). A page that no longer says the
+phrase fails too, so a rewritten sentence is re-tied here rather than dropped.
+
+``python -m tests.docs.figures`` lists every number in the pages' prose (outside code blocks, inline code and
+link targets) and marks those a row checks: the inventory of issue 52 point 5.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+from tests.docs import sources as s
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One phrase of a page and where its figures come from."""
+
+    page: str
+    what: str
+    pattern: str
+    source: Callable[[], tuple[str, ...]]
+
+    @property
+    def id(self) -> str:
+        return f"{self.page}: {self.what}"
+
+
+def _opaque(row: str) -> tuple[str, ...]:
+    """A row of performance.md's opaque-leaves sweep table: (zoo version, export cannot trace, exact with auto,
+    equal to export's modules) read from its cells."""
+    cells = {c: s.cell("docs/performance.md", "| zoo | models | exact by default", row + "...", c)
+             for c in ("export cannot trace", 'exact with `opaque="auto"`')}
+    exact = re.match(r"\*\*(\d+)[ *(]", cells['exact with `opaque="auto"`'])
+    equal = re.search(r"\+(\d+) equal", cells['exact with `opaque="auto"`'])
+    return (re.search(r"(\d+\.\d+)\.\d+", row).group(1) if "transformers" in row else "",
+            cells["export cannot trace"], exact.group(1) if exact else "", equal.group(1) if equal else "")
+
+
+def _transformers_opaque() -> tuple[str, ...]:
+    version, cannot, exact, equal = _opaque("transformers 5.24.0")
+    return exact, cannot, version, equal
+
+
+def _brevitas_opaque() -> tuple[str, ...]:
+    _, cannot, exact, _ = _opaque("brevitas examples")
+    return (cannot,) if cannot == exact else (f"{exact} of {cannot}",)
+
+
+def _ir_load_70b() -> tuple[str, str]:
+    """The IR file of the 70B-dims Llama and the bound its ``IR.load`` time is measured under."""
+    size, = s.target("results-quick.md", "IR file, Llama-3-70B dims (80 layers; issue 32)")
+    name = "IR.load, Llama-3-70B dims (80 layers; issue 32)"
+    limit = s.cell("results-quick.md", "Targets", name, "limit").removeprefix("<= ").removesuffix(" s")
+    met = s.cell("results-quick.md", "Targets", name, "met")
+    return size, limit if met == "yes" else f"not met: {s.target('results-quick.md', name)[0]}"
+
+
+def _power_of_ten(n: int) -> str:
+    assert n == 10 ** (len(str(n)) - 1), n
+    return str(len(str(n)) - 1)
+
+
+def _flop_budget() -> tuple[str, str]:
+    """``max_flops="auto"``: FLOPs per parameter (thin-space thousands, as the page writes them) and the floor."""
+    from ir2torch.run_safety import flops
+
+    return f"{flops.FLOPS_PER_PARAMETER:,}".replace(",", " "), _power_of_ten(flops.MIN_FLOPS)
+
+
+def _fan_out() -> tuple[str]:
+    from common import expansion
+
+    return (_power_of_ten(expansion.MAX_EXPANDED_NODES),)
+
+
+def _python_tested() -> tuple[str]:
+    return (f"{sys.version_info.major}.{sys.version_info.minor}",)
+
+
+_TORCHVISION_OTHER = "torchvision segmentation, quantization, video"
+_SURFACE_PHRASES = [("README.md", r"the (\d+) overloads real models' conversions emit"),
+                    ("docs/ir-spec.md", r"the surface is \*\*(\d+) overloads\*\*"),
+                    ("docs/ir-spec.md", r"the (\d+) overloads real models' conversions emit"),
+                    ("docs/limitations.md", r"the (\d+) overloads real models' conversions emit")]
+
+FIGURES: list[Figure] = [
+    # -- counts from the code ------------------------------------------------------------------------------------
+    Figure("README.md", "handled classes", r"(\d+) `torch\.nn` and `torch\.ao` classes", s.handled_classes),
+    Figure("docs/concepts.md", "handled classes", r"\.\.\. (\d+) classes\)", s.handled_classes),
+    Figure("docs/supported.md", "handled classes", r"(\d+) `torch\.nn` and `torch\.ao` quantization classes",
+           s.handled_classes),
+    *(Figure(page, f"default surface size ({i})", rx, s.surface_size) for i, (page, rx) in enumerate(_SURFACE_PHRASES)),
+    Figure("docs/ir-spec.md", "surface out of the allowed overloads",
+           r"\*\*\d+ overloads\*\* of the (\d+) the classes allow",
+           partial(s.op_classes, "2.13", "allowed")),
+    Figure("docs/ir-spec.md", "op table size", r"For torch (\S+) \((\d+) overloads\)",
+           lambda: (s.pin("torch")[0], *s.op_classes("2.13", "all"))),
+    *(Figure("docs/ir-spec.md", f"op class {c}", rf"\| `{c}` \| (\d+) \|", partial(s.op_classes, "2.13", c))
+      for c in ("pure", "allocating", "refused")),
+    Figure("docs/ir-spec.md", "surface from the corpus", r"whose class is allowed \((\d+) overloads\)",
+           partial(s.surface_origin, "corpus")),
+    Figure("docs/ir-spec.md", "surface extras", r"with a reason each \((\d+)\)", partial(s.surface_origin, "extra")),
+    Figure("docs/ir-spec.md", "surface from the sweeps", r"surface_sweeps\.json`, (\d+) overloads",
+           partial(s.surface_origin, "sweep")),
+    Figure("docs/ir-spec.md", "surface corpus entries", r"a few common layers: (\d+) entries\)",
+           s.surface_corpus_entries),
+    Figure("docs/limitations.md", "surface corpus entries", r"measured on the corpus' (\d+) models",
+           s.surface_corpus_entries),
+    Figure("README.md", "torch 2.14 table changes", r"(\d+) overloads new in it, [^;]*; (\d+) gone",
+           partial(s.op_table_changes, "2.13", "2.14")),
+    Figure("README.md", "hand-written models", r"configs\) and (\d+) hand-written models",
+           lambda: s.zoo_sizes()[:1]),
+    Figure("docs/concepts.md", "zoo and transformers models", r"On the (\d+) zoo and `transformers` models",
+           s.zoo_total),
+    Figure("docs/limitations.md", "corpus models", r"from graphs \((\d+) models\)", s.corpus_size),
+    Figure("docs/supported.md", "timm sample families",
+           r"one model per timm family \((\d+), `tests/ecosystems/timm_sample\.py`; (\d+) more", s.timm_sample),
+    Figure("docs/testing.md", "test-newest selection", r"runs the (\d+) test ids of `SELECTION`", s.newest_selection),
+    Figure("docs/limitations.md", "FLOP budget per parameter",
+           r"default (\d+ \d+) FLOPs per parameter, at least 10\*\*(\d+)",
+           _flop_budget),
+    Figure("docs/limitations.md", "call fan-out bound", r"the call fan-out \(10\*\*(\d+) graph nodes",
+           _fan_out),
+    # -- pinned versions -----------------------------------------------------------------------------------------
+    Figure("README.md", "torch pin", r"\*\*torch (\S+)\*\* is supported: every test runs on torch (\S+) \(",
+           lambda: (*s.minor("torch"), *s.pin("torch"))),
+    Figure("README.md", "transformers pin", r"transformers (\S+) \(pinned\)", partial(s.pin, "transformers")),
+    Figure("README.md", "ecosystem pins",
+           r"timm (\S+), diffusers (\S+), torchao (\S+), brevitas (\S+), torchvision (\S+): the table",
+           partial(s.pin, "timm", "diffusers", "torchao", "brevitas", "torchvision")),
+    Figure("README.md", "requires-python", r"`requires-python >= (\S+)`", s.requires_python),
+    Figure("README.md", "Python tested", r"Python (\S+) is the version tested", _python_tested),
+    Figure("docs/supported.md", "torch pin", r"torch (\d+\.\d+)\b", partial(s.minor, "torch")),
+    # -- benchmark results ---------------------------------------------------------------------------------------
+    Figure("README.md", "70B-dims IR file and load", r"is a (\S+ MB) file that loads in under (\S+) s\.",
+           _ir_load_70b),
+    Figure("README.md", "70B-dims convert and lower / export",
+           r"takes (\S+x) the time of one `torch\.export` of it, and lowering it as well (\S+x);",
+           partial(s.target, "results-quick.md", "convert / export, Llama-3-70B dims (80 layers, meta; issue 32)",
+                   "(convert + lower) / export, Llama-3-70B dims (80 layers, meta; issue 32)")),
+    Figure("README.md", "corpus convert / export",
+           r"the (\d+) models of the test corpus converts in at most (\S+x) of its export \(median (\S+x)\)",
+           s.trace_once_corpus),
+    Figure("README.md", "opaque transformers",
+           r"(\d+) of the (\d+) transformers (\S+) types export cannot trace then rebuild exactly, (\d+) more equal",
+           _transformers_opaque),
+    Figure("README.md", "opaque brevitas", r"all (\d+) brevitas examples export cannot trace", _brevitas_opaque),
+    Figure("docs/testing.md", "torchvision sweeps",
+           r"`benchmarks/results-sweep\.md`: torchvision's (\d+) classification models exact, (\d+) of its (\d+) "
+           r"segmentation, quantizable and video models",
+           lambda: (*s.sweep("torchvision", "exact"), *s.sweep(_TORCHVISION_OTHER, "exact", "models"))),
+    Figure("docs/testing.md", "timm sweeps", r"\((\d+) of (\d+) and (\d+) of (\d+); the rest",
+           lambda: _timm_sweeps()),
+    Figure("docs/testing.md", "diffusers sweep", r"(\d+) diffusers backbones exact",
+           partial(s.sweep, "diffusers", "exact")),
+    Figure("docs/limitations.md", "swept surface models",
+           r"torchvision's (\d+) classification models and (\d+) timm models \(`benchmarks\.surface_probe`\)",
+           lambda: (*s.sweep("torchvision", "models"), *s.sweep("timm, default surface", "models"))),
+    Figure("docs/limitations.md", "whole timm sweep", r"its last whole sweep, (\d+) exact",
+           partial(s.sweep, "timm, whole registry", "exact")),
+]
+
+
+def _timm_sweeps() -> tuple[str, ...]:
+    """The two seeded timm samples of results-sweep.md: exact of models, in the file's order."""
+    out: list[str] = []
+    for title, models, counts in s.sweeps():
+        if title == "timm":
+            out += [str(counts.get("exact", 0)), str(models)]
+    return tuple(out)
+
+
+_NUMBER = re.compile(r"(?<![\w.])\d[\d ]*(?:[.,]\d+)?(?:x|%| ?[kMG]B| ?m?s)?(?![\w])")
+
+
+def _prose(text: str) -> str:
+    """``text`` with code blocks, inline code and link targets blanked (same length, so offsets still match)."""
+    text = re.sub(r"^```.*?^```", lambda m: " " * len(m.group(0)), text, flags=re.M | re.S)
+    text = re.sub(r"`[^`\n]*`", lambda m: " " * len(m.group(0)), text)
+    return re.sub(r"\]\([^)]*\)", lambda m: "]" + " " * (len(m.group(0)) - 1), text)
+
+
+def inventory() -> dict[str, tuple[int, int]]:
+    """``{page: (numbers in the page's prose, figures a row of FIGURES checks)}``; with ``-v`` prints each number."""
+    out = {}
+    for path in [s.ROOT / "README.md", *sorted((s.ROOT / "docs").glob("*.md"))]:
+        page = str(path.relative_to(s.ROOT))
+        raw = path.read_text(encoding="utf-8")
+        flat = " ".join(raw.split())
+        checked = sum(match.lastindex or 0 for figure in FIGURES if figure.page == page
+                      for match in re.finditer(figure.pattern, flat))
+        prose = " ".join(_prose(raw).split())
+        numbers = list(_NUMBER.finditer(prose))
+        if "-v" in sys.argv:
+            for m in numbers:
+                print(f"{page}: {m.group(0)!r}: ...{prose[max(0, m.start() - 50):m.end() + 30]}...")
+        out[page] = (len(numbers), checked)
+    return out
+
+
+if __name__ == "__main__":
+    counts = inventory()
+    for page, (found, hit) in counts.items():
+        print(f"{page:24} {found:5} numbers in prose, {hit:4} checked")
+    print(f"{'total':24} {sum(f for f, _ in counts.values()):5} numbers in prose, "
+          f"{sum(h for _, h in counts.values()):4} checked")

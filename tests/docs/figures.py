@@ -84,6 +84,38 @@ def _fan_out() -> tuple[str]:
     return (_power_of_ten(expansion.MAX_EXPANDED_NODES),)
 
 
+_FOLD_ROWS = {"ResNet (basic)": "resnet", "ResNet (bottleneck)": "resnet_bottleneck", "RegNet": "regnet",
+              "MobileNetV1": "mobilenet_v1", "MobileNetV2": "mobilenet_v2", "EfficientNet": "efficientnet",
+              "MobileViT": "mobilevit", "SegFormer": "segformer", "LeViT": "levit"}
+_TIMM_FOLD = [("LCNet-050", "lcnet_050", ""), ("MobileNetV3-small-050", "mobilenetv3_small_050", ""),
+              ("EfficientNet-B0", "efficientnet_b0", ""), ("RegNetX-002", "regnetx_002", ""),
+              ("RepVGG-A0", "repvgg_a0", r" \(the identity branch's (\d+) follow no layer\)"),
+              ("FastViT-T8", "fastvit_t8", r" \((\d+) normalize a block's input\)"),
+              ("DenseNet-121", "densenet121", r" \((\d+) follow a concatenation\)")]
+
+
+def _fold(key: str) -> tuple[str, str]:
+    """Batch norms of a corpus CNN and how many fold (``tests/rewrite/test_batchnorm.py`` asserts every one)."""
+    n = str(s.literal("tests/rewrite/test_batchnorm.py", "FOLDED")[key])
+    return n, n
+
+
+def _timm_fold() -> tuple[str, ...]:
+    """Folded of all batch norms, and those left, of the timm CNNs ``tests/ecosystems/test_timm_fold.py`` asserts."""
+    cases = s.literal("tests/ecosystems/test_timm_fold.py", "CASES")
+    out: list[str] = []
+    for _, key, left in _TIMM_FOLD:
+        folded, kept, _ = cases[key]
+        out += [str(folded), str(folded + kept), *([str(kept)] if left else [])]
+    return tuple(out)
+
+
+def _lazy_nodes() -> tuple[str]:
+    from ir2torch.codegen.lazy import LAZY_NODES
+
+    return (f"{LAZY_NODES:,}".replace(",", " "),)
+
+
 def _python_tested() -> tuple[str]:
     return (f"{sys.version_info.major}.{sys.version_info.minor}",)
 
@@ -123,6 +155,7 @@ FIGURES: list[Figure] = [
            lambda: s.zoo_sizes()[:1]),
     Figure("docs/concepts.md", "zoo and transformers models", r"On the (\d+) zoo and `transformers` models",
            s.zoo_total),
+    Figure("docs/concepts.md", "code at first use", r"A graph of (\d[\d ]*) nodes or more gets its code", _lazy_nodes),
     Figure("docs/limitations.md", "corpus models", r"from graphs \((\d+) models\)", s.corpus_size),
     Figure("docs/supported.md", "timm sample families",
            r"one model per timm family \((\d+), `tests/ecosystems/timm_sample\.py`; (\d+) more", s.timm_sample),
@@ -132,6 +165,10 @@ FIGURES: list[Figure] = [
            _flop_budget),
     Figure("docs/limitations.md", "call fan-out bound", r"the call fan-out \(10\*\*(\d+) graph nodes",
            _fan_out),
+    *(Figure("docs/extending.md", f"batch norms folded, {row}", rf"\| {re.escape(row)} \| (\d+) \| (\d+)[ |]",
+             partial(_fold, key)) for row, key in _FOLD_ROWS.items()),
+    Figure("docs/extending.md", "batch norms folded, timm",
+           ", ".join(rf"{re.escape(name)} (\d+) of (\d+){left}" for name, _, left in _TIMM_FOLD), _timm_fold),
     # -- pinned versions -----------------------------------------------------------------------------------------
     Figure("README.md", "torch pin", r"\*\*torch (\S+)\*\* is supported: every test runs on torch (\S+) \(",
            lambda: (*s.minor("torch"), *s.pin("torch"))),
@@ -156,6 +193,9 @@ FIGURES: list[Figure] = [
            r"(\d+) of the (\d+) transformers (\S+) types export cannot trace then rebuild exactly, (\d+) more equal",
            _transformers_opaque),
     Figure("README.md", "opaque brevitas", r"all (\d+) brevitas examples export cannot trace", _brevitas_opaque),
+    Figure("docs/flat-ir.md", "7B-dims lowering peak RSS", r"lowers on `meta` at (\d+ MB) peak RSS",
+           lambda: (s.cell("results.md", "weight-free scale: Llama-2-7B dimensions on meta", "peak RSS of lower...",
+                           "value"),)),
     Figure("docs/testing.md", "torchvision sweeps",
            r"`benchmarks/results-sweep\.md`: torchvision's (\d+) classification models exact, (\d+) of its (\d+) "
            r"segmentation, quantizable and video models",
@@ -181,7 +221,7 @@ def _timm_sweeps() -> tuple[str, ...]:
     return tuple(out)
 
 
-_NUMBER = re.compile(r"(?<![\w.])\d[\d ]*(?:[.,]\d+)?(?:x|%| ?[kMG]B| ?m?s)?(?![\w])")
+_NUMBER = re.compile(r"(?<![\w.-])(?:\d{1,3}(?: \d{3})+|\d+(?:\.\d+)?(?:e-?\d+)?)(?:x|%| ?[kMG]B| ?m?s)?(?![\w-]|\.\d)")
 
 
 def _prose(text: str) -> str:

@@ -202,3 +202,16 @@ def sweep(title: str, *statuses: str) -> tuple[str, ...]:
     assert len(found) == 1, (title, [t for t, _, _ in _sweeps()])
     models, counts = found[0]
     return tuple(str(models if s == "models" else counts.get(s, 0)) for s in statuses)
+
+
+def literal(path: str, name: str) -> object:
+    """The value of the module-level assignment ``name = <literal>`` in ``path`` (read with ``ast``, not run)."""
+    import ast
+
+    tree = ast.parse(_read(ROOT / path))
+    for node in tree.body:
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path} has no literal {name}")

@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/view_load.py                 # Llama-2-70B dimensions, 80 layers, on meta
     python benchmarks/view_load.py --layers 32 --runs 5
+    python benchmarks/view_load.py --runs 3 > benchmarks/results-view.md   # the figures docs/cli.md quotes
 
 Converts ``LlamaForCausalLM`` with Llama-2-70B's dimensions on the ``meta`` device (no weight is allocated),
 writes its view with ``ir.view``, and opens it in ``/usr/bin/chromium --headless`` several times. The page
@@ -81,7 +82,11 @@ def main() -> None:
     start = time.perf_counter()
     graph = explorer_graph(ir)  # what Model Explorer's adapter gives (common.explorer)
     built = time.perf_counter() - start
-    print(f"Model Explorer graph (common.explorer): {len(graph['nodes'])} nodes in "
+    print(f"# The interactive view of a Llama with 70B dimensions ({options.layers} layers, on meta)\n\n"
+          f"`python benchmarks/view_load.py --runs {options.runs}` ({time.strftime('%Y-%m-%d')}, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at start); read by tests/docs "
+          "(docs/cli.md quotes these figures).\n")
+    print(f"- Model Explorer graph (common.explorer): {len(graph['nodes'])} nodes in "
           f"{len({n['namespace'] for n in graph['nodes']})} layers, {len(json.dumps(graph)) / 1e6:.1f} MB as JSON, "
           f"built in {built:.2f} s")
     with tempfile.TemporaryDirectory() as tmp:
@@ -94,7 +99,7 @@ def main() -> None:
             start = time.perf_counter()
             pages[label] = page = ir.view(Path(tmp) / f"llama70b{len(pages)}.html", **extra)
             write = time.perf_counter() - start
-            print(f"Llama, 70B dims, {options.layers} layers on meta{label}: {len(ir)} implementations, convert "
+            print(f"- Llama, 70B dims, {options.layers} layers on meta{label}: {len(ir)} implementations, convert "
                   f"{convert:.1f} s, view written in {write:.1f} s, {page.stat().st_size / 1e6:.2f} MB"
                   + (f", {len(overlay)} overlay entries" if "overlay" in extra else ""))
         print("\n| page | load (page's own, median ms) | min..max ms | chromium process (median s) |")

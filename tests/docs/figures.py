@@ -116,6 +116,38 @@ def _lazy_nodes() -> tuple[str]:
     return (f"{LAZY_NODES:,}".replace(",", " "),)
 
 
+def _thousands(n: str) -> str:
+    """``9365`` as the pages write it: ``9 365``."""
+    return f"{int(n):,}".replace(",", " ")
+
+
+def _view_open() -> tuple[str, ...]:
+    """The layout library's size (kB) and the view's load figures (``benchmarks/results-view.md``)."""
+    dagre = (s.ROOT / "common" / "htmlview" / "dagre.min.js").stat().st_size
+    return (str(round(dagre / 1000)), *s.view("open", "block 41 + graph of model", "runs", "cores"))
+
+
+def _view_overlay() -> tuple[str, ...]:
+    entries, with_mb, without_mb = s.view("overlay entries", "MB + overlay", "MB")
+    return (_thousands(entries), with_mb, without_mb.removesuffix(" MB"),
+            *s.view("open + overlay", "open", "block 41 + graph of model + overlay", "block 41 + graph of model"))
+
+
+def _overlay_bounds() -> tuple[str, str]:
+    from common.htmlview import overlay
+
+    return str(overlay.MAX_BYTES >> 20), _power_of_ten(overlay.MAX_ENTRIES)
+
+
+def _random_models() -> tuple[str, ...]:
+    """Examples of the eval- and train-mode random-model property tests, by default and under the long profile."""
+    source = (s.ROOT / "tests" / "property" / "test_random_models.py").read_text(encoding="utf-8")
+    counts = re.findall(r"max_examples=examples\((\d+)\)", source)
+    scale = re.search(r"^SCALE = (\d+) if", (s.ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"),
+                      flags=re.M)
+    return (*counts[:2], *(str(int(c) * int(scale.group(1))) for c in counts[:2]))
+
+
 def _python_tested() -> tuple[str]:
     return (f"{sys.version_info.major}.{sys.version_info.minor}",)
 
@@ -196,6 +228,42 @@ FIGURES: list[Figure] = [
     Figure("docs/flat-ir.md", "7B-dims lowering peak RSS", r"lowers on `meta` at (\d+ MB) peak RSS",
            lambda: (s.cell("results.md", "weight-free scale: Llama-2-7B dimensions on meta", "peak RSS of lower...",
                            "value"),)),
+    Figure("docs/generation.md", "generate benchmark's settings",
+           r"\(median of (\d+) runs, (\d+) thread; small configs: (\d+) layers, hidden size (\d+)\)",
+           lambda: (s.option_default("benchmarks/generate.py", "--repeats"),
+                    s.option_default("benchmarks/generate.py", "--threads"),
+                    *(str(s.literal("benchmarks/generate.py", "_SIZES")[k])
+                      for k in ("num_hidden_layers", "hidden_size")))),
+    Figure("docs/cli.md", "view of the 70B-dims Llama: size",
+           r"\(80 layers, (\d+) implementations, converted on `meta`\) gives a ([\d.]+ MB) file",
+           partial(s.view, "implementations", "MB")),
+    Figure("docs/cli.md", "view of the 70B-dims Llama: load",
+           r"the layout library is (\d+) kB of it\) that opens in (\d+ ms) in headless Chromium, root graph drawn, and "
+           r"in (\d+ ms) with block 41 expanded and the 80-layer `model` graph laid out \(the page's own measure, "
+           r"median of (\d+), (\d+) cores;", _view_open),
+    Figure("docs/cli.md", "view of the 70B-dims Llama: overlay",
+           r"\((\d[\d ]*) entries, ([\d.]+ MB) instead of ([\d.]+)\) opened in (\d+ ms), (\d+ ms) without; with block "
+           r"41 and the `model` graph, (\d+ ms) and (\d+ ms)", _view_overlay),
+    Figure("docs/cli.md", "view of the 70B-dims Llama: compare",
+           r"fused \(([\d.]+ MB)\) opens in (\d+ ms), and in (\d+ ms) with block 41",
+           partial(s.view, "MB + compare (QKV fused)", "open + compare (QKV fused)",
+                   "block 41 + graph of model + compare (QKV fused)")),
+    Figure("docs/cli.md", "Model Explorer graph of the 70B-dims Llama",
+           r"expands to (\d[\d ]*) nodes in (\d+) layers \(([\d.]+ MB) as Model Explorer's JSON, built in ([\d.]+ s);",
+           lambda: (_thousands(s.view("explorer nodes")[0]), *s.view("explorer layers", "explorer MB", "explorer s"))),
+    Figure("docs/cli.md", "view: simpler layering above", r"A graph of more than (\d+) nodes",
+           lambda: (s.js_constant("BIG"),)),
+    Figure("docs/cli.md", "view: smallest text on screen", r"at (\d+) px or more on screen \(zoom ([\d.]+) at least\)",
+           lambda: (f"{10 * float(s.js_constant('READABLE')):g}", s.js_constant("READABLE"))),
+    Figure("docs/cli.md", "view: link bounds", r"read their first (\d+) entries, `search` its first (\d+)\s+characters",
+           lambda: (s.js_constant("LINK_ITEMS"), s.js_constant("LINK_TEXT"))),
+    Figure("docs/cli.md", "overlay bounds", r"strict JSON of at most (\d+) MB and 10\^(\d+) entries", _overlay_bounds),
+    Figure("docs/testing.md", "random models", r"(\d+) random models in eval mode and (\d+) in\s+train mode",
+           lambda: _random_models()[:2]),
+    Figure("docs/testing.md", "random models, long profile", r"ten times as many examples \((\d+) \+ (\d+) models\)",
+           lambda: _random_models()[2:]),
+    Figure("docs/testing.md", "test-newest budget", r"It stops itself after\s+([\d.]+) minutes \(`--budget`\)",
+           lambda: (f"{float(s.option_default('scripts/newest_site.py', '--budget')) / 60:g}",)),
     Figure("docs/testing.md", "torchvision sweeps",
            r"`benchmarks/results-sweep\.md`: torchvision's (\d+) classification models exact, (\d+) of its (\d+) "
            r"segmentation, quantizable and video models",

@@ -215,3 +215,44 @@ def literal(path: str, name: str) -> object:
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
             return ast.literal_eval(node.value)
     raise AssertionError(f"{path} has no literal {name}")
+
+
+def option_default(path: str, option: str) -> str:
+    """The ``default=`` of ``parser.add_argument("--option", ...)`` in the script ``path`` (read, not run)."""
+    match = re.search(rf'add_argument\("{re.escape(option)}"[^\n]*?default=([^,)\s]+)', _read(ROOT / path))
+    assert match, (path, option)
+    return match.group(1)
+
+
+def js_constant(name: str) -> str:
+    """A numeric ``var``/constant of the interactive view's script (``common/htmlview/view.js``), as written."""
+    match = re.search(rf"\b{re.escape(name)} = ([\d.]+)\b", _read(ROOT / "common" / "htmlview" / "view.js"))
+    assert match, name
+    return match.group(1)
+
+
+@cache
+def _view() -> dict[str, str]:
+    """``benchmarks/results-view.md`` (``python benchmarks/view_load.py``): sizes, counts and load times."""
+    text = _read(BENCH / "results-view.md")
+    out = {"runs": re.search(r"view_load\.py --runs (\d+)", text).group(1),
+           "cores": re.search(r"(\d+) cores", text).group(1)}
+    explorer = re.search(r"Model Explorer graph .*?: (\d+) nodes in (\d+) layers, ([\d.]+ MB) as JSON, built in "
+                         r"([\d.]+ s)", text)
+    out.update(zip(("explorer nodes", "explorer layers", "explorer MB", "explorer s"), explorer.groups()))
+    for label in ("", " + overlay", " + compare (QKV fused)"):
+        line = re.search(rf"^- Llama, 70B dims, \d+ layers on meta{re.escape(label)}: (\d+) implementations, .*?, "
+                         r"([\d.]+ MB)(?:, (\d+) overlay entries)?$", text, flags=re.M)
+        out["implementations"] = line.group(1)
+        out[f"MB{label}"] = line.group(2)
+        if line.group(3):
+            out["overlay entries"] = line.group(3)
+        for fragment in ("open", "block 41 + graph of model"):
+            out[f"{fragment}{label}"] = cell("results-view.md", "| page |", f"{fragment}{label}",
+                                             "load (page's own, median ms)") + " ms"
+    return out
+
+
+def view(*keys: str) -> tuple[str, ...]:
+    """Figures of ``benchmarks/results-view.md`` by key (see :func:`_view`)."""
+    return tuple(_view()[k] for k in keys)

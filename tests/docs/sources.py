@@ -256,3 +256,24 @@ def _view() -> dict[str, str]:
 def view(*keys: str) -> tuple[str, ...]:
     """Figures of ``benchmarks/results-view.md`` by key (see :func:`_view`)."""
     return tuple(_view()[k] for k in keys)
+
+
+def refused_by_reason(minor_version: str, *reasons: str) -> tuple[str, ...]:
+    """Refused overloads of torch ``minor_version``'s table whose reason starts with each of ``reasons``."""
+    refused = [v.split(":", 2)[1:] for v in _op_table(minor_version)["aten"].values() if v.startswith("refused:")]
+    out = []
+    for reason in reasons:
+        head, _, detail = reason.partition(": ")
+        out.append(str(sum(1 for r in refused if r[0].startswith(head) and (len(r) > 1 and detail in r[1]
+                                                                             if detail else True))))
+    return tuple(out)
+
+
+def swept_surface_models() -> dict[str, int]:
+    """Models per zoo that need an overload of ``tests/security/surface_sweeps.json`` (exact with it)."""
+    found = json.loads(_read(ROOT / "tests" / "security" / "surface_sweeps.json"))
+    models = {m for names in found.values() for m in names}
+    out: dict[str, int] = {}
+    for model in models:
+        out[model.split()[0]] = out.get(model.split()[0], 0) + 1
+    return out

@@ -149,3 +149,8 @@ def timm_sweeps() -> tuple[str, ...]:
         if title == "timm":
             out += [str(counts.get("exact", 0)), str(models)]
     return tuple(out)
+
+
+def lower_rss_7b() -> tuple[str]:
+    """Peak RSS of lowering the Llama-2-7B dims on meta (``benchmarks/results.md``)."""
+    return (s.cell("results.md", "weight-free scale: Llama-2-7B dimensions on meta", "peak RSS of lower...", "value"),)

@@ -124,8 +124,7 @@ FIGURES: list[Figure] = [
            d.transformers_opaque),
     Figure("README.md", "opaque brevitas", r"all (\d+) brevitas examples export cannot trace", d.brevitas_opaque),
     Figure("docs/flat-ir.md", "7B-dims lowering peak RSS", r"lowers on `meta` at (\d+ MB) peak RSS",
-           lambda: (s.cell("results.md", "weight-free scale: Llama-2-7B dimensions on meta", "peak RSS of lower...",
-                           "value"),)),
+           d.lower_rss_7b),
     Figure("docs/generation.md", "generate benchmark's settings",
            r"\(median of (\d+) runs, (\d+) thread; small configs: (\d+) layers, hidden size (\d+)\)",
            lambda: (s.option_default("benchmarks/generate.py", "--repeats"),
@@ -162,6 +161,8 @@ FIGURES: list[Figure] = [
            lambda: d.random_models()[2:]),
     Figure("docs/testing.md", "test-newest budget", r"It stops itself after\s+([\d.]+) minutes \(`--budget`\)",
            lambda: (f"{float(s.option_default('scripts/newest_site.py', '--budget')) / 60:g}",)),
+    Figure("README.md", "7B-dims lowering peak RSS", r"# 7B dims, weight-free, ~([\d.]+) GB",
+           lambda: (f"{int(d.lower_rss_7b()[0].removesuffix(' MB')) / 1000:.1f}",)),
     Figure("docs/testing.md", "torchvision sweeps",
            r"`benchmarks/results-sweep\.md`: torchvision's (\d+) classification models exact, (\d+) of its (\d+) "
            r"segmentation, quantizable and video models",

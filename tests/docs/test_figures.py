@@ -72,3 +72,12 @@ def test_the_results_tables_are_read_as_written() -> None:
     assert rows and {"target", "measured", "limit", "met"} <= set(rows[0])
     n, worst, median = sources.trace_once_corpus()
     assert int(n) > 100 and float(median[:-1]) <= float(worst[:-1])
+
+
+def test_the_inventory_lists_every_page() -> None:
+    """``python -m tests.docs.figures`` (the inventory of numbers in prose) reads every page and counts the rows."""
+    from tests.docs.figures import inventory
+
+    counts = inventory()
+    assert set(counts) == {"README.md", *(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))}
+    assert sum(checked for _, checked in counts.values()) >= len(FIGURES)

@@ -3,7 +3,7 @@
 named, as its train-mode computation is its own too), rebuilt with the classes the IR names allowed, and trained
 for three SGD steps beside a twin of the original built alike (a deep copy of a brevitas model shares its
 injectors). A table of: opaque leaves, whether train-mode outputs, every parameter's gradient, and the whole state
-dict after each step are equal (``torch.equal``), and the time.
+dict after each step are equal (``torch.equal``), and the time; written to ``benchmarks/results-brevitas-train.md``.
 
     python -m benchmarks.brevitas_train                   # every example but the ImageNet ones
     python -m benchmarks.brevitas_train --imagenet        # with them (224x224)
@@ -15,11 +15,15 @@ downloaded (the models of :func:`benchmarks.sweep_zoos.brevitas_models`).
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 import warnings
 from typing import Any
 
 import torch
+
+from benchmarks import results_file
 
 TENSOR_NORM = "brevitas_examples.bnn_pynq.models.tensor_norm.TensorNorm"
 
@@ -77,18 +81,24 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--imagenet", action="store_true", help="include the ImageNet examples (224x224)")
+    parser.add_argument("--output", default=str(results_file.BENCH / "results-brevitas-train.md"),
+                        help=results_file.output_help("results-brevitas-train.md"))
     ns = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     names = [n for n in sorted(brevitas_models()) if ns.imagenet or not n.startswith("imagenet.")]
-    print("| model | opaque leaves | train-mode outputs equal | gradients equal | state equal after each step | s |")
-    print("|---|---:|---|---|---|---:|")
+    lines = ["| model | opaque leaves | train-mode outputs equal | gradients equal | state equal after each step | s |",
+             "|---|---:|---|---|---|---:|"]
     for name in names:
         try:
             row = check(name)
         except Exception as exc:  # noqa: BLE001 - a row says what failed
-            print(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} | | | | |", flush=True)
-            continue
-        print(f"| {name} | {row['opaque']} | {row['outputs']} | {row['gradients']} | {row['state']} | "
-              f"{row['seconds']:.1f} |", flush=True)
+            lines.append(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} | | | | |")
+        else:
+            lines.append(f"| {name} | {row['opaque']} | {row['outputs']} | {row['gradients']} | {row['state']} | "
+                         f"{row['seconds']:.1f} |")
+        print(lines[-1], flush=True)
+    results_file.write(ns.output, "brevitas examples train through a rebuild (issue 51)",
+                       sys.argv[1:] if argv is None else argv, load, "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 import torch
 from torch import nn
 
-from benchmarks import models
+from benchmarks import models, results_file
 from benchmarks.measure import calibrate, interleaved, paired_ratio
 
 MODELS = ("bert", "llama", "conv_net")
@@ -101,11 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from {', '.join(MODELS)}")
     parser.add_argument("--batch", type=int, default=1, help="batch of the text models (default 1)")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--output", default=str(results_file.BENCH / "results-guards.md"),
+                        help=results_file.output_help("results-guards.md"))
     options = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(1)
     rows = [measure(name, options.batch, options.rounds) for name in options.models.split(",")]
-    print(table(rows))
+    body = table(rows)
+    results_file.write(options.output, "What the input guard costs (rebuilt forward with and without it, vs eager)",
+                       sys.argv[1:] if argv is None else argv, load, body)
     return 0
 
 

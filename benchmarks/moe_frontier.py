@@ -7,12 +7,14 @@ transformers' ``grouped_mm_fallback``, a known operator).
 
 Interleaved per round: one ``torch.export.export`` of the model (non-strict, as torch2ir runs it) and
 ``torch2ir.convert``; then, once: the IR file's size, ``IR.load`` and ``ir2torch.convert(..., device="meta")``.
-Prints one line per run and a table of medians (seconds, bytes) with convert/export as a ratio.
+Prints one line per run and a table of medians (seconds, bytes) with convert/export as a ratio, and writes the
+table to ``benchmarks/results-moe-frontier.md`` (docs/performance.md copies it).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import sys
 import tempfile
@@ -24,6 +26,8 @@ import torch
 
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import results_file
 
 #: DeepSeek-V3's published configuration (671 B parameters), the fields that set the graph and the shapes.
 DEEPSEEK_V3 = {
@@ -45,7 +49,10 @@ def deepseek_v3(layers: int = 61) -> Any:
         return DeepseekV3ForCausalLM(config).eval()
 
 
-def main(rounds: int = 3, layers: int = 61) -> None:
+def main(rounds: int = 3, layers: int = 61,
+         output: str = str(results_file.BENCH / "results-moe-frontier.md")) -> None:
+    """Measure, print the table and write it to ``output`` (``-``: print only)."""
+    load = os.getloadavg()[0]
     import ir2torch
     import torch2ir
     from common import IR
@@ -82,12 +89,15 @@ def main(rounds: int = 3, layers: int = 61) -> None:
             rebuilds.append(time.perf_counter() - start)
     same = [k for k, _ in rebuilt.named_parameters()] == [k for k, _ in model.named_parameters()]
     e, c = statistics.median(times["export"]), statistics.median(times["convert"])
-    print(f"\nDeepSeek-V3 dimensions, {layers} layers, {params / 1e9:.0f} B parameters on meta, torch "
-          f"{torch.__version__}, input 1x{SEQ}; medians of {rounds}\n")
-    print("| export | convert | convert/export | IR file | IR.load | rebuild on meta | same parameter paths |")
-    print("|---|---|---|---|---|---|---|")
-    print(f"| {e:.2f} s | {c:.2f} s | {c / e:.2f}x | {size / 1e6:.2f} MB | {statistics.median(loads):.3f} s | "
-          f"{statistics.median(rebuilds):.3f} s | {same} |")
+    body = "\n".join([
+        f"DeepSeek-V3 dimensions, {layers} layers, {params / 1e9:.0f} B parameters on meta, input 1x{SEQ}; medians of "
+        f"{rounds}, export and convert interleaved.", "",
+        "| export | convert | convert/export | IR file | `IR.load` | rebuild on meta | same parameter paths |",
+        "|---|---|---|---|---|---|---|",
+        f"| {e:.2f} s | {c:.2f} s | {c / e:.2f}x | {size / 1e6:.2f} MB | {statistics.median(loads):.3f} s | "
+        f"{statistics.median(rebuilds):.3f} s | {'yes' if same else 'no'} |"])
+    results_file.write(output, "A frontier mixture-of-experts model: DeepSeek-V3 dimensions on meta (issue 49)",
+                       [str(rounds), str(layers)], load, body)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 import torch
 
+from benchmarks import results_file
 from benchmarks.guards import MODELS, _model
 from benchmarks.measure import paired_ratio, time_modules
 
@@ -98,10 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default="bert", help=f"comma-separated, from {', '.join(MODELS)}")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--output", default=str(results_file.BENCH / "results-run-safety.md"),
+                        help=results_file.output_help("results-run-safety.md"))
     options = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(1)
-    print(table([measure(name, options.batch, options.rounds) for name in options.models.split(",")]))
+    body = table([measure(name, options.batch, options.rounds) for name in options.models.split(",")])
+    results_file.write(options.output, "What the run-time checks cost (rebuilt forward, ms per pass)",
+                       sys.argv[1:] if argv is None else argv, load, body)
     return 0
 
 

@@ -28,6 +28,8 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import results_file
+
 
 def _median_time(fn: Any, runs: int) -> tuple[float, Any]:
     times, out = [], None
@@ -95,7 +97,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, nargs="+", default=[2, 8, 32, 80])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--output", default=str(results_file.BENCH / "results-shared-bodies.md"),
+                        help=results_file.output_help("results-shared-bodies.md"))
     args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     import transformers.modeling_outputs  # noqa: F401  (the output class the IR's out_spec names)
 
     rows = []
@@ -103,7 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         for layers in args.layers:
             rows.append(measure(layers, args.runs, folder))
             print(f"{layers} layers: done", file=sys.stderr, flush=True)
-    print(table(rows))
+    results_file.write(args.output, "Shared bodies: Llama-3-70B dimensions at several depths (issue 32)",
+                       sys.argv[1:] if argv is None else argv, load, table(rows))
 
 
 if __name__ == "__main__":

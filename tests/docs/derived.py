@@ -11,9 +11,9 @@ from tests.docs import sources as s
 
 
 def opaque(row: str) -> tuple[str, ...]:
-    """A row of performance.md's opaque-leaves sweep table: (zoo version, export cannot trace, exact with auto,
-    equal to export's modules) read from its cells."""
-    cells = {c: s.cell("docs/performance.md", "| zoo | models | exact by default", row + "...", c)
+    """A row of the opaque-leaves sweep table (``benchmarks/results-sweep-opaque.md``, which performance.md copies):
+    (zoo version, export cannot trace, exact with auto, equal to export's modules) read from its cells."""
+    cells = {c: s.cell("results-sweep-opaque.md", None, row + "...", c)
              for c in ("export cannot trace", 'exact with `opaque="auto"`')}
     exact = re.match(r"\*\*(\d+)[ *(]", cells['exact with `opaque="auto"`'])
     equal = re.search(r"\+(\d+) equal", cells['exact with `opaque="auto"`'])
@@ -154,3 +154,128 @@ def timm_sweeps() -> tuple[str, ...]:
 def lower_rss_7b() -> tuple[str]:
     """Peak RSS of lowering the Llama-2-7B dims on meta (``benchmarks/results.md``)."""
     return (s.cell("results.md", "weight-free scale: Llama-2-7B dimensions on meta", "peak RSS of lower...", "value"),)
+
+
+# -- docs/performance.md's prose: ranges and figures of the results files its tables are copied from -------------
+
+
+def _span(cells: list[str], unit: str = "x") -> str:
+    """``"0.44-0.88x"`` from cells ``"0.62x"``, ...: the least and the greatest, as the table writes them (one value
+    when they are equal)."""
+    ordered = sorted(cells, key=lambda c: float(c.removesuffix(unit)))
+    low, high = ordered[0].removesuffix(unit), ordered[-1].removesuffix(unit)
+    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+
+
+SMALL = ("bert", "gpt2", "llama", "resnet", "mobilenet_v2")
+MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe")
+
+
+def _column(path: str, section: str, column: str, models: tuple[str, ...]) -> list[str]:
+    return [row[column] for row in s.table(path, section) if next(iter(row.values())) in models]
+
+
+def status() -> tuple[str, ...]:
+    """The Status paragraph: targets met of all, convert / export on the small configs, the MoE decoders, the 7B and
+    70B dimensions, and the missed target's measure and limit (``benchmarks/results.md``)."""
+    rows = s.table("results.md", "Targets")
+    missed = [r for r in rows if r["met"] != "yes"]
+    assert len(missed) == 1, missed
+    convert = {r["target"].removeprefix("convert / export, "): r["measured"] for r in rows}
+    return (str(len(rows) - len(missed)), str(len(rows)), _span([convert[m] for m in SMALL]),
+            _span([convert[m] for m in MOE]), convert["Llama-2-7B dims (32 layers, meta)"],
+            convert["Llama-3-70B dims (80 layers, meta)"], missed[0]["measured"],
+            missed[0]["limit"].removeprefix("<= "))
+
+
+def unflatten_spans() -> tuple[str, str]:
+    """(export + unflatten) / export and convert / (export + unflatten) over the small configs."""
+    section = "## convert:"
+    return (_span(_column("results.md", section, "(export + unflatten) / export", SMALL)),
+            _span(_column("results.md", section, "convert / (export + unflatten)", SMALL)))
+
+
+def forward_spans(models: tuple[str, ...] = SMALL) -> tuple[str, str]:
+    """unflatten / eager and ep.module() / eager over ``models``' rows of the forward table."""
+    section = "## forward:"
+    return (_span(_column("results.md", section, "unflatten / eager", models)),
+            _span(_column("results.md", section, "ep.module() / eager", models)))
+
+
+def moe() -> tuple[str, ...]:
+    """The MoE decoders' rows of the full run: convert / export, rebuilt / eager, ep.module() and unflatten."""
+    convert = _span(_column("results.md", "## convert:", "convert / export", MOE))
+    rebuilt = _span(_column("results.md", "## forward:", "rebuilt / eager", MOE))
+    unflatten, module = forward_spans(MOE)
+    return convert, rebuilt, module, unflatten
+
+
+def trace_once_scale() -> tuple[str, ...]:
+    """convert / export at 70B dimensions (with lower, file, load) and at 7B dimensions (with lower)."""
+    return s.target("results.md", "convert / export, Llama-3-70B dims (80 layers, meta)",
+                    "(convert + lower) / export, Llama-3-70B dims (80 layers, meta)",
+                    "IR file, Llama-3-70B dims (80 layers; issue 32)",
+                    "IR.load, Llama-3-70B dims (80 layers; issue 32)",
+                    "convert / export, Llama-2-7B dims (32 layers, meta)",
+                    "(convert + lower) / export, Llama-2-7B dims (32 layers, meta)")
+
+
+def slope() -> tuple[str, str, str]:
+    """Conversion's and export's per-layer slopes (the scaling section's bullets) and their ratio (its target)."""
+    text = (s.BENCH / "results.md").read_text(encoding="utf-8")
+    match = re.search(r"convert slope \(least squares\): \*\*([\d.]+) ms/layer\*\* \(export: ([\d.]+) ms/layer", text)
+    assert match, "results.md no longer states the slopes"
+    ratio, = s.target("results.md", "convert's per-layer slope / export's (issue 32)")
+    return match.group(1), match.group(2), ratio.replace("%", " %")
+
+
+def once_lean() -> tuple[str, str, str]:
+    """once / lean export over the corpus: median, max and entries above 1.05x."""
+    cells = [float(r["once/lean"]) for r in s.table("results-trace-once-corpus.md")]
+    import statistics
+
+    return f"{statistics.median(cells):.2f}x", f"{max(cells):.2f}x", str(sum(c > 1.05 for c in cells))
+
+
+def deepseek_alike() -> tuple[str]:
+    """DeepSeek-V3's MoE layers: its layers but the first dense ones (``benchmarks/moe_frontier.py``)."""
+    config = s.literal("benchmarks/moe_frontier.py", "DEEPSEEK_V3")
+    return (str(config["num_hidden_layers"] - config["first_k_dense_replace"]),)
+
+
+def compile_corpus() -> tuple[str, str, str]:
+    """``results-compile.md``: models compiled as one graph of all, and the largest max abs diff (its model)."""
+    rows = s.table("results-compile.md")
+    ok = [r for r in rows if r["result"].startswith("ok")]
+    worst = max(ok, key=lambda r: float(r["result"].rsplit(" ", 1)[1]))
+    return str(len(ok)), str(len(rows)), worst["result"].rsplit(" ", 1)[1]
+
+
+def large_files() -> tuple[str, str]:
+    """``results-large-files.md``: the one-call time of the graph-module document as saved, and what a separate
+    ``IR.load`` + ``convert(ir)`` costs more, least and most over the documents."""
+    rows = s.table("results-large-files.md")
+    one_call = [r["`ir2torch.convert(path)` (s)"].strip("*") for r in rows]
+    extra = [float(r["IR.load + rebuild (s)"]) - float(c) for r, c in zip(rows, one_call)]
+    modules = [c for r, c in zip(rows, one_call) if r["document"].startswith("10**5 small graph modules, as saved")]
+    return modules[0], f"{min(extra):.2f}-{max(extra):.2f}"
+
+
+def forward_budget() -> tuple[str, str]:
+    """``results-forward-budget.md``: the rebuild with ``max_bytes=None`` against eager, and the first-call probe
+    against an eager call, least and most over its models."""
+    rows = s.table("results-forward-budget.md")
+    return _span([r["None / eager"] for r in rows]), _span([r["probe / eager call"] for r in rows])
+
+
+def run_safety() -> tuple[str, str]:
+    """``results-run-safety.md``: the default rebuild against ``bare`` (least-most, as the table writes it) and a
+    checked call against ``bare`` (least-most, in whole times)."""
+    rows = s.table("results-run-safety.md")
+
+    def ratio(cell: str) -> str:
+        return re.search(r"\(([\d.]+x)\)", cell).group(1)
+
+    default = _span([ratio(r["default"]) for r in rows])
+    checked = sorted(float(ratio(r["checked (data-dependent)"])[:-1]) for r in rows)
+    return default.removesuffix("x"), f"{checked[0]:.0f}-{checked[-1]:.0f}"

@@ -8,7 +8,9 @@ pin files the code reads, or the benchmark results kept in ``benchmarks/``). A p
 phrase fails too, so a rewritten sentence is re-tied here rather than dropped.
 
 ``python -m tests.docs.figures`` lists every number in the pages' prose (outside code blocks, inline code and
-link targets) and marks those a row checks: the inventory of issue 52 point 5.
+link targets) and marks those a row checks, or that stand in a block copied from a results file (``<!-- copied
+from ... -->``, kept equal to its file by ``scripts/doc_blocks.py --check``, ``tests/docs/test_doc_blocks.py``):
+the inventory of issue 52 point 5.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
+from scripts import doc_blocks
 from tests.docs import derived as d
 from tests.docs import sources as s
 
@@ -155,6 +158,44 @@ FIGURES: list[Figure] = [
     Figure("docs/cli.md", "view: link bounds", r"read their first (\d+) entries, `search` its first (\d+)\s+characters",
            lambda: (s.js_constant("LINK_ITEMS"), s.js_constant("LINK_TEXT"))),
     Figure("docs/cli.md", "overlay bounds", r"strict JSON of at most (\d+) MB and 10\^(\d+) entries", d.overlay_bounds),
+    # -- docs/performance.md's prose (its tables are copied from the results files: scripts/doc_blocks.py) ---------
+    Figure("docs/performance.md", "status of the full run",
+           r"met (\d+) of its (\d+) targets: convert is (\S+) a plain `torch\.export` on the small configs, "
+           r"(\S+) on the four MoE decoders, (\S+) at Llama-2-7B dimensions and (\S+) at Llama-3-70B dimensions; "
+           r"the one missed is the forward over the whole real corpus \(max (\S+), limit (\S+)\)", d.status),
+    Figure("docs/performance.md", "unflatten against export, convert against both",
+           r"makes an export (\S+) as long; `torch2ir\.convert` costs (\S+) of export \+", d.unflatten_spans),
+    Figure("docs/performance.md", "unflatten and ep.module() against eager",
+           r"node by node: (\S+) eager; `ep\.module\(\)` is (\S+)\.", d.forward_spans),
+    Figure("docs/performance.md", "MoE decoders in the full run",
+           r"convert (\S+) export, the rebuilt forward exact and (\S+) eager, against (\S+) eager for "
+           r"`ExportedProgram\.module\(\)` and (\S+) for `unflatten`", d.moe),
+    Figure("docs/performance.md", "trace once at 70B and 7B dimensions",
+           r"convert / export \*\*(\S+)\*\* at Llama-3-70B dimensions \(80 layers; with `ir\.lower\(\)` (\S+), a "
+           r"(\S+ MB) file, `IR\.load` (\S+ s)\) and \*\*(\S+)\*\* at Llama-2-7B dimensions \(32 layers; with "
+           r"`ir\.lower\(\)` (\S+)\)", d.trace_once_scale),
+    Figure("docs/performance.md", "per-layer slopes", r"slope is ([\d.]+) ms/layer against export's ([\d.]+) "
+           r"\(\*\*([\d.]+ %)\*\*", d.slope),
+    Figure("docs/performance.md", "once against the lean export",
+           r"median \*\*(\S+)\*\*, max (\S+) \(ConvNeXt with DropPath; (\d+) entries above 1\.05x", d.once_lean),
+    Figure("docs/performance.md", "DeepSeek-V3's alike layers", r"The (\d+) MoE layers are alike", d.deepseek_alike),
+    Figure("docs/performance.md", "torch.compile over the corpus",
+           r"\*\*(\d+) of (\d+) compile as one graph\*\*, max abs difference at most (\S+) \(", d.compile_corpus),
+    Figure("docs/performance.md", "large files in one call",
+           r"all of them are graph modules \(([\d.]+) s: .*?validate twice \(an IR may change in between\): "
+           r"([\d.-]+) s more", d.large_files),
+    Figure("docs/performance.md", "forward budget off, FLOPs budget on; the probe",
+           r"the FLOPs budget left on, costs (\S+) eager on every call here .*? one-time cost per signature of "
+           r"(\S+) an eager call", d.forward_budget),
+    Figure("docs/performance.md", "run-time checks: default and checked against bare",
+           r"within the noise of the run \(([\d.-]+)x of `bare` here; .*? A checked call costs ([\d-]+) times a "
+           r"bare one",
+           d.run_safety),
+    Figure("docs/limitations.md", "run-time checks: default and checked against bare",
+           r"within the noise of a loaded machine, ([\d.-]+)x\); a checked call, whose sizes depend on data, still "
+           r"costs ([\d-]+) times a bare one", d.run_safety),
+    Figure("docs/performance.md", "remembered signatures", r"up to (\d+) remembered signatures per module",
+           lambda: (str(s.literal("ir2torch/run_safety/forward_budget.py", "MAX_SIGNATURES")),)),
     Figure("docs/testing.md", "random models", r"(\d+) random models in eval mode and (\d+) in\s+train mode",
            lambda: d.random_models()[:2]),
     Figure("docs/testing.md", "random models, long profile", r"ten times as many examples \((\d+) \+ (\d+) models\)",
@@ -198,6 +239,8 @@ def inventory() -> dict[str, tuple[int, int]]:
         flat = " ".join(raw.split())
         checked = sum(match.lastindex or 0 for figure in FIGURES if figure.page == page
                       for match in re.finditer(figure.pattern, flat))
+        copied = "".join(raw[b.start:b.end] for b in doc_blocks.blocks(path))
+        checked += len(_NUMBER.findall(" ".join(_prose(copied).split())))
         prose = " ".join(_prose(raw).split())
         numbers = list(_NUMBER.finditer(prose))
         if "-v" in sys.argv:

@@ -1,0 +1,55 @@
+"""The results files the benchmark scripts keep in ``benchmarks/`` (``results-*.md``): a title, the command, the
+date and the machine, then the script's Markdown. ``docs/performance.md`` copies their blocks
+(``scripts/doc_blocks.py``), so a rerun rewrites the file and ``python scripts/doc_blocks.py --write`` the page.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import sys
+from importlib import metadata
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def header(title: str, argv: list[str], load_at_start: float) -> str:
+    """``# title`` and one line saying how, when and where the figures below were measured."""
+    script = Path(sys.argv[0]).resolve()
+    command = " ".join(["python", str(script.relative_to(BENCH.parent)) if script.is_relative_to(BENCH.parent)
+                        else script.name, *map(shlex.quote, argv)])
+    return (f"# {title}\n\n`{command}` ({datetime.date.today().isoformat()}; {_cpu()}, {os.cpu_count()} cores, load "
+            f"average {load_at_start:.2f} at start; Python {platform.python_version()}, torch {_version('torch')}, "
+            f"transformers {_version('transformers')}).\n")
+
+
+def write(path: str, title: str, argv: list[str], load_at_start: float, body: str) -> None:
+    """Print ``body`` and, unless ``path`` is ``-``, write it under :func:`header` to ``path``."""
+    print(body)
+    if path != "-":
+        Path(path).write_text(f"{header(title, argv, load_at_start)}\n{body.rstrip()}\n", encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def output_help(name: str) -> str:
+    return f"results file to write (default benchmarks/{name}; '-' prints only)"

@@ -279,3 +279,35 @@ def run_safety() -> tuple[str, str]:
     default = _span([ratio(r["default"]) for r in rows])
     checked = sorted(float(ratio(r["checked (data-dependent)"])[:-1]) for r in rows)
     return default.removesuffix("x"), f"{checked[0]:.0f}-{checked[-1]:.0f}"
+
+
+def run_rounds() -> tuple[str, ...]:
+    """Rounds of the full run of ``benchmarks/run.py`` (its ``FULL`` scenarios, read as text): convert, 7B scale
+    (and its warm-up), rebuild + load, forward, ONNX, the layer sweep."""
+    text = (s.ROOT / "benchmarks" / "run.py").read_text(encoding="utf-8")
+    full = text[text.index("FULL"):text.index("QUICK")]
+
+    def field(scenario: str, name: str) -> str:
+        return re.search(rf'"{scenario}": {{[^}}]*"{name}": (\d+)', full).group(1)
+
+    return (field("convert", "rounds"), field("scale", "rounds"), field("scale", "warmup"),
+            field("rebuild_load", "rounds"), field("forward", "rounds"), field("onnx", "rounds"),
+            field("sweep", "rounds"))
+
+
+def small_configs() -> tuple[str, ...]:
+    """The small configs of ``benchmarks/models.py``: MobileNetV2's depth multiplier, the image side (twice) and
+    the text inputs' length."""
+    text = (s.ROOT / "benchmarks" / "models.py").read_text(encoding="utf-8")
+    image = str(s.literal("benchmarks/models.py", "IMAGE"))
+    return (re.search(r"depth_multiplier=([\d.]+)", text).group(1), image, image,
+            str(s.literal("benchmarks/models.py", "SEQ")))
+
+
+def opaque_counts(row: str, share: bool = False) -> tuple[str, ...]:
+    """A row of the opaque-leaves sweep: exact with ``opaque="auto"`` of those export cannot trace (and the median
+    share of parameters in opaque leaves)."""
+    _, cannot, exact, _ = opaque(row)
+    median = re.match(r"median ([\d.]+) %", s.cell("results-sweep-opaque.md", None, row + "...",
+                                                    "parameters inside opaque leaves (exact ones)"))
+    return (exact, re.match(r"\d+", cannot).group(0), *([median.group(1)] if share else []))

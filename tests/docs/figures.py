@@ -194,6 +194,23 @@ FIGURES: list[Figure] = [
     Figure("docs/limitations.md", "run-time checks: default and checked against bare",
            r"within the noise of a loaded machine, ([\d.-]+)x\); a checked call, whose sizes depend on data, still "
            r"costs ([\d-]+) times a bare one", d.run_safety),
+    Figure("docs/performance.md", "rounds of the full run",
+           r"Rounds in the full run: (\d+) for convert, (\d+) \(\+(\d+) warm-up\) at 7B scale, (\d+) for rebuild "
+           r"\+ load, (\d+) for forward, (\d+) for ONNX, (\d+) for the sweep", d.run_rounds),
+    Figure("docs/performance.md", "small configs",
+           r"MobileNetV2 at depth multiplier ([\d.]+), (\d+)x(\d+) images, token ids \(batch 2, (\d+) tokens\)",
+           d.small_configs),
+    *(Figure("docs/performance.md", f"opaque sweep, brevitas ({i})", rx,
+             partial(d.opaque_counts, "brevitas examples", share))
+      for i, (rx, share) in enumerate([(r"re-measured too \((\d+) of (\d+), median ([\d.]+) %\)", True),
+                                       (r"- brevitas \((\d+) of (\d+) exact, none refused\)", False),
+                                       (r"opaque too: (\d+) of (\d+) exact, median ([\d.]+) % of the", True)])),
+    Figure("docs/performance.md", "opaque sweep, torchvision detection",
+           r"recorded as plain objects and functions: (\d+) of (\d+) exact",
+           partial(d.opaque_counts, "torchvision (every task")),
+    Figure("docs/performance.md", "opaque sweep, transformers 5.23",
+           r"moved the transformers figure from 27 to (\d+) of (\d+) \(5\.23\.0\)",
+           partial(d.opaque_counts, "transformers 5.23.0")),
     Figure("docs/performance.md", "remembered signatures", r"up to (\d+) remembered signatures per module",
            lambda: (str(s.literal("ir2torch/run_safety/forward_budget.py", "MAX_SIGNATURES")),)),
     Figure("docs/testing.md", "random models", r"(\d+) random models in eval mode and (\d+) in\s+train mode",

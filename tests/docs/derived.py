@@ -311,3 +311,19 @@ def opaque_counts(row: str, share: bool = False) -> tuple[str, ...]:
     median = re.match(r"median ([\d.]+) %", s.cell("results-sweep-opaque.md", None, row + "...",
                                                     "parameters inside opaque leaves (exact ones)"))
     return (exact, re.match(r"\d+", cannot).group(0), *([median.group(1)] if share else []))
+
+
+def lean_step() -> tuple[str, str, str]:
+    """``results-trace-once-corpus.md``: once / export's median before ``lean_export`` (the run the file names) and
+    now, and the highest entry now."""
+    text = (s.BENCH / "results-trace-once-corpus.md").read_text(encoding="utf-8")
+    before = re.search(r"had once/export median\s+([\d.]+x), max", text)
+    assert before, "results-trace-once-corpus.md no longer names the run before lean_export"
+    _, worst, median = s.trace_once_corpus()
+    return before.group(1), median, worst
+
+
+def guarded_run() -> tuple[str]:
+    """Models of the guarded corpus run (``results-corpus-guarded.md``'s first line)."""
+    text = (s.BENCH / "results-corpus-guarded.md").read_text(encoding="utf-8")
+    return (re.search(r"^- (\d+) corpus models", text, flags=re.M).group(1),)

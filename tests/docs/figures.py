@@ -23,6 +23,7 @@ from functools import partial
 
 from scripts import doc_blocks
 from tests.docs import derived as d
+from tests.docs import perf as p
 from tests.docs import sources as s
 
 
@@ -162,58 +163,75 @@ FIGURES: list[Figure] = [
     Figure("docs/performance.md", "status of the full run",
            r"met (\d+) of its (\d+) targets: convert is (\S+) a plain `torch\.export` on the small configs, "
            r"(\S+) on the four MoE decoders, (\S+) at Llama-2-7B dimensions and (\S+) at Llama-3-70B dimensions; "
-           r"the one missed is the forward over the whole real corpus \(max (\S+), limit (\S+)\)", d.status),
+           r"the one missed is the forward over the whole real corpus \(max (\S+), limit (\S+)\)", p.status),
     Figure("docs/performance.md", "unflatten against export, convert against both",
-           r"makes an export (\S+) as long; `torch2ir\.convert` costs (\S+) of export \+", d.unflatten_spans),
+           r"makes an export (\S+) as long; `torch2ir\.convert` costs (\S+) of export \+", p.unflatten_spans),
     Figure("docs/performance.md", "unflatten and ep.module() against eager",
-           r"node by node: (\S+) eager; `ep\.module\(\)` is (\S+)\.", d.forward_spans),
+           r"node by node: (\S+) eager; `ep\.module\(\)` is (\S+)\.", p.forward_spans),
     Figure("docs/performance.md", "MoE decoders in the full run",
            r"convert (\S+) export, the rebuilt forward exact and (\S+) eager, against (\S+) eager for "
-           r"`ExportedProgram\.module\(\)` and (\S+) for `unflatten`", d.moe),
+           r"`ExportedProgram\.module\(\)` and (\S+) for `unflatten`", p.moe),
     Figure("docs/performance.md", "trace once at 70B and 7B dimensions",
            r"convert / export \*\*(\S+)\*\* at Llama-3-70B dimensions \(80 layers; with `ir\.lower\(\)` (\S+), a "
            r"(\S+ MB) file, `IR\.load` (\S+ s)\) and \*\*(\S+)\*\* at Llama-2-7B dimensions \(32 layers; with "
-           r"`ir\.lower\(\)` (\S+)\)", d.trace_once_scale),
+           r"`ir\.lower\(\)` (\S+)\)", p.trace_once_scale),
     Figure("docs/performance.md", "per-layer slopes", r"slope is ([\d.]+) ms/layer against export's ([\d.]+) "
-           r"\(\*\*([\d.]+ %)\*\*", d.slope),
+           r"\(\*\*([\d.]+ %)\*\*", p.slope),
     Figure("docs/performance.md", "once against the lean export",
-           r"median \*\*(\S+)\*\*, max (\S+) \(ConvNeXt with DropPath; (\d+) entries above 1\.05x", d.once_lean),
-    Figure("docs/performance.md", "DeepSeek-V3's alike layers", r"The (\d+) MoE layers are alike", d.deepseek_alike),
+           r"median \*\*(\S+)\*\*, max (\S+) \(ConvNeXt with DropPath; (\d+) entries above 1\.05x", p.once_lean),
+    Figure("docs/performance.md", "DeepSeek-V3's alike layers", r"The (\d+) MoE layers are alike", p.deepseek_alike),
     Figure("docs/performance.md", "torch.compile over the corpus",
-           r"\*\*(\d+) of (\d+) compile as one graph\*\*, max abs difference at most (\S+) \(", d.compile_corpus),
+           r"\*\*(\d+) of (\d+) compile as one graph\*\*, max abs difference at most (\S+) \(", p.compile_corpus),
     Figure("docs/performance.md", "large files in one call",
            r"all of them are graph modules \(([\d.]+) s: .*?validate twice \(an IR may change in between\): "
-           r"([\d.-]+) s more", d.large_files),
+           r"([\d.-]+) s more", p.large_files),
     Figure("docs/performance.md", "forward budget off, FLOPs budget on; the probe",
            r"the FLOPs budget left on, costs (\S+) eager on every call here .*? one-time cost per signature of "
-           r"(\S+) an eager call", d.forward_budget),
+           r"(\S+) an eager call", p.forward_budget),
     Figure("docs/performance.md", "run-time checks: default and checked against bare",
            r"within the noise of the run \(([\d.-]+)x of `bare` here; .*? A checked call costs ([\d-]+) times a "
            r"bare one",
-           d.run_safety),
+           p.run_safety),
     Figure("docs/limitations.md", "run-time checks: default and checked against bare",
            r"within the noise of a loaded machine, ([\d.-]+)x\); a checked call, whose sizes depend on data, still "
-           r"costs ([\d-]+) times a bare one", d.run_safety),
+           r"costs ([\d-]+) times a bare one", p.run_safety),
     Figure("docs/performance.md", "rounds of the full run",
            r"Rounds in the full run: (\d+) for convert, (\d+) \(\+(\d+) warm-up\) at 7B scale, (\d+) for rebuild "
-           r"\+ load, (\d+) for forward, (\d+) for ONNX, (\d+) for the sweep", d.run_rounds),
+           r"\+ load, (\d+) for forward, (\d+) for ONNX, (\d+) for the sweep", p.run_rounds),
     Figure("docs/performance.md", "small configs",
            r"MobileNetV2 at depth multiplier ([\d.]+), (\d+)x(\d+) images, token ids \(batch 2, (\d+) tokens\)",
-           d.small_configs),
+           p.small_configs),
     *(Figure("docs/performance.md", f"opaque sweep, brevitas ({i})", rx,
-             partial(d.opaque_counts, "brevitas examples", share))
+             partial(p.opaque_counts, "brevitas examples", share))
       for i, (rx, share) in enumerate([(r"re-measured too \((\d+) of (\d+), median ([\d.]+) %\)", True),
                                        (r"- brevitas \((\d+) of (\d+) exact, none refused\)", False),
                                        (r"opaque too: (\d+) of (\d+) exact, median ([\d.]+) % of the", True)])),
     Figure("docs/performance.md", "opaque sweep, torchvision detection",
            r"recorded as plain objects and functions: (\d+) of (\d+) exact",
-           partial(d.opaque_counts, "torchvision (every task")),
+           partial(p.opaque_counts, "torchvision (every task")),
     Figure("docs/performance.md", "opaque sweep, transformers 5.23",
            r"moved the transformers figure from 27 to (\d+) of (\d+) \(5\.23\.0\)",
-           partial(d.opaque_counts, "transformers 5.23.0")),
+           partial(p.opaque_counts, "transformers 5.23.0")),
     Figure("docs/performance.md", "lean export's step",
-           r"the last step, median ([\d.]+x) to ([\d.]+x)\)\..*?with it, the highest is ([\d.]+x)\.", d.lean_step),
-    Figure("docs/performance.md", "guarded corpus run", r"A run over (\d+) corpus models chosen", d.guarded_run),
+           r"the last step, median ([\d.]+x) to ([\d.]+x)\)\..*?with it, the highest is ([\d.]+x)\.", p.lean_step),
+    Figure("docs/performance.md", "guarded corpus run", r"A run over (\d+) corpus models chosen", p.guarded_run),
+    Figure("docs/performance.md", "small configs' sizes",
+           r"Small configs: (\d+) layers, hidden (\d+) \(BERT, GPT-2, Llama\), ResNet with (\d+)/(\d+) channels, .*? "
+           r"the four MoE decoders with (\d+) experts, top-(\d+)\.", p.small_sizes),
+    Figure("docs/performance.md", "quick run",
+           r"scenarios with (\d+) layers instead of (\d+) / (\d+), a ([\d/]+)-layer sweep", p.quick_run),
+    Figure("docs/performance.md", "corpus run's rounds",
+           r"(\d+) warm-up and (\d+) timed rounds of ~(\d+ ms) samples", p.corpus_rounds),
+    Figure("docs/performance.md", "rebuild + load model", r"### Rebuild \+ load: GPT-2 small, ([\d.]+) M parameters, "
+           r"(\d+ MB) `\.safetensors`", p.rebuild_model),
+    Figure("docs/performance.md", "scaling model", r"Small Llama \(hidden (\d+)\) on meta, convert vs export",
+           p.sweep_model),
+    Figure("docs/performance.md", "guards' inputs", r"interleaved \(batch (\d+), sequence (\d+)\), and the guard",
+           p.guards_inputs),
+    Figure("docs/performance.md", "DeepSeek-V3 dimensions",
+           r"published dimensions \((\d+) layers, the first (\d+) dense; (\d+) routed experts, (\d+) per token",
+           lambda: tuple(str(s.literal("benchmarks/moe_frontier.py", "DEEPSEEK_V3")[k]) for k in (
+               "num_hidden_layers", "first_k_dense_replace", "n_routed_experts", "num_experts_per_tok"))),
     Figure("docs/performance.md", "remembered signatures", r"up to (\d+) remembered signatures per module",
            lambda: (str(s.literal("ir2torch/run_safety/forward_budget.py", "MAX_SIGNATURES")),)),
     Figure("docs/testing.md", "random models", r"(\d+) random models in eval mode and (\d+) in\s+train mode",

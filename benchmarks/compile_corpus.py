@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> None:
     print(table)
     if args.output:
         Path(args.output).write_text(table + "\n", encoding="utf-8")
+        from benchmarks import results_file
+
+        results_file.update_pages()
 
 
 if __name__ == "__main__":

@@ -213,6 +213,7 @@ def render(rows: list[dict[str, Any]], machine: list[str], pending: Sequence[str
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from benchmarks import results_file
     from benchmarks.run import machine_lines, write_atomic
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -254,6 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_atomic(options.output.with_suffix(".json"), json.dumps(
             {"machine": machine, "summary": summary(rows), "rows": rows}, indent=1) + "\n")
         print(text)
+        results_file.update_pages()
         return 0
     index, count = (int(v) for v in options.shard.split("/"))
     names = names[index - 1::count]
@@ -279,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_atomic(options.output.with_suffix(".json"),
                      json.dumps({"machine": machine, "summary": summary(rows), "rows": rows}, indent=1) + "\n")
     print(text)
+    results_file.update_pages()
     return 0
 
 

@@ -43,12 +43,23 @@ def header(title: str, argv: list[str], load_at_start: float) -> str:
             f"transformers {_version('transformers')}).\n")
 
 
+def update_pages() -> None:
+    """Copy the blocks the docs take from the results files again (``scripts/doc_blocks.py --write``), so a rerun
+    updates the file and the pages together; ``tests/docs`` then says which prose figures moved."""
+    from scripts import doc_blocks
+
+    if doc_blocks.main(["--write"]) != 0:
+        print("the docs' copied blocks were not updated (see above)", file=sys.stderr)
+
+
 def write(path: str, title: str, argv: list[str], load_at_start: float, body: str) -> None:
-    """Print ``body`` and, unless ``path`` is ``-``, write it under :func:`header` to ``path``."""
+    """Print ``body`` and, unless ``path`` is ``-``, write it under :func:`header` to ``path`` and update the pages
+    that copy it."""
     print(body)
     if path != "-":
         Path(path).write_text(f"{header(title, argv, load_at_start)}\n{body.rstrip()}\n", encoding="utf-8")
         print(f"wrote {path}", file=sys.stderr)
+        update_pages()
 
 
 def output_help(name: str) -> str:

@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import report
+from benchmarks import report, results_file
 from benchmarks.measure import RESULT_MARK, ROOT, run_child
 
 SCENARIOS = ("convert", "scale", "scale70", "rebuild_load", "forward", "onnx", "sweep")
@@ -228,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_atomic(output, text)
     write_atomic(output.with_suffix(".json"), json.dumps({"machine": machine, "results": results}, indent=1) + "\n")
     print(f"written {output.relative_to(ROOT) if output.is_relative_to(ROOT) else output}", file=sys.stderr)
+    results_file.update_pages()  # docs/performance.md copies results.md's tables
     return 0
 
 

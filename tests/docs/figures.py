@@ -261,6 +261,9 @@ FIGURES: list[Figure] = [
 _NUMBER = re.compile(r"(?<![\w.-])(?:\d{1,3}(?: \d{3})+|\d+(?:\.\d+)?(?:e-?\d+)?)(?:x|%| ?[kMG]B| ?m?s)?(?![\w-]|\.\d)")
 
 
+_ISSUE = re.compile(r"\b[Ii]ssues? #?\d+(?:(?:, | and )#?\d+)*|#\d+\b")  # issue numbers are no figures
+
+
 def _prose(text: str) -> str:
     """``text`` with code blocks, inline code and link targets blanked (same length, so offsets still match)."""
     text = re.sub(r"^```.*?^```", lambda m: " " * len(m.group(0)), text, flags=re.M | re.S)
@@ -278,8 +281,8 @@ def inventory() -> dict[str, tuple[int, int]]:
         checked = sum(match.lastindex or 0 for figure in FIGURES if figure.page == page
                       for match in re.finditer(figure.pattern, flat))
         copied = "".join(raw[b.start:b.end] for b in doc_blocks.blocks(path))
-        checked += len(_NUMBER.findall(" ".join(_prose(copied).split())))
-        prose = " ".join(_prose(raw).split())
+        checked += len(_NUMBER.findall(_ISSUE.sub(" ", " ".join(_prose(copied).split()))))
+        prose = _ISSUE.sub(lambda m: " " * len(m.group(0)), " ".join(_prose(raw).split()))
         numbers = list(_NUMBER.finditer(prose))
         if "-v" in sys.argv:
             for m in numbers:

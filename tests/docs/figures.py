@@ -232,6 +232,8 @@ FIGURES: list[Figure] = [
            r"published dimensions \((\d+) layers, the first (\d+) dense; (\d+) routed experts, (\d+) per token",
            lambda: tuple(str(s.literal("benchmarks/moe_frontier.py", "DEEPSEEK_V3")[k]) for k in (
                "num_hidden_layers", "first_k_dense_replace", "n_routed_experts", "num_experts_per_tok"))),
+    Figure("docs/performance.md", "code at first use",
+           r"A graph of (\d[\d ]*) nodes or more gets its code at its first call", d.lazy_nodes),
     Figure("docs/performance.md", "remembered signatures", r"up to (\d+) remembered signatures per module",
            lambda: (str(s.literal("ir2torch/run_safety/forward_budget.py", "MAX_SIGNATURES")),)),
     Figure("docs/testing.md", "random models", r"(\d+) random models in eval mode and (\d+) in\s+train mode",

@@ -162,7 +162,10 @@ def higher_order(mode: TorchDispatchMode, func: Any, args: tuple, kwargs: dict, 
 
 
 def storage_bytes(t: torch.Tensor) -> int:
-    """Bytes of ``t``'s storage (its elements for a layout without one storage: mkldnn, sparse)."""
+    """Bytes of ``t``'s storage (its elements for a layout other than strided: mkldnn, sparse; torch 2.14's fake
+    ``to_mkldnn`` gives its fake a storage of one byte an element, which would undercount it)."""
+    if t.layout != torch.strided:
+        return t.numel() * t.element_size()
     try:
         return t.untyped_storage().nbytes()
     except (RuntimeError, NotImplementedError):

@@ -1,9 +1,12 @@
-"""Do brevitas' example networks train through a rebuild? Each is converted with ``opaque=["auto", TensorNorm]``
-(every quantized layer kept as an opaque leaf: its estimators' backward is its own; bnn_pynq's ``TensorNorm``
-named, as its train-mode computation is its own too), rebuilt with the classes the IR names allowed, and trained
-for three SGD steps beside a twin of the original built alike (a deep copy of a brevitas model shares its
-injectors). A table of: opaque leaves, whether train-mode outputs, every parameter's gradient, and the whole state
-dict after each step are equal (``torch.equal``), and the time; written to ``benchmarks/results-brevitas-train.md``.
+"""Do brevitas' example networks train through a rebuild? Each is converted with ``opaque=["auto", TensorNorm]`` (a
+quantized layer is kept as an opaque leaf when export cannot trace it or its quantizer computes otherwise in train
+mode; bnn_pynq's ``TensorNorm`` named, as its train-mode computation is its own too), rebuilt with the classes the
+IR names allowed, and trained for three SGD steps beside a twin of the original built alike (a deep copy of a
+brevitas model shares its injectors). A table of: opaque leaves (the quantized layers whose quantizers collect
+runtime statistics, or that export cannot trace: the others are traced, their estimators the ``torch2ir_ste``
+operators of :mod:`common.ste_ops`), the share of the parameters inside them, whether train-mode outputs, every
+parameter's gradient, and the whole state dict after each step are equal (``torch.equal``), and the time; written to
+``benchmarks/results-brevitas-train.md``.
 
     python -m benchmarks.brevitas_train                   # every example but the ImageNet ones
     python -m benchmarks.brevitas_train --imagenet        # with them (224x224)
@@ -50,7 +53,8 @@ def check(name: str, steps: int = 3) -> dict[str, Any]:
         ir = torch2ir.convert(model, (x,), opaque=["auto", TENSOR_NORM])
         rebuilt = ir2torch.convert(ir, model.state_dict(), allow=named_classes(ir.values()))
     twin = _build(name)[0]
-    row = {"model": name, "opaque": len(ir.capture.opaque), "outputs": True, "gradients": True, "state": True}
+    row = {"model": name, "opaque": len(ir.capture.opaque), "share": _share(model, ir), "outputs": True,
+           "gradients": True, "state": True}
     twin.train()
     rebuilt.train()
     for step in range(steps):
@@ -76,6 +80,16 @@ def check(name: str, steps: int = 3) -> dict[str, Any]:
     return row
 
 
+def _share(model: torch.nn.Module, ir: Any) -> float:
+    """The parameters inside the opaque leaves of ``ir`` (not in a child traced on its own), over all of them."""
+    from benchmarks.sweep_opaque import opaque_parameters
+    from common.opaque import traced_alone
+
+    paths = [path for path, _, _ in ir.capture.opaque]
+    inside = sum(t.numel() for t in opaque_parameters(model, paths, traced_alone(ir)).values())
+    return inside / (sum(t.numel() for t in model.parameters()) or 1)
+
+
 def main(argv: list[str] | None = None) -> None:
     from benchmarks.sweep_zoos import brevitas_models
 
@@ -86,16 +100,17 @@ def main(argv: list[str] | None = None) -> None:
     ns = parser.parse_args(argv)
     load = os.getloadavg()[0]
     names = [n for n in sorted(brevitas_models()) if ns.imagenet or not n.startswith("imagenet.")]
-    lines = ["| model | opaque leaves | train-mode outputs equal | gradients equal | state equal after each step | s |",
-             "|---|---:|---|---|---|---:|"]
+    lines = ["| model | opaque leaves | parameters inside them | train-mode outputs equal | gradients equal | "
+             "state equal after each step | s |",
+             "|---|---:|---:|---|---|---|---:|"]
     for name in names:
         try:
             row = check(name)
         except Exception as exc:  # noqa: BLE001 - a row says what failed
-            lines.append(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} | | | | |")
+            lines.append(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} | | | | | |")
         else:
-            lines.append(f"| {name} | {row['opaque']} | {row['outputs']} | {row['gradients']} | {row['state']} | "
-                         f"{row['seconds']:.1f} |")
+            lines.append(f"| {name} | {row['opaque']} | {100 * row['share']:.1f} % | {row['outputs']} | "
+                         f"{row['gradients']} | {row['state']} | {row['seconds']:.1f} |")
         print(lines[-1], flush=True)
     results_file.write(ns.output, "brevitas examples train through a rebuild (issue 51)",
                        sys.argv[1:] if argv is None else argv, load, "\n".join(lines))

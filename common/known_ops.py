@@ -14,6 +14,11 @@ a file may name them without ``allow=``:
     to the tensor, and ``weight[i]`` is a bounds-checked index below ``len(offs)``, which must equal ``weight.size(0)``.
     Its work is at most ``len(offs)`` products of ``input``'s rows with one expert, bounded by the shapes.
 
+``torch2ir_ste.<op>.default``
+    this library's straight-through estimators (:mod:`common.ste_ops`, registered by importing it): ``round``,
+    ``ceil``, ``floor``, signs, clamps, each with the gradient of brevitas' estimator of the same name. Their
+    kernels call ATen operators of the default surface on the tensors they are given.
+
 Nothing is imported to check a name. When a rebuild resolves a known operator that is not registered in this
 process yet, the one module that registers it (:attr:`KnownOp.module`, a name written here, never one read from a
 file) is imported, and only then; a missing library is an :class:`~common.errors.IRFormatError` naming it.
@@ -26,6 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import IRFormatError
+
+#: The operators of :mod:`common.ste_ops` (``torch2ir_ste.<name>.default``), named here so that checking a name
+#: imports nothing (that module checks it registers exactly these).
+STE_OPERATORS: tuple[str, ...] = ("round", "ceil", "floor", "ternary_sign", "binary_sign", "round_to_zero",
+                                  "dpu_round", "abs_binary_sign_grad", "scalar_clamp", "scalar_clamp_min",
+                                  "tensor_clamp")
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,12 @@ KNOWN_OPS: dict[str, KnownOp] = {
         why="transformers' grouped matrix product of its default mixture-of-experts layers: rows are sliced with "
             "Python slices and experts indexed below weight.size(0); argument shapes checked before it runs",
     ),
+    **{f"torch2ir_ste.{name}.default": KnownOp(
+        module="common.ste_ops",
+        package="torch2ir",
+        why="this library's straight-through estimator (common.ste_ops): its forward is a composition of ATen "
+            "operators of the default surface on its own tensors, its backward passes the gradient through",
+    ) for name in STE_OPERATORS},
 }
 
 
@@ -84,4 +101,4 @@ def resolve_known(name: str, registered: Any) -> Any:
     return found
 
 
-__all__ = ["KNOWN_OPS", "KnownOp", "is_known", "resolve_known"]
+__all__ = ["KNOWN_OPS", "STE_OPERATORS", "KnownOp", "is_known", "resolve_known"]

@@ -1,14 +1,15 @@
 """The child process of the op-level fuzz (``tests/security/test_op_fuzz.py``).
 
 ``python -m tests.security.op_fuzz_child OUT.json EXAMPLES WATCHED DERANDOMIZE [PER_OP]`` draws ``PER_OP`` FlatIR
-documents starting with each operator of the default surface, then ``EXAMPLES`` more, each a chain of one to three
-operators taken from those the default allow-list accepts (the default surface, :mod:`common.surface`), with hostile
-arguments built from each operator's schema (negative, zero and huge sizes, out-of-range indices and dims, odd strides,
-mixed dtypes, empty tensors, paths into ``WATCHED``), and runs each through save -> ``FlatIR.load`` ->
-``ir2torch.convert`` -> one call, each within :data:`EXAMPLE_SECONDS` (a hang ends the process with status 1 and the
-stacks on stderr). It writes a summary to ``OUT.json``: the examples run, the IRError classes seen, and every outcome
-that is not an IRError or that changed process-wide state (grad mode, default dtype, thread count, the default
-generator's state where no op of the document draws random numbers). A signal (a crash) is seen by the parent.
+documents starting with each operator of the default surface (and of :mod:`common.ste_ops`), then ``EXAMPLES`` more,
+each a chain of one to three operators taken from those the default allow-list accepts (the default surface,
+:mod:`common.surface`), with hostile arguments built from each operator's schema (negative, zero and huge sizes,
+out-of-range indices and dims, odd strides, mixed dtypes, empty tensors, paths into ``WATCHED``), and runs each
+through save -> ``FlatIR.load`` -> ``ir2torch.convert`` -> one call, each within :data:`EXAMPLE_SECONDS` (a hang
+ends the process with status 1 and the stacks on stderr). It writes a summary to ``OUT.json``: the examples run, the
+IRError classes seen, and every outcome that is not an IRError or that changed process-wide state (grad mode,
+default dtype, thread count, the default generator's state where no op of the document draws random numbers). A
+signal (a crash) is seen by the parent.
 """
 
 from __future__ import annotations
@@ -69,7 +70,14 @@ def _allowed_ops() -> list[Any]:
         if any(any(bad in str(a.type) for bad in _SKIP_TYPES) and not _optional(a) for a in schema.arguments):
             continue
         ops.append((qualified, schema))
-    return ops
+    return ops + _ste_ops()
+
+
+def _ste_ops() -> list[Any]:
+    """This library's straight-through estimators (:mod:`common.ste_ops`), which every allow-list accepts."""
+    from common.ste_ops import OPS
+
+    return [(f"torch2ir_ste.{name}.default", op._schema) for name, op in OPS.items()]
 
 
 def _optional(arg: Any) -> bool:
@@ -110,8 +118,8 @@ _RANDOM_WORDS = ("rand", "bernoulli", "normal", "uniform", "exponential", "geome
 
 def _draws_random(name: str) -> bool:
     """Whether op ``name`` may draw from the default generator (its tag, or a sampling word in its name)."""
-    _, op, overload = name.split(".")
-    tags = getattr(getattr(getattr(torch.ops.aten, op), overload), "tags", ())
+    ns, op, overload = name.split(".")
+    tags = getattr(getattr(getattr(getattr(torch.ops, ns), op), overload), "tags", ())
     return torch.Tag.nondeterministic_seeded in tags or any(w in op for w in _RANDOM_WORDS)
 
 

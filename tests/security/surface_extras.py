@@ -27,6 +27,8 @@ EXTRA_SURFACE: dict[str, str] = {
     "aten.sum.default": "a full reduction (x.sum()): losses, norms (tests/flat/test_lowering.py)",
     "aten.mean.default": "a full reduction (x.mean()): batch-norm statistics in train mode (tests/rewrite)",
     "aten.ge.Tensor": "an elementwise comparison (tests/ir2torch/test_constant_fold.py)",
+    "aten.round.default": "torch.round: fake quantizers written by hand (tests/torch2ir/test_custom_backward.py); "
+                          "brevitas' estimators emitted it until they became torch2ir_ste operators (common.ste_ops)",
     "aten.flip.default": "torch.flip: bidirectional layers, image flips (tests/torch2ir/test_opaque.py)",
     "aten.leaky_relu.default": "nn.LeakyReLU: GANs, YOLO-style detectors (tests/torch2ir/test_opaque.py)",
     "aten.square.default": "torch.square: RMS norms, losses (tests/torch2ir/test_first_call.py)",

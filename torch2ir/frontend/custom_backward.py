@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from common.notes import MAX_NAMES, CustomBackwardWarning, custom_backward_message
+from torch2ir.frontend import ste_functions
 
 #: Modules of Function classes left out: torch's own (``torch.library`` generates one per custom operator with a
 #: registered autograd formula, and the operator stays in the graph with its formula; the others are torch's
@@ -91,8 +92,17 @@ def _function_classes() -> list[type]:
     return [c for c in found if "forward" in c.__dict__ and not c.__module__.startswith(_SKIPPED)]
 
 
+def _unwrapped(forward: Any) -> Any:
+    return forward.__func__ if isinstance(forward, staticmethod) else forward
+
+
+def _recording() -> bool:
+    """Whether this thread is inside a :func:`recording` block."""
+    return getattr(_LOCAL, "found", None) is not None
+
+
 def _noting(cls: type, forward: Any) -> Any:
-    function = forward.__func__ if isinstance(forward, staticmethod) else forward
+    function = _unwrapped(forward)
 
     def noted(*args: Any, **kwargs: Any) -> Any:
         found = getattr(_LOCAL, "found", None)
@@ -120,8 +130,10 @@ def recording() -> Iterator[Found]:
         if _ACTIVE == 0:
             for cls in _function_classes():
                 original = cls.__dict__["forward"]
+                op = ste_functions.operator_for(cls)  # probed before any forward is patched
                 _PATCHED.append((cls, original))
-                cls.forward = _noting(cls, original)  # type: ignore[attr-defined]
+                cls.forward = (_noting(cls, original) if op is None  # type: ignore[attr-defined]
+                               else staticmethod(ste_functions.mapped_forward(op, _unwrapped(original), _recording)))
         _ACTIVE += 1
     outer = getattr(_LOCAL, "found", None)
     outer_calls = getattr(_LOCAL, "calls", None)

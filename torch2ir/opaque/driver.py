@@ -35,6 +35,7 @@ from torch2ir.opaque.leaves import (
     opaque_modules,
 )
 from torch2ir.opaque.recording import record
+from torch2ir.train.passes import train_differs
 
 #: ``opaque="auto"`` makes at most this many classes opaque before giving up.
 MAX_OPAQUE_CLASSES = 16
@@ -63,6 +64,10 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
             if auto:  # a module calling a custom autograd.Function is kept opaque: its own backward runs in a rebuild
                 found, _ = callers(model, calls, converter.has_handler, why)
                 new_callers = {type(c.module): c.why() for c in found.values() if type(c.module) not in why}
+                # a brevitas layer whose quantizer computes otherwise in train mode (runtime statistics) too: its
+                # constructor makes it again, running its own train-mode code
+                new_callers.update((cls, reason) for cls, reason in _train_mode_layers(model, ir, why).items()
+                                   if cls not in new_callers)
                 if new_callers and len(why) + len(new_callers) <= MAX_OPAQUE_CLASSES:
                     why.update(new_callers)
                     continue
@@ -126,6 +131,30 @@ def _holding(active: bool) -> Iterator[list[warnings.WarningMessage]]:
 def _replay(held: list[warnings.WarningMessage]) -> None:
     for caught in held:
         warnings.warn_explicit(caught.message, caught.category, caught.filename, caught.lineno)
+
+
+def _train_mode_layers(model: nn.Module, ir: IR, why: Mapping[type, str]) -> dict[type, str]:
+    """The classes of the brevitas layers (owning their subtree, :mod:`torch2ir.opaque.constructed`) holding a
+    module whose train mode the rebuild of ``ir`` would not reproduce (a quantizer collecting runtime statistics,
+    :func:`torch2ir.train.passes.train_differs`), with why; other such modules are left as they are (warned about,
+    as without opaque leaves)."""
+    found: dict[type, str] = {}
+    for path in train_differs(ir):
+        if path == "root":
+            continue
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            continue
+        parts = path.split(".")
+        if not any(is_injector(v) for cut in range(1, len(parts) + 1)
+                   for v in vars(model.get_submodule(".".join(parts[:cut]))).values()):
+            continue  # not inside a brevitas quantizer
+        layer, at = owning_layer(model, module, path)
+        if at != path and type(layer) not in why:
+            found.setdefault(type(layer), f"its quantizer {path[len(at) + 1:]} computes otherwise in train mode, "
+                                          "which the traced graph would not reproduce")
+    return found
 
 
 def _caller(model: nn.Module, path: str) -> nn.Module:

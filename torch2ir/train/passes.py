@@ -185,9 +185,25 @@ def _train_computations(ir: IR, run: TrainPass, train: TrainOps) -> tuple[list[s
     state = {id(t) for k in carried for t in run.table.module_of_key[k]._buffers.values() if t is not None}
     differs = [key for key in paths if key not in already and key not in carried]
     if differs:
-        note = f"other computations only in train mode in: {', '.join(differs)}"
+        note = f"{COMPUTATIONS_NOTE}{', '.join(differs)}"
         ir.root.meta["train_trace"] = note if noted in ("", "applied") else f"{noted}; {note}"
     return differs, state
+
+
+#: How ``meta["train_trace"]`` starts the list of the modules whose train-mode call computes otherwise.
+COMPUTATIONS_NOTE = "other computations only in train mode in: "
+
+
+def train_differs(ir: IR) -> list[str]:
+    """The keys of the modules whose train mode the rebuild does not reproduce (noted by :func:`train_mode`): those
+    computing otherwise in train mode, and the owners of buffers only train mode updates (``"root"``: the root)."""
+    note = str(ir.root.meta.get("train_trace", ""))
+    keys = [key for part in note.split("; ") if part.startswith(COMPUTATIONS_NOTE)
+            for key in part.removeprefix(COMPUTATIONS_NOTE).split(", ")]
+    buffers = ir.root.meta.get("train_buffers")
+    if isinstance(buffers, list):
+        keys += [name.rpartition(".")[0] or "root" for name in buffers if isinstance(name, str)]
+    return list(dict.fromkeys(keys))
 
 
 def _home(run: TrainPass, path: str) -> str:
@@ -218,4 +234,4 @@ def _apply_train(ir: IR, table: ModuleTable, hierarchy: Hierarchy, train: TrainO
             "eval mode is exact", TrainModeWarning, stacklevel=7)
 
 
-__all__ = ["TrainPass", "train_mode"]
+__all__ = ["COMPUTATIONS_NOTE", "TrainPass", "train_differs", "train_mode"]

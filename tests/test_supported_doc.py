@@ -40,5 +40,6 @@ def test_check_mode_detects_a_stale_page(tmp_path, monkeypatch):
     assert module.main(["--check"]) == 1
     monkeypatch.setattr(module, "ROOT", tmp_path)
     (tmp_path / "docs").mkdir()
+    (tmp_path / "constraints.txt").write_text("torch==2.13.0\n", encoding="utf-8")
     monkeypatch.setattr(module, "DOC", tmp_path / "docs" / "supported.md")
     assert module.main([]) == 0 and module.main(["--check"]) == 0

@@ -205,7 +205,7 @@ FIGURES: list[Figure] = [
              partial(p.opaque_counts, "brevitas examples", share))
       for i, (rx, share) in enumerate([(r"re-measured too \((\d+) of (\d+), median ([\d.]+) %\)", True),
                                        (r"- brevitas \((\d+) of (\d+) exact, none refused\)", False),
-                                       (r"opaque too: (\d+) of (\d+) exact, median ([\d.]+) % of the", True)])),
+                                       (r"`QuantTensor` additions .*?: (\d+) of (\d+) exact, median ([\d.]+) %", True)])),
     Figure("docs/performance.md", "opaque sweep, torchvision detection",
            r"recorded as plain objects and functions: (\d+) of (\d+) exact",
            partial(p.opaque_counts, "torchvision (every task")),

@@ -56,7 +56,7 @@ from ir2torch.run_safety.checked import Checked
 from ir2torch.run_safety.fake_probe import fake_state, hooks_off, state_storages
 from ir2torch.run_safety.flops import FlopBudget, flop_limit, human_flops
 from ir2torch.run_safety.op_modes import OverBudget, Tally, over_budget, quiet_fake_tensors, storages
-from ir2torch.run_safety.writes import writes_in_place
+from ir2torch.run_safety.writes import foreign_writes
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -290,15 +290,16 @@ def static_guard(root: nn.Module) -> bool:
 
 
 def _writes_in_place(module: nn.Module) -> bool:
-    """Whether ``module``'s own graph calls an op that writes an argument in place (checked op by op not to write
-    its caller's tensors, :mod:`ir2torch.run_safety.writes`). A graph whose nodes write nothing cannot write its
-    inputs: established here, once, when the budgets are installed. Preconditions are checked by the nodes that
+    """Whether ``module``'s own graph calls an op that may write something other than the graph's own values in
+    place (checked op by op not to write its caller's tensors, :mod:`ir2torch.run_safety.writes`). A graph whose
+    nodes write nothing, or only fresh results of its own operators (:func:`~ir2torch.run_safety.writes.
+    foreign_writes`: a router's ``div_`` of its ``topk``, an ``index_put_`` into an ``empty_like``), cannot write
+    its inputs: established here, once, when the budgets are installed. Preconditions are checked by the nodes that
     need them (:mod:`ir2torch.run_safety.node_checks`), budget or not."""
     graph = getattr(module, "graph", None)
     if not isinstance(graph, torch.fx.Graph):
         return False
-    return any(writes_in_place(getattr(node.target, "overload", node.target))
-               for node in graph.nodes if node.op == "call_function")
+    return bool(foreign_writes(graph))
 
 
 def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool,

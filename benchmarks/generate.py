@@ -3,9 +3,12 @@ original transformers model (issue 52: at most 1.05x).
 
 Each model is built from a small config with random weights (nothing is downloaded), converted with
 ``torch2ir.generation.convert_for_generation`` and rebuilt. Both generate greedily from the same prompts, the tokens
-are compared, and the time per new token is the time of ``generate(max_new_tokens=N + P)`` minus that of
-``generate(max_new_tokens=P)`` (the prompt step and ``generate()``'s setup cancel), divided by N; the median of
-``--repeats`` alternating runs is kept::
+are compared. The time of each decoding step is read inside ``generate()`` (a stopping criterion that stops nothing
+stamps the clock once a step: its differences are the steps after the first new token; the prompt step and
+``generate()``'s setup are outside them). The models' ``generate()`` calls alternate, ``--repeats`` rounds (the order
+reversed every other round); a model's ms/token is the median of all its per-token times, its ratio the median over
+the rounds of its run's median step over the original's of the same round (runs adjacent in time: the machine's
+other load drifts less between them)::
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/generate.py            # all models, batch 1 and 4
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/generate.py llama --batch 1 --tokens 64 --cache static
@@ -17,8 +20,10 @@ input signature, i.e. every decoding step, is first probed on fake tensors;
 forward budget: a file you converted yourself; the preconditions are then checked op by op) and, as a diagnostic
 only, the default rebuild with the forward budget's run-time checks switched off for the timed calls
 (``ForwardBudget.call`` replaced by the plain call: what the rebuild costs besides those checks; no API offers
-this). The default rebuild's first timed run is shown too: its decoding steps are new input signatures, each probed
-once, as in any first ``generate()`` of a process. No threshold is asserted here (timings depend on the machine).
+this), and the default rebuild with ``fold_constants=False`` (no constant folding, and attention on repeated
+key/value heads runs the repeat: :mod:`ir2torch.codegen.grouped_attention`). The default rebuild's first timed run
+is shown too: its decoding steps are new input signatures, each probed once, as in any first ``generate()`` of a
+process. No threshold is asserted here (timings depend on the machine).
 """
 
 from __future__ import annotations
@@ -59,13 +64,32 @@ def models() -> dict[str, Callable[[], nn.Module]]:
     }
 
 
+class _StepClock:
+    """A stopping criterion that stops nothing and records when ``generate()`` asks it, once per decoding step:
+    the differences of consecutive stamps are the per-token times (sampling, the criteria and the model's call of
+    the step; ``generate()``'s setup and the prompt step are outside them)."""
+
+    def __init__(self) -> None:
+        self.stamps: list[float] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        self.stamps.append(time.perf_counter())
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    def per_token(self) -> list[float]:
+        """Seconds of each step after the first new token."""
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+
+
 def _generate(model: Any, ids: torch.Tensor, mask: torch.Tensor, tokens: int, cache: str,
-              ) -> tuple[float, torch.Tensor]:
+              ) -> tuple[list[float], torch.Tensor]:
+    from transformers import StoppingCriteriaList
+
     options = {"cache_implementation": "static"} if cache == "static" else {}
-    start = time.perf_counter()
+    clock = _StepClock()
     out = model.generate(ids, attention_mask=mask, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
-                         **options)
-    return time.perf_counter() - start, out
+                         stopping_criteria=StoppingCriteriaList([clock]), **options)
+    return clock.per_token(), out
 
 
 @contextlib.contextmanager
@@ -114,30 +138,41 @@ def measure(name: str, make: Callable[[], nn.Module], batch: int, tokens: int, p
                              original.generation_config)
     budgeted = for_generation(ir2torch.convert(ir, state), original.config, original.generation_config)
     unchecked = for_generation(ir2torch.convert(ir, state), original.config, original.generation_config)
+    unfolded = for_generation(ir2torch.convert(ir, state, fold_constants=False), original.config,
+                              original.generation_config)
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(3, original.config.vocab_size, (batch, prompt), generator=generator)
     mask = torch.ones_like(ids)
     if batch > 1:
         mask[1:, : prompt // 2] = 0  # left padding
         ids[mask == 0] = 0
-    short = 2
-    runs = {"original": original, "budgeted": budgeted, "trusted": trusted, "unchecked": unchecked}
+    runs = {"original": original, "budgeted": budgeted, "trusted": trusted, "unchecked": unchecked,
+            "unfolded": unfolded}
     times: dict[str, list[float]] = {key: [] for key in runs}
+    rounds: dict[str, list[float]] = {key: [] for key in runs}  # each run's median step
     outputs: dict[str, torch.Tensor] = {}
     with torch.inference_mode():
-        for key, model in runs.items():  # warm-up
+        first, _ = _generate(budgeted, ids, mask, tokens, cache)  # its steps' signatures are new: each is probed
+        for key, model in runs.items():  # warm-up (the other rebuilds' probes)
             with _without_run_checks(key == "unchecked"):
-                _generate(model, ids, mask, short, cache)
-        for _ in range(repeats):
-            for key, model in runs.items():
+                _generate(model, ids, mask, tokens, cache)
+        for round_ in range(repeats):
+            order = list(runs.items())
+            for key, model in order if round_ % 2 == 0 else order[::-1]:  # alternate, each first in turn
                 with _without_run_checks(key == "unchecked"):
-                    t_short, _ = _generate(model, ids, mask, short, cache)
-                    t_long, out = _generate(model, ids, mask, short + tokens, cache)
-                times[key].append((t_long - t_short) / tokens)
+                    steps, out = _generate(model, ids, mask, tokens, cache)
+                times[key].extend(steps)
+                rounds[key].append(statistics.median(steps))
                 outputs[key] = out
     per_token = {key: statistics.median(values) * 1e3 for key, values in times.items()}
+    # each rebuild against the original's run of the same round (adjacent in time): the machine's load drifts
+    ratios = {key: statistics.median(r / o for r, o in zip(rounds[key], rounds["original"], strict=True))
+              for key in runs}
+    first_ms = statistics.mean(first) * 1e3
     return {"model": name, "batch": batch, "cache": cache,
-            **{f"{key}_ms": value for key, value in per_token.items()}, "first_ms": times["budgeted"][0] * 1e3,
+            **{f"{key}_ms": value for key, value in per_token.items()}, "first_ms": first_ms,
+            **{f"{key}_ms_ratio": value for key, value in ratios.items()},
+            "first_ms_ratio": first_ms / per_token["original"],
             "equal": all(torch.equal(outputs["original"], outputs[key]) for key in runs)}
 
 
@@ -146,9 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="models (default: all)")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--tokens", type=int, default=32, help="new tokens timed")
+    parser.add_argument("--tokens", type=int, default=24, help="new tokens a run")
     parser.add_argument("--prompt", type=int, default=16, help="prompt length")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=20, help="alternating runs of each model")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier figures)")
     parser.add_argument("--cache", nargs="+", choices=["dynamic", "static"], default=["dynamic", "static"],
                         help="generate()'s cache: the default DynamicCache, cache_implementation='static'")
@@ -158,14 +193,16 @@ def main(argv: list[str] | None = None) -> None:
     rows = [measure(name, table[name], batch, options.tokens, options.prompt, options.repeats, cache)
             for name in (options.names or list(table)) for batch in options.batch for cache in options.cache]
     print(f"torch {torch.__version__}, {options.threads} thread(s), prompt {options.prompt}, "
-          f"{options.tokens} new tokens timed, median of {options.repeats}\n")
+          f"{options.tokens} new tokens a run, {options.repeats} alternating runs: ms = median of all per-token "
+          "times, ratio = median over the rounds of (the run's median / the original's median of the same round)\n")
     print("| model | batch | cache | original ms/token | rebuilt (default) | ratio | no budgets | ratio | "
-          "run-time checks off (diagnostic) | ratio | default, first run | ratio | tokens equal |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "run-time checks off (diagnostic) | ratio | `fold_constants=False` | ratio | default, first run | ratio | "
+          "tokens equal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         base = row["original_ms"]
-        cells = [f"{row[key]:.2f} | {row[key] / base:.2f}x" for key in ("budgeted_ms", "trusted_ms", "unchecked_ms",
-                                                                        "first_ms")]
+        cells = [f"{row[key]:.2f} | {row[key + '_ratio']:.2f}x"
+                 for key in ("budgeted_ms", "trusted_ms", "unchecked_ms", "unfolded_ms", "first_ms")]
         print(f"| {row['model']} | {row['batch']} | {row['cache']} | {base:.2f} | {' | '.join(cells)} | "
               f"{'yes' if row['equal'] else 'NO'} |")
 

@@ -208,8 +208,10 @@ class Ir2Torch:
                 among operators registered in this process.
             fold_constants: compute each graph's input-independent values (built from literals only, such as
                 a relative-position index or an all-true mask) once per module and reuse them on later calls
-                (:mod:`ir2torch.codegen.constant_fold`); tracers, modes and transforms still see every op. ``False``
-                recomputes them on every call, as the IR's graph does. Not used for a FlatIR.
+                (:mod:`ir2torch.codegen.constant_fold`), and run attention on repeated key/value heads on the
+                grouped heads where that is exact (:mod:`ir2torch.codegen.grouped_attention`); tracers, modes and
+                transforms still see every op. ``False`` recomputes them on every call, as the IR's graph does.
+                Not used for a FlatIR.
             max_flops: the compute budget of one call (:mod:`ir2torch.run_safety.flops`), counted on fake tensors
                 with the memory probe before anything runs: ``"auto"`` (65 536 FLOPs per parameter, at least
                 10**12), FLOPs, or ``None`` (not counted); default: this converter's ``max_flops``.

@@ -5,7 +5,8 @@
   faster reads of a module's own children and state;
 - :mod:`.shared`, :mod:`.lazy`: source generated and compiled once per distinct graph, or at first use;
 - :mod:`.module_call`, :mod:`.direct_op`: the calls generated code makes;
-- :mod:`.constant_fold`, :mod:`.fold_cache`: the input-independent part of a graph split off and cached.
+- :mod:`.constant_fold`, :mod:`.fold_cache`: the input-independent part of a graph split off and cached;
+- :mod:`.grouped_attention`: attention on repeated key/value heads run on the grouped heads in that folded forward.
 
 May import: ``common`` (its core), torch, ``ir2torch.guards`` and ``ir2torch.run_safety``. Never ``torch2ir``;
 names in generated source come from the rebuilder, never from a file.

@@ -9,9 +9,9 @@ from torch.fx import _pytree as fx_pytree
 from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError
-from common.treespec import describe_spec
+from common.treespec import describe_spec, exact_leaves
 from ir2torch.guards.check import check_structure, fits
-from ir2torch.guards.specs import exact_leaves, is_call_spec
+from ir2torch.guards.specs import is_call_spec
 
 
 def _not_a_sequence(name: str, value: Any) -> None:
@@ -31,7 +31,7 @@ class ArgumentFlattener:
     (:meth:`ir2torch.guards.check.InputGuard.check_call`: a list for a tuple and plain-dict keys in another order
     are read alike, any other difference is refused, an ``OrderedDict`` for a ``dict`` or the reverse included), then
     flattened as fx flattens it; a call of the converted structure itself is checked and flattened in one walk
-    (:func:`~ir2torch.guards.specs.exact_leaves`). A mismatch raises :class:`~common.errors.InputMismatchError`
+    (:func:`~common.treespec.exact_leaves`). A mismatch raises :class:`~common.errors.InputMismatchError`
     naming the argument and both structures in short, never the values (fx's flattening cut a longer list to the
     traced length without a word, and its error printed every tensor of the argument).
     """

@@ -272,20 +272,26 @@ def split(graph: fx.Graph, plan: FoldPlan, values_attr: str,
 def attach_fold(gm: fx.GraphModule, graph: fx.Graph, implementation: str, codes: Any = None,
                 codegen: Callable[[], Any] | None = None, constants: frozenset[str] = frozenset()) -> bool:
     """Give ``gm`` (running ``graph``, already installed) a folded forward when :func:`plan_fold` finds enough to
-    fold; both halves go through the same checks and code cache as every graph (:func:`ir2torch.codegen.source.
-    compile_variant`). ``codegen()`` makes the calling convention. Returns whether it did.
+    fold, or when attention on repeated key/value heads can run on the grouped heads
+    (:mod:`ir2torch.codegen.grouped_attention`: the folded forward holds that rewrite); both halves go through the
+    same checks and code cache as every graph (:func:`ir2torch.codegen.source.compile_variant`). ``codegen()``
+    makes the calling convention. Returns whether it did.
 
     Raises:
         IRError: as :func:`~ir2torch.codegen.source.compile_variant` (a graph it cannot generate code for).
     """
-    from ir2torch.codegen.fold_cache import VALUES_ATTR, FoldPlan, install
+    from ir2torch.codegen import fold_cache, grouped_attention
     from ir2torch.codegen.source import compile_variant
 
     plan = plan_fold(graph, constants)
-    if plan is None:
+    grouped = bool(grouped_attention.find(graph))
+    if plan is None and not grouped:
         return False
-    once, forward = split(graph, plan, VALUES_ATTR, codegen)
-    install(gm, FoldPlan(compile_variant(once, implementation, codes),
+    plan = plan or FoldPlan([], [])  # nothing folded: the folded forward only runs the grouped attention
+    once, forward = split(graph, plan, fold_cache.VALUES_ATTR, codegen)
+    if grouped:  # attention on grouped key/value heads, without their copies (ir2torch.codegen.grouped_attention)
+        grouped_attention.rewrite(forward)
+    fold_cache.install(gm, fold_cache.FoldPlan(compile_variant(once, implementation, codes),
                          compile_variant(forward, implementation, codes), plan.op_count,
                          tuple(plan.frontier.index(n) for n in plan.copied), tuple(plan.attrs)))
     return True

@@ -33,8 +33,8 @@ from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError
 from common.names import GENERATED_CALL_MODULE, GENERATED_CALLS
-from common.treespec import describe_spec
-from ir2torch.guards.specs import DimExpr, LeafSpec, exact_leaves, is_call_spec, parse_bound
+from common.treespec import describe_spec, exact_leaves
+from ir2torch.guards.specs import DimExpr, LeafSpec, is_call_spec, parse_bound
 
 _DYNAMIC_HINT = ("convert again with dynamic_shapes= for a dim that should vary (torch.export.Dim('batch', "
                  "min=..., max=...)), or call with the converted {what}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,64 +253,3 @@ def flat_guard(flat: FlatIR) -> Any:
         else:
             leaves.append(LeafSpec(path, "unchecked"))
     return InputGuard(leaves, _ranges(flat.range_constraints, "FlatIR"), names, in_spec)
-
-
-def exact_leaves(value: Any, spec: pytree.TreeSpec) -> list[Any] | None:
-    """The leaves of ``value`` in ``spec``'s order when its structure is ``spec`` exactly (every node of the same
-    type, with the same context and number of children; any value where ``spec`` has a leaf), else ``None``.
-
-    One walk over the value against ``spec`` read once (:func:`_program`), no ``TreeSpec`` built: the fast path of
-    the structure check and of the flattening of nested arguments (:func:`ir2torch.guards.check.check_structure`,
-    :class:`ir2torch.codegen.arguments.ArgumentFlattener`). ``None`` means "not identical", not "refused": those
-    then apply their own rule (a list for a tuple, dict keys in another order) and their error messages. The
-    leaves are those ``torch.fx``'s ``tree_flatten_spec`` gives for the same value and spec (each node's children
-    in its flatten order, which is the spec's when the contexts are equal).
-    """
-    out: list[Any] = []
-    program = _program(spec)
-    if program is None:
-        return [value]
-    return out if _exact_walk(value, program, out) else None
-
-
-#: ``id(spec) -> (spec, program)`` of the specs read by :func:`_program` (the spec is held: its id stays its own).
-_PROGRAMS: dict[int, tuple[pytree.TreeSpec, Any]] = {}
-_MAX_PROGRAMS = 4096
-
-
-def _program(spec: pytree.TreeSpec) -> Any:
-    """``spec`` as nested ``(type, flatten_fn, context, children)`` tuples (``None`` for a leaf), made once."""
-    entry = _PROGRAMS.get(id(spec))
-    if entry is not None and entry[0] is spec:
-        return entry[1]
-    if len(_PROGRAMS) >= _MAX_PROGRAMS:
-        _PROGRAMS.clear()
-    program = _compile(spec)
-    _PROGRAMS[id(spec)] = (spec, program)
-    return program
-
-
-def _compile(spec: pytree.TreeSpec) -> Any:
-    if spec.is_leaf():
-        return None
-    typ = spec.type
-    node = pytree.SUPPORTED_NODES.get(typ)
-    flatten = node.flatten_fn if node is not None else None
-    if typ is namedtuple:  # a named tuple's node: its class is the context
-        typ = spec.context
-    return typ, flatten, spec.context, tuple(_compile(child) for child in spec.children())
-
-
-def _exact_walk(value: Any, program: Any, out: list[Any]) -> bool:
-    typ, flatten, context, kids = program
-    if type(value) is not typ or flatten is None:
-        return False
-    children, found = flatten(value)
-    if len(children) != len(kids) or found != context:
-        return False
-    for child, kid in zip(children, kids):
-        if kid is None:
-            out.append(child)
-        elif not _exact_walk(child, kid, out):
-            return False
-    return True

@@ -50,12 +50,13 @@ from torch.utils._python_dispatch import _disable_current_modes
 from common.errors import ExecutionError, IRError, ResourceBudgetError, UnsafeTargetError
 from common.module_state import kept_attributes
 from common.names import GENERATED_ATTRS
+from common.treespec import exact_leaves
 from ir2torch.run_safety.budget import AVAILABLE, Budget, available_bytes, human
 from ir2torch.run_safety.checked import Checked
 from ir2torch.run_safety.fake_probe import fake_state, hooks_off, state_storages
 from ir2torch.run_safety.flops import FlopBudget, flop_limit, human_flops
 from ir2torch.run_safety.op_modes import OverBudget, Tally, over_budget, quiet_fake_tensors, storages
-from ir2torch.run_safety.writes import writes_in_place
+from ir2torch.run_safety.writes import foreign_writes
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -101,7 +102,7 @@ class ForwardBudget:
         flops: the compute budget of one call in FLOPs (:mod:`ir2torch.run_safety.flops`), ``None``: not counted.
     """
 
-    __slots__ = ("budget", "checked", "device", "flops", "probed", "static")
+    __slots__ = ("budget", "checked", "device", "flops", "probed", "spec", "static")
 
     def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None) -> None:
         self.budget = budget
@@ -110,6 +111,7 @@ class ForwardBudget:
         self.flops = flops
         self.probed: set[Any] = set()
         self.checked: set[Any] = set()
+        self.spec: pytree.TreeSpec | None = None  # the structure of the last call (read first by the next)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
         return ForwardBudget(self.budget, self.device, self.static, self.flops)  # a copy is probed again
@@ -127,7 +129,9 @@ class ForwardBudget:
         """``call(obj, *args, **kwargs)`` after the probe of its signature (or checked op by op)."""
         if self.budget is None:  # no memory limit: checked op by op (preconditions, FLOPs, writes)
             return self._run_checked(obj, call, args, kwargs)
-        signature = None if self.static else _signature(args, kwargs)
+        signature = None if self.static else _signature(args, kwargs, self.spec)
+        if signature is not None:
+            self.spec = signature[0]
         if signature not in self.probed:
             if signature in self.checked:
                 return self._run_checked(obj, call, args, kwargs)
@@ -211,18 +215,41 @@ def _remember(signatures: set[Any], signature: Any) -> None:
     signatures.add(signature)
 
 
-def _signature(args: tuple, kwargs: dict[str, Any]) -> Any:
-    """What decides a call's sizes: each tensor's shape, dtype and device; every other leaf's value."""
+#: Leaf types a signature describes by value (anything else by identity).
+_VALUES = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def _signature(args: tuple, kwargs: dict[str, Any], known: pytree.TreeSpec | None = None) -> Any:
+    """What decides a call's sizes: its structure (``TreeSpec``), each tensor's shape, dtype and device; every
+    other leaf's value. ``known``: the structure of an earlier call; when the call has exactly that structure and
+    only tensors and such values as leaves, its leaves are read in one walk against it
+    (:func:`~common.treespec.exact_leaves`: the leaves ``tree_flatten`` gives for the same spec) instead of
+    flattening the call again (a decoder's cache: 35 us a step)."""
+    if known is not None:
+        leaves = exact_leaves((args, kwargs), known)
+        if leaves is not None:
+            described = _described(leaves, exact=True)
+            if described is not None:
+                return (known, *described)
     leaves, spec = pytree.tree_flatten((args, kwargs))
-    out: list[Any] = [spec]
+    return (spec, *_described(leaves, exact=False))  # type: ignore[misc]
+
+
+def _described(leaves: list[Any], exact: bool) -> list[Any] | None:
+    """Each leaf's part of a signature; with ``exact``, ``None`` when a leaf is neither a tensor nor a value of
+    :data:`_VALUES` (read against a known spec, such a leaf may be a container ``tree_flatten`` would open)."""
+    out: list[Any] = []
+    append = out.append
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            out.append((tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.layout))
-        elif isinstance(leaf, (int, float, bool, str, type(None), torch.dtype, torch.device)):
-            out.append((type(leaf), leaf))
+            append((tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.layout))
+        elif isinstance(leaf, _VALUES):
+            append((type(leaf), leaf))
+        elif exact:
+            return None
         else:
-            out.append(id(leaf))  # unhashable or opaque: its identity (a new object is probed again)
-    return tuple(out)
+            append(id(leaf))  # unhashable or opaque: its identity (a new object is probed again)
+    return out
 
 
 def _budget_error(over: OverBudget, limit: int | None, budget: ForwardBudget, checked: bool = False) -> IRError:
@@ -263,15 +290,16 @@ def static_guard(root: nn.Module) -> bool:
 
 
 def _writes_in_place(module: nn.Module) -> bool:
-    """Whether ``module``'s own graph calls an op that writes an argument in place (checked op by op not to write
-    its caller's tensors, :mod:`ir2torch.run_safety.writes`). A graph whose nodes write nothing cannot write its
-    inputs: established here, once, when the budgets are installed. Preconditions are checked by the nodes that
+    """Whether ``module``'s own graph calls an op that may write something other than the graph's own values in
+    place (checked op by op not to write its caller's tensors, :mod:`ir2torch.run_safety.writes`). A graph whose
+    nodes write nothing, or only fresh results of its own operators (:func:`~ir2torch.run_safety.writes.
+    foreign_writes`: a router's ``div_`` of its ``topk``, an ``index_put_`` into an ``empty_like``), cannot write
+    its inputs: established here, once, when the budgets are installed. Preconditions are checked by the nodes that
     need them (:mod:`ir2torch.run_safety.node_checks`), budget or not."""
     graph = getattr(module, "graph", None)
     if not isinstance(graph, torch.fx.Graph):
         return False
-    return any(writes_in_place(getattr(node.target, "overload", node.target))
-               for node in graph.nodes if node.op == "call_function")
+    return bool(foreign_writes(graph))
 
 
 def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guarded: bool,

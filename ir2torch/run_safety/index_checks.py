@@ -35,12 +35,21 @@ def _real(t: Any) -> bool:
     if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.numel() == 0 or t.is_floating_point() \
             or t.is_complex() or t.layout is not torch.strided:
         return False
+    if type(t) is torch.Tensor:  # no subclass, so no fake tensor
+        return True
     from torch._subclasses.fake_tensor import FakeTensor
 
     return not isinstance(t, FakeTensor)
 
 
+#: Most elements whose bounds are read as Python numbers (one copy to the host instead of a reduction and two).
+_FEW = 64
+
+
 def _bounds(t: torch.Tensor) -> tuple[int, int]:
+    if t.numel() <= _FEW:  # a decoding step's few token ids
+        values = t.reshape(-1).tolist()
+        return int(min(values)), int(max(values))
     low, high = torch.aminmax(t.reshape(-1).to(torch.int64) if t.dtype == torch.bool else t.reshape(-1))
     return int(low), int(high)
 

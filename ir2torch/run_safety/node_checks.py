@@ -13,7 +13,8 @@ such an operator; code generation (:mod:`ir2torch.codegen`) asks :func:`checked_
   torch that dispatches to operators, a ``getitem`` with a computed index, and a module whose code is not
   generated and not known to reach no data-reading operator (an embedding, a loss, an opaque leaf): the node
   runs under :class:`~ir2torch.run_safety.op_modes.DataChecks`, which tests every operator the node dispatches,
-  as the whole call did before;
+  as the whole call did before (a plain ``nn.Embedding``, which dispatches one ``aten.embedding``, has that
+  operator's precondition tested directly: :func:`call_data_checked`);
 - anything else (nearly every node): runs as it is.
 
 Preconditions that depend only on shapes (batch norm's statistics, FFT dims...) are also tested by the forward's
@@ -29,10 +30,11 @@ from typing import Any
 
 import torch
 from torch import fx, nn
+from torch.nn.modules import module as _module
 
 from ir2torch.run_safety.checked import Checked as _Checked
 from ir2torch.run_safety.op_modes import DataChecks, Tally
-from ir2torch.run_safety.op_preconditions import PRECONDITIONS, qualified
+from ir2torch.run_safety.op_preconditions import PRECONDITIONS, check_preconditions, qualified
 
 _compiling = torch.compiler.is_compiling
 _exporting = torch.compiler.is_exporting
@@ -192,11 +194,32 @@ def module_needs_checks(cls: type) -> bool:
 
 def call_data_checked(call: Any, obj: nn.Module, /, *args: Any, **kwargs: Any) -> Any:
     """``call(obj, *args, **kwargs)`` under :class:`DataChecks` (unless a tracer runs it, or a probe or a
-    checked run already tests every op)."""
+    checked run already tests every op); a plain ``nn.Embedding`` call (:func:`_plain_embedding`) has the
+    precondition of the one operator it dispatches tested directly, as :class:`DataChecks` would test it."""
     if tracing() or _covered():
         return call(obj, *args, **kwargs)
+    if type(obj) is nn.Embedding and _plain_embedding(obj, args, kwargs):
+        check_preconditions(_EMBEDDING, (obj.weight, args[0]), {})
+        return obj.forward(args[0])
     with DataChecks():
         return call(obj, *args, **kwargs)
+
+
+_EMBEDDING = torch.ops.aten.embedding.default
+_function_modes = torch._C._is_torch_function_mode_enabled
+
+
+def _plain_embedding(obj: nn.Embedding, args: tuple, kwargs: dict[str, Any]) -> bool:
+    """Whether calling ``obj`` (exactly ``nn.Embedding``) dispatches ``aten.embedding`` of its weight and ``args[0]``
+    and nothing else: its class's ``forward`` (``F.embedding``) on one plain tensor, no ``max_norm`` (whose
+    renormalisation reads the indices too), a plain weight, no hook (module or global) and no torch function mode
+    (which could run other operators)."""
+    return len(args) == 1 and not kwargs and type(args[0]) is torch.Tensor and obj.max_norm is None and \
+        type(obj.weight) in (torch.Tensor, nn.Parameter) and "forward" not in obj.__dict__ and \
+        not (obj._forward_hooks or obj._forward_pre_hooks or obj._backward_hooks or obj._backward_pre_hooks
+             or _module._global_forward_hooks or _module._global_forward_pre_hooks
+             or _module._global_backward_hooks or _module._global_backward_pre_hooks or _function_modes()
+             or obj._compiled_call_impl is not None)
 
 
 __all__ = ["PRECONDITION_FREE_COMPOSITES", "CheckedCall", "call_data_checked", "checked_target", "is_composite",

@@ -4,15 +4,18 @@ A file may name in-place and ``out=`` operators (``aten.add_``, ``aten.zeros.out
 graphs use them on their own intermediate values (``ReLU(inplace=True)``). Aimed at an input, they would resize
 or overwrite the caller's tensor, memory the model does not own and the memory budget does not count. The
 forward's probe (and a checked call, op by op) therefore refuses an operator that writes a tensor sharing storage
-with one of the call's inputs, before it runs.
+with one of the call's inputs, before it runs. Without a budget, only a graph that may write something other than
+its own values (:func:`foreign_writes`: read once from the graph, by the operators' schemas) is run op by op.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch import fx
 
 
 def written(func: Any, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -68,4 +71,59 @@ def caller_write(func: Any, args: tuple, kwargs: dict[str, Any], inputs: set[Any
     return None
 
 
-__all__ = ["caller_write", "writes_in_place", "written"]
+def overload_of(node: fx.Node) -> torch._ops.OpOverload | None:
+    """The ``OpOverload`` a ``call_function`` node runs (through a ``DirectOp`` or ``CheckedCall`` too), else
+    ``None``."""
+    if node.op != "call_function":
+        return None
+    target = getattr(node.target, "overload", node.target)
+    return target if isinstance(target, torch._ops.OpOverload) else None
+
+
+def _arguments(node: fx.Node, op: torch._ops.OpOverload) -> list[tuple[Any, Any]]:
+    """``(schema argument, value)`` of each argument ``node`` passes (positionally in schema order, or by name)."""
+    schema = op._schema.arguments
+    by_name = {a.name: a for a in schema}
+    return [*zip(schema, node.args), *((by_name[k], v) for k, v in node.kwargs.items() if k in by_name)]
+
+
+def _nodes(value: Any) -> list[fx.Node]:
+    if isinstance(value, fx.Node):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in _nodes(v)]
+    return []
+
+
+def foreign_writes(graph: fx.Graph) -> list[fx.Node]:
+    """The nodes of ``graph`` that write in place (or ``out=``) a tensor that may not be the graph's own: one whose
+    storage is not, by the schemas' alias annotations, a fresh result of an operator of the graph (through views,
+    in-place results and ``getitem`` of such results). An input, a parameter, buffer or attribute, a submodule's
+    or any other function's result, or a view of one, may be the caller's; so may any argument of a write the
+    schemas do not describe (a node calling no ``OpOverload``)."""
+    fresh: dict[fx.Node, bool] = {}  # node -> whether its storage is a fresh result of an op of the graph
+    found = []
+    for node in graph.nodes:
+        op = overload_of(node)
+        if node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], fx.Node):
+            fresh[node] = fresh.get(node.args[0], False)
+            continue
+        if op is None:
+            fresh[node] = False
+            if node.op == "call_function" and writes_in_place(getattr(node.target, "overload", node.target)):
+                found.append(node)
+            continue
+        returned = {s for r in op._schema.returns if r.alias_info is not None for s in r.alias_info.before_set}
+        sources = [n for arg, value in _arguments(node, op) if arg.alias_info is not None
+                   and returned & set(arg.alias_info.before_set) for n in _nodes(value)]
+        fresh[node] = all(fresh.get(n, False) for n in sources) if returned else True
+        if returned and not sources:
+            fresh[node] = False  # an alias the arguments do not explain
+        if writes_in_place(op) and any(not fresh.get(n, False) for arg, value in _arguments(node, op)
+                                       if arg.alias_info is not None and arg.alias_info.is_write
+                                       for n in _nodes(value)):
+            found.append(node)
+    return found
+
+
+__all__ = ["caller_write", "foreign_writes", "overload_of", "writes_in_place", "written"]

@@ -1,4 +1,4 @@
-"""``ir2torch.guards.specs.exact_leaves``: the one-walk flattening of a nested argument whose structure is the
+"""``common.treespec.exact_leaves``: the one-walk flattening of a nested argument whose structure is the
 converted one, against torch.fx's ``tree_flatten_spec`` and torch's pytree (what the generated code used alone)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import torch
 from torch.fx import _pytree as fx_pytree
 from torch.utils import _pytree as pytree
 
+from common.treespec import exact_leaves
 from ir2torch.codegen.arguments import ArgumentFlattener
 from ir2torch.guards.check import check_structure
-from ir2torch.guards.specs import exact_leaves
 
 Pair = namedtuple("Pair", ["a", "b"])
 T = [torch.full((1,), float(i)) for i in range(8)]

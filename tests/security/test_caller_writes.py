@@ -1,12 +1,15 @@
 """A rebuilt model never writes into its caller's tensors (:mod:`ir2torch.run_safety.writes`): a file whose graph
 aims an in-place or ``out=`` operator at an input (or a view of one) is refused at the call, before the write,
 with an ``IRError``; the caller's tensor keeps its values and size. In-place operators on the graph's own values,
-which real conversions emit (``ReLU(inplace=True)``), run as before."""
+which real conversions emit (``ReLU(inplace=True)``), run as before, and without a budget need no check op by
+op (``foreign_writes`` tells them from writes that may reach the caller, by the operators' schemas)."""
 
 from __future__ import annotations
 
 import json
+import operator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +18,8 @@ from torch import nn
 import ir2torch
 import torch2ir
 from common.errors import IRError
+from ir2torch.run_safety.forward_budget import BUDGET_ATTR
+from ir2torch.run_safety.writes import foreign_writes, writes_in_place
 
 
 class _InPlace(nn.Module):
@@ -72,3 +77,47 @@ def test_in_place_ops_on_the_graphs_own_values_run_as_converted(tmp_path) -> Non
     for max_bytes in ("available", None):
         model = ir2torch.convert(path, max_bytes=max_bytes, max_flops=None)
         assert torch.equal(model(x), _InPlace()(x.clone()))
+
+
+def _graph(build: Any) -> torch.fx.Graph:
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(build(graph, x))
+    return graph
+
+
+aten = torch.ops.aten
+
+
+@pytest.mark.parametrize(("build", "foreign"), [
+    (lambda g, x: g.call_function(aten.add_.Tensor, (x, 1)), True),  # the input itself
+    (lambda g, x: g.call_function(aten.add_.Tensor, (g.call_function(aten.slice.Tensor, (x, 0, 0, 1)), 1)), True),
+    (lambda g, x: g.call_function(aten.add_.Tensor, (g.call_module("sub", (x,)), 1)), True),  # a submodule's
+    (lambda g, x: g.call_function(aten.add_.Tensor, (g.get_attr("weight"), 1)), True),  # a parameter
+    (lambda g, x: g.call_function(aten.zeros.out, ([3],), {"out": x}), True),
+    (lambda g, x: g.call_function(aten.add_.Tensor, (g.call_function(aten.mul.Tensor, (x, 2)), 1)), False),
+    # a router's div_ of its topk values, an index_put_ into an empty_like (Mixtral's experts)
+    (lambda g, x: g.call_function(aten.div_.Tensor, (g.call_function(operator.getitem, (
+        g.call_function(aten.topk.default, (x, 2)), 0)), 3.0)), False),
+    (lambda g, x: g.call_function(aten.index_put_.default, (g.call_function(
+        aten.transpose.int, (g.call_function(aten.empty_like.default, (x,)), 0, 1)), [x], x)), False),
+], ids=["input", "view-of-input", "submodule", "parameter", "out=input", "own", "topk", "empty_like-view"])
+def test_writes_are_known_own_only_when_the_schemas_say_so(build: Any, foreign: bool) -> None:
+    assert bool(foreign_writes(_graph(build))) is foreign
+
+
+class _OwnWrites(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        values, _ = x.topk(2, dim=-1)
+        values /= values.sum(dim=-1, keepdim=True)
+        return values
+
+
+def test_a_graph_writing_only_its_own_values_runs_without_a_budget_when_none_is_asked() -> None:
+    x = torch.rand(4, 5)
+    model = ir2torch.convert(torch2ir.convert(_OwnWrites(), (x,)), max_bytes=None, max_flops=None)
+    assert any(writes_in_place(getattr(n.target, "overload", n.target)) for n in model.graph.nodes)
+    assert BUDGET_ATTR not in model.__dict__  # not run op by op
+    assert torch.equal(model(x), _OwnWrites()(x))
+    planted = ir2torch.convert(torch2ir.convert(_InPlace(), (x,)), max_bytes=None, max_flops=None)
+    assert BUDGET_ATTR not in planted.__dict__  # x * 2 then add_ and relu_ on it: its own values

@@ -1,6 +1,7 @@
 """Data preconditions are checked by the nodes that need them (:mod:`ir2torch.run_safety.node_checks`), not by a
 dispatch mode over the whole call: a typed embedding leaf's indices are still refused before the kernel runs (with
-a memory budget and without), and a call whose nodes read no data runs no op through a dispatch mode."""
+a memory budget and without), and a call whose nodes read no data runs no op through a dispatch mode (a plain
+``nn.Embedding`` leaf has its one operator's precondition tested directly)."""
 
 from __future__ import annotations
 
@@ -98,4 +99,25 @@ def test_only_the_nodes_reading_data_run_under_the_data_checks(monkeypatch: pyte
     rebuilt_embed(ids)
     seen.clear()
     rebuilt_embed(ids)
-    assert seen == ["aten.embedding.default"]  # the embedding leaf alone, not the linear, nor the relu
+    assert seen == []  # a plain nn.Embedding leaf has its one operator's precondition tested directly
+
+
+def test_an_embedding_leaf_that_could_dispatch_more_runs_under_the_data_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _dispatched(monkeypatch)
+    embed = _Embed().eval()
+    ids = torch.tensor([[0, 6, 2]])
+    rebuilt = ir2torch.convert(torch2ir.convert(embed, (ids,)), embed.state_dict())
+    rebuilt(ids)
+    leaf = rebuilt.embed
+    handle = leaf.register_forward_hook(lambda module, args, out: out * 1)  # a hook may run any operator
+    seen.clear()
+    torch.testing.assert_close(rebuilt(ids), embed.proj(embed.embed(ids) * 1).relu())
+    assert seen == ["aten.embedding.default", "aten.mul.Tensor"]  # the leaf's call, its hook included
+    handle.remove()
+    leaf.max_norm = 1.0  # the renormalisation reads the indices too
+    seen.clear()
+    rebuilt(ids)
+    assert "aten.embedding_renorm_.default" in seen and "aten.embedding.default" in seen
+    for hostile in (torch.tensor([[0, 7, 2]]), torch.tensor([[-1, 0, 0]])):
+        with pytest.raises(IRError, match="refused before it runs"):
+            rebuilt(hostile)

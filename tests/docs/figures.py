@@ -71,7 +71,8 @@ FIGURES: list[Figure] = [
                    "unchecked memory", "unchecked memory: optimizer kernel", "unchecked memory: backward kernel",
                    "process state", "test-only", "file I/O", "unbounded run time")),
     Figure("docs/ir-spec.md", "surface probe over the sweeps",
-           r"registry \((\d+)\s+types, (\d+) refused before: .*?\) and (\d+) timm models \((\d+) refused before: .*?\) "
+           r"registry \((\d+)\s+types, (\d+) refused before: .*?\), timm \((\d+) refused before: .*? in a sample of "
+           r"(\d+) models, .*? in the whole registry of (\d+) models, (\d+) of them of at most 30 M parameters\) "
            r"and torchvision's (\d+) classification models \((\d+) refused before: .*?\), (\d+) of (\d+) exact with "
            r"them \(mask2former is refused", d.surface_probe),
     Figure("docs/ir-spec.md", "surface from the corpus", r"whose class is allowed \((\d+) overloads\)",

@@ -22,11 +22,13 @@ on fake tensors right before the real operator runs, against the live tensors th
 whose output size depends on data is bounded by its inputs).
 
 The budget is the converter's ``max_bytes``: an int in bytes, ``"available"`` (the memory available on the
-device when the call is probed) or ``None`` (no memory check, no probe; a module whose graph writes in place is
-run op by op so that no write reaches the caller's tensors). Whatever the budget, an op with a precondition its
-kernel does not check (:data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`) has it tested by the node that
-calls it, on the real arguments, before it runs (:mod:`~ir2torch.run_safety.node_checks`). It bounds the peak
-of what one call allocates (the parameters and
+device when the call is probed) or ``None`` (no memory check, no probe; with no compute budget either, a module
+whose graph writes in place runs as it is, each node writing in place testing that its target is not one of the
+caller's tensors, :mod:`~ir2torch.run_safety.writes`; with a compute budget, the call is counted op by op).
+Whatever the budget, an op with a precondition its kernel does not check
+(:data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`) has it tested by the node that calls it, on the real
+arguments, before it runs (:mod:`~ir2torch.run_safety.node_checks`). It bounds the peak of what one call allocates
+(the parameters and
 buffers are bounded separately when rebuilding, see :mod:`ir2torch.run_safety.budget`). A rebuild on
 ``meta`` is probed too: a factory op runs on the device it records (``aten.full(..., device=cpu)``), and its
 ``"available"`` budget is the CPU's memory.
@@ -55,7 +57,7 @@ from ir2torch.run_safety.checked import Checked
 from ir2torch.run_safety.fake_probe import fake_state, hooks_off, state_storages
 from ir2torch.run_safety.flops import FlopBudget, flop_limit, human_flops
 from ir2torch.run_safety.op_modes import OverBudget, Tally, over_budget, quiet_fake_tensors, storages
-from ir2torch.run_safety.writes import writes_in_place
+from ir2torch.run_safety.writes import CALLER, writes_in_place
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -125,8 +127,10 @@ class ForwardBudget:
 
     def call(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
         """``call(obj, *args, **kwargs)`` after the probe of its signature (or checked op by op)."""
-        if self.budget is None:  # no memory limit: checked op by op (preconditions, FLOPs, writes)
-            return self._run_checked(obj, call, args, kwargs)
+        if self.budget is None:
+            if self.flops is None:  # nothing to measure: the nodes writing in place test the caller's tensors
+                return self._run_writes_checked(obj, call, args, kwargs)
+            return self._run_checked(obj, call, args, kwargs)  # no memory limit: FLOPs counted op by op
         signature = None if self.static else _signature(args, kwargs)
         if signature not in self.probed:
             if signature in self.checked:
@@ -199,6 +203,25 @@ class ForwardBudget:
         finally:
             LOCAL.depth -= 1
 
+    def _run_writes_checked(self, obj: nn.Module, call: Callable[..., Any], args: tuple,
+                            kwargs: dict[str, Any]) -> Any:
+        """The plain call, each node that writes in place testing its arguments against the storages of the call's
+        inputs (:data:`~ir2torch.run_safety.writes.CALLER`, :mod:`~ir2torch.run_safety.node_checks`)."""
+        LOCAL.depth += 1
+        saved, CALLER.inputs = CALLER.inputs, storages((args, kwargs))
+        try:
+            return call(obj, *args, **kwargs)
+        except IRError as exc:
+            over = over_budget(exc)
+            if over is not None and over.write:
+                raise _budget_error(over, 0, self, checked=True) from None
+            raise
+        except OverBudget as over:
+            raise _budget_error(over, 0, self, checked=True) from None
+        finally:
+            CALLER.inputs = saved
+            LOCAL.depth -= 1
+
     @staticmethod
     def _where(obj: nn.Module) -> str | None:
         wrapped = getattr(type(obj), "_wrapped_call", None)
@@ -263,8 +286,8 @@ def static_guard(root: nn.Module) -> bool:
 
 
 def _writes_in_place(module: nn.Module) -> bool:
-    """Whether ``module``'s own graph calls an op that writes an argument in place (checked op by op not to write
-    its caller's tensors, :mod:`ir2torch.run_safety.writes`). A graph whose nodes write nothing cannot write its
+    """Whether ``module``'s own graph calls an op that writes an argument in place (its nodes test that they do not
+    write its caller's tensors, :mod:`ir2torch.run_safety.writes`). A graph whose nodes write nothing cannot write its
     inputs: established here, once, when the budgets are installed. Preconditions are checked by the nodes that
     need them (:mod:`ir2torch.run_safety.node_checks`), budget or not."""
     graph = getattr(module, "graph", None)
@@ -281,7 +304,7 @@ def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guard
     Args:
         root: the rebuilt model.
         budget: the rebuild's ``max_bytes`` (``None``: with no compute budget either, only modules whose graph
-            writes in place get one, run op by op so that no write reaches the caller's tensors).
+            writes in place get one, which tells their nodes the caller's tensors, so that no write reaches them).
         device: the device it was rebuilt on (``meta`` included: factory ops of the graph run on the device they
             record, usually the CPU).
         guarded: the root has an input guard fixing every input (one probe covers every call).

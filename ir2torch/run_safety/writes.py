@@ -4,15 +4,28 @@ A file may name in-place and ``out=`` operators (``aten.add_``, ``aten.zeros.out
 graphs use them on their own intermediate values (``ReLU(inplace=True)``). Aimed at an input, they would resize
 or overwrite the caller's tensor, memory the model does not own and the memory budget does not count. The
 forward's probe (and a checked call, op by op) therefore refuses an operator that writes a tensor sharing storage
-with one of the call's inputs, before it runs.
+with one of the call's inputs, before it runs. Without a forward budget (``max_bytes=None, max_flops=None``) there is
+no probe: each node of a generated graph calling an operator that writes in place tests its real arguments against
+the storages of the outermost such call's inputs (:data:`CALLER`, set by
+:class:`~ir2torch.run_safety.forward_budget.ForwardBudget`; :mod:`~ir2torch.run_safety.node_checks`).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+
+
+class _Caller(threading.local):
+    #: Storage keys of the tensors the caller passed to the outermost call checked for writes only (no forward
+    #: budget), while it runs on this thread; ``None`` otherwise (a probe or a checked run covers every op).
+    inputs: set[Any] | None = None
+
+
+CALLER = _Caller()
 
 
 def written(func: Any, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -68,4 +81,4 @@ def caller_write(func: Any, args: tuple, kwargs: dict[str, Any], inputs: set[Any
     return None
 
 
-__all__ = ["caller_write", "writes_in_place", "written"]
+__all__ = ["CALLER", "caller_write", "writes_in_place", "written"]

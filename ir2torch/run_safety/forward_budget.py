@@ -14,8 +14,11 @@ of whose operators, would exceed the budget raises :class:`~common.errors.Resour
 implementation, the node, the operator and the size, before anything real runs. Constant folding computes its
 values in the first real call, after the probe covered the plain graph they come from.
 
-A call is probed once per input signature (shapes, dtypes and non-tensor values of its arguments): a root whose
-input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature. Where a
+A call is probed once per input signature (shapes, strides, dtypes and non-tensor values of its arguments): a root
+whose input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature. The
+real calls after a probe still have each node writing in place test its real arguments against the call's inputs
+(:mod:`~ir2torch.run_safety.writes`: what aliases the caller's tensors is decided on real storages, not only on the
+probe's fake ones). Where a
 size depends on data (``nonzero``, ``.item()``), or an operator has no fake implementation, the probe cannot
 finish; that signature then runs **checked** (:mod:`~ir2torch.run_safety.checked`): every operator is measured
 on fake tensors right before the real operator runs, against the live tensors the call holds then (an operator
@@ -103,18 +106,20 @@ class ForwardBudget:
         flops: the compute budget of one call in FLOPs (:mod:`ir2torch.run_safety.flops`), ``None``: not counted.
     """
 
-    __slots__ = ("budget", "checked", "device", "flops", "probed", "static")
+    __slots__ = ("budget", "checked", "device", "flops", "probed", "static", "writes")
 
-    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None) -> None:
+    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None,
+                 writes: bool = True) -> None:
         self.budget = budget
         self.device = device
         self.static = static
         self.flops = flops
+        self.writes = writes  # a graph of the module or of a submodule calls an op writing in place
         self.probed: set[Any] = set()
         self.checked: set[Any] = set()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
-        return ForwardBudget(self.budget, self.device, self.static, self.flops)  # a copy is probed again
+        return ForwardBudget(self.budget, self.device, self.static, self.flops, self.writes)  # probed again
 
     def limit(self) -> int | None:
         """The budget in bytes now (``"available"`` is read at each probe)."""
@@ -143,6 +148,8 @@ class ForwardBudget:
                 return self._run_checked(obj, call, args, kwargs)
             else:
                 _remember(self.probed, signature)
+        if self.writes:  # the probe saw the writes on fake tensors; the nodes writing in place test the real ones
+            return self._run_writes_checked(obj, call, args, kwargs)
         LOCAL.depth += 1
         try:  # fake tensors had no values: the nodes reading indices check them (ir2torch.run_safety.node_checks)
             return call(obj, *args, **kwargs)
@@ -235,12 +242,15 @@ def _remember(signatures: set[Any], signature: Any) -> None:
 
 
 def _signature(args: tuple, kwargs: dict[str, Any]) -> Any:
-    """What decides a call's sizes: each tensor's shape, dtype and device; every other leaf's value."""
+    """What decides a call's sizes and aliasing: each tensor's shape, strides, dtype and device; every other leaf's
+    value. The strides count: ``contiguous()`` or ``reshape`` of a contiguous input returns the input itself, of a
+    transposed one a copy, so a probe of one does not tell whether an in-place op of the graph writes the other."""
     leaves, spec = pytree.tree_flatten((args, kwargs))
     out: list[Any] = [spec]
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            out.append((tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.layout))
+            strides = leaf.stride() if leaf.layout == torch.strided else None
+            out.append((tuple(leaf.shape), strides, leaf.dtype, leaf.device.type, leaf.layout))
         elif isinstance(leaf, (int, float, bool, str, type(None), torch.dtype, torch.device)):
             out.append((type(leaf), leaf))
         else:
@@ -290,7 +300,9 @@ def _writes_in_place(module: nn.Module) -> bool:
     write its caller's tensors, :mod:`ir2torch.run_safety.writes`). A graph whose nodes write nothing cannot write its
     inputs: established here, once, when the budgets are installed. Preconditions are checked by the nodes that
     need them (:mod:`ir2torch.run_safety.node_checks`), budget or not."""
-    graph = getattr(module, "graph", None)
+    graph = module.__dict__.get("_graph")
+    if graph is None:  # an instance of a shared body whose graph is copied when first read: its template's graph
+        graph = getattr(getattr(type(module), "_graph", None), "source", None) or getattr(module, "graph", None)
     if not isinstance(graph, torch.fx.Graph):
         return False
     return any(writes_in_place(getattr(node.target, "overload", node.target))
@@ -311,13 +323,32 @@ def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guard
         flops: the compute budget (:func:`~ir2torch.run_safety.flops.flop_limit`: ``"auto"``, FLOPs or ``None``).
     """
     flop_count = flop_limit(flops, root)
+    writes = _subtree_writes(root)
     for module in root.modules():
         if getattr(type(module), "_wrapped_call", None) is None:
             continue
         if budget is None and flop_count is None and not _writes_in_place(module):
             continue  # nothing to measure, no write to check (preconditions: checked by the nodes themselves)
         static = guarded and module is root
-        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count)
+        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count,
+                                                     writes=writes[id(module)])
+
+
+def _subtree_writes(root: nn.Module) -> dict[int, bool]:
+    """``id(module)`` -> whether a graph of ``module`` or of a module below it writes in place (each module once)."""
+    found: dict[int, bool] = {}
+    stack: list[tuple[nn.Module, bool]] = [(root, False)]
+    while stack:
+        module, done = stack.pop()
+        if id(module) in found:
+            continue
+        children = [c for c in module.children() if id(c) not in found]
+        if not done and children:
+            stack.append((module, True))
+            stack.extend((c, False) for c in children)
+            continue
+        found[id(module)] = _writes_in_place(module) or any(found.get(id(c), False) for c in module.children())
+    return found
 
 
 __all__ = ["BUDGET_ATTR", "MAX_SIGNATURES", "ForwardBudget", "inside_checked_call", "install_budgets", "skip_budget",

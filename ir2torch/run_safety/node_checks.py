@@ -15,9 +15,9 @@ such an operator; code generation (:mod:`ir2torch.codegen`) asks :func:`checked_
   runs under :class:`~ir2torch.run_safety.op_modes.DataChecks`, which tests every operator the node dispatches,
   as the whole call did before;
 - an overload that writes an argument in place (``add_``, ``detach_``, an ``out=`` overload): before it runs, its
-  written arguments are tested against the storages of the caller's tensors when the call runs without a forward
-  budget (:data:`~ir2torch.run_safety.writes.CALLER`: no probe checked the writes on fake tensors), so that a
-  trusted rebuild with in-place nodes runs at full speed instead of op by op;
+  written arguments are tested against the storages of the caller's tensors
+  (:data:`~ir2torch.run_safety.writes.CALLER`): after a probe, which saw the writes on fake tensors, and without a
+  forward budget, where no probe runs (so a trusted rebuild with in-place nodes runs bare, not op by op);
 - anything else (nearly every node): runs as it is.
 
 Preconditions that depend only on shapes (batch norm's statistics, FFT dims...) are also tested by the forward's

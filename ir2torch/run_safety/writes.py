@@ -4,10 +4,11 @@ A file may name in-place and ``out=`` operators (``aten.add_``, ``aten.zeros.out
 graphs use them on their own intermediate values (``ReLU(inplace=True)``). Aimed at an input, they would resize
 or overwrite the caller's tensor, memory the model does not own and the memory budget does not count. The
 forward's probe (and a checked call, op by op) therefore refuses an operator that writes a tensor sharing storage
-with one of the call's inputs, before it runs. Without a forward budget (``max_bytes=None, max_flops=None``) there is
-no probe: each node of a generated graph calling an operator that writes in place tests its real arguments against
-the storages of the outermost such call's inputs (:data:`CALLER`, set by
-:class:`~ir2torch.run_safety.forward_budget.ForwardBudget`; :mod:`~ir2torch.run_safety.node_checks`).
+with one of the call's inputs, before it runs. In the real call that follows, each node of a generated graph calling
+an operator that writes in place tests its real arguments against the storages of the outermost call's inputs
+(:data:`CALLER`, set by :class:`~ir2torch.run_safety.forward_budget.ForwardBudget` for a model whose graphs write in
+place; :mod:`~ir2torch.run_safety.node_checks`): the real storages decide what aliases the caller's tensors, and
+without a forward budget (``max_bytes=None, max_flops=None``) there is no probe at all.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import torch
 
 
 class _Caller(threading.local):
-    #: Storage keys of the tensors the caller passed to the outermost call checked for writes only (no forward
-    #: budget), while it runs on this thread; ``None`` otherwise (a probe or a checked run covers every op).
+    #: Storage keys of the tensors the caller passed to the outermost call of a model whose graphs write in place,
+    #: while it runs on this thread (not in a probe or a checked run, whose dispatch modes test every op).
     inputs: set[Any] | None = None
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import torch
 
+import ir2torch
+import torch2ir
 from common import IR
 from common import errors as E
 from common.safety import DEFAULT_ALLOWLIST
@@ -327,3 +329,14 @@ def test_hostile_source_field_is_data(source: Any, tmp: str, tmp_path: Path, mon
     if not well_formed:
         assert doc["nodes"][0]["name"] in _message(document, doc, tmp_path / "b")
     assert not (tmp_path / MARKER).exists()
+
+
+def test_a_null_children_order_reads_as_absent(tmp_path: Path) -> None:
+    """``meta.children: null`` (found by the fuzz: validation read it as absent, the rebuild iterated it): rebuilt
+    as without it."""
+    model, x = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), torch.randn(2, 4)
+    path = torch2ir.convert(model, (x,)).save(tmp_path / "m.ir.json")
+    doc = json.loads(path.read_text())
+    doc["implementations"]["root"].setdefault("meta", {})["children"] = None
+    path.write_text(json.dumps(doc))
+    assert torch.equal(ir2torch.convert(path, model.state_dict())(x), model(x))

@@ -17,7 +17,8 @@ Prints a Markdown table: model, batch, cache, per-token ms of the original and o
 and whether the tokens are equal. The rebuilds: ``ir2torch.convert(ir, state)`` (default budgets: each call of a new
 input signature, i.e. every decoding step, is first probed on fake tensors;
 :mod:`ir2torch.run_safety.forward_budget`), ``ir2torch.convert(ir, state, max_bytes=None, max_flops=None)`` (no
-forward budget: a file you converted yourself; the preconditions are then checked op by op) and, as a diagnostic
+forward budget: a file you converted yourself; the data preconditions and the writes into the caller's tensors are
+checked by the nodes that need them, :mod:`ir2torch.run_safety.node_checks`) and, as a diagnostic
 only, the default rebuild with the forward budget's run-time checks switched off for the timed calls
 (``ForwardBudget.call`` replaced by the plain call: what the rebuild costs besides those checks; no API offers
 this), and the default rebuild with ``fold_constants=False`` (no constant folding, and attention on repeated

@@ -99,7 +99,7 @@ def check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> list[S
                 implementation=name, node=node, hint="add the edges, or replace the references by values",
             )
         return subgraphs
-    positions: list[int] = []
+    positions: set[int] = set()  # a set: 10**5 parallel edges into one node are checked in linear time
     for src, _, data in edges:
         slot = data.get("slot")
         if slot is None:
@@ -113,10 +113,10 @@ def check_args(impl: Implementation, node: str, attrs: dict[str, Any]) -> list[S
         if isinstance(path[0], int):
             if path[0] in positions:
                 raise ArgumentMismatchError(f"two edges fill argument {path[0]}", implementation=name, node=node)
-            positions.append(path[0])
+            positions.add(path[0])
     free = len([1 for _, _, d in edges if d.get("slot") is None])
     expected = set(range(len(positions) + free))
-    if not set(positions) <= expected:
+    if not positions <= expected:
         raise ArgumentMismatchError(
             f"positional slots {sorted(positions)} leave a gap",
             implementation=name, node=node, hint="positional arguments must be numbered 0, 1, 2, ... without gaps",

@@ -1,12 +1,16 @@
-"""Shared test helpers: output comparison over pytrees, cached conversions of zoo cases."""
+"""Shared test helpers: output comparison over pytrees, cached conversions of zoo cases, counts of the kernels a
+call runs on real tensors."""
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import cache
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch2ir
 from common import IR
@@ -47,6 +51,23 @@ def converted(name: str) -> tuple[Case, torch.nn.Module, tuple, dict, IR]:
     return case, model, args, kwargs, torch2ir.convert(model, args, kwargs)
 
 
+class RealKernels(TorchDispatchMode):
+    """Counts, by overload packet name (``"convolution"``, ``"mm"``...), the ATen operators dispatched on real
+    tensors while it is active: an op on fake or meta tensors (a probe measuring the call) is not counted, so a
+    count of 0 proves that a kernel never ran on data (what a test of a refusal "before it runs" asserts, where a
+    wall-time bound would only suggest it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if not any(isinstance(t, FakeTensor) or t.is_meta for t in tensors):
+            self.calls[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
 # Source of ``peak_kib()`` for code run in a child process: the peak resident set size of *this* process
 # image in KiB (``VmHWM``). ``ru_maxrss`` is not used: a child started by ``subprocess`` from a large pytest
 # worker inherits the worker's high-water mark across fork/vfork + exec (Linux records the old address
@@ -58,25 +79,23 @@ def peak_kib():
 """
 
 
-def run_python(code: str, *, timeout: float) -> tuple[dict[str, Any], float]:
+def run_python(code: str, *, timeout: float) -> dict[str, Any]:
     """Run ``code`` in a fresh interpreter (repository on the path, offline); return the JSON object it prints
-    last and the wall time. Used to measure peak memory (``ru_maxrss``) of one job in isolation."""
+    last. Used to measure peak memory (``VmHWM``) of one job in isolation (its time is measured by benchmarks:
+    ``benchmarks/run.py``'s ``scale`` scenario)."""
     import json
     import os
     import subprocess
     import sys
-    import time
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
     env = {**os.environ, "HF_HUB_OFFLINE": "1",
            "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
-    start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code], cwd=repo, env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
-    wall = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def weighted_loss(output: Any) -> torch.Tensor:

@@ -30,7 +30,7 @@ def attach_children(ir: IR, modules: Mapping[str, nn.Module]) -> nn.Module:
     for key in [*keys, "root"]:
         if "none_children" in ir[key].meta:  # a container's None slots (common.none_slots)
             attach_none_slots(modules[key], ir[key].meta, key)
-        if "children" in ir[key].meta:
+        if ir[key].meta.get("children") is not None:  # null: absent, as validation reads it
             _reorder(modules[key], ir[key].meta["children"])
     return root
 

@@ -111,6 +111,13 @@ def adopt_template(gm: fx.GraphModule, template: Template, codegen: Any) -> None
     adopt(gm, None, template.entry, codegen)
 
 
+class _LazyGraph(property):
+    """The property :func:`_lazy_graph` makes; ``source`` is the template's graph (read without making a copy:
+    :func:`ir2torch.run_safety.forward_budget.install_budgets` asks which graphs write in place)."""
+
+    source: fx.Graph
+
+
 def _lazy_graph(source: fx.Graph, codegen: Any) -> property:
     """The ``_graph`` of a module running a copy of ``source``: made when first read (fx and everything else read
     a module's graph through ``gm.graph`` / ``gm._graph``), then kept as any module's graph is."""
@@ -127,7 +134,9 @@ def _lazy_graph(source: fx.Graph, codegen: Any) -> property:
     def set_graph(self: fx.GraphModule, graph: fx.Graph) -> None:
         self.__dict__["_graph"] = graph
 
-    return property(get, set_graph)
+    lazy = _LazyGraph(get, set_graph)
+    lazy.source = source
+    return lazy
 
 
 def _materializing(name: str) -> Callable[..., Any]:

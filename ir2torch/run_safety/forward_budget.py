@@ -14,19 +14,24 @@ of whose operators, would exceed the budget raises :class:`~common.errors.Resour
 implementation, the node, the operator and the size, before anything real runs. Constant folding computes its
 values in the first real call, after the probe covered the plain graph they come from.
 
-A call is probed once per input signature (shapes, dtypes and non-tensor values of its arguments): a root whose
-input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature. Where a
+A call is probed once per input signature (shapes, strides, dtypes and non-tensor values of its arguments): a root
+whose input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature. The
+real calls after a probe still have each node writing in place test its real arguments against the call's inputs
+(:mod:`~ir2torch.run_safety.writes`: what aliases the caller's tensors is decided on real storages, not only on the
+probe's fake ones). Where a
 size depends on data (``nonzero``, ``.item()``), or an operator has no fake implementation, the probe cannot
 finish; that signature then runs **checked** (:mod:`~ir2torch.run_safety.checked`): every operator is measured
 on fake tensors right before the real operator runs, against the live tensors the call holds then (an operator
 whose output size depends on data is bounded by its inputs).
 
 The budget is the converter's ``max_bytes``: an int in bytes, ``"available"`` (the memory available on the
-device when the call is probed) or ``None`` (no memory check, no probe; a module whose graph writes in place is
-run op by op so that no write reaches the caller's tensors). Whatever the budget, an op with a precondition its
-kernel does not check (:data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`) has it tested by the node that
-calls it, on the real arguments, before it runs (:mod:`~ir2torch.run_safety.node_checks`). It bounds the peak
-of what one call allocates (the parameters and
+device when the call is probed) or ``None`` (no memory check, no probe; with no compute budget either, a module
+whose graph writes in place runs as it is, each node writing in place testing that its target is not one of the
+caller's tensors, :mod:`~ir2torch.run_safety.writes`; with a compute budget, the call is counted op by op).
+Whatever the budget, an op with a precondition its kernel does not check
+(:data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS`) has it tested by the node that calls it, on the real
+arguments, before it runs (:mod:`~ir2torch.run_safety.node_checks`). It bounds the peak of what one call allocates
+(the parameters and
 buffers are bounded separately when rebuilding, see :mod:`ir2torch.run_safety.budget`). A rebuild on
 ``meta`` is probed too: a factory op runs on the device it records (``aten.full(..., device=cpu)``), and its
 ``"available"`` budget is the CPU's memory.
@@ -56,7 +61,7 @@ from ir2torch.run_safety.checked import Checked
 from ir2torch.run_safety.fake_probe import fake_state, hooks_off, state_storages
 from ir2torch.run_safety.flops import FlopBudget, flop_limit, human_flops
 from ir2torch.run_safety.op_modes import OverBudget, Tally, over_budget, quiet_fake_tensors, storages
-from ir2torch.run_safety.writes import foreign_writes
+from ir2torch.run_safety.writes import CALLER, foreign_writes
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
 BUDGET_ATTR = GENERATED_ATTRS["forward_budget"]
@@ -102,19 +107,21 @@ class ForwardBudget:
         flops: the compute budget of one call in FLOPs (:mod:`ir2torch.run_safety.flops`), ``None``: not counted.
     """
 
-    __slots__ = ("budget", "checked", "device", "flops", "probed", "spec", "static")
+    __slots__ = ("budget", "checked", "device", "flops", "probed", "spec", "static", "writes")
 
-    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None) -> None:
+    def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None,
+                 writes: bool = True) -> None:
         self.budget = budget
         self.device = device
         self.static = static
         self.flops = flops
+        self.writes = writes  # a graph of the module or of a submodule calls an op writing in place
         self.probed: set[Any] = set()
         self.checked: set[Any] = set()
         self.spec: pytree.TreeSpec | None = None  # the structure of the last call (read first by the next)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
-        return ForwardBudget(self.budget, self.device, self.static, self.flops)  # a copy is probed again
+        return ForwardBudget(self.budget, self.device, self.static, self.flops, self.writes)  # probed again
 
     def limit(self) -> int | None:
         """The budget in bytes now (``"available"`` is read at each probe)."""
@@ -127,8 +134,10 @@ class ForwardBudget:
 
     def call(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
         """``call(obj, *args, **kwargs)`` after the probe of its signature (or checked op by op)."""
-        if self.budget is None:  # no memory limit: checked op by op (preconditions, FLOPs, writes)
-            return self._run_checked(obj, call, args, kwargs)
+        if self.budget is None:
+            if self.flops is None:  # nothing to measure: the nodes writing in place test the caller's tensors
+                return self._run_writes_checked(obj, call, args, kwargs)
+            return self._run_checked(obj, call, args, kwargs)  # no memory limit: FLOPs counted op by op
         signature = None if self.static else _signature(args, kwargs, self.spec)
         if signature is not None:
             self.spec = signature[0]
@@ -143,6 +152,8 @@ class ForwardBudget:
                 return self._run_checked(obj, call, args, kwargs)
             else:
                 _remember(self.probed, signature)
+        if self.writes:  # the probe saw the writes on fake tensors; the nodes writing in place test the real ones
+            return self._run_writes_checked(obj, call, args, kwargs)
         LOCAL.depth += 1
         try:  # fake tensors had no values: the nodes reading indices check them (ir2torch.run_safety.node_checks)
             return call(obj, *args, **kwargs)
@@ -203,6 +214,25 @@ class ForwardBudget:
         finally:
             LOCAL.depth -= 1
 
+    def _run_writes_checked(self, obj: nn.Module, call: Callable[..., Any], args: tuple,
+                            kwargs: dict[str, Any]) -> Any:
+        """The plain call, each node that writes in place testing its arguments against the storages of the call's
+        inputs (:data:`~ir2torch.run_safety.writes.CALLER`, :mod:`~ir2torch.run_safety.node_checks`)."""
+        LOCAL.depth += 1
+        saved, CALLER.inputs = CALLER.inputs, storages((args, kwargs))
+        try:
+            return call(obj, *args, **kwargs)
+        except IRError as exc:
+            over = over_budget(exc)
+            if over is not None and over.write:
+                raise _budget_error(over, 0, self, checked=True) from None
+            raise
+        except OverBudget as over:
+            raise _budget_error(over, 0, self, checked=True) from None
+        finally:
+            CALLER.inputs = saved
+            LOCAL.depth -= 1
+
     @staticmethod
     def _where(obj: nn.Module) -> str | None:
         wrapped = getattr(type(obj), "_wrapped_call", None)
@@ -220,9 +250,11 @@ _VALUES = (int, float, bool, str, type(None), torch.dtype, torch.device)
 
 
 def _signature(args: tuple, kwargs: dict[str, Any], known: pytree.TreeSpec | None = None) -> Any:
-    """What decides a call's sizes: its structure (``TreeSpec``), each tensor's shape, dtype and device; every
-    other leaf's value. ``known``: the structure of an earlier call; when the call has exactly that structure and
-    only tensors and such values as leaves, its leaves are read in one walk against it
+    """What decides a call's sizes and aliasing: its structure (``TreeSpec``), each tensor's shape, strides, dtype
+    and device; every other leaf's value. The strides count: ``contiguous()`` or ``reshape`` of a contiguous input
+    returns the input itself, of a transposed one a copy, so a probe of one does not tell whether an in-place op of
+    the graph writes the other. ``known``: the structure of an earlier call; when the call has exactly that
+    structure and only tensors and such values as leaves, its leaves are read in one walk against it
     (:func:`~common.treespec.exact_leaves`: the leaves ``tree_flatten`` gives for the same spec) instead of
     flattening the call again (a decoder's cache: 35 us a step)."""
     if known is not None:
@@ -242,7 +274,8 @@ def _described(leaves: list[Any], exact: bool) -> list[Any] | None:
     append = out.append
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            append((tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.layout))
+            strides = leaf.stride() if leaf.layout == torch.strided else None
+            append((tuple(leaf.shape), strides, leaf.dtype, leaf.device.type, leaf.layout))
         elif isinstance(leaf, _VALUES):
             append((type(leaf), leaf))
         elif exact:
@@ -291,12 +324,14 @@ def static_guard(root: nn.Module) -> bool:
 
 def _writes_in_place(module: nn.Module) -> bool:
     """Whether ``module``'s own graph calls an op that may write something other than the graph's own values in
-    place (checked op by op not to write its caller's tensors, :mod:`ir2torch.run_safety.writes`). A graph whose
-    nodes write nothing, or only fresh results of its own operators (:func:`~ir2torch.run_safety.writes.
+    place (its nodes then test that they do not write its caller's tensors, :mod:`ir2torch.run_safety.writes`). A
+    graph whose nodes write nothing, or only fresh results of its own operators (:func:`~ir2torch.run_safety.writes.
     foreign_writes`: a router's ``div_`` of its ``topk``, an ``index_put_`` into an ``empty_like``), cannot write
     its inputs: established here, once, when the budgets are installed. Preconditions are checked by the nodes that
     need them (:mod:`ir2torch.run_safety.node_checks`), budget or not."""
-    graph = getattr(module, "graph", None)
+    graph = module.__dict__.get("_graph")
+    if graph is None:  # an instance of a shared body whose graph is copied when first read: its template's graph
+        graph = getattr(getattr(type(module), "_graph", None), "source", None) or getattr(module, "graph", None)
     if not isinstance(graph, torch.fx.Graph):
         return False
     return bool(foreign_writes(graph))
@@ -309,20 +344,39 @@ def install_budgets(root: nn.Module, budget: Budget, device: torch.device, guard
     Args:
         root: the rebuilt model.
         budget: the rebuild's ``max_bytes`` (``None``: with no compute budget either, only modules whose graph
-            writes in place get one, run op by op so that no write reaches the caller's tensors).
+            writes in place get one, which tells their nodes the caller's tensors, so that no write reaches them).
         device: the device it was rebuilt on (``meta`` included: factory ops of the graph run on the device they
             record, usually the CPU).
         guarded: the root has an input guard fixing every input (one probe covers every call).
         flops: the compute budget (:func:`~ir2torch.run_safety.flops.flop_limit`: ``"auto"``, FLOPs or ``None``).
     """
     flop_count = flop_limit(flops, root)
+    writes = _subtree_writes(root)
     for module in root.modules():
         if getattr(type(module), "_wrapped_call", None) is None:
             continue
         if budget is None and flop_count is None and not _writes_in_place(module):
             continue  # nothing to measure, no write to check (preconditions: checked by the nodes themselves)
         static = guarded and module is root
-        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count)
+        module.__dict__[BUDGET_ATTR] = ForwardBudget(budget, device, static=static, flops=flop_count,
+                                                     writes=writes[id(module)])
+
+
+def _subtree_writes(root: nn.Module) -> dict[int, bool]:
+    """``id(module)`` -> whether a graph of ``module`` or of a module below it writes in place (each module once)."""
+    found: dict[int, bool] = {}
+    stack: list[tuple[nn.Module, bool]] = [(root, False)]
+    while stack:
+        module, done = stack.pop()
+        if id(module) in found:
+            continue
+        children = [c for c in module.children() if id(c) not in found]
+        if not done and children:
+            stack.append((module, True))
+            stack.extend((c, False) for c in children)
+            continue
+        found[id(module)] = _writes_in_place(module) or any(found.get(id(c), False) for c in module.children())
+    return found
 
 
 __all__ = ["BUDGET_ATTR", "MAX_SIGNATURES", "ForwardBudget", "inside_checked_call", "install_budgets", "skip_budget",

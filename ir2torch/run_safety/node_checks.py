@@ -15,6 +15,12 @@ such an operator; code generation (:mod:`ir2torch.codegen`) asks :func:`checked_
   runs under :class:`~ir2torch.run_safety.op_modes.DataChecks`, which tests every operator the node dispatches,
   as the whole call did before (a plain ``nn.Embedding``, which dispatches one ``aten.embedding``, has that
   operator's precondition tested directly: :func:`call_data_checked`);
+- an overload that writes an argument in place (``add_``, ``detach_``, an ``out=`` overload): before it runs, its
+  written arguments are tested against the storages of the caller's tensors
+  (:data:`~ir2torch.run_safety.writes.CALLER`, recorded for a model some graph of which may write a tensor that is
+  not the graph's own, :func:`~ir2torch.run_safety.writes.foreign_writes`): after a probe, which saw the writes on
+  fake tensors, and without a forward budget, where no probe runs (so a trusted rebuild with in-place nodes runs
+  bare, not op by op);
 - anything else (nearly every node): runs as it is.
 
 Preconditions that depend only on shapes (batch norm's statistics, FFT dims...) are also tested by the forward's
@@ -33,8 +39,9 @@ from torch import fx, nn
 from torch.nn.modules import module as _module
 
 from ir2torch.run_safety.checked import Checked as _Checked
-from ir2torch.run_safety.op_modes import DataChecks, Tally
+from ir2torch.run_safety.op_modes import DataChecks, Tally, no_caller_write
 from ir2torch.run_safety.op_preconditions import PRECONDITIONS, check_preconditions, qualified
+from ir2torch.run_safety.writes import CALLER, writes_in_place
 
 _compiling = torch.compiler.is_compiling
 _exporting = torch.compiler.is_exporting
@@ -44,9 +51,12 @@ _MODULE_CALL = nn.Module.__call__
 
 #: Composite overloads of the default surface whose decomposition reaches no operator of
 #: :data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS` reading data (reviewed: each decomposes into
-#: elementwise, view, reduction, matrix, convolution, pooling, normalization or upsampling kernels; batch norm and
-#: the FFTs reach kernels whose preconditions depend on shapes only, tested by the forward's probe). A composite
-#: not listed here runs under :class:`DataChecks`.
+#: elementwise, view, reduction, matrix, convolution, pooling, normalization, sampling or upsampling kernels; batch
+#: norm and the FFTs reach kernels whose preconditions depend on shapes only, tested by the forward's probe). A
+#: composite not listed here runs under :class:`DataChecks`. Every composite of the default surface is either listed
+#: here or has a precondition of its own (``tests/security/test_composite_reach.py`` fails otherwise, and records
+#: the operators the composites added since the first review reach on sample arguments: none with a precondition;
+#: ``grid_sampler``'s kernels clamp or zero-pad every coordinate, NaN and infinite ones included).
 PRECONDITION_FREE_COMPOSITES = frozenset({
     "aten.__and__.Tensor", "aten.__iand__.Scalar", "aten.__ior__.Tensor", "aten.__ixor__.Tensor",
     "aten.__or__.Tensor", "aten.__xor__.Tensor", "aten._upsample_bicubic2d_aa.vec", "aten._upsample_bilinear2d_aa.vec",
@@ -68,6 +78,11 @@ PRECONDITION_FREE_COMPOSITES = frozenset({
     "aten.to.dtype_layout", "aten.type_as.default", "aten.unflatten.int", "aten.upsample_bicubic2d.vec",
     "aten.upsample_bilinear2d.vec", "aten.upsample_nearest2d.vec", "aten.view_as.default", "aten.where.Scalar",
     "aten.where.ScalarOther",
+    # added with the surface's growth (issue 50), their decompositions recorded by test_composite_reach
+    "aten.broadcast_tensors.default", "aten.clip.default", "aten.grid_sampler.default", "aten.linalg_norm.default",
+    "aten.log_sigmoid.default", "aten.max_pool1d.default", "aten.movedim.int", "aten.narrow.default",
+    "aten.outer.default", "aten.swapaxes.default", "aten.tile.default", "aten.upsample_linear1d.vec",
+    "aten.where.ScalarSelf",
 })
 
 #: Python-level functions (:mod:`common.python_functions`) that compute on Python numbers, symbolic sizes or
@@ -135,6 +150,13 @@ def _run_data_checked(call: Any, *args: Any, **kwargs: Any) -> Any:
         return call(*args, **kwargs)
 
 
+def _run_write_checked(overload: Any, call: Any, *args: Any, **kwargs: Any) -> Any:
+    inputs = CALLER.inputs
+    if inputs and not tracing():  # raises OverBudget (write=True), which the forward budget reports
+        no_caller_write(overload, args, kwargs, inputs, None)
+    return call(*args, **kwargs)
+
+
 def _named(wrapper: Any, overload: Any, call: Any) -> Any:
     wrapper.overload = getattr(call, "overload", overload)
     wrapper.__module__ = "checked"  # not under torch: fx binds the object itself (see DirectOp)
@@ -153,11 +175,14 @@ def checked_target(call: Any, node: fx.Node | None = None) -> Any:
         name = qualified(overload)
         composite = is_composite(overload)
         check = PRECONDITIONS.get(name)
+        target = call
         if composite and name not in PRECONDITION_FREE_COMPOSITES:
-            return _named(CheckedCall(_run_data_checked, call), overload, call)
-        if check is not None:
-            return _named(CheckedCall(_run_precondition, name, call, str(overload)), overload, call)
-        return call
+            target = _named(CheckedCall(_run_data_checked, call), overload, call)
+        elif check is not None:
+            target = _named(CheckedCall(_run_precondition, name, call, str(overload)), overload, call)
+        if writes_in_place(overload):
+            return _named(CheckedCall(_run_write_checked, overload, target), overload, call)
+        return target
     if isinstance(overload, torch._ops.HigherOrderOperator) or not callable(call):
         return call  # its bodies are graphs of their own, checked node by node
     owner = getattr(call, "__module__", None) or ""

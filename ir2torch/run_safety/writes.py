@@ -4,18 +4,32 @@ A file may name in-place and ``out=`` operators (``aten.add_``, ``aten.zeros.out
 graphs use them on their own intermediate values (``ReLU(inplace=True)``). Aimed at an input, they would resize
 or overwrite the caller's tensor, memory the model does not own and the memory budget does not count. The
 forward's probe (and a checked call, op by op) therefore refuses an operator that writes a tensor sharing storage
-with one of the call's inputs, before it runs. Without a budget, only a graph that may write something other than
-its own values (:func:`foreign_writes`: read once from the graph, by the operators' schemas) is run op by op.
+with one of the call's inputs, before it runs. In the real call that follows, each node of a generated graph calling
+an operator that writes in place tests its real arguments against the storages of the outermost call's inputs
+(:data:`CALLER`, set by :class:`~ir2torch.run_safety.forward_budget.ForwardBudget` for a model a graph of which
+may write something other than its own values, :func:`foreign_writes`, read once from the graph by the operators'
+schemas; :mod:`~ir2torch.run_safety.node_checks`): the real storages decide what aliases the caller's tensors, and
+without a forward budget (``max_bytes=None, max_flops=None``) there is no probe at all.
 """
 
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import fx
+
+
+class _Caller(threading.local):
+    #: Storage keys of the tensors the caller passed to the outermost call of a model whose graphs write in place,
+    #: while it runs on this thread (not in a probe or a checked run, whose dispatch modes test every op).
+    inputs: set[Any] | None = None
+
+
+CALLER = _Caller()
 
 
 def written(func: Any, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -126,4 +140,4 @@ def foreign_writes(graph: fx.Graph) -> list[fx.Node]:
     return found
 
 
-__all__ = ["caller_write", "foreign_writes", "overload_of", "writes_in_place", "written"]
+__all__ = ["CALLER", "caller_write", "foreign_writes", "overload_of", "writes_in_place", "written"]

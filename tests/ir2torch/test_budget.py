@@ -49,9 +49,10 @@ def test_huge_declarations_are_refused_on_cpu_and_built_on_meta(make, size, reco
 
 
 def test_refusal_allocates_nothing_under_an_address_space_limit():
-    """In a fresh process limited to 6 GB of address space: refused at once, peak memory unchanged."""
+    """In a fresh process limited to 6 GB of address space: refused, peak memory unchanged (less than 100 MB grown:
+    nothing of the 4 TB / 4 EB declared was allocated)."""
     code = """
-import json, resource, time
+import json, resource
 resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
 import torch, torch2ir, ir2torch
 from torch import nn
@@ -64,19 +65,17 @@ for module, x, field, value in [(nn.Linear(3, 4), torch.randn(2, 3), "in_feature
     if field == "in_features":
         ir["0"].data["out_features"] = 10**9
     before = peak_kib()
-    start = time.perf_counter()
     try:
         ir2torch.convert(ir)
         results.append("built")
     except ResourceBudgetError:
         results.append("refused")
-    results.append([time.perf_counter() - start, peak_kib() - before])
+    results.append(peak_kib() - before)
 print(json.dumps(results))
 """
-    out, _ = run_python(PEAK_KIB_SOURCE + code, timeout=300)
+    out = run_python(PEAK_KIB_SOURCE + code, timeout=300)
     assert out[0] == out[2] == "refused", out
-    for seconds, grown_kb in (out[1], out[3]):
-        assert seconds < 5 and grown_kb < 100_000, out
+    assert out[1] < 100_000 and out[3] < 100_000, out
 
 
 def _own_bytes(module: nn.Module) -> int:

@@ -121,3 +121,27 @@ def test_a_graph_writing_only_its_own_values_runs_without_a_budget_when_none_is_
     assert torch.equal(model(x), _OwnWrites()(x))
     planted = ir2torch.convert(torch2ir.convert(_InPlace(), (x,)), max_bytes=None, max_flops=None)
     assert BUDGET_ATTR not in planted.__dict__  # x * 2 then add_ and relu_ on it: its own values
+
+
+def test_a_probe_of_a_transposed_input_does_not_let_a_write_through_a_contiguous_one(tmp_path) -> None:
+    """``contiguous()`` of a transposed input copies it, of a contiguous one returns the input itself: a graph
+    writing in place into ``x.contiguous()`` writes the caller's tensor only in the second case. A probe of the
+    first (nothing written) must not let the second run: the strides are part of the probed signature, and the
+    node writing in place tests its real argument at every call."""
+    path = torch2ir.convert(_InPlace(), (torch.randn(3, 3),)).save(tmp_path / "m.ir.json")
+    doc = json.loads(path.read_text())
+    root = doc["implementations"]["root"]
+    root["nodes"]["mul"].update(implementation="aten.contiguous.default", args=[X])
+    root["edges"] = [e for e in root["edges"] if not (e["dst"] == "mul" and e.get("slot") == 1)]
+    path = tmp_path / "hostile.ir.json"
+    path.write_text(json.dumps(doc))
+    for max_bytes in ("available", None):
+        model = ir2torch.convert(path, max_bytes=max_bytes, max_flops=None)
+        transposed = torch.randn(3, 3).t()
+        before = transposed.clone()
+        model(transposed)  # a copy is written
+        assert torch.equal(transposed, before)
+        x = torch.zeros(3, 3)
+        with pytest.raises(IRError, match="shares memory with an input of the call"):
+            model(x)
+        assert torch.equal(x, torch.zeros(3, 3))

@@ -8,8 +8,6 @@ input, costs minutes of CPU for a few bytes of memory.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from torch import nn
@@ -19,6 +17,7 @@ import torch2ir
 from common import IR
 from common.errors import ResourceBudgetError
 from ir2torch.run_safety.flops import FLOPS_PER_PARAMETER, MIN_FLOPS, flop_limit, op_flops
+from tests.helpers import RealKernels
 
 
 class _Kernel(nn.Module):
@@ -49,28 +48,35 @@ def _saved(tmp_path, model: nn.Module, args: tuple) -> IR:
 def test_a_kernel_made_in_the_graph_is_refused_before_it_runs(tmp_path) -> None:
     x = torch.randn(1, 1, 2048, 2048)
     model = ir2torch.convert(_saved(tmp_path, _Kernel(), (x,)), _Kernel().state_dict())
-    start = time.perf_counter()
-    with pytest.raises(ResourceBudgetError, match=r"aten.convolution.* TFLOP, more than the compute budget") as info:
+    with RealKernels() as kernels, pytest.raises(
+            ResourceBudgetError, match=r"aten.convolution.* TFLOP, more than the compute budget") as info:
         model(x)
-    assert time.perf_counter() - start < 5  # counted on fake tensors: the 2.2 TFLOP convolution never ran
+    assert kernels.calls["convolution"] == 0  # counted on fake tensors: the 2.2 TFLOP convolution never ran
+    assert not kernels.calls  # nor anything else: refused by the probe, before the call's first op
     assert info.value.implementation == "root" and "max_flops" in info.value.hint
+    small, tiny = torch.randn(1, 1, 8, 8), _Kernel(side=3)  # the counter sees a convolution that does run
+    rebuilt = ir2torch.convert(_saved(tmp_path, tiny, (small,)), tiny.state_dict())
+    with RealKernels() as kernels:
+        out = rebuilt(small)
+    assert kernels.calls["convolution"] >= 1 and torch.equal(out, tiny(small))
 
 
 def test_a_hostile_flat_ir_is_refused_alike(tmp_path) -> None:
     x = torch.randn(1, 1, 2048, 2048)
     path = torch2ir.lower(_Kernel(), (x,)).save(tmp_path / "m.flat.json")
     model = ir2torch.convert(path, _Kernel().state_dict())
-    with pytest.raises(ResourceBudgetError, match="compute budget"):
+    with RealKernels() as kernels, pytest.raises(ResourceBudgetError, match="compute budget"):
         model(x)
+    assert kernels.calls["convolution"] == 0
 
 
 def test_a_matrix_product_is_counted_in_a_checked_call_too(tmp_path) -> None:
     x = torch.randn(1, 4)
     model = ir2torch.convert(_saved(tmp_path, _Product(), (x,)), max_bytes=None)  # no memory probe: op by op
-    start = time.perf_counter()
-    with pytest.raises(ResourceBudgetError, match=r"aten.mm.* TFLOP"):
+    with RealKernels() as kernels, pytest.raises(ResourceBudgetError, match=r"aten.mm.* TFLOP"):
         model(x)
-    assert time.perf_counter() - start < 5
+    assert kernels.calls["mm"] == 0  # measured on fake tensors first: the 16 TFLOP product never ran
+    assert kernels.calls["expand"] >= 1  # the ops before it did, one by one
 
 
 def test_the_budget_is_an_option_and_auto_follows_the_models_size() -> None:

@@ -15,9 +15,10 @@ import ir2torch
 import torch2ir
 from common.errors import IRError
 from common.surface import default_surface
-from ir2torch.run_safety import op_modes
+from ir2torch.run_safety import checked, op_modes
 from ir2torch.run_safety.node_checks import PRECONDITION_FREE_COMPOSITES, checked_target, is_composite
 from ir2torch.run_safety.op_preconditions import PRECONDITIONS
+from ir2torch.run_safety.writes import writes_in_place
 
 
 class _Embed(nn.Module):
@@ -54,10 +55,12 @@ def test_the_reviewed_composites_are_composites_of_the_surface_without_precondit
 
 
 def test_every_surface_overload_with_a_precondition_or_a_composite_is_checked() -> None:
-    """A default overload with a precondition, or a composite not reviewed as reaching none, never runs bare."""
+    """A default overload with a precondition, a composite not reviewed as reaching none, or one writing in place
+    (its target tested against the caller's tensors without a forward budget) never runs bare."""
     for name in sorted(default_surface()):
         overload = _overload(name)
-        if name in PRECONDITIONS or (is_composite(overload) and name not in PRECONDITION_FREE_COMPOSITES):
+        if name in PRECONDITIONS or (is_composite(overload) and name not in PRECONDITION_FREE_COMPOSITES) or \
+                writes_in_place(overload):
             assert checked_target(overload) is not overload, name
         else:
             assert checked_target(overload) is overload, name
@@ -121,3 +124,41 @@ def test_an_embedding_leaf_that_could_dispatch_more_runs_under_the_data_checks(m
     for hostile in (torch.tensor([[0, 7, 2]]), torch.tensor([[-1, 0, 0]])):
         with pytest.raises(IRError, match="refused before it runs"):
             rebuilt(hostile)
+
+
+class _Detaching(nn.Module):
+    """In place on its own values (as Gemma-2's rebuilt decoder is: ``detach_``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x).detach_()
+        return y.add_(1).relu_()
+
+
+def test_without_budgets_in_place_nodes_are_checked_by_themselves_not_op_by_op(monkeypatch) -> None:
+    """``max_bytes=None, max_flops=None``: a graph writing in place runs without a dispatch mode (no checked run,
+    no data checks); its writes into its own values run, one into the caller's tensor is still refused."""
+    seen: list[str] = []
+    original = checked.Checked.__torch_dispatch__
+
+    def counting(self: Any, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        seen.append(str(func))
+        return original(self, func, types, args, kwargs)
+
+    monkeypatch.setattr(checked.Checked, "__torch_dispatch__", counting)
+    data = _dispatched(monkeypatch)
+    model, x = _Detaching().eval(), torch.randn(2, 4)
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x,)), model.state_dict(), max_bytes=None, max_flops=None)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(rebuilt(x), model(x))
+    assert seen == [] and data == []
+    with torch.no_grad():  # the caller's tensor as the target: still refused before the write
+        rebuilt.proj = nn.Identity()
+        before = x.clone()
+        with pytest.raises(IRError, match="shares memory with an input of the call"):
+            rebuilt(x)
+    assert torch.equal(x, before)

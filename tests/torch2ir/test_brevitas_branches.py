@@ -175,3 +175,13 @@ def test_outside_a_conversion_brevitas_runs_its_own_code() -> None:
         assert run is not None and run.noted and not run.replay
         with torch.no_grad():
             assert torch.equal(model(X), model(X))  # eager calls meanwhile take their own branches
+
+
+def test_a_model_that_cannot_be_copied_converts_without_decisions() -> None:
+    import threading
+
+    model = nn.Sequential(qnn.QuantConv2d(3, 4, 3, weight_bit_width=4)).eval()
+    model.lock = threading.Lock()  # deepcopy refuses it: nothing is decided, the export runs as before
+    ir = _quiet_convert(model, (X,))
+    with torch.no_grad():
+        assert torch.equal(ir2torch.convert(ir, model.state_dict())(X), model(X))

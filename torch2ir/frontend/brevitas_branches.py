@@ -246,8 +246,8 @@ def uses_brevitas(model: nn.Module) -> bool:
 def decided(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None) -> Iterator[_Run | None]:
     """Within the block, this thread's exports decide brevitas' conditions (module docstring) as a call of a copy
     of ``model`` on ``args``, ``kwargs`` (eval mode, no gradients, the random state put back) decided them; each
-    export calls :func:`restart` first. Yields the run, or None: no brevitas module, or the eager call failed
-    (nothing is decided)."""
+    export replays them from the first (:func:`replaying`). Yields the run, or None: no brevitas module, or the
+    copy or the eager call failed (nothing is decided)."""
     codes = _code_objects() if uses_brevitas(model) else {}
     if not codes:
         yield None
@@ -255,15 +255,16 @@ def decided(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None) -> 
     outer = _active()
     with _patched():
         try:
-            copied = copy.deepcopy(model)
-            for module in copied.modules():
-                module.training = False
-            run = _Run(copied, codes)
-            _LOCAL.run = run
+            run: _Run | None = None
             try:
+                copied = copy.deepcopy(model)
+                for module in copied.modules():
+                    module.training = False
+                run = _Run(copied, codes)
+                _LOCAL.run = run
                 with torch.no_grad(), torch.random.fork_rng(devices=[]):
                     copied(*args, **dict(kwargs or {}))
-            except Exception:  # noqa: BLE001 - the export reports the model's own failure
+            except Exception:  # noqa: BLE001 - nothing is decided; the export reports the model's own failure
                 run = None
             else:
                 run.noting = False

@@ -29,6 +29,14 @@ EXTRA_SURFACE: dict[str, str] = {
     "aten.ge.Tensor": "an elementwise comparison (tests/ir2torch/test_constant_fold.py)",
     "aten.round.default": "torch.round: fake quantizers written by hand (tests/torch2ir/test_custom_backward.py); "
                           "brevitas' estimators emitted it until they became torch2ir_ste operators (common.ste_ops)",
+    "aten._assert_async.msg": "a graph's assertion with a message (raises when false): brevitas' branches on its "
+                              "quantizers' state, decided as eager and asserted (torch2ir.frontend.brevitas_branches)",
+    "aten.any.default": "Tensor.any of a whole tensor: brevitas' zero-point test in quant_layer "
+                        "(torch2ir.frontend.brevitas_branches; tests/torch2ir/test_brevitas_branches.py)",
+    "aten.isclose.default": "torch.isclose: what torch.allclose computes, brevitas' scale checks asserted in the graph "
+                            "(torch2ir.frontend.brevitas_branches; bnn_pynq's ResNet-18)",
+    "aten.clamp_max.Tensor": "torch.clamp_max with a tensor bound: brevitas' A2Q weight quantizers bound the weights' "
+                             "norm (brevitas_examples' a2q ESPCNs, traced since brevitas_branches)",
     "aten.flip.default": "torch.flip: bidirectional layers, image flips (tests/torch2ir/test_opaque.py)",
     "aten.leaky_relu.default": "nn.LeakyReLU: GANs, YOLO-style detectors (tests/torch2ir/test_opaque.py)",
     "aten.square.default": "torch.square: RMS norms, losses (tests/torch2ir/test_first_call.py)",

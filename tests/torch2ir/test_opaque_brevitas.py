@@ -1,8 +1,9 @@
 """brevitas layers that torch.export cannot trace, kept as opaque leaves that own their subtree
 (:mod:`torch2ir.opaque.constructed`): rebuilt as their real classes by their own constructors from recorded
 arguments and injector records, exact in eval and train mode, gradients included, and converted again to the same
-IR. brevitas' ``int_torch_handler`` branches on a zero point's data whenever a layer has an input quantizer, so
-the convolution below cannot be traced."""
+IR. The convolution below has an input quantizer whose scale collects runtime statistics in train mode, which a graph
+of the eval-mode trace cannot replay: ``opaque="auto"`` keeps it opaque (its branch on the zero point's data is
+decided as eager while converting, :mod:`torch2ir.frontend.brevitas_branches`, so export traces it)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from torch import nn
 
 import ir2torch
 import torch2ir
-from common.errors import ConversionError, UnsafeTargetError
+from common.errors import UnsafeTargetError
 from common.injectors import INJECTOR_TAG
 from common.opaque import OPAQUE_TYPE, OWNED_TYPE, named_classes
 
@@ -65,9 +66,14 @@ def converted() -> tuple[Net, torch2ir.IR]:
     return model, _convert(model)
 
 
-def test_export_cannot_trace_the_layer() -> None:
-    with pytest.raises(ConversionError, match="opaque"):
-        torch2ir.convert(_model(), (X,))
+def test_export_traces_the_layer_with_its_branches_decided() -> None:
+    model = _model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ir = torch2ir.convert(model, (X,))
+    assert not getattr(ir.capture, "opaque", None)
+    with torch.no_grad():
+        assert torch.equal(ir2torch.convert(ir, model.state_dict())(X), model(X))
 
 
 def test_the_layer_is_an_opaque_leaf_made_by_its_constructor(converted) -> None:

@@ -24,7 +24,7 @@ from torch import fx, nn
 from common.caches import register_loaded_caches
 from common.errors import ConversionError
 from common.module_state import kept_attributes
-from torch2ir.frontend import custom_backward
+from torch2ir.frontend import brevitas_branches, custom_backward
 from torch2ir.frontend.dropout_identity import keep_input_names
 from torch2ir.frontend.logs import torch_logs_to_debug
 from torch2ir.opaque.attribution import attribute_failure
@@ -213,17 +213,18 @@ def export(
     attempts = [tuple(dict.fromkeys([*preserve, *kept])), kept] if preserve else [kept]
     last: Exception | None = None
     register_loaded_caches()  # transformers' DynamicCache as a pytree node (common.caches), when it is imported
+    root = export_root(model)
     for attempt in attempts:
         if on_attempt is not None:
             on_attempt()  # forget what a failed attempt recorded
         try:
             with kept_attributes(model), traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), \
                     keep_input_names(), torch_logs_to_debug(), \
-                    custom_backward.recording() as functions, lean_export():
+                    custom_backward.recording() as functions, lean_export(), brevitas_branches.replaying(root):
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
                 ep = torch.export.export(
-                    export_root(model), tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                    root, tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve_module_call_signature=attempt,
                 )
             if functions and custom_functions is not None:

@@ -16,7 +16,7 @@ from common.notes import CUSTOM_BACKWARD_KEY
 from common.required_ops import function_names, required_ops_error
 from common.safety import Allowlist
 from common.validate import validate
-from torch2ir.frontend import custom_backward
+from torch2ir.frontend import brevitas_branches, custom_backward
 from torch2ir.frontend.export import (
     ExportFailedError,
     OpaqueCallError,
@@ -164,34 +164,35 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
             standins: StandIns | None = None, opaque_standins: OpaqueStandIns | None = None) -> IR:
     """:func:`build_ir` from the export on (``methods``: :func:`torch2ir.frontend.functional_calls.method_calls`'s)."""
     custom: list[str] = []  # custom autograd.Functions the forward calls (common.notes)
-    while True:
-        try:
-            with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls, \
-                    int8_stand_ins(model, table.is_leaf), \
-                    (standins.installed() if standins is not None else contextlib.nullcontext()), \
-                    (opaque_standins.installed() if opaque_standins is not None else contextlib.nullcontext()):
-                ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
-                            preserve=_preserved(model, table),
-                            on_attempt=_forgetting(calls, standins, opaque_standins),
-                            custom_functions=custom,
-                            required=[p for p, _ in opaque_standins.modules] if opaque_standins is not None else None)
-        except ExportFailedError as exc:
-            if standins is not None:
-                raise TraceOnceFallback("the export with stand-ins failed") from exc
-            if isinstance(exc, OpaqueCallError):
-                raise  # names the opaque leaves already
-            raise naming_failure(exc, model, args, kwargs) from exc.__cause__
-        failed = [*((g, g.failure) for g in standins.failed()),
-                  *((g, "its traced call reads tensor constants export lifted") for g in standins.with_constants(
-                      ep.graph_signature.inputs_to_lifted_tensor_constants.values())),
-                  *((g, "its traced call holds a higher-order op") for g in standins.with_subgraphs(ep.graph))
-                  ] if standins is not None else []
-        if not failed:
-            break
-        for group, why in failed:  # a group whose traced call a stand-in cannot repeat: export again without it
-            group.enabled = False
-            standins.fallbacks.append((type(group.modules[0]).__name__, str(why)))
-        custom.clear()
+    with brevitas_branches.decided(model, args, kwargs):  # brevitas' branches on its quantizers' state
+        while True:
+            try:
+                with hook_scopes(model, hooked, table), record_calls(signature_targets(model, table)) as calls, \
+                        int8_stand_ins(model, table.is_leaf), \
+                        (standins.installed() if standins is not None else contextlib.nullcontext()), \
+                        (opaque_standins.installed() if opaque_standins is not None else contextlib.nullcontext()):
+                    ep = export(model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
+                                preserve=_preserved(model, table),
+                                on_attempt=_forgetting(calls, standins, opaque_standins),
+                                custom_functions=custom, required=[p for p, _ in opaque_standins.modules]
+                                if opaque_standins is not None else None)
+            except ExportFailedError as exc:
+                if standins is not None:
+                    raise TraceOnceFallback("the export with stand-ins failed") from exc
+                if isinstance(exc, OpaqueCallError):
+                    raise  # names the opaque leaves already
+                raise naming_failure(exc, model, args, kwargs) from exc.__cause__
+            failed = [*((g, g.failure) for g in standins.failed()),
+                      *((g, "its traced call reads tensor constants export lifted") for g in standins.with_constants(
+                          ep.graph_signature.inputs_to_lifted_tensor_constants.values())),
+                      *((g, "its traced call holds a higher-order op") for g in standins.with_subgraphs(ep.graph))
+                      ] if standins is not None else []
+            if not failed:
+                break
+            for group, why in failed:  # a group whose traced call a stand-in cannot repeat: export again without it
+                group.enabled = False
+                standins.fallbacks.append((type(group.modules[0]).__name__, str(why)))
+            custom.clear()
     fallbacks = list(standins.fallbacks) if standins is not None else []
     for group, why in standins.traced_in_full() if standins is not None else []:  # no second export needed
         fallbacks.append((type(group.modules[0]).__name__, why))

@@ -36,6 +36,7 @@ from torch2ir.opaque.leaves import (
 )
 from torch2ir.opaque.recording import record
 from torch2ir.train.passes import train_differs
+from torch2ir.train.record import reads_training
 
 #: ``opaque="auto"`` makes at most this many classes opaque before giving up.
 MAX_OPAQUE_CLASSES = 16
@@ -137,9 +138,15 @@ def _train_mode_layers(model: nn.Module, ir: IR, why: Mapping[type, str]) -> dic
     """The classes of the brevitas layers (owning their subtree, :mod:`torch2ir.opaque.constructed`) holding a
     module whose train mode the rebuild of ``ir`` would not reproduce (a quantizer collecting runtime statistics,
     :func:`torch2ir.train.passes.train_differs`), with why; other such modules are left as they are (warned about,
-    as without opaque leaves)."""
+    as without opaque leaves). When the train-mode pass could not run (``meta["train_trace"]`` says "not checked" or
+    "failed": brevitas code reading a value meta and CPU copies cannot give), every module inside a quantizer whose
+    code reads ``training`` counts as computing otherwise: the layers holding them stay opaque, as before their
+    forward could be traced."""
     found: dict[type, str] = {}
-    for path in train_differs(ir):
+    paths = train_differs(ir)
+    if str(ir.root.meta.get("train_trace", "")).startswith(("not checked", "failed")):
+        paths += [p for p, m in model.named_modules() if p and reads_training(type(m))]
+    for path in dict.fromkeys(paths):
         if path == "root":
             continue
         try:

@@ -24,6 +24,8 @@ from torch import fx, nn
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from common.ste_ops import NAMESPACE as STE_NAMESPACE
+
 #: conservative single-core rates on CPU, and what one op of the export's graph costs in a pass on meta, the
 #: module calls and Python around it included (a lower bound: measured 270 us for ConvNeXt's, 800 us for YOLOS's)
 FLOPS_PER_S = 2e9
@@ -81,7 +83,7 @@ def graph_work(graph: fx.Graph) -> tuple[float, int, int] | None:
     """``(flops, output elements, ops)`` of the ATen calls in ``graph`` (from each node's ``meta["val"]``), the
     bodies of its higher-order ops (``torch.no_grad()`` regions) included; ``None`` when a size is symbolic or
     missing, or an op is not an ATen one (a custom op's CPU kernel may cost anything, or do more than compute:
-    the pass runs its meta kernel instead)."""
+    the pass runs its meta kernel instead) nor one of :mod:`common.ste_ops` (elementwise ATen ops)."""
     flops = 0.0
     elements = 0
     ops = 0
@@ -99,7 +101,7 @@ def graph_work(graph: fx.Graph) -> tuple[float, int, int] | None:
                     return None
                 flops, elements, ops = flops + inner[0], elements + inner[1], ops + inner[2]
         elif isinstance(target, torch._ops.OpOverload):
-            if target.namespace != "aten":
+            if target.namespace not in ("aten", STE_NAMESPACE):  # brevitas' estimators: elementwise ATen ops
                 return None
         elif getattr(target, "__module__", None) != "_operator":  # getitem, and arithmetic on sizes
             return None

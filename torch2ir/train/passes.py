@@ -70,9 +70,10 @@ class TrainPass:
         When the pass fails on meta and on CPU copies with the same exception (type and message), :attr:`failure`
         names it: the model's own code refuses these inputs in that mode whatever the values (``BatchNorm`` in
         train mode on a batch of one), so a train-mode export, which runs the same code on the same shapes, would
-        raise it too and is not tried. A pass that failed on meta only is run on CPU copies to tell (where it may
-        run there at all, :func:`~torch2ir.train.device.cpu_possible`; a record made there is not used, what is
-        recorded stays the meta pass's). A failure on one device alone (a meta kernel missing) or differing
+        raise it too and is not tried. A pass that failed on meta only is run on CPU copies (where it may run
+        there at all, :func:`~torch2ir.train.device.cpu_possible`): its record is used when it runs there (code
+        meta tensors cannot run, such as a branch on a tensor's data), and the later passes run on CPU too. A
+        failure on one device alone (a meta kernel missing) or differing
         between them leaves :attr:`failure` ``None``."""
         errors: list[BaseException] = []
         ops = self._record(training, self.device, errors)
@@ -81,7 +82,10 @@ class TrainPass:
             self.device = ops.device
             return ops
         if len(errors) == 1 and cpu_possible(self.model, self.args, self.kwargs, self.ep.graph):
-            self._record(training, "cpu", errors, fallback=False)
+            ops = self._record(training, "cpu", errors, fallback=False)
+            if ops is not None:  # code meta tensors cannot run (a branch on data: brevitas' quant_layer)
+                self.device = ops.device
+                return ops
         if len(errors) == 2 and type(errors[0]) is type(errors[1]) and str(errors[0]) == str(errors[1]):
             self.failure = _described(errors[1])
         return ops

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,6 +28,7 @@ import torch
 
 import ir2torch
 import torch2ir
+from benchmarks import results_file
 from common import IR
 from common.errors import IRError
 from tests.security.test_call_fanout import _document, fanout
@@ -79,7 +82,10 @@ def main(argv: list[str] | None = None) -> None:
     """Time each case and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--output", default=str(results_file.BENCH / "results-refusals.md"),
+                        help=results_file.output_help("results-refusals.md"))
     options = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         cases = _cases(Path(tmp))
@@ -89,13 +95,13 @@ def main(argv: list[str] | None = None) -> None:
             for name, call in cases.items():
                 seconds, outcomes[name] = _timed(call)
                 times[name].append(seconds)
-    print(f"torch {torch.__version__}, 1 thread, median of {options.rounds} interleaved rounds\n")
-    print("| case | outcome | median ms | min ms | max ms |")
-    print("|---|---|---|---|---|")
+    lines = [f"1 thread, median of {options.rounds} interleaved rounds.", "",
+             "| case | outcome | median ms | min ms | max ms |", "|---|---|---|---|---|"]
     for name, values in times.items():
-        print(f"| {name} | {outcomes[name]} | {statistics.median(values) * 1e3:.1f} | {min(values) * 1e3:.1f} | "
-              f"{max(values) * 1e3:.1f} |")
-
+        lines.append(f"| {name} | {outcomes[name]} | {statistics.median(values) * 1e3:.1f} | "
+                     f"{min(values) * 1e3:.1f} | {max(values) * 1e3:.1f} |")
+    results_file.write(options.output, "How long refusing a hostile file takes (issue 50)",
+                       sys.argv[1:] if argv is None else argv, load, "\n".join(lines))
 
 if __name__ == "__main__":
     main()

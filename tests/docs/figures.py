@@ -206,7 +206,8 @@ FIGURES: list[Figure] = [
              partial(p.opaque_counts, "brevitas examples", share))
       for i, (rx, share) in enumerate([(r"re-measured too \((\d+) of (\d+), median ([\d.]+) %\)", True),
                                        (r"- brevitas \((\d+) of (\d+) exact, none refused\)", False),
-                                       (r"`QuantTensor` additions .*?: (\d+) of (\d+) exact, median ([\d.]+) %", True)])),
+                                       (r"`QuantTensor` additions .*?: (\d+) of (\d+) exact, median ([\d.]+) %",
+                                        True)])),
     Figure("docs/performance.md", "opaque sweep, torchvision detection",
            r"recorded as plain objects and functions: (\d+) of (\d+) exact",
            partial(p.opaque_counts, "torchvision (every task")),
@@ -254,10 +255,9 @@ FIGURES: list[Figure] = [
     Figure("docs/testing.md", "diffusers sweep", r"(\d+) diffusers backbones exact",
            partial(s.sweep, "diffusers", "exact")),
     Figure("docs/limitations.md", "swept surface models",
-           r"torchvision's (\d+) classification models and (\d+) timm models \(`benchmarks\.surface_probe`\)",
-           lambda: (*s.sweep("torchvision", "models"), *s.sweep("timm, default surface", "models"))),
-    Figure("docs/limitations.md", "whole timm sweep", r"its last whole sweep, (\d+) exact",
-           partial(s.sweep, "timm, whole registry", "exact")),
+           r"torchvision's (\d+) classification models and the whole timm registry \(`benchmarks\.surface_probe`; "
+           r"(\d+) exact of the (\d+),",
+           lambda: (*s.sweep("torchvision", "models"), *s.sweep("timm, whole registry", "exact", "models"))),
 ]
 
 

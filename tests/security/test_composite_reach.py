@@ -77,6 +77,9 @@ def _samples() -> dict[str, list[Callable[[], Any]]]:
             *(lambda a=a: A.upsample_linear1d.vec(x, [16], a, None) for a in (False, True)),
             *(lambda a=a: A.upsample_linear1d.vec(x, None, a, [2.5]) for a in (False, True))],
         "aten.where.ScalarSelf": [lambda: A.where.ScalarSelf(mask, 1.0, x)],
+        "aten.isclose.default": [lambda: A.isclose.default(x, x * 1.5, 1e-5, 1e-8, False),
+                                 lambda: A.isclose.default(x, x, 0.0, 0.0, True),
+                                 lambda: A.isclose.default(ints[0], ints[1], 1e-5, 1e-8, False)],
         "aten.var.dim": [lambda: A.var.dim(x, [1], True, True), lambda: A.var.dim(x, None, False, False),
                          lambda: A.var.dim(x, [-1, 0], False, True)],
     }

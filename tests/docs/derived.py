@@ -12,13 +12,17 @@ from tests.docs import sources as s
 
 def opaque(row: str) -> tuple[str, ...]:
     """A row of the opaque-leaves sweep table (``benchmarks/results-sweep-opaque.md``, which performance.md copies):
-    (zoo version, export cannot trace, exact with auto, equal to export's modules) read from its cells."""
+    (zoo version, export cannot trace, exact with auto, equal to export's modules) read from its cells; a row
+    re-measured after a change keeps the figures before it as ``(N before)`` / ``(before: N of M, ...)``."""
     cells = {c: s.cell("results-sweep-opaque.md", None, row + "...", c)
              for c in ("export cannot trace", 'exact with `opaque="auto"`')}
-    exact = re.match(r"\*\*(\d+)[ *(]", cells['exact with `opaque="auto"`'])
-    equal = re.search(r"\+(\d+) equal", cells['exact with `opaque="auto"`'])
+    auto = cells['exact with `opaque="auto"`']
+    exact = re.match(r"\*\*(\d+)[ *(]", auto) or re.search(r"before: (\d+) of", auto)
+    equal = re.search(r"\+(\d+) equal", auto)
+    cannot = re.search(r"\((\d+) before\)", cells["export cannot trace"])
     return (re.search(r"(\d+\.\d+)\.\d+", row).group(1) if "transformers" in row else "",
-            cells["export cannot trace"], exact.group(1) if exact else "", equal.group(1) if equal else "")
+            cannot.group(1) if cannot else cells["export cannot trace"], exact.group(1) if exact else "",
+            equal.group(1) if equal else "")
 
 
 def transformers_opaque() -> tuple[str, ...]:
@@ -28,7 +32,8 @@ def transformers_opaque() -> tuple[str, ...]:
 
 
 def brevitas_opaque() -> tuple[str, ...]:
-    """README's brevitas figure: how many examples export cannot trace (all of them exact with opaque leaves)."""
+    """README's brevitas figure: how many examples export could not trace (all of them exact with opaque leaves
+    then, and by default now)."""
     _, cannot, exact, _ = opaque("brevitas examples")
     return (cannot,) if cannot == exact else (f"{exact} of {cannot}",)
 

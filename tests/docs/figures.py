@@ -127,7 +127,8 @@ FIGURES: list[Figure] = [
     Figure("README.md", "opaque transformers",
            r"(\d+) of the (\d+) transformers (\S+) types export cannot trace then rebuild exactly, (\d+) more equal",
            d.transformers_opaque),
-    Figure("README.md", "opaque brevitas", r"all (\d+) brevitas examples export cannot trace", d.brevitas_opaque),
+    Figure("README.md", "opaque brevitas", r"the (\d+) brevitas examples export\s+could not trace now trace whole",
+           d.brevitas_opaque),
     Figure("docs/flat-ir.md", "7B-dims lowering peak RSS", r"lowers on `meta` at (\d+ MB) peak RSS",
            d.lower_rss_7b),
     Figure("docs/generation.md", "generate benchmark's settings",
@@ -205,7 +206,7 @@ FIGURES: list[Figure] = [
     *(Figure("docs/performance.md", f"opaque sweep, brevitas ({i})", rx,
              partial(p.opaque_counts, "brevitas examples", share))
       for i, (rx, share) in enumerate([(r"re-measured too \((\d+) of (\d+), median ([\d.]+) %\)", True),
-                                       (r"- brevitas \((\d+) of (\d+) exact, none refused\)", False),
+                                       (r"- brevitas \((\d+) of (\d+) exact, none refused, before", False),
                                        (r"`QuantTensor` additions .*?: (\d+) of (\d+) exact, median ([\d.]+) %",
                                         True)])),
     Figure("docs/performance.md", "opaque sweep, torchvision detection",

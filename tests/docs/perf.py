@@ -158,8 +158,8 @@ def opaque_counts(row: str, share: bool = False) -> tuple[str, ...]:
     """A row of the opaque-leaves sweep: exact with ``opaque="auto"`` of those export cannot trace (and the median
     share of parameters in opaque leaves)."""
     _, cannot, exact, _ = d.opaque(row)
-    median = re.match(r"median ([\d.]+) %", s.cell("results-sweep-opaque.md", None, row + "...",
-                                                    "parameters inside opaque leaves (exact ones)"))
+    median = re.search(r"median ([\d.]+) %", s.cell("results-sweep-opaque.md", None, row + "...",
+                                                     "parameters inside opaque leaves (exact ones)"))
     return (exact, re.match(r"\d+", cannot).group(0), *([median.group(1)] if share else []))
 
 

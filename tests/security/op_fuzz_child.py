@@ -48,7 +48,7 @@ INPUTS = {
 #: hostile argument (``choose_qparams_optimized`` with ``ratio=inf``) is a finding, seen in minutes, not at the
 #: parent's timeout. Examples take milliseconds; this leaves room for a loaded machine.
 EXAMPLE_SECONDS = 120
-_SKIP_TYPES = ("Generator", "Storage", "Stream", "Dimname", "Layout", "Device", "MemoryFormat", "ScalarType?[]",
+_SKIP_TYPES = ("Generator", "Storage", "Stream", "Dimname", "Layout", "MemoryFormat", "ScalarType?[]",
                "Any", "Future", "Await", "__torch__", "RRef", "Capsule", "Dict", "AnyEnumType")
 
 
@@ -81,7 +81,9 @@ def _ste_ops() -> list[Any]:
 
 
 def _optional(arg: Any) -> bool:
-    return arg.has_default_value() or str(arg.type).endswith("?")
+    """Whether ``arg`` may be ``None`` (``T?``, printed ``Optional[T]``) or left out (it has a default)."""
+    kind = str(arg.type)
+    return arg.has_default_value() or kind.endswith("?") or kind.startswith("Optional[")
 
 
 def _value(arg: Any, refs: list[str], watched: str) -> st.SearchStrategy:
@@ -104,6 +106,8 @@ def _value(arg: Any, refs: list[str], watched: str) -> st.SearchStrategy:
         return st.one_of(st.sampled_from(_DTYPES).map(lambda d: {"$dtype": d}), st.sampled_from([64, -1, 6]))
     if kind in ("Layout", "MemoryFormat"):
         return st.sampled_from([99, -1, 0])
+    if kind == "Device":  # the devices a file may spell, and some it may not
+        return st.sampled_from([{"$device": d} for d in ("cpu", "meta", "cuda", "cpu:99", "mps", "bogus", "")] + [7])
     if kind in ("Scalar", "number"):
         return st.one_of(ints, st.sampled_from(_FLOATS), st.booleans())
     if kind.startswith("str"):

@@ -134,10 +134,9 @@ class ForwardBudget:
 
     def call(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any]) -> Any:
         """``call(obj, *args, **kwargs)`` after the probe of its signature (or checked op by op)."""
-        if self.budget is None:
-            if self.flops is None:  # nothing to measure: the nodes writing in place test the caller's tensors
-                return self._run_writes_checked(obj, call, args, kwargs)
-            return self._run_checked(obj, call, args, kwargs)  # no memory limit: FLOPs counted op by op
+        if self.budget is None and self.flops is None:  # nothing to measure: in-place nodes test the caller's tensors
+            return self._run_writes_checked(obj, call, args, kwargs)
+        # no memory limit but a compute budget: the same probe counts the FLOPs on fake tensors (limit None)
         signature = None if self.static else _signature(args, kwargs, self.spec)
         if signature is not None:
             self.spec = signature[0]

@@ -187,9 +187,8 @@ FIGURES: list[Figure] = [
     Figure("docs/performance.md", "large files in one call",
            r"all of them are graph modules \(([\d.]+) s: .*?validate twice \(an IR may change in between\): "
            r"([\d.-]+) s more", p.large_files),
-    Figure("docs/performance.md", "forward budget off, FLOPs budget on; the probe",
-           r"the FLOPs budget left on, costs (\S+) eager on every call here .*? one-time cost per signature of "
-           r"(\S+) an eager call", p.forward_budget),
+    Figure("docs/performance.md", "the first-call probe",
+           r"one-time cost per signature of (\S+) an eager call", p.forward_budget),
     Figure("docs/performance.md", "run-time checks: default and checked against bare",
            r"within the noise of the run \(([\d.-]+)x of `bare` here; .*? A checked call costs ([\d-]+) times a "
            r"bare one",

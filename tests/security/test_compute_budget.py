@@ -70,13 +70,27 @@ def test_a_hostile_flat_ir_is_refused_alike(tmp_path) -> None:
     assert kernels.calls["convolution"] == 0
 
 
-def test_a_matrix_product_is_counted_in_a_checked_call_too(tmp_path) -> None:
+def test_a_matrix_product_is_counted_in_a_checked_call_too(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call the probe cannot tell (data-dependent sizes) runs checked, op by op: its FLOPs too."""
+    from ir2torch.run_safety.forward_budget import ForwardBudget
+
     x = torch.randn(1, 4)
-    model = ir2torch.convert(_saved(tmp_path, _Product(), (x,)), max_bytes=None)  # no memory probe: op by op
+    model = ir2torch.convert(_saved(tmp_path, _Product(), (x,)))
+    monkeypatch.setattr(ForwardBudget, "_probe", lambda *args, **kwargs: False)  # as when sizes depend on data
     with RealKernels() as kernels, pytest.raises(ResourceBudgetError, match=r"aten.mm.* TFLOP"):
         model(x)
     assert kernels.calls["mm"] == 0  # measured on fake tensors first: the 16 TFLOP product never ran
     assert kernels.calls["expand"] >= 1  # the ops before it did, one by one
+
+
+def test_without_a_memory_limit_the_probe_still_counts_the_flops(tmp_path) -> None:
+    """``max_bytes=None`` turns the memory check off, not the compute budget: the probe counts the FLOPs on fake
+    tensors before anything runs (not a checked run op by op on every call)."""
+    x = torch.randn(1, 4)
+    model = ir2torch.convert(_saved(tmp_path, _Product(), (x,)), max_bytes=None)
+    with RealKernels() as kernels, pytest.raises(ResourceBudgetError, match=r"aten.mm.* TFLOP"):
+        model(x)
+    assert sum(kernels.calls.values()) == 0  # refused by the probe: no real kernel ran, not even the expand
 
 
 def test_the_budget_is_an_option_and_auto_follows_the_models_size() -> None:

@@ -289,7 +289,7 @@ def test_a_branch_of_a_data_dependent_cond_is_measured_before_it_runs(tmp_path: 
 
 def test_an_empty_weight_norm_is_refused_before_its_kernel_runs(tmp_path: Path) -> None:
     """``aten._weight_norm`` (in wav2vec2's exports) divides by zero on an empty input and kills the process: the
-    probe's precondition refuses it, and with ``max_bytes=None`` (no probe) the call checks it op by op. Run in a
+    probe's precondition refuses it, and the node calling it tests it at every call, budget or not. Run in a
     child process, so a regression is a failure, not a lost worker."""
     script = textwrap.dedent("""
         import torch, ir2torch, torch2ir

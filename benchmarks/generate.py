@@ -34,12 +34,21 @@ import contextlib
 import functools
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable instead of benchmarks/
+    _here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 from torch import nn
+
+from benchmarks import results_file
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -188,25 +197,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: steadier figures)")
     parser.add_argument("--cache", nargs="+", choices=["dynamic", "static"], default=["dynamic", "static"],
                         help="generate()'s cache: the default DynamicCache, cache_implementation='static'")
+    parser.add_argument("--output", default=str(results_file.BENCH / "results-generate.md"),
+                        help=results_file.output_help("results-generate.md"))
     options = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     torch.set_num_threads(options.threads)
     table = models()
     rows = [measure(name, table[name], batch, options.tokens, options.prompt, options.repeats, cache)
             for name in (options.names or list(table)) for batch in options.batch for cache in options.cache]
-    print(f"torch {torch.__version__}, {options.threads} thread(s), prompt {options.prompt}, "
-          f"{options.tokens} new tokens a run, {options.repeats} alternating runs: ms = median of all per-token "
-          "times, ratio = median over the rounds of (the run's median / the original's median of the same round)\n")
-    print("| model | batch | cache | original ms/token | rebuilt (default) | ratio | no budgets | ratio | "
-          "run-time checks off (diagnostic) | ratio | `fold_constants=False` | ratio | default, first run | ratio | "
-          "tokens equal |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    lines = [f"{options.threads} thread(s), prompt {options.prompt}, {options.tokens} new tokens a run, "
+             f"{options.repeats} alternating runs: ms = median of all per-token times, ratio = median over the "
+             "rounds of (the run's median / the original's median of the same round).", "",
+             "| model | batch | cache | original ms/token | rebuilt (default) | ratio | no budgets | ratio | "
+             "run-time checks off (diagnostic) | ratio | `fold_constants=False` | ratio | default, first run | ratio | "
+             "tokens equal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         base = row["original_ms"]
         cells = [f"{row[key]:.2f} | {row[key + '_ratio']:.2f}x"
                  for key in ("budgeted_ms", "trusted_ms", "unchecked_ms", "unfolded_ms", "first_ms")]
-        print(f"| {row['model']} | {row['batch']} | {row['cache']} | {base:.2f} | {' | '.join(cells)} | "
-              f"{'yes' if row['equal'] else 'NO'} |")
-
+        lines.append(f"| {row['model']} | {row['batch']} | {row['cache']} | {base:.2f} | {' | '.join(cells)} | "
+                     f"{'yes' if row['equal'] else 'NO'} |")
+    results_file.write(options.output, "generate() per-token decoding time (issue 52)",
+                       sys.argv[1:] if argv is None else argv, load, "\n".join(lines))
 
 if __name__ == "__main__":
     main()

@@ -101,6 +101,18 @@ def register_loaded_caches() -> None:
             register_cache_type(name)
 
 
+def _not_offloaded(cache: object, hint: str) -> str:
+    """The cache's class name, once it is known not to be offloaded (a rebuilt model takes its tensors in place).
+
+    Raises:
+        UnsupportedCacheError: an offloaded cache, with ``hint``.
+    """
+    kind = type(cache).__name__
+    if getattr(cache, "offloading", False):
+        raise UnsupportedCacheError(f"an offloaded {kind} cannot be passed to a rebuilt model", hint=hint)
+    return kind
+
+
 def check_dynamic_cache(cache: object) -> None:
     """Refuse a ``DynamicCache`` whose pytree form would not hold all of it: offloaded, or with layers other than
     :data:`DYNAMIC_LAYERS` (quantized, indexed), or a sliding-window layer that already dropped tokens.
@@ -108,10 +120,7 @@ def check_dynamic_cache(cache: object) -> None:
     Raises:
         UnsupportedCacheError: naming the cache or layer class and why.
     """
-    kind = type(cache).__name__
-    if getattr(cache, "offloading", False):
-        raise UnsupportedCacheError(f"an offloaded {kind} cannot be passed to a rebuilt model",
-                                    hint="generate with the default DynamicCache (no offloading)")
+    kind = _not_offloaded(cache, "generate with the default DynamicCache (no offloading)")
     for i, layer in enumerate(getattr(cache, "layers", ())):
         layer_kind = type(layer).__name__
         if layer_kind not in DYNAMIC_LAYERS:
@@ -135,10 +144,7 @@ def static_cache_length(cache: object, new_tokens: int, batch: int) -> int:
     Raises:
         UnsupportedCacheError: naming the cache or layer class and why.
     """
-    kind = type(cache).__name__
-    if getattr(cache, "offloading", False):
-        raise UnsupportedCacheError(f"an offloaded {kind} cannot be passed to a rebuilt model",
-                                    hint="generate without offloading the cache")
+    kind = _not_offloaded(cache, "generate without offloading the cache")
     lengths = set()
     for i, layer in enumerate(getattr(cache, "layers", ())):
         layer_kind = type(layer).__name__

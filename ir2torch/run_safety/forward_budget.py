@@ -143,14 +143,10 @@ class ForwardBudget:
         if signature not in self.probed:
             if signature in self.checked:
                 return self._run_checked(obj, call, args, kwargs)
-            limit = self.limit()
-            if limit is None and self.flops is None:
-                _remember(self.probed, signature)
-            elif not self._probe(obj, call, args, kwargs, limit):
+            if not self._probe(obj, call, args, kwargs, self.limit()):
                 _remember(self.checked, signature)
                 return self._run_checked(obj, call, args, kwargs)
-            else:
-                _remember(self.probed, signature)
+            _remember(self.probed, signature)
         if self.writes:  # the probe saw the writes on fake tensors; the nodes writing in place test the real ones
             return self._run_writes_checked(obj, call, args, kwargs)
         LOCAL.depth += 1

@@ -208,6 +208,8 @@ FIGURES: list[Figure] = [
                                        (r"- brevitas \((\d+) of (\d+) exact, none refused, before", False),
                                        (r"`QuantTensor` additions .*?: (\d+) of (\d+) exact, median ([\d.]+) %",
                                         True)])),
+    Figure("docs/performance.md", "brevitas: the whole sweep by default",
+           r"then gave (\d+) of (\d+) exact, none `export failed`", p.brevitas_whole_sweep),
     Figure("docs/performance.md", "opaque sweep, torchvision detection",
            r"recorded as plain objects and functions: (\d+) of (\d+) exact",
            partial(p.opaque_counts, "torchvision (every task")),

@@ -163,6 +163,15 @@ def opaque_counts(row: str, share: bool = False) -> tuple[str, ...]:
     return (exact, re.match(r"\d+", cannot).group(0), *([median.group(1)] if share else []))
 
 
+def brevitas_whole_sweep() -> tuple[str, str]:
+    """The brevitas row of the opaque-leaves sweep: exact by default of all its models (the whole sweep re-run)."""
+    default = s.cell("results-sweep-opaque.md", None, "brevitas examples...", "exact by default")
+    models = s.cell("results-sweep-opaque.md", None, "brevitas examples...", "models")
+    exact = re.search(r"whole sweep re-run .*?: (\d+) exact, none `export failed`", default)
+    assert exact, "the brevitas row no longer reports the whole sweep's re-run"
+    return exact.group(1), models
+
+
 def lean_step() -> tuple[str, str, str]:
     """``results-trace-once-corpus.md``: once / export's median before ``lean_export`` (the run the file names) and
     now, and the highest entry now."""

@@ -217,6 +217,13 @@ def literal(path: str, name: str) -> object:
     raise AssertionError(f"{path} has no literal {name}")
 
 
+def in_source(path: str, pattern: str) -> tuple[str, ...]:
+    """The groups of the one match of ``pattern`` in the file ``path`` (a test's bound or input, read as text)."""
+    found = list(re.finditer(pattern, _read(ROOT / path)))
+    assert len(found) == 1, (path, pattern, len(found))
+    return found[0].groups()
+
+
 def option_default(path: str, option: str) -> str:
     """The ``default=`` of ``parser.add_argument("--option", ...)`` in the script ``path`` (read, not run)."""
     match = re.search(rf'add_argument\("{re.escape(option)}"[^\n]*?default=([^,)\s]+)', _read(ROOT / path))

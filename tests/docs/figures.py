@@ -14,30 +14,14 @@ block copied from a results file (``scripts/doc_blocks.py``): the inventory of i
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 
 from tests.docs import derived as d
 from tests.docs import generate_figures as g
+from tests.docs import limits
 from tests.docs import perf as p
 from tests.docs import sources as s
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One phrase of a page and where its figures come from."""
-
-    page: str
-    what: str
-    pattern: str
-    source: Callable[[], tuple[str, ...]]
-
-    @property
-    def id(self) -> str:
-        """The test's name: the page and the figure."""
-        return f"{self.page}: {self.what}"
-
+from tests.docs.row import Figure
 
 _BN, _TIMM_FOLD = "tests/rewrite/test_batchnorm.py", "tests/ecosystems/test_timm_fold.py"
 _REPARAM = "tests/ecosystems/test_timm_reparam.py"
@@ -326,4 +310,4 @@ FIGURES: list[Figure] = [
            r"(\d+) exact of the (\d+),",
            lambda: (*s.sweep("torchvision", "models"), *s.sweep("timm, whole registry", "exact", "models"))),
 ]
-
+FIGURES += limits.FIGURES  # the bounds and settings of the code the pages quote

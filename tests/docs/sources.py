@@ -218,10 +218,11 @@ def literal(path: str, name: str) -> object:
 
 
 def in_source(path: str, pattern: str) -> tuple[str, ...]:
-    """The groups of the one match of ``pattern`` in the file ``path`` (a test's bound or input, read as text)."""
-    found = list(re.finditer(pattern, _read(ROOT / path)))
-    assert len(found) == 1, (path, pattern, len(found))
-    return found[0].groups()
+    """The groups of the matches of ``pattern`` in the file ``path``, which must all read the same (a test's bound
+    or input, read as text)."""
+    found = {m.groups() for m in re.finditer(pattern, _read(ROOT / path))}
+    assert len(found) == 1, (path, pattern, found)
+    return found.pop()
 
 
 def option_default(path: str, option: str) -> str:

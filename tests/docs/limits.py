@@ -1,0 +1,194 @@
+"""Rows of :data:`tests.docs.figures.FIGURES` for the bounds and settings the pages quote from the code: the size
+limits of a file, the run-time checks' bounds, the fuzzers' example counts. Each figure is read from the constant
+the code checks against (imported, or read from a test's source as text), so a changed bound fails its row."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from tests.docs import derived as d
+from tests.docs import sources as s
+from tests.docs.row import Figure
+
+_SPEC = "docs/ir-spec.md"
+
+
+def _power(n: int) -> str:
+    return d.power_of_ten(n)
+
+
+def _schema(name: str) -> str:
+    from common import schema
+
+    return str(getattr(schema, name))
+
+
+def _json(name: str) -> int:
+    from common import json_files
+
+    return getattr(json_files, name)
+
+
+def _scopes() -> int:
+    from common.pt2e_prepared import MAX_SCOPES
+
+    return MAX_SCOPES
+
+
+def _count_limit(op: str) -> int:
+    """The bound of a literal count argument of ``op`` checked at load."""
+    from common.op_args import COUNT_LIMITS
+
+    return COUNT_LIMITS[op][1]
+
+
+def _preconditions() -> tuple[str, ...]:
+    """The op-argument bounds: ``tensor_split`` sections, ``round``'s decimals, the polynomials' steps and
+    ``repeat_interleave``'s total (a power of two)."""
+    from ir2torch.run_safety import op_preconditions as o
+
+    bits = int(math.log2(o.REPEAT_TOTAL_LIMIT))
+    assert 2**bits == o.REPEAT_TOTAL_LIMIT
+    return (_power(_count_limit("aten::tensor_split.sections")), str(o.ROUND_DECIMALS_LIMIT),
+            _power(o.POLYNOMIAL_WORK_LIMIT), str(bits))
+
+
+def _python_functions() -> tuple[str, str]:
+    from common import python_functions as f
+
+    return _power(f.MAX_SEQUENCE_ITEMS), _power(f.MAX_INT_BITS)
+
+
+def _caps() -> tuple[str, str]:
+    """The variants' cap, and the nodes 64 variants of a 15 000-node graph count with it."""
+    variants = int(_schema("MAX_VARIANTS"))
+    return str(variants), d.thousands(str((variants + 1) * 15000))
+
+
+def _flops() -> tuple[str, str, str]:
+    """``max_flops="auto"``: per parameter, the floor, and the tokens a call may run at two FLOPs per parameter."""
+    from ir2torch.run_safety import flops
+
+    per_parameter, floor = d.flop_budget()
+    return per_parameter, floor, d.thousands(str(flops.FLOPS_PER_PARAMETER // 2))
+
+
+def _train_device() -> tuple[str, str]:
+    """``torch2ir.train.device``: the meta pass's cost per op (us) and the cap on CPU copies (MiB)."""
+    from torch2ir.train import device
+
+    return f"{device.META_OP_S * 1e6:.0f}", str(device.MAX_BYTES >> 20)
+
+
+def _shared_bodies() -> tuple[str, ...]:
+    """The 80-layer row of ``benchmarks/PROFILE.md``'s shared-bodies table: files (format 1, shared) and loads."""
+    def cell(column: str) -> str:
+        return s.cell("PROFILE.md", "#### Shared bodies: alike instances", "80", column)
+
+    return (f"{float(cell('file, format 1 (MB)')):.1f} MB", f"{float(cell('file, shared (MB)')):.2f} MB",
+            cell("IR.load, shared (s)") + " s", cell("IR.load, format 1 (s)") + " s")
+
+
+def _max_params(section: str) -> str:
+    """The ``--max-params`` a sweep of ``benchmarks/results-sweep.md`` ran with, in millions."""
+    text = (s.BENCH / "results-sweep.md").read_text(encoding="utf-8")
+    part = text[text.index(f"### {section}:"):].split("\n### ")[0]
+    found = re.search(r"--max-params ([\d.e+]+)", part)
+    assert found, section
+    return f"{float(found.group(1)) / 1e6:g}"
+
+
+def _python_classes() -> tuple[str, str]:
+    """The Python-level functions of the pinned torch's table, pure and allocating."""
+    table = s._op_table("2.13")["python"]
+    return tuple(str(sum(v.split(":")[0] == c for v in table.values())) for c in ("pure", "allocating"))
+
+
+def _index_layers() -> tuple[str]:
+    from tests.security.test_index_preconditions import CASES
+
+    return (str(len(CASES)),)
+
+
+def _literal(path: str, name: str) -> tuple[str]:
+    return (str(s.literal(path, name)),)
+
+
+FIGURES: list[Figure] = [
+    Figure(_SPEC, "shared bodies at 80 layers",
+           r"Llama-3-70B dimensions is ([\d.]+ MB) in format 1 and ([\d.]+ MB) with shared bodies; `IR\.load` reads it "
+           r"in ([\d.]+ s) instead of ([\d.]+ s)", _shared_bodies),
+    Figure(_SPEC, "variants per implementation",
+           r"name theirs with `variant` \(below\); at most (\d+), their nodes counted",
+           lambda: (_schema("MAX_VARIANTS"),)),
+    Figure(_SPEC, "pt2e scopes", r"class names are strings, never imported; at most 10\*\*(\d+) entries",
+           lambda: (_power(_scopes()),)),
+    Figure(_SPEC, "custom autograd functions named", r"the forward called, at most (\d+) printable strings",
+           lambda: _literal("common/notes.py", "MAX_NAMES")),
+    Figure(_SPEC, "size limits: nodes", r"`max_nodes` \(default (\d[\d ]*)\)",
+           lambda: (d.thousands(_schema("DEFAULT_MAX_NODES")),)),
+    Figure(_SPEC, "size limits: per node",
+           r"edges of all graphs and variants together \| `(\d+) \* max_nodes` \|.*?JSON values and keys of the file "
+           r"\(arrays, objects and scalars alike; real files have at most 92 per node\) \| `(\d+) \* max_nodes` \|.*?"
+           r"JSON objects of the file \(.*?\) \| `(\d+) \* max_nodes` \|",
+           lambda: (_schema("EDGES_PER_NODE"), str(_json("JSON_VALUES_PER_NODE")), _schema("JSON_OBJECTS_PER_NODE"))),
+    Figure(_SPEC, "size limits: nesting", r"\(real files: at most 16\) \| (\d+) levels \|",
+           lambda: (str(_json("MAX_JSON_DEPTH")),)),
+    Figure(_SPEC, "size limits: containers",
+           r"arrays and objects of a file of (\d+) MiB or more \(real files: one per 48 bytes or more\) \| "
+           r"one per (\d+) bytes of the file \|",
+           lambda: (str(_json("DENSE_FROM") >> 20), str(_json("MIN_BYTES_PER_CONTAINER")))),
+    Figure(_SPEC, "size limits: expanded nodes", r"real models: about 10\*\*4\) \| 10\*\*(\d+) \|", d.fan_out),
+    Figure(_SPEC, "size limits: variants", r"\| variants of one implementation \| (\d+) \| parsing \|",
+           lambda: (_schema("MAX_VARIANTS"),)),
+    Figure(_SPEC, "size limits: a value's nesting", r"\| nesting of a value \| (\d+) levels \| decoding \|",
+           lambda: _literal("common/values.py", "MAX_DEPTH")),
+    Figure(_SPEC, "values' nesting", r"Values nest at most (\d+) levels",
+           lambda: _literal("common/values.py", "MAX_DEPTH")),
+    Figure(_SPEC, "caps add up", r"they do not multiply: (\d+) variants of 15 000 nodes count (\d[\d ]*) nodes", _caps),
+    Figure(_SPEC, "tensors file name", r"control character, at most (\d+) bytes\)",
+           lambda: _literal("common/tensor_files.py", "_MAX_NAME")),
+    Figure(_SPEC, "load attempts", r"starts again from the new JSON \(up to (\d+) times",
+           lambda: _literal("common/tensor_files.py", "_LOAD_ATTEMPTS")),
+    Figure(_SPEC, "op-argument bounds",
+           r"`tensor_split\.sections` count above 10\*\*(\d+) is refused .*?`round\(decimals=\)` beyond \+-(\d+) .*?"
+           r"beyond 10\*\*(\d+) steps of their recurrence .*?add up to at most 2\*\*(\d+) \(its kernel",
+           _preconditions),
+    Figure(_SPEC, "chunks bound", r"a literal `chunks` above 10\*\*(\d+) is now refused",
+           lambda: (_power(_count_limit("aten::chunk")),)),
+    Figure(_SPEC, "Python functions' results", r"exceed 10\^(\d+) items or an integer result 10\^(\d+) bits",
+           _python_functions),
+    Figure(_SPEC, "fuzz examples", r"`tests/security/test_fuzz\.py`, (\d+) examples per run",
+           lambda: s.in_source("tests/security/test_fuzz.py", r"max_examples=examples\((\d+)\)")),
+    Figure(_SPEC, "op fuzz documents",
+           r"`tests/security/test_op_fuzz\.py`: (\d+) documents starting with each operator of the default surface, "
+           r"then (\d+) more",
+           lambda: (*_literal("tests/security/test_op_fuzz.py", "PER_OP"),
+                    *s.in_source("tests/security/test_op_fuzz.py", r"count, per_op = examples\((\d+)\)"))),
+    Figure(_SPEC, "compute budget", r"\(default: (\d[\d ]*) FLOPs per parameter and buffer element of the rebuilt "
+           r"model, at least 10\*\*(\d+): .*? so up to (\d[\d ]*) tokens per call\)", _flops),
+    Figure(_SPEC, "folded constants in the key",
+           r"shape and values \(at most (\d+) elements\) are part of the cache key",
+           lambda: _literal("ir2torch/codegen/fold_cache.py", "MAX_CONSTANT_ELEMENTS")),
+    Figure(_SPEC, "size-limited timm sweep", r"whole registry of \d+ models, \d+ of them of at most (\d+) M parameters",
+           lambda: (_max_params("timm, whole registry"),)),
+    Figure("docs/limitations.md", "size-limited timm sweep", r"the others over (\d+) M parameters, skipped",
+           lambda: (_max_params("timm, whole registry"),)),
+    Figure(_SPEC, "Python functions by class", r"have classes in the same table \((\d+) pure, (\d+) allocating\)",
+           _python_classes),
+    Figure("docs/supported.md", "Python functions", r"- (\d+) Python functions: ",
+           lambda: (str(len(s._op_table("2.13")["python"])),)),
+    Figure(_SPEC, "timm families", r"and (\d+) timm families \(Swin", lambda: s.timm_sample()[:1]),
+    Figure(_SPEC, "index preconditions' layers", r"plants out-of-range values for (\d+) layers", _index_layers),
+    Figure(_SPEC, "allowed overloads, rounded", r"The classes allow some (\d[\d ]*) overloads as safe to \*name\*",
+           lambda: (d.thousands(str(round(int(s.op_classes("2.13", "allowed")[0]), -2))),)),
+    Figure(_SPEC, "call fan-out example", r"each call their child twice, (\d+) deep \(2\*\*(\d+) calls\)",
+           lambda: s.in_source("tests/security/test_call_fanout.py", r"ir2torch\.convert\(fanout\((\d+)\)\)") * 2),
+    Figure(_SPEC, "call fan-out test", r"`test_call_fanout\.py` \(2\*\*(\d+) leaf calls",
+           lambda: s.in_source("tests/security/test_call_fanout.py", r"ir2torch\.convert\(fanout\((\d+)\)\)")),
+    Figure("docs/performance.md", "train-mode passes on CPU",
+           r"costs less than the meta pass at (\d+) us per op, the copies stay under (\d+) MiB", _train_device),
+]
+
+assert all(re.compile(f.pattern) for f in FIGURES)

@@ -111,6 +111,18 @@ def _index_layers() -> tuple[str]:
     return (str(len(CASES)),)
 
 
+def _input_scales() -> tuple[str, ...]:
+    """The scales ``common.testing.models.model_inputs`` draws inputs at, smallest first."""
+    text = (s.ROOT / "common" / "testing" / "models.py").read_text(encoding="utf-8")
+    found = re.search(r"scale=st\.sampled_from\(\(([\d., ]+)\)\)", text)
+    assert found, "model_inputs no longer draws a scale"
+    return tuple(f"{v:g}" for v in sorted(float(x) for x in found.group(1).split(",") if x.strip()))
+
+
+def _option(path: str, name: str) -> tuple[str]:
+    return (s.option_default(path, name),)
+
+
 def _literal(path: str, name: str) -> tuple[str]:
     return (str(s.literal(path, name)),)
 
@@ -187,6 +199,54 @@ FIGURES: list[Figure] = [
            lambda: s.in_source("tests/security/test_call_fanout.py", r"ir2torch\.convert\(fanout\((\d+)\)\)") * 2),
     Figure(_SPEC, "call fan-out test", r"`test_call_fanout\.py` \(2\*\*(\d+) leaf calls",
            lambda: s.in_source("tests/security/test_call_fanout.py", r"ir2torch\.convert\(fanout\((\d+)\)\)")),
+    Figure("docs/cli.md", "browser tests' window and bounds",
+           r"`tests/view/test_llm_browser\.py`, (\d+) x (\d+)\) measure this: .*?a bounding box under (\d+) x (\d+) ",
+           lambda: (*map(str, s.literal("tests/view/test_llm_browser.py", "SIZE")),
+                    *s.in_source("tests/view/test_llm_browser.py", r"d\.width < (\d+) and d\.height < (\d+), \(d\.width"
+                                 r", d\.height\)  # measured: 1029"))),
+    Figure("docs/cli.md", "model options' defaults",
+           r"\| `--seed N` \| seed of the model's weights and of the inputs \(default (\d+)\).*?\| `--vocab N` \| "
+           r"integer inputs without a range are drawn from `\[0, N\)` \(default (\d+)\)",
+           lambda: (*_option("common/cli/model.py", "--seed"), *_option("common/cli/model.py", "--vocab"))),
+    Figure("docs/cli.md", "verify's tolerance", r"The absolute tolerance \(`--atol`, default (\S+)\)",
+           lambda: _option("ir2torch/cli/commands.py", "--atol")),
+    Figure("docs/cli.md", "rewrite's listed lines", r"one `left alone:` line each \(the first (\d+);",
+           lambda: _literal("ir2torch/cli/rewrite.py", "_LISTED")),
+    Figure("docs/cli.md", "module times' passes", r"median of (\d+) passes on one thread\)",
+           lambda: _option("benchmarks/module_times.py", "--runs")),
+    Figure("docs/testing.md", "random inputs' scales", r"seeded normal values at scale ([\d.]+), ([\d.]+) or ([\d.]+),",
+           _input_scales),
+    Figure("docs/testing.md", "timm train families", r"`test_timm_train\.py` \((\d+) timm families\)",
+           lambda: (str(len(s.literal("tests/ecosystems/test_timm_train.py", "TRAIN"))),)),
+    Figure("docs/testing.md", "timm sweep sample", r"spread over its families, (\d+) by default",
+           lambda: _option("benchmarks/sweep.py", "--limit")),
+    Figure("docs/testing.md", "timm sweeps' size limit", r"the rest skipped as over (\d+) M parameters",
+           lambda: (f"{float(s.option_default('benchmarks/sweep.py', '--max-params')) / 1e6:g}",)),
+    *(Figure("docs/opaque.md", f"opaque classes ({i})", rx,
+             lambda: _literal("torch2ir/opaque/driver.py", "MAX_OPAQUE_CLASSES"))
+      for i, rx in enumerate([r"everything below it is converted as the next section says; at most (\d+) classes\)",
+                              r"a model that would need more than (\d+) opaque classes in all"])),
+    Figure("docs/opaque.md", "attributes' nesting", r"string-keyed dicts of those, at most (\d+) levels deep",
+           lambda: _literal("common/opaque.py", "MAX_DEPTH")),
+    Figure("docs/performance.md", "slope's aim", r"\(\*\*[\d.]+ %\*\*; the aim is (\d+) %\)",
+           lambda: (s.cell("results.md", "Targets", "convert's per-layer slope / export's (issue 32)", "limit")
+                    .removeprefix("<= ").removesuffix("%"),)),
+    Figure("docs/performance.md", "compiled architectures", r"`tests/real/test_compile\.py` checks (\d+) architectures",
+           lambda: (str(len(s.literal("tests/real/test_compile.py", "SAMPLE"))),)),
+    Figure("docs/performance.md", "ONNX TorchScript opset", r"then the TorchScript exporter \(opset (\d+),",
+           lambda: s.in_source("benchmarks/onnx_task.py", r"opset_version=(\d+)")),
+    Figure("docs/performance.md", "trace-once corpus entries (same IR)", r"[Aa]ll (\d+) entries convert to the same IR",
+           lambda: s.trace_once_corpus()[:1]),
+    Figure("docs/performance.md", "trace-once corpus entries (train on CPU)", r"\d+ of the (\d+) entries qualify",
+           lambda: s.trace_once_corpus()[:1]),
+    Figure("docs/performance.md", "trace-once corpus entries (check)", r"\((\d+) of (\d+) equal and exact;",
+           lambda: s.trace_once_corpus()[:1] * 2),
+    Figure("docs/generation.md", "beam search", r"beam search \((\d+) beams, the cache reordered\)",
+           lambda: s.in_source("tests/ir2torch/test_generation.py", r"num_beams=(\d+)")),
+    Figure("docs/generation.md", "static cache's keys and values",
+           r"static cache after a prompt step agree to (\S+) \(`tests/ir2torch/test_generation_caches\.py`\)",
+           lambda: s.in_source("tests/ir2torch/test_generation_caches.py",
+                               r"theirs\.\w+, rtol=[\de.-]+, atol=([\de.-]+)\)")),
     Figure("docs/performance.md", "train-mode passes on CPU",
            r"costs less than the meta pass at (\d+) us per op, the copies stay under (\d+) MiB", _train_device),
 ]

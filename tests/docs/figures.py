@@ -192,6 +192,8 @@ FIGURES: list[Figure] = [
     Figure("docs/performance.md", "generate(): grouped attention's sizes",
            r"checked equal in ([\d,]+) cases; .*?\(a past of (\d+)-(\d+) tokens, (\d+) key/value heads of (\d+)\)",
            lambda: (*g.gqa_cases(), *g.gqa_shapes())),
+    Figure("docs/performance.md", "generate(): the long prompt", r"with a prompt of (\d+) tokens, the ratios were",
+           lambda: s.in_source("benchmarks/results-generate-prompt-400.md", r"--prompt (\d+)")),
     Figure("docs/ir-spec.md", "grouped attention's cases", r"equal tensors \(`torch\.equal`\) in ([\d,]+) cases",
            g.gqa_cases),
     Figure("docs/performance.md", "generate(): Gemma-2 without budgets", r"now (\S+) \(Gemma-2\) and as the default",

@@ -47,6 +47,9 @@ def listing(items: list[str]) -> str:
 
 
 def _span(values: list[float], unit: str = "x", digits: int = 2) -> str:
+    """``"1.06-1.14x"``: the least and the greatest (one value when equal; ``"none"`` without values)."""
+    if not values:
+        return "none"
     low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
     return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
 
@@ -78,15 +81,20 @@ def moves() -> tuple[str, str]:
     return f"{max(deltas):.2f}", f"{statistics.median(deltas):.2f}"
 
 
-def summary() -> tuple[str, ...]:
+def counts() -> tuple[str, ...]:
     """Rows within 1.05x without budgets (all rows, then the dense decoders'), with the default budgets; the dense
     rows above it with the default budgets: their span, how many at batch 1 of how many; Mixtral's span (default
-    and no budgets), whether any Mixtral row is within; and the spread between runs."""
+    and no budgets), and whether any Mixtral row is within."""
     above = _above(DENSE)
     mixtral = _mixtral()
     return (_within(NO_BUDGETS), _within(NO_BUDGETS, DENSE), _within(DEFAULT),
             _span([ratio(r, DEFAULT) for r in above]), str(sum(r["batch"] == "1" for r in above)), str(len(above)),
-            _span(mixtral), "is not" if min(mixtral) > TARGET else "may be", *moves())
+            _span(mixtral), "is not" if min(mixtral) > TARGET else "may be")
+
+
+def summary() -> tuple[str, ...]:
+    """:func:`counts`, then the spread between runs (:func:`moves`)."""
+    return (*counts(), *moves())
 
 
 def limitations() -> tuple[str, ...]:

@@ -123,6 +123,18 @@ def _option(path: str, name: str) -> tuple[str]:
     return (s.option_default(path, name),)
 
 
+def _exit_codes() -> tuple[str, ...]:
+    """``common.cli.app``'s exit codes: done, check failed, usage, interrupted, broken pipe (128 + SIGPIPE)."""
+    import signal
+
+    from common.cli import app
+
+    assert app.EXIT_BROKEN_PIPE == 128 + signal.SIGPIPE
+    return (*map(str, (app.EXIT_OK, app.EXIT_FAILED, app.EXIT_USAGE)),
+            *s.in_source("common/cli/app.py", r"except KeyboardInterrupt:\n.*\n +return (\d+)\n"),
+            str(app.EXIT_BROKEN_PIPE))
+
+
 def _literal(path: str, name: str) -> tuple[str]:
     return (str(s.literal(path, name)),)
 
@@ -204,6 +216,19 @@ FIGURES: list[Figure] = [
            lambda: (*map(str, s.literal("tests/view/test_llm_browser.py", "SIZE")),
                     *s.in_source("tests/view/test_llm_browser.py", r"d\.width < (\d+) and d\.height < (\d+), \(d\.width"
                                  r", d\.height\)  # measured: 1029"))),
+    Figure("docs/cli.md", "exit codes",
+           r"\| (\d+) \| done; for `verify`.*?\| (\d+) \| the check failed: .*?\| (\d+) \| usage or input error: .*?"
+           r"\| (\d+) \| interrupted \(Ctrl-C\) \| \| (\d+) \| the reader of stdout went away", _exit_codes),
+    Figure("README.md", "exit codes", r"Exit codes: (\d+) ok, (\d+) a check failed, (\d+) bad input",
+           lambda: _exit_codes()[:3]),
+    *(Figure(page, f"exit code {what}", rx, lambda i=i: _exit_codes()[i:i + 1])
+      for page, what, rx, i in [
+          ("docs/cli.md", "1 in prose", r"[Ee]xit code (\d+) (?:if|when) (?:the rebuilt|an output|the files)", 1),
+          ("docs/cli.md", "1 with --strict", r"makes the exit code (\d+)", 1),
+          ("docs/cli.md", "1 of a refused rewrite", r"the exit code is (\d+)", 1),
+          ("docs/cli.md", "2 in prose", r"Exit code (\d+) when the original", 2),
+          ("docs/limitations.md", "2", r"exit code (\d+)[,:] ", 2),
+          ("README.md", "1 in prose", r"exit code (\d+) when they differ", 1)]),
     Figure("docs/cli.md", "model options' defaults",
            r"\| `--seed N` \| seed of the model's weights and of the inputs \(default (\d+)\).*?\| `--vocab N` \| "
            r"integer inputs without a range are drawn from `\[0, N\)` \(default (\d+)\)",

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
+from functools import cache
 
 from tests.docs import derived as d
 from tests.docs import sources as s
@@ -135,6 +138,18 @@ def _exit_codes() -> tuple[str, ...]:
             str(app.EXIT_BROKEN_PIPE))
 
 
+@cache
+def _newest_tests() -> tuple[str]:
+    """How many tests the ids of ``scripts/newest_site.py``'s ``SELECTION`` collect (``pytest --collect-only``)."""
+    from scripts.newest_site import SELECTION
+
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n0", "-p", "no:cacheprovider",
+                           *SELECTION], cwd=s.ROOT, capture_output=True, text=True, timeout=600, check=False)
+    found = re.search(r"^(\d+) tests? collected", done.stdout, flags=re.M)
+    assert found, done.stdout[-2000:] + done.stderr[-2000:]
+    return (found.group(1),)
+
+
 def _literal(path: str, name: str) -> tuple[str]:
     return (str(s.literal(path, name)),)
 
@@ -229,6 +244,8 @@ FIGURES: list[Figure] = [
           ("docs/cli.md", "2 in prose", r"Exit code (\d+) when the original", 2),
           ("docs/limitations.md", "2", r"exit code (\d+)[,:] ", 2),
           ("README.md", "1 in prose", r"exit code (\d+) when they differ", 1)]),
+    Figure("docs/testing.md", "test-newest tests", r"ids of `SELECTION` in the script \((\d+) tests\)", _newest_tests),
+    Figure("README.md", "test-newest tests", r"The (\d+) tests of `make test-newest`", _newest_tests),
     Figure("docs/cli.md", "model options' defaults",
            r"\| `--seed N` \| seed of the model's weights and of the inputs \(default (\d+)\).*?\| `--vocab N` \| "
            r"integer inputs without a range are drawn from `\[0, N\)` \(default (\d+)\)",

@@ -150,6 +150,20 @@ def _newest_tests() -> tuple[str]:
     return (found.group(1),)
 
 
+def _corpus_modes() -> tuple[str, str]:
+    """The corpus' architectures, and those exact in train mode too (no ``train_differs``)."""
+    from tests.real.corpus import CORPUS
+
+    return str(len(CORPUS)), str(sum(not a.train_differs for a in CORPUS))
+
+
+def _torchvision_tests() -> tuple[str, str]:
+    """The torchvision video and quantizable models the ecosystem tests cover (each checks it covers them all)."""
+    from tests.ecosystems.test_torchvision_video import CASES
+
+    return str(len(CASES)), str(len(s.literal("tests/ecosystems/test_torchvision_quantizable.py", "NAMES")))
+
+
 def _literal(path: str, name: str) -> tuple[str]:
     return (str(s.literal(path, name)),)
 
@@ -246,6 +260,12 @@ FIGURES: list[Figure] = [
           ("README.md", "1 in prose", r"exit code (\d+) when they differ", 1)]),
     Figure("docs/testing.md", "test-newest tests", r"ids of `SELECTION` in the script \((\d+) tests\)", _newest_tests),
     Figure("README.md", "test-newest tests", r"The (\d+) tests of `make test-newest`", _newest_tests),
+    Figure("docs/supported.md", "corpus in eval and train mode",
+           r"(\d+) architectures round-trip exactly in eval mode, (\d+) of them in train mode too", _corpus_modes),
+    Figure("docs/supported.md", "torchvision video and quantizable", r"video \((\d+)\) and quantizable \((\d+)\)",
+           _torchvision_tests),
+    Figure("docs/limitations.md", "torchao version", r"On CPU, torchao (\d+\.\d+) itself does not run",
+           lambda: (".".join(s.pin("torchao")[0].split(".")[:2]),)),
     Figure("docs/cli.md", "model options' defaults",
            r"\| `--seed N` \| seed of the model's weights and of the inputs \(default (\d+)\).*?\| `--vocab N` \| "
            r"integer inputs without a range are drawn from `\[0, N\)` \(default (\d+)\)",

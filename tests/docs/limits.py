@@ -15,6 +15,7 @@ from tests.docs import sources as s
 from tests.docs.row import Figure
 
 _SPEC = "docs/ir-spec.md"
+_BROWSER = "tests/view/test_llm_browser.py"
 
 
 def _power(n: int) -> str:
@@ -164,6 +165,18 @@ def _torchvision_tests() -> tuple[str, str]:
     return str(len(CASES)), str(len(s.literal("tests/ecosystems/test_torchvision_quantizable.py", "NAMES")))
 
 
+def _smallest_font() -> float:
+    """The smallest font of the view's drawing (px at zoom 1), read from its CSS as the browser test reads it."""
+    css = (s.ROOT / "common" / "htmlview" / "view.css").read_text(encoding="utf-8")
+    return min(float(v) for v in re.findall(r"svg[^{}]*text[^{}]*\{[^}]*?(\d+(?:\.\d+)?)px", css))
+
+
+def _first_paint() -> tuple[str, str]:
+    """The zoom of the first paint the browser test asserts at least, and the text size it means."""
+    px, = s.in_source(_BROWSER, r"assert zoom \* SMALLEST >= (\d+)")
+    return f"{int(px) / _smallest_font():g}", px
+
+
 def _literal(path: str, name: str) -> tuple[str]:
     return (str(s.literal(path, name)),)
 
@@ -242,8 +255,8 @@ FIGURES: list[Figure] = [
            lambda: s.in_source("tests/security/test_call_fanout.py", r"ir2torch\.convert\(fanout\((\d+)\)\)")),
     Figure("docs/cli.md", "browser tests' window and bounds",
            r"`tests/view/test_llm_browser\.py`, (\d+) x (\d+)\) measure this: .*?a bounding box under (\d+) x (\d+) ",
-           lambda: (*map(str, s.literal("tests/view/test_llm_browser.py", "SIZE")),
-                    *s.in_source("tests/view/test_llm_browser.py", r"d\.width < (\d+) and d\.height < (\d+), \(d\.width"
+           lambda: (*map(str, s.literal(_BROWSER, "SIZE")),
+                    *s.in_source(_BROWSER, r"d\.width < (\d+) and d\.height < (\d+), \(d\.width"
                                  r", d\.height\)  # measured: 1029"))),
     Figure("docs/cli.md", "exit codes",
            r"\| (\d+) \| done; for `verify`.*?\| (\d+) \| the check failed: .*?\| (\d+) \| usage or input error: .*?"
@@ -266,6 +279,15 @@ FIGURES: list[Figure] = [
            _torchvision_tests),
     Figure("docs/limitations.md", "torchao version", r"On CPU, torchao (\d+\.\d+) itself does not run",
            lambda: (".".join(s.pin("torchao")[0].split(".")[:2]),)),
+    Figure("docs/cli.md", "view: the smallest text", r"its smallest text \(the (\d+) px edge labels\)",
+           lambda: (f"{_smallest_font():g}",)),
+    Figure("docs/cli.md", "view: first paint", r"first paint at zoom ([\d.]+) or more \(smallest text (\d+) px\)",
+           _first_paint),
+    Figure("docs/cli.md", "view: the 70B root's and decoder's boxes",
+           r"the root is (\d+) x (\d+) graph units\), and the decoder's graph at its stack box \(`#node=model:norm`; "
+           r"(\d+) x (\d+),",
+           lambda: (*s.in_source(_BROWSER, r"# the 70B root's box, decoder included: (\d+) x (\d+)"),
+                    *s.in_source(_BROWSER, r"# measured: (\d+) x (\d+)"))),
     Figure("docs/cli.md", "model options' defaults",
            r"\| `--seed N` \| seed of the model's weights and of the inputs \(default (\d+)\).*?\| `--vocab N` \| "
            r"integer inputs without a range are drawn from `\[0, N\)` \(default (\d+)\)",

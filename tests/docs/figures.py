@@ -240,6 +240,9 @@ FIGURES: list[Figure] = [
     Figure("docs/performance.md", "large files in one call",
            r"all of them are graph modules \(([\d.]+) s: .*?validate twice \(an IR may change in between\): "
            r"([\d.-]+) s more", p.large_files),
+    Figure("docs/performance.md", "large files under a bound",
+           r"10\*\*5 implementations in one call takes under (\d+) s for the documents `IR\.save` writes",
+           p.large_files_bound),
     Figure("docs/performance.md", "the first-call probe",
            r"one-time cost per signature of (\S+) an eager call", p.forward_budget),
     Figure("docs/performance.md", "run-time checks: default and checked against bare",

@@ -177,6 +177,13 @@ def _first_paint() -> tuple[str, str]:
     return f"{int(px) / _smallest_font():g}", px
 
 
+def _composites_recorded() -> tuple[str]:
+    """The composites added since the first review whose reach ``tests/security/test_composite_reach.py`` records."""
+    from tests.security.test_composite_reach import _samples
+
+    return (str(len(_samples())),)
+
+
 def _literal(path: str, name: str) -> tuple[str]:
     return (str(s.literal(path, name)),)
 
@@ -288,6 +295,8 @@ FIGURES: list[Figure] = [
            r"(\d+) x (\d+),",
            lambda: (*s.in_source(_BROWSER, r"# the 70B root's box, decoder included: (\d+) x (\d+)"),
                     *s.in_source(_BROWSER, r"# measured: (\d+) x (\d+)"))),
+    Figure("docs/limitations.md", "composites recorded", r"the (\d+) added since the first review recorded on sample",
+           _composites_recorded),
     Figure("docs/cli.md", "model options' defaults",
            r"\| `--seed N` \| seed of the model's weights and of the inputs \(default (\d+)\).*?\| `--vocab N` \| "
            r"integer inputs without a range are drawn from `\[0, N\)` \(default (\d+)\)",

@@ -217,6 +217,14 @@ def literal(path: str, name: str) -> object:
     raise AssertionError(f"{path} has no literal {name}")
 
 
+def in_source(path: str, pattern: str) -> tuple[str, ...]:
+    """The groups of the matches of ``pattern`` in the file ``path``, which must all read the same (a test's bound
+    or input, read as text)."""
+    found = {m.groups() for m in re.finditer(pattern, _read(ROOT / path))}
+    assert len(found) == 1, (path, pattern, found)
+    return found.pop()
+
+
 def option_default(path: str, option: str) -> str:
     """The ``default=`` of ``parser.add_argument("--option", ...)`` in the script ``path`` (read, not run)."""
     match = re.search(rf'add_argument\("{re.escape(option)}"[^\n]*?default=([^,)\s]+)', _read(ROOT / path))

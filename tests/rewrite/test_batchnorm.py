@@ -23,6 +23,8 @@ from tests.rewrite.helpers import corpus_model, randomize_batchnorms
 #: "module" rebuilt from its graph, 7 BNs) and LeViT normalizes a flattened Linear output through a reshape (22).
 FOLDED = {"resnet": 6, "resnet_bottleneck": 12, "regnet": 9, "mobilenet_v1": 27, "mobilenet_v2": 52,
           "efficientnet": 22, "mobilevit": 32, "segformer": 1, "levit": 26}
+#: of those, folded through a module computing one convolution / through a reshape: the fold's change line says so
+VIA = {"efficientnet": ("module (one convolution)", 7), "levit": ("(through a reshape)", 22)}
 
 
 @pytest.mark.parametrize("name", sorted(FOLDED))
@@ -31,6 +33,8 @@ def test_fold_batchnorm_on_corpus_cnns(name, tmp_path):
     bns = sum(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
     new_ir, new_state = result = fold_batchnorm(ir, model.state_dict())
     assert result.count == FOLDED[name], result.changes
+    how, count = VIA.get(name, ("(through a reshape)", 0))
+    assert sum(how in line for line in result.changes) == count, result.changes
     assert find(new_ir, [CONVS, NORMS]) == []  # every BN right after a Conv/Linear is gone
     left = [k for k, impl in new_ir.items() if impl.type in NORMS]
     assert len(left) == bns - FOLDED[name] == len(result.skipped), result.skipped

@@ -1,0 +1,156 @@
+"""What the pages say of ``generate()``'s speed, computed from ``benchmarks/results-generate.md`` (which
+``benchmarks/generate.py`` writes and docs/performance.md copies): counts of rows within issue 52's 1.05x, spans of
+ratios and their spread between runs, read from every table of the file (one per run kept), so a rerun that
+rewrites the file tells which prose figures moved. Each function returns the figures as the pages write them."""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from tests.docs import sources as s
+
+RESULTS = "results-generate.md"
+TARGET = 1.05  # issue 52: at most 1.05x of the original per token
+DENSE = ("llama", "gpt2", "qwen2", "gemma2")
+DEFAULT, NO_BUDGETS, FIRST = "rebuilt (default)", "no budgets", "default, first run"
+
+
+def runs() -> list[list[dict[str, str]]]:
+    """The rows of each table of the results file, one table per run; a ``ratio`` column is keyed
+    ``"<the column before it> ratio"``."""
+    out: list[list[dict[str, str]]] = []
+    lines = (s.BENCH / RESULTS).read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if not (line.startswith("| model |") and lines[i + 1].startswith("|--")):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        keys = [f"{cells[j - 1]} ratio" if c == "ratio" else c for j, c in enumerate(cells)]
+        rows = []
+        for row in lines[i + 2:]:
+            if not row.startswith("|"):
+                break
+            rows.append(dict(zip(keys, (c.strip() for c in row.strip("|").split("|")))))
+        out.append(rows)
+    assert out, f"{RESULTS} holds no table"
+    return out
+
+
+def ratio(row: dict[str, str], column: str) -> float:
+    """A row's ratio of ``column`` (``1.05x`` -> 1.05)."""
+    return float(row[f"{column} ratio"].removesuffix("x"))
+
+
+def listing(items: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def _span(values: list[float], unit: str = "x", digits: int = 2) -> str:
+    """``"1.06-1.14x"``: the least and the greatest (one value when equal; ``"none"`` without values)."""
+    if not values:
+        return "none"
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return f"{low}{unit}" if low == high else f"{low}-{high}{unit}"
+
+
+def _within(column: str, models: tuple[str, ...] | None = None) -> str:
+    """``"12 of 20 and 16 of 20"``: rows within the target, run by run."""
+    found = []
+    for rows in runs():
+        kept = [r for r in rows if models is None or r["model"] in models]
+        found.append(f"{sum(ratio(r, column) <= TARGET for r in kept)} of {len(kept)}")
+    return listing(found)
+
+
+def _above(models: tuple[str, ...], column: str = DEFAULT) -> list[dict[str, str]]:
+    return [r for rows in runs() for r in rows if r["model"] in models and ratio(r, column) > TARGET]
+
+
+def _mixtral() -> list[float]:
+    return [ratio(r, c) for rows in runs() for r in rows if r["model"] == "mixtral" for c in (DEFAULT, NO_BUDGETS)]
+
+
+def moves() -> tuple[str, str]:
+    """How far a row's ratio (default and no budgets) moved between the runs: the most and the median."""
+    tables = runs()
+    assert len(tables) >= 2, "one run: the spread between runs is not measured"
+    keyed = [{(r["model"], r["batch"], r["cache"]): r for r in rows} for rows in tables]
+    deltas = [max(ratio(t[k], c) for t in keyed) - min(ratio(t[k], c) for t in keyed)
+              for k in keyed[0] for c in (DEFAULT, NO_BUDGETS)]
+    return f"{max(deltas):.2f}", f"{statistics.median(deltas):.2f}"
+
+
+def counts() -> tuple[str, ...]:
+    """Rows within 1.05x without budgets (all rows, then the dense decoders'), with the default budgets; the dense
+    rows above it with the default budgets: their span, how many at batch 1 of how many; Mixtral's span (default
+    and no budgets), and whether any Mixtral row is within."""
+    above = _above(DENSE)
+    mixtral = _mixtral()
+    return (_within(NO_BUDGETS), _within(NO_BUDGETS, DENSE), _within(DEFAULT),
+            _span([ratio(r, DEFAULT) for r in above]), str(sum(r["batch"] == "1" for r in above)), str(len(above)),
+            _span(mixtral), "is not" if min(mixtral) > TARGET else "may be")
+
+
+def summary() -> tuple[str, ...]:
+    """:func:`counts`, then the spread between runs (:func:`moves`)."""
+    return (*counts(), *moves())
+
+
+def limitations() -> tuple[str, ...]:
+    """docs/limitations.md's row: :func:`summary` without the Mixtral verdict, then the first run's span."""
+    figures = summary()
+    return (*figures[:7], *figures[8:], first_run()[0])
+
+
+def first_run() -> tuple[str, str]:
+    """The default rebuild's first run against the original (whole times) and its per-token time (tens of ms)."""
+    tables = runs()
+    ratios = [ratio(r, FIRST) for rows in tables for r in rows]
+    ms = [float(r[FIRST]) for rows in tables for r in rows]
+    return (f"{min(ratios):.0f}-{max(ratios):.0f}x",
+            f"{round(min(ms), -1):.0f}-{round(max(ms), -1):.0f}")
+
+
+def budget_lookup() -> tuple[str, str]:
+    """The default rebuild against no budgets, row by row (ratio of the ratios, in %): the median and the span."""
+    changes = [100 * (ratio(r, DEFAULT) / ratio(r, NO_BUDGETS) - 1) for rows in runs() for r in rows]
+    return f"{statistics.median(changes):+.0f}", f"{min(changes):+.0f} to {max(changes):+.0f}"
+
+
+def gemma_no_budgets() -> tuple[str]:
+    """Gemma-2's rows without budgets."""
+    return (_span([ratio(r, NO_BUDGETS) for rows in runs() for r in rows if r["model"] == "gemma2"]),)
+
+
+def verdict() -> tuple[str, str]:
+    """docs/generation.md: whether most dense rows (default) are within 1.05x, and whether Mixtral's are not."""
+    dense = [ratio(r, DEFAULT) for rows in runs() for r in rows if r["model"] in DENSE]
+    most = "most" if 2 * sum(v <= TARGET for v in dense) > len(dense) else "few"
+    return most, "Mixtral's are not" if min(_mixtral()) > TARGET else "Mixtral's too on some"
+
+
+def settings() -> tuple[str, ...]:
+    """``benchmarks/generate.py``'s defaults as performance.md describes them: new tokens, rounds, threads, prompt,
+    layers, hidden size, vocabulary; the past's lengths; key/value heads and head size; decoding steps of a run."""
+    def option(name: str) -> str:
+        return s.option_default("benchmarks/generate.py", name)
+
+    sizes = s.literal("benchmarks/generate.py", "_SIZES")
+    return (option("--tokens"), option("--repeats"), option("--threads"), option("--prompt"),
+            *(str(sizes[k]) for k in ("num_hidden_layers", "hidden_size", "vocab_size")),
+            str(int(option("--tokens")) - 1))
+
+
+def gqa_shapes() -> tuple[str, ...]:
+    """The past's lengths over a run (prompt to prompt + new tokens), key/value heads and head size."""
+    tokens, prompt = (int(s.option_default("benchmarks/generate.py", o)) for o in ("--tokens", "--prompt"))
+    sizes = s.literal("benchmarks/generate.py", "_SIZES")
+    return (str(prompt), str(prompt + tokens), str(sizes["num_key_value_heads"]),
+            str(sizes["hidden_size"] // sizes["num_attention_heads"]))
+
+
+def gqa_cases() -> tuple[str]:
+    """The cases ``ir2torch/codegen/grouped_attention.py``'s docstring says were compared bit for bit."""
+    text = (s.ROOT / "ir2torch" / "codegen" / "grouped_attention.py").read_text(encoding="utf-8")
+    return (re.search(r"same order: ([\d,]+) cases", text).group(1),)

@@ -1,0 +1,47 @@
+"""The generate() figures the pages quote are computed from the results file's tables as they stand: a planted file
+of two runs gives its own counts, spans and spread, and a file of one run has no spread between runs to quote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.docs import generate_figures as g
+from tests.docs import sources
+
+HEAD = ("| model | batch | cache | original ms/token | rebuilt (default) | ratio | no budgets | ratio | "
+        "run-time checks off (diagnostic) | ratio | `fold_constants=False` | ratio | default, first run | ratio | "
+        "tokens equal |\n" + "|---" * 15 + "|\n")
+
+
+def _row(model: str, batch: int, default: float, bare: float, first: float) -> str:
+    return (f"| {model} | {batch} | dynamic | 2.00 | 2.2 | {default:.2f}x | 2.1 | {bare:.2f}x | 2.1 | 1.00x | 2.1 | "
+            f"1.00x | {first * 2:.2f} | {first:.2f}x | yes |\n")
+
+
+def _plant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *tables: list[str]) -> None:
+    (tmp_path / g.RESULTS).write_text("# generate()\n\n" + "\nthen:\n\n".join(HEAD + "".join(t) for t in tables),
+                                      encoding="utf-8")
+    monkeypatch.setattr(sources, "BENCH", tmp_path)
+
+
+def test_two_runs_give_their_counts_spans_and_spread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = [_row("llama", 1, 1.10, 1.04, 40), _row("gpt2", 4, 1.02, 1.01, 30), _row("mixtral", 1, 1.40, 1.50, 20)]
+    second = [_row("llama", 1, 1.04, 1.02, 35), _row("gpt2", 4, 1.03, 1.00, 31), _row("mixtral", 1, 1.20, 1.25, 17)]
+    _plant(tmp_path, monkeypatch, first, second)
+    assert len(g.runs()) == 2
+    # within 1.05x without budgets, of them the dense ones, with the default budgets; the dense rows above it (their
+    # span, at batch 1 of all); Mixtral (both columns, both runs); the most and the median change between runs
+    assert g.summary() == ("2 of 3 and 2 of 3", "2 of 2 and 2 of 2", "1 of 3 and 2 of 3", "1.10x", "1", "1",
+                           "1.20-1.50x", "is not", "0.25", "0.04")
+    assert g.first_run() == ("17-40x", "30-80")
+    assert g.verdict() == ("most", "Mixtral's are not")
+
+
+def test_one_run_has_no_spread_to_quote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _plant(tmp_path, monkeypatch, [_row("llama", 1, 1.04, 1.03, 30), _row("mixtral", 4, 1.04, 1.05, 20)])
+    assert g.counts() == ("2 of 2", "1 of 1", "2 of 2", "none", "0", "0", "1.04-1.05x", "may be")
+    with pytest.raises(AssertionError, match="one run"):
+        g.moves()
+    assert g.verdict()[1] == "Mixtral's too on some"

@@ -72,6 +72,13 @@ class _True:
         self.shape = shape
 
 
+class _MaskView:
+    """``view(mask, [size(0), -1])`` of the 2-dim mask input ``index`` (its first size checked on each call)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
 class _Reader:
     """The abstract interpretation of one graph (see the module's text)."""
 
@@ -149,9 +156,19 @@ class _Reader:
         if target is _aten.__and__.Tensor and len(args) == 2 and not kwargs and isinstance(x, _True) and \
                 isinstance(y, _True):
             return _True(self.broadcast(x.shape, y.shape))
+        if target is _aten.view.default and len(args) == 2 and not kwargs and args[0] in self.inputs and \
+                isinstance(args[1], (list, tuple)) and len(args[1]) == 2 and args[1][1] == -1:
+            first = self.lin(args[1][0])
+            if first is None:
+                return None
+            index = self.inputs[args[0]]  # a 2-dim mask keeps its shape when its first size is the one asked
+            self.tensors.add(index)
+            self.equal((0, ((index, 0, 1),)), first)
+            return _MaskView(index)
         if target is _aten.to.device and tuple(args[1:]) == (_CPU, torch.bool) and not kwargs and \
-                args[0] in self.inputs:
-            index = self.inputs[args[0]]  # the 2-dim attention mask: all non-zero, checked on each call
+                (args[0] in self.inputs or isinstance(x, _MaskView)):
+            # the 2-dim attention mask: all non-zero, checked on each call
+            index = x.index if isinstance(x, _MaskView) else self.inputs[args[0]]
             self.masks.add(index)
             self.tensors.add(index)
             return _True([(0, ((index, 0, 1),)), (0, ((index, 1, 1),))])

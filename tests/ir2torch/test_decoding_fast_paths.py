@@ -31,7 +31,11 @@ _MODELS: dict[str, Callable[[], nn.Module]] = {
     "qwen2": lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**_SIZES)),
     "mixtral": lambda: transformers.MixtralForCausalLM(transformers.MixtralConfig(
         **_SIZES, num_local_experts=4, num_experts_per_tok=2)),
+    "gpt2": lambda: transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=128, pad_token_id=0)),
 }
+#: key/value heads of each model's cache (GPT-2 has no grouped heads)
+_HEADS = {"gpt2": 4}
 
 
 @pytest.fixture(scope="module", params=list(_MODELS))
@@ -45,11 +49,12 @@ def models(request: pytest.FixtureRequest) -> tuple[str, nn.Module, nn.Module, n
             ir2torch.convert(ir, state, fold_constants=False))
 
 
-def _step(model: nn.Module, batch: int, past: int, new: int, padded: bool, eager: bool) -> tuple[Any, ...]:
+def _step(model: nn.Module, batch: int, past: int, new: int, padded: bool, heads: int, eager: bool,
+          ) -> tuple[Any, ...]:
     """One decoding step of ``model`` on a past of ``past`` tokens (seeded), as ``generate()`` calls it."""
     generator = torch.Generator().manual_seed(past * 10 + batch)
     config = model.config if eager else None
-    layers, heads, dim = 2, 2, 16
+    layers, dim = 2, 16
     keys = [torch.randn(batch, heads, past, dim, generator=generator) for _ in range(layers)]
     values = [torch.randn(batch, heads, past, dim, generator=generator) for _ in range(layers)]
     cache = DynamicCache(config=config) if eager else DynamicCache()
@@ -77,7 +82,7 @@ def _ops(model: nn.Module, *args: Any) -> dict[str, int]:
                                                               (2, 9, 1, True), (1, 5, 3, False)])
 def test_step_equals_unoptimised_and_eager(models: Any, batch: int, past: int, new: int, padded: bool) -> None:
     name, original, rebuilt, unfolded = models
-    args = (batch, past, new, padded)
+    args = (batch, past, new, padded, _HEADS.get(name, 2))
     fast = _step(rebuilt, *args, eager=False)
     assert all(torch.equal(a, b) for a, b in zip(fast, _step(unfolded, *args, eager=False), strict=True))
     eager = _step(original, *args, eager=True)
@@ -97,35 +102,38 @@ def test_skip_forward_equals_folded_forward_over_sizes(models: Any) -> None:
     does not apply to a mask with a zero, a prompt of two tokens, a mask shorter than the keys (indexing it
     raises), a complex mask or a call with other arguments. A longer mask applies: the ops read its first columns."""
     name, _, rebuilt, _ = models
-    module = rebuilt.model
+    module = rebuilt.transformer if name == "gpt2" else rebuilt.model
     plan = module.__dict__[FOLD_ATTR].plan
     assert plan.skip is not None
-    names = [n for n in module.graph.nodes if n.op == "placeholder"]
-    assert [n.name for n in names][:4] == ["input_ids", "attention_mask", "sym_size_int_in", "position_ids"]
+    names = [n.name for n in module.graph.nodes if n.op == "placeholder"]
+    heads = _HEADS.get(name, 2)
     checked = 0
     with torch.inference_mode():
         for batch, past in itertools.product((1, 2, 4), (0, 1, 7, 31)):
             generator = torch.Generator().manual_seed(batch * 100 + past)
             ids = torch.randint(3, 100, (batch, 1), generator=generator)
-            by_name = {"input_ids": ids, "attention_mask": torch.ones(batch, past + 1, dtype=torch.long),
-                       "sym_size": past, "position_ids": torch.full((batch, 1), past)}
-            args = tuple(next((v for k, v in by_name.items() if k in n.name),
-                              torch.randn(batch, 2, past, 16, generator=generator)) for n in names)
+            caches = [torch.randn(batch, heads, past, 16, generator=generator) for _ in names]
+
+            def call(ids: torch.Tensor, mask: torch.Tensor, past: int = past, caches: list = caches) -> tuple:
+                by_name = {"input_ids": ids, "attention_mask": mask, "sym_size": past,
+                           "position_ids": torch.full(ids.shape, past)}
+                return tuple(next((v for k, v in by_name.items() if k in n), c) for n, c in zip(names, caches))
+
+            args = call(ids, torch.ones(batch, past + 1, dtype=torch.long))
             assert plan.skip.applies(args, {})
             module.__dict__[FOLD_ATTR].ready(module)
             made = plan.skip.forward(module, *args)
             built = plan.forward(module, *args)
             assert all(torch.equal(a, b) for a, b in zip(made, built, strict=True)), (name, batch, past)
             checked += 1
-            rest = args[3:]
-            wrong = (ids, torch.ones(batch, past, dtype=torch.long), past, *rest)  # too short: indexing it raises
-            zeros = (ids, torch.zeros(batch, past + 1, dtype=torch.long), past, *rest)
-            prompt = (torch.randint(3, 100, (batch, 2), generator=generator),
-                      torch.ones(batch, past + 2, dtype=torch.long), past, *rest)
-            complex_mask = (ids, torch.ones(batch, past + 1, dtype=torch.complex64), past, *rest)
+            wrong = call(ids, torch.ones(batch, past, dtype=torch.long))  # too short: indexing it raises
+            zeros = call(ids, torch.zeros(batch, past + 1, dtype=torch.long))
+            prompt = call(torch.randint(3, 100, (batch, 2), generator=generator),
+                          torch.ones(batch, past + 2, dtype=torch.long))
+            complex_mask = call(ids, torch.ones(batch, past + 1, dtype=torch.complex64))
             assert not any(plan.skip.applies(a, {}) for a in (wrong, zeros, prompt, complex_mask))
             assert not plan.skip.applies(args[:-1], {}) and not plan.skip.applies(args, {"x": 1})
-            longer = (ids, torch.ones(batch, past + 2, dtype=torch.long), past, *rest)
+            longer = call(ids, torch.ones(batch, past + 2, dtype=torch.long))
             assert plan.skip.applies(longer, {})
             made, built = plan.skip.forward(module, *longer), plan.forward(module, *longer)
             assert all(torch.equal(a, b) for a, b in zip(made, built, strict=True))

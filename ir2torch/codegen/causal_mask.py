@@ -17,8 +17,9 @@ largest value is at most ``b``'s smallest, ``index`` needs its indices within th
 recorded, not assumed: :class:`MaskSkip` evaluates them on the call's actual sizes and reads the input's values
 (``min() != 0``), and only when every one holds does the module run the forward where the mask is
 ``torch.ones(shape, dtype=torch.bool)``: the same values, shape, dtype, device and (contiguous) strides as the
-ops produce (``tests/ir2torch/test_causal_mask.py`` compares them over batches and lengths), a fresh tensor
-nobody else reads. Any other call (a padded batch, a prompt of several tokens, sizes that would raise) runs the
+ops produce (``tests/ir2torch/test_decoding_fast_paths.py`` compares them over batches and lengths; the ``expand``
+must keep its input's sizes, so no size is broadcast with a zero stride), read only by submodule calls, as the
+built one was (never returned by the module). Any other call (a padded batch, a prompt of several tokens, sizes that would raise) runs the
 folded forward that builds the mask.
 """
 
@@ -188,18 +189,14 @@ class _Reader:
                 isinstance(args[1], (list, tuple)) and len(args[1]) >= len(x.shape):
             lead = len(args[1]) - len(x.shape)
             out = []
-            for k, size in enumerate(args[1]):
+            for k, size in enumerate(args[1]):  # sizes kept, leading ones of 1: a view with x's strides
                 lin = None if size == -1 and k >= lead else self.lin(size)
                 if lin is None:
                     if size != -1 or k < lead:
                         return None
                     out.append(x.shape[k - lead])
                     continue
-                if k < lead:
-                    self.checks.append(((0, ()), lin))
-                elif x.shape[k - lead] != _ONE:
-                    self.equal(x.shape[k - lead], lin)
-                out.append(lin)
+                out.append(self.equal(_ONE if k < lead else x.shape[k - lead], lin))
             return _True(out)
         return None
 
@@ -211,8 +208,10 @@ class _Reader:
                 self.values[node] = value
         known = set(self.values)
         outside = [n for n, v in self.values.items() if isinstance(v, _True) and n.users.keys() - known]
-        # one all-true value read outside (the mask): the others are read only by interpreted ops
-        if len(outside) != 1 or not self.masks or self.ints & self.tensors:
+        # one all-true value read outside (the mask), by submodule calls only (never an output of the module); the
+        # others are read only by interpreted ops
+        if len(outside) != 1 or not self.masks or self.ints & self.tensors or \
+                any(u.op != "call_module" for u in outside[0].users):
             return None
         return outside[0]
 

@@ -8,8 +8,8 @@ transformers passes no mask at all when the ``attention_mask`` is all ones and `
 builds it.
 
 :func:`find` reads a graph as an abstract interpretation of those ops only: an integer tensor is known by a range
-``[lo, hi]`` of its values and its shape, a boolean one as all-true with its shape, where ranges, shapes and sizes are sums of
-the module's inputs' sizes, its integer inputs and literals (never a value of a file reaching code: these are numbers
+``[lo, hi]`` of its values and its shape, a boolean one as all-true with its shape, where ranges, shapes and sizes
+are sums of the module's inputs' sizes, its integer inputs and literals (never a value of a file reaching code: these are numbers
 the rebuilder computes). Each op is one of a short list (``arange``, ``add`` of an integer, ``unsqueeze``, ``new_ones``,
 ``le``, ``__and__``, ``index``, ``expand``, ``to`` a boolean CPU tensor, ``sym_size``); the one tensor input it reads
 must be all non-zero, and ``le(a, b)`` is all-true when ``a``'s largest value is at most ``b``'s smallest, ``index``

@@ -8,18 +8,18 @@ transformers passes no mask at all when the ``attention_mask`` is all ones and `
 builds it.
 
 :func:`find` reads a graph as an abstract interpretation of those ops only: an integer tensor is known by a range
-``[lo, hi]`` of its values and its shape, a boolean one as all-true with its shape, where ranges, shapes and sizes
-are sums of the module's inputs' sizes, its integer inputs and literals (never a value of a file reaching code: these are numbers
-the rebuilder computes). Each op is one of a short list (``arange``, ``add`` of an integer, ``unsqueeze``, ``new_ones``,
-``le``, ``__and__``, ``index``, ``expand``, ``to`` a boolean CPU tensor, ``sym_size``); the one tensor input it reads
-must be all non-zero, and ``le(a, b)`` is all-true when ``a``'s largest value is at most ``b``'s smallest, ``index``
-needs its indices within the sizes. Those conditions are recorded, not assumed: :class:`MaskSkip` evaluates them on the
-call's actual sizes and reads the input's values (``min() != 0``), and only when every one holds does the module run the
-forward where the mask is ``torch.ones(shape, dtype=torch.bool)``: the same values, shape, dtype, device and
-(contiguous) strides as the ops produce (``tests/ir2torch/test_decoding_fast_paths.py`` compares them over batches and
-lengths; the ``expand`` must keep its input's sizes, so no size is broadcast with a zero stride), read only by submodule
-calls, as the built one was (never returned by the module). Any other call (a padded batch, a prompt of several tokens,
-sizes that would raise) runs the folded forward that builds the mask.
+``[lo, hi]`` of its values and its shape, a boolean one as all-true with its shape, where ranges, shapes and sizes are
+sums of the module's inputs' sizes, its integer inputs and literals (never a value of a file reaching code: these are
+numbers the rebuilder computes). Each op is one of a short list (``arange``, ``add`` of an integer, ``unsqueeze``,
+``new_ones``, ``le``, ``__and__``, ``index``, ``expand``, ``to`` a boolean CPU tensor, ``sym_size``); the one tensor
+input it reads must be all non-zero, and ``le(a, b)`` is all-true when ``a``'s largest value is at most ``b``'s
+smallest, ``index`` needs its indices within the sizes. Those conditions are recorded, not assumed: :class:`MaskSkip`
+evaluates them on the call's actual sizes and reads the input's values (``min() != 0``), and only when every one holds
+does the module run the forward where the mask is ``torch.ones(shape, dtype=torch.bool)``: the same values, shape,
+dtype, device and (contiguous) strides as the ops produce (``tests/ir2torch/test_decoding_fast_paths.py`` compares them
+over batches and lengths; the ``expand`` must keep its input's sizes, so no size is broadcast with a zero stride), read
+only by submodule calls, as the built one was (never returned by the module). Any other call (a padded batch, a prompt
+of several tokens, sizes that would raise) runs the folded forward that builds the mask.
 """
 
 from __future__ import annotations

@@ -26,7 +26,6 @@ node's op as the graph has it (through the same run-time checks).
 from __future__ import annotations
 
 import functools
-import itertools
 from typing import Any
 
 import torch
@@ -115,7 +114,8 @@ def _as_aten(input: Any, weight: Any, offs: Any) -> bool:
     """Whether ``torch._grouped_mm(input, weight, offs)`` computes what the fallback does (module's text)."""
     if not (type(input) is torch.Tensor and type(weight) is torch.Tensor and type(offs) is torch.Tensor):
         return False
-    if not all(t.device.type == "cpu" and t.layout is torch.strided for t in (input, weight, offs)):
+    if not (input.is_cpu and weight.is_cpu and offs.is_cpu) or input.layout is not torch.strided or \
+            weight.layout is not torch.strided or offs.layout is not torch.strided:
         return False
     if input.dim() != 2 or weight.dim() != 3 or offs.dim() != 1 or offs.dtype is not torch.int32 or \
             input.dtype is not weight.dtype or input.dtype not in (torch.float32, torch.bfloat16, torch.float16):
@@ -128,7 +128,7 @@ def _as_aten(input: Any, weight: Any, offs: Any) -> bool:
     if not (_valid_strides(input) and _valid_strides(weight)):
         return False
     ends = offs.tolist()
-    if not ends or ends[0] < 0 or ends[-1] != input.size(0) or any(b < a for a, b in itertools.pairwise(ends)):
+    if not ends or ends[0] < 0 or ends[-1] != input.size(0) or ends != sorted(ends):
         return False
     return _runs_transformers_loop()
 

@@ -247,7 +247,7 @@ class MaskSkip:
 def all_true(shape: tuple[Lin, ...], *inputs: Any) -> torch.Tensor:
     """The all-true boolean mask of ``shape`` (sums of the module's inputs' sizes) on the CPU: what the ops
     :class:`MaskSkip` skips compute (module's text)."""
-    return torch.ones(tuple(evaluate(lin, inputs) for lin in shape), dtype=torch.bool)
+    return torch.ones(tuple(evaluate(lin, inputs) for lin in shape), dtype=torch.bool, device=_CPU)
 
 
 def find(graph: fx.Graph) -> bool:

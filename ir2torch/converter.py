@@ -209,8 +209,11 @@ class Ir2Torch:
             fold_constants: compute each graph's input-independent values (built from literals only, such as
                 a relative-position index or an all-true mask) once per module and reuse them on later calls
                 (:mod:`ir2torch.codegen.constant_fold`), and run attention on repeated key/value heads on the
-                grouped heads where that is exact (:mod:`ir2torch.codegen.grouped_attention`); tracers, modes and
-                transforms still see every op. ``False`` recomputes them on every call, as the IR's graph does.
+                grouped heads where that is exact (:mod:`ir2torch.codegen.grouped_attention`), with the exact
+                fast paths of a decoding step checked at each call (an all-true attention mask made in one op,
+                :mod:`ir2torch.codegen.causal_mask`; transformers' experts product as ``torch._grouped_mm`` and size
+                reads, :mod:`ir2torch.codegen.fast_paths`); tracers, modes and transforms still see every op.
+                ``False`` recomputes them on every call, as the IR's graph does.
                 Not used for a FlatIR.
             max_flops: the compute budget of one call (:mod:`ir2torch.run_safety.flops`), counted on fake tensors
                 with the memory probe before anything runs: ``"auto"`` (65 536 FLOPs per parameter, at least

@@ -273,27 +273,37 @@ def attach_fold(gm: fx.GraphModule, graph: fx.Graph, implementation: str, codes:
                 codegen: Callable[[], Any] | None = None, constants: frozenset[str] = frozenset()) -> bool:
     """Give ``gm`` (running ``graph``, already installed) a folded forward when :func:`plan_fold` finds enough to
     fold, or when attention on repeated key/value heads can run on the grouped heads
-    (:mod:`ir2torch.codegen.grouped_attention`: the folded forward holds that rewrite); both halves go through the
+    (:mod:`ir2torch.codegen.grouped_attention`), a node has an exact fast path (:mod:`ir2torch.codegen.fast_paths`)
+    or an attention mask can be made in one op when it is all true (:mod:`ir2torch.codegen.causal_mask`): the folded
+    forward holds those rewrites; all its variants go through the
     same checks and code cache as every graph (:func:`ir2torch.codegen.source.compile_variant`). ``codegen()``
     makes the calling convention. Returns whether it did.
 
     Raises:
         IRError: as :func:`~ir2torch.codegen.source.compile_variant` (a graph it cannot generate code for).
     """
-    from ir2torch.codegen import fold_cache, grouped_attention
+    from ir2torch.codegen import causal_mask, fast_paths, fold_cache, grouped_attention
     from ir2torch.codegen.source import compile_variant
 
     plan = plan_fold(graph, constants)
     grouped = bool(grouped_attention.find(graph))
-    if plan is None and not grouped:
+    fast = bool(fast_paths.find(graph)) or (codegen is None and causal_mask.find(graph))
+    if plan is None and not grouped and not fast:
         return False
-    plan = plan or FoldPlan([], [])  # nothing folded: the folded forward only runs the grouped attention
+    plan = plan or FoldPlan([], [])  # nothing folded: the folded forward only runs the rewrites below
     once, forward = split(graph, plan, fold_cache.VALUES_ATTR, codegen)
     if grouped:  # attention on grouped key/value heads, without their copies (ir2torch.codegen.grouped_attention)
         grouped_attention.rewrite(forward)
-    fold_cache.install(gm, fold_cache.FoldPlan(compile_variant(once, implementation, codes),
-                         compile_variant(forward, implementation, codes), plan.op_count,
-                         tuple(plan.frontier.index(n) for n in plan.copied), tuple(plan.attrs)))
+
+    def compiled(variant: fx.Graph) -> Callable[..., Any]:
+        fast_paths.rewrite(variant)  # exact fast paths checked at each call (ir2torch.codegen.fast_paths)
+        return compile_variant(variant, implementation, codes)
+
+    # a plain calling convention: the module's inputs are its call's arguments (an all-true mask made in one op)
+    skip = causal_mask.skipping(forward, compiled) if codegen is None else None
+    fold_cache.install(gm, fold_cache.FoldPlan(compile_variant(once, implementation, codes), compiled(forward),
+                                               plan.op_count, tuple(plan.frontier.index(n) for n in plan.copied),
+                                               tuple(plan.attrs), skip))
     return True
 
 

@@ -74,7 +74,7 @@ class FoldPlan:
     """
 
     def __init__(self, constants: Callable[..., tuple], forward: Callable[..., Any], op_count: int,
-                 copied: tuple[int, ...] = (), attrs: tuple[str, ...] = ()) -> None:
+                 copied: tuple[int, ...] = (), attrs: tuple[str, ...] = (), skip: Any = None) -> None:
         self.constants = constants
         self.forward = forward
         self.op_count = op_count
@@ -82,6 +82,9 @@ class FoldPlan:
         self.copied = copied
         #: the module's lifted constants (plain tensor attributes) the values are computed from
         self.attrs = attrs
+        #: the forward making an all-true attention mask in one op, and when it applies
+        #: (:class:`ir2torch.codegen.causal_mask.MaskSkip`), or ``None``
+        self.skip = skip
 
     def __deepcopy__(self, memo: dict[int, Any]) -> FoldPlan:
         return self  # compiled code only: shared
@@ -130,6 +133,8 @@ class FoldState:
     def call(self, obj: nn.Module, args: tuple, kwargs: dict[str, Any]) -> Any:
         """``obj(*args, **kwargs)`` running the folded forward (hooks run as for the plain one)."""
         forward = self.plan.forward
+        if (skip := self.plan.skip) is not None and skip.applies(args, kwargs):
+            forward = skip.forward  # the call's attention mask is all true: made in one op
         if not (obj._forward_hooks or obj._forward_pre_hooks or obj._backward_hooks or obj._backward_pre_hooks
                 or _module._global_forward_hooks or _module._global_forward_pre_hooks
                 or _module._global_backward_hooks or _module._global_backward_pre_hooks):

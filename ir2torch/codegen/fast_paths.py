@@ -1,0 +1,150 @@
+"""Exact fast paths of a rebuilt module's folded forward: size reads, and transformers' grouped matrix product as
+eager runs it.
+
+:func:`rewrite` changes nodes of a copy of a graph: the module's folded forward (:mod:`ir2torch.codegen.fold_cache`),
+which runs only when no tracer, mode or transform is active. The graph itself (``code``, tracers, probes,
+re-export) keeps every op as the IR has it. Each function below computes bit for bit what the node it replaces
+computes, and checks at every call that the arguments are ones where that holds; for any other arguments it runs the
+node's op as the graph has it (through the same run-time checks).
+
+- :func:`tensor_size` (``aten.sym_size.int``): ``Tensor.size(dim)`` of a plain tensor reads the size the
+  operator's kernel reads, without a trip through the dispatcher (about 1 us a call; a decoding step of a small
+  Llama has 15 of them).
+- :func:`grouped_mm` (``transformers.grouped_mm_fallback``, the experts' product of transformers' mixture-of-experts
+  layers, :mod:`common.known_ops`): eager transformers calls ``torch._grouped_mm`` on the CPU, and picks its
+  Python fallback only while compiling or exporting (float32 weights), so the IR has the fallback: a custom
+  operator whose kernel is a Python loop ``torch.mm(input[a:b], weight[i], out=output[a:b])`` over the groups of
+  ``offs.tolist()`` into a zero-filled output. ATen's CPU ``_grouped_mm`` is the same loop in C++
+  (``at::mm_out`` of the same slices into an output it allocates, every group, empty ones included, which write
+  nothing), so the two are equal whenever every row of the output is written by one group (``offs`` non-decreasing
+  from 0 and ending at the number of rows) and ATen's output has the fallback's contiguous layout (its row stride is
+  padded to 16 bytes: the number of columns a multiple of ``16 / element size``). :func:`grouped_mm` checks those,
+  ATen's own argument checks (int32 ``offs``, dtypes, strides) and that the operator still runs transformers' own
+  Python kernel of a version whose code was read (5.23.0); anything else runs the operator, checked as before.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch import fx
+
+from ir2torch.run_safety.node_checks import checked_target
+
+_aten = torch.ops.aten
+_SYM_SIZE = _aten.sym_size.int
+_GROUPED_MM = _aten._grouped_mm.default
+_EXPERTS_OP = "transformers.grouped_mm_fallback.default"
+#: transformers versions whose ``_grouped_mm_fallback`` was read (the loop the module's text describes).
+READ_TRANSFORMERS = frozenset({"5.23.0"})
+
+
+def _overload(node: fx.Node) -> Any:
+    target = node.target
+    return getattr(target, "overload", target) if node.op == "call_function" else None
+
+
+def find(graph: fx.Graph) -> list[fx.Node]:
+    """The experts' products of ``graph``: each is worth a folded forward (a size read alone is not: the folded
+    forward's per-call check costs more than one saves)."""
+    return [node for node in graph.nodes
+            if str(_overload(node)) == _EXPERTS_OP and len(node.args) == 3 and not node.kwargs]
+
+
+def rewrite(graph: fx.Graph) -> int:
+    """Make each node of :func:`find` and each ``aten.sym_size.int`` of ``graph`` (a copy the folded forward runs)
+    call its fast path; returns how many."""
+    count = 0
+    for node in find(graph):
+        node.target = grouped_mm
+        count += 1
+    for node in graph.nodes:
+        if _overload(node) is _SYM_SIZE and len(node.args) == 2 and not node.kwargs:
+            node.target = tensor_size
+            count += 1
+    return count
+
+
+def tensor_size(tensor: Any, dim: int) -> Any:
+    """``aten.sym_size.int(tensor, dim)``: read directly for a plain tensor."""
+    if type(tensor) is torch.Tensor:
+        return tensor.size(dim)
+    return _SYM_SIZE(tensor, dim)
+
+
+def _valid_strides(mat: torch.Tensor) -> bool:
+    """ATen's ``check_valid_strides_and_return_transposed`` accepts ``mat`` (it raises otherwise)."""
+    strides, sizes, alignment = mat.stride(), mat.shape, 16 // mat.element_size()
+    if strides[-2] == 1 and strides[-1] >= max(1, sizes[-2]):
+        return strides[-1] % alignment == 0
+    if strides[-1] == 1 and strides[-2] >= max(1, sizes[-1]):
+        return strides[-2] % alignment == 0
+    return False
+
+
+def _runs_transformers_loop() -> bool:
+    """The operator's kernel is transformers' own Python loop, of a version whose code was read (checked at every
+    call: a kernel registered later for the operator turns the fast path off)."""
+    found = _transformers_kernel()
+    if found is None:
+        return False
+    opdefs, kernel = found
+    opdef = opdefs.get("transformers::grouped_mm_fallback")
+    return opdef is not None and opdef._init_fn is kernel and set(opdef._backend_fns) == {None}
+
+
+@functools.cache
+def _transformers_kernel() -> tuple[dict[str, Any], Any] | None:
+    """torch's table of custom operators and transformers' kernel of the operator, for a version whose code was
+    read; ``None`` otherwise."""
+    try:
+        import transformers
+        from torch._library.custom_ops import OPDEFS
+        from transformers.integrations import moe
+    except ImportError:
+        return None
+    if transformers.__version__ not in READ_TRANSFORMERS:
+        return None
+    return OPDEFS, getattr(moe, "_grouped_mm_fallback", None)
+
+
+def _as_aten(input: Any, weight: Any, offs: Any) -> bool:
+    """Whether ``torch._grouped_mm(input, weight, offs)`` computes what the fallback does (module's text)."""
+    if not (type(input) is torch.Tensor and type(weight) is torch.Tensor and type(offs) is torch.Tensor):
+        return False
+    if not (input.is_cpu and weight.is_cpu and offs.is_cpu) or input.layout is not torch.strided or \
+            weight.layout is not torch.strided or offs.layout is not torch.strided:
+        return False
+    if input.dim() != 2 or weight.dim() != 3 or offs.dim() != 1 or offs.dtype is not torch.int32 or \
+            input.dtype is not weight.dtype or input.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return False
+    if offs.size(0) != weight.size(0) or input.size(1) != weight.size(1) or \
+            weight.size(2) % (16 // weight.element_size()) != 0:
+        return False
+    if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
+        return False
+    if not (_valid_strides(input) and _valid_strides(weight)):
+        return False
+    ends = offs.tolist()
+    if not ends or ends[0] < 0 or ends[-1] != input.size(0) or ends != sorted(ends):
+        return False
+    return _runs_transformers_loop()
+
+
+def grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
+    """``transformers.grouped_mm_fallback(input, weight, offs)``, run as ``torch._grouped_mm`` where that is exact
+    (module's text); otherwise the operator with its run-time checks."""
+    if _as_aten(input, weight, offs):
+        return _GROUPED_MM(input, weight, offs)
+    return _checked_experts_op()(input, weight, offs)
+
+
+@functools.cache
+def _checked_experts_op() -> Any:
+    """The operator as the graph calls it: through its precondition (:mod:`ir2torch.run_safety.node_checks`)."""
+    return checked_target(torch.ops.transformers.grouped_mm_fallback.default)
+
+
+__all__ = ["READ_TRANSFORMERS", "find", "grouped_mm", "rewrite", "tensor_size"]

@@ -93,7 +93,7 @@ def test_the_inventory_lists_every_page() -> None:
 def test_the_inventory_reads_prose_only() -> None:
     """Code, inline code (wrapped too), link targets, section and issue numbers are no figures; ranges and powers
     of ten are one each."""
-    from tests.docs import generate_figures, inventory
+    from tests.docs import inventory
 
     text = "## 1. a `x\n3` b [l](p4.md) 10**5 nodes, 0.99-1.05x, 12 of 20 (section 2), issue 52 and #7\n```\n9\n```\n"
     assert inventory.NUMBER.findall(inventory.prose(text)) == ["10**5", "0.99-1.05x", "12", "20"]

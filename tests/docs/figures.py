@@ -18,7 +18,7 @@ from functools import partial
 
 from tests.docs import derived as d
 from tests.docs import generate_figures as g
-from tests.docs import limits
+from tests.docs import limits, measured
 from tests.docs import perf as p
 from tests.docs import sources as s
 from tests.docs.row import Figure
@@ -319,3 +319,4 @@ FIGURES: list[Figure] = [
            lambda: (*s.sweep("torchvision", "models"), *s.sweep("timm, whole registry", "exact", "models"))),
 ]
 FIGURES += limits.FIGURES  # the bounds and settings of the code the pages quote
+FIGURES += measured.FIGURES  # what ir-spec.md says of real files, measured on a few

@@ -186,6 +186,26 @@ def format_versions() -> tuple[str, str]:
     return str(FORMAT_VERSION), str(PLAIN_FORMAT_VERSION)
 
 
+def fuzz_per_run() -> tuple[str, str]:
+    """The op fuzz's documents after the per-operator ones, and a run's total to the hundred (the child's operators
+    times ``PER_OP``, plus those)."""
+    from tests.security.op_fuzz_child import _allowed_ops
+
+    more, = s.in_source("tests/security/test_op_fuzz.py", r"count, per_op = examples\((\d+)\)")
+    per_op = int(s.literal("tests/security/test_op_fuzz.py", "PER_OP"))
+    return more, str(round(per_op * len(_allowed_ops()) + int(more), -2))
+
+
+def sha256_digits() -> tuple[str]:
+    import hashlib
+
+    return (str(2 * hashlib.sha256().digest_size),)
+
+
+def _plain_format() -> tuple[str]:
+    return format_versions()[1:]
+
+
 def _json_depth() -> tuple[str]:
     from common.json_files import MAX_JSON_DEPTH
 
@@ -218,6 +238,29 @@ FIGURES: list[Figure] = [
            lambda: format_versions()[:1]),
     Figure(_SPEC, "parsing's depth", r"\| \*\*parsing\*\* \| JSON depth at most (\d+),",
            _json_depth),
+    Figure(_SPEC, "op fuzz per run", r"then (\d+) more, about (\d+) per run", fuzz_per_run),
+    Figure(_SPEC, "int8_linear's planted size", r"an `int8_linear` of 10\*\*(\d+) x 10\*\*(\d+)\)",
+           lambda: s.in_source("tests/security/test_memory_budget.py",
+                               r'"in_features": 10\*\*(\d+), "out_features": 10\*\*(\d+)')),
+    Figure(_SPEC, "ctc_loss's planted label", r"\(a label of 10\*\*(\d+) segfaulted\)",
+           lambda: s.in_source("tests/security/test_data_preconditions.py", r"# a label of 10\*\*(\d+): a segfault")),
+    Figure(_SPEC, "the long runs' findings",
+           r"a special polynomial of degree 2\*\*(\d+), a `tensor_split` into 10\*\*(\d+) sections",
+           lambda: (*s.in_source("tests/security/test_kernel_arguments.py", r"``n = 2\*\*(\d+)`` ran for minutes"),
+                    *s.in_source("tests/security/test_kernel_arguments.py", r'"sections": 10\*\*(\d+)\}'))),
+    Figure(_SPEC, "expanded nodes per forward", r"counted as expanded at load \(10\*\*(\d+) graph nodes per forward\)",
+           d.fan_out),
+    Figure(_SPEC, "sha256 digits", r"the SHA-256 of the tensors file's bytes \((\d+) lowercase hex digits\)",
+           sha256_digits),
+    Figure(_SPEC, "safetensors' size", r"the file's size must be (\d+) \+ the header length",
+           lambda: s.in_source("common/tensor_files.py", r"if size != (\d+) \+ length \+ extent")),
+    *(Figure(_SPEC, f"format 1 ({i})", rx, _plain_format) for i, rx in enumerate([
+        r"older saves, format (\d+)'s", r"\*\*Older files\*\*: format (\d+) files", r"The format version stays (\d+):",
+        r"Llama-3-70B dimensions is [\d.]+ MB in format (\d+) and"])),
+    *(Figure(_SPEC, f"stand-ins' item size ({i})", rx,
+             lambda: (str(s.literal("ir2torch/run_safety/unmeasured.py", "STAND_IN_ITEM")),))
+      for i, rx in enumerate([r"a fake float32 tensor of the same shape \((\d+) bytes an element",
+                              r"`int_repr` as (\d+) bytes an input element"])),
     Figure(_SPEC, "load budget's implementations",
            r"`\$graph` nodes, (\d[\d ]*) implementations\), `tests/security/test_payloads\.py`",
            lambda: (d.thousands(s.in_source("tests/common/test_load_budget.py", r"count = ([\d_]+)\n")[0]

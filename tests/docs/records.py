@@ -1,5 +1,6 @@
 """Rows of :data:`tests.docs.figures.FIGURES` for the pages' records of past runs, read from the results files that
-keep them: the long op-level fuzz (``benchmarks/results-op-fuzz.md``, a row per run of ``scripts/op_fuzz.py``)."""
+keep them: the long op-level fuzz (``benchmarks/results-op-fuzz.md``, a row per run of ``scripts/op_fuzz.py``) and
+``make test-newest``'s duration (``benchmarks/results-newest.md``, a row per ``scripts/newest_site.py --record``)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,27 @@ def long_run() -> tuple[str, ...]:
             *fuzz(run, "ExecutionError", "ArgumentMismatchError", "UnsafeTargetError", "ResourceBudgetError", "ran"))
 
 
+def _minutes(seconds: int) -> str:
+    return f"{seconds // 60} min {seconds % 60} s"
+
+
+def _newest_left() -> tuple[str]:
+    """The least time installing must leave the tests, in minutes."""
+    seconds, = s.in_source("scripts/newest_site.py", r"if left < (\d+):")
+    return (f"{int(seconds) / 60:g}",)
+
+
+def newest_runs() -> tuple[str, ...]:
+    """The first row of ``results-newest.md`` (three runs as ranges): about how many minutes, the whole check's
+    range, how many runs, the cores and load, and the range of the part installing."""
+    row = s.table("results-newest.md")[0]
+    low, high = map(int, re.fullmatch(r"(\d+)-(\d+) s", row["whole check"]).groups())
+    assert "-n 1" in row["pytest arguments"] and row["run"] == "three runs"
+    return (str(round((low + high) / 2 / 60)), _minutes(low), _minutes(high),
+            *re.fullmatch(r"\S+; (\d+) cores, load average about (\d+) \(other work\)", row["when and where"]).groups(),
+            *re.fullmatch(r"(\d+)-(\d+ s)", row["of it installing"]).groups())
+
+
 FIGURES: list[Figure] = [
     Figure(_SPEC, "op fuzz before the default surface",
            r"the last long run \(torch (\S+), (\d+) cores shared with other jobs\) ran (\d[\d ]*) examples over the "
@@ -108,4 +130,16 @@ FIGURES: list[Figure] = [
            r"`clamp_max\.Tensor` are reviewed extras, fuzzed: (\d[\d ]*) documents, (\d[\d ]*) run, (\d[\d ]*) "
            r"`ExecutionError`, no finding;", lambda: fuzz("brevitas' reviewed extras", "documents", "ran",
                                                             "ExecutionError")),
+    Figure("docs/testing.md", "make test-newest's duration",
+           r"it takes about (\d+) minutes: (\d+ min \d+ s) to (\d+ min \d+ s) in three runs with "
+           r"`PYTEST_ARGS=\"-n 1\"` on (\d+) cores at a load average of (\d+) \(other work\), (\d+) to (\d+ s) of "
+           r"which resolving and installing", newest_runs),
+    Figure("docs/testing.md", "make test-newest's time left to test",
+           r"an index so slow that installing left less than (\d+) minutes is `NOT TESTED`",
+           _newest_left),
+    Figure("docs/testing.md", "make test-newest skipped", r"skip the check with a message and exit code (\d+)\.",
+           lambda: s.in_source("scripts/newest_site.py", r"NOT TESTED: \{error\}\", file=sys\.stderr\)\n +return 1 "
+                               r"if args\.strict else (\d+)")),
+    Figure("docs/testing.md", "gradients' tolerance", r"has the original's gradient \(name by name, within (\S+)\)\.",
+           lambda: (str(s.literal("tests/real/test_gradients.py", "TOLERANCE")).replace("1e-05", "1e-5"),)),
 ]

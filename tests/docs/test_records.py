@@ -45,3 +45,12 @@ def test_a_run_with_a_finding_is_not_quoted_as_clean() -> None:
     with pytest.raises(AssertionError):
         records.fuzz("the long run, the shard", "documents")
     assert records.spaced("2012") == "2012" and records.spaced("127480") == "127 480"
+
+
+def test_a_recorded_newest_run_fits_the_kept_file() -> None:
+    """``scripts/newest_site.py --record`` adds rows with the columns of ``benchmarks/results-newest.md``."""
+    from scripts import newest_site
+
+    row = sources.table("results-newest.md")[0]
+    assert list(row) == newest_site.RECORD
+    assert records.newest_runs()[1:3] == ("2 min 34 s", "3 min 9 s")

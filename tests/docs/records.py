@@ -1,6 +1,7 @@
 """Rows of :data:`tests.docs.figures.FIGURES` for the pages' records of past runs, read from the results files that
 keep them: the long op-level fuzz (``benchmarks/results-op-fuzz.md``, a row per run of ``scripts/op_fuzz.py``) and
-``make test-newest``'s duration (``benchmarks/results-newest.md``, a row per ``scripts/newest_site.py --record``)."""
+``make test-newest``'s duration (``benchmarks/results-newest.md``, a row per ``scripts/newest_site.py --record``),
+the suites' run on torch 2.14.1 (``benchmarks/results-torch-2.14.md``)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,23 @@ def newest_runs() -> tuple[str, ...]:
             *re.fullmatch(r"(\d+)-(\d+ s)", row["of it installing"]).groups())
 
 
+def torch_214() -> tuple[str, ...]:
+    """README's record of the suites on torch 2.14.1 (``results-torch-2.14.md``): the tests of ``make test``, its
+    CUDA build, passed, failed and the failures by cause; ``make test-zoo``'s two parts; ``make test-newest``."""
+    text = (s.BENCH / "results-torch-2.14.md").read_text(encoding="utf-8")
+    version, cuda = re.search(r"on torch (\S+) \(its CUDA (\d+) build", text).groups()
+    row = {r["run"]: r for r in s.table("results-torch-2.14.md")}
+    test, first = row["`make test`"], row["`make test-zoo`, first part"]
+    second, = (r for k, r in row.items() if k.startswith("`make test-zoo`, the other"))
+    rest, again = re.search(r"the other (\d+) and the first (\d+) again", second["run"]).groups()
+    assert int(rest) + int(again) == int(second["tests"]) and int(test["passed"]) + int(test["failed"]) == int(
+        test["tests"])
+    causes = re.findall(r"(\d+) (?:the|fixed)", test["the failures"])
+    assert sum(map(int, causes)) == int(test["failed"])
+    return (test["tests"], version, cuda, test["passed"], test["failed"], *causes, str(int(first["tests"]) + int(rest)),
+            first["tests"], first["failed"], rest, again, second["passed"], row["`make test-newest`"]["passed"])
+
+
 FIGURES: list[Figure] = [
     Figure(_SPEC, "op fuzz before the default surface",
            r"the last long run \(torch (\S+), (\d+) cores shared with other jobs\) ran (\d[\d ]*) examples over the "
@@ -142,4 +160,10 @@ FIGURES: list[Figure] = [
                                r"if args\.strict else (\d+)")),
     Figure("docs/testing.md", "gradients' tolerance", r"has the original's gradient \(name by name, within (\S+)\)\.",
            lambda: (str(s.literal("tests/real/test_gradients.py", "TOLERANCE")).replace("1e-05", "1e-5"),)),
+    Figure("README.md", "the suites on torch 2.14.1",
+           r"the whole everyday suite \(`make test`'s (\d+) tests\) ran on torch (\S+) \(its CUDA (\d+) build, on CPU, "
+           r"in an environment of its own\): (\d+) passed; of the (\d+) failures, (\d+) were the environment .*?, "
+           r"(\d+) its CUDA build .*?, and (\d+) were fixed: .*?`make test-zoo`'s (\d+) tests ran there in two parts: "
+           r"the first (\d+) \((\d+) failed, .*?\), then the other (\d+) with the first (\d+) again \((\d+) passed\)\. "
+           r"The (\d+) tests of `make test-newest` pass on it", torch_214),
 ]

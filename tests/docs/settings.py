@@ -45,6 +45,12 @@ def scale_floor() -> tuple[str]:
     return (f"{float(floor):g}",)
 
 
+def newest_table() -> tuple[str]:
+    """The newest torch minor version the library carries an operator table for."""
+    minors = [p.stem.removeprefix("torch-") for p in (s.ROOT / "common" / "op_tables").glob("torch-*.json")]
+    return (max(minors, key=lambda v: tuple(map(int, v.split(".")))),)
+
+
 _LAYERS = [r"\*draw the (\d+) calls one by one\*", r"Llama with 70B dimensions \((\d+) layers, \d+ implementations",
            r"The (\d+)-layer Llama with Llama-3-70B dimensions", r"where its (\d+) calls drawn one by one",
            r"the 70B decoder's graph: (\d+) layers in one stack box", r"one stack box for its (\d+) calls"]
@@ -67,4 +73,11 @@ FIGURES: list[Figure] = [
            scale_floor),
     Figure(_CLI, "the view's plumbing", r"\*show plumbing \((\d+)\)\* draws it",
            lambda: s.in_source(_BROWSER, r'">show plumbing \((\d+)\)<"')),
+    *(Figure("README.md", f"the newer torch ({i})", rx, newest_table) for i, rx in enumerate([
+        r"\*\*torch (\d+\.\d+) is supported, tested less\.\*\*", r"and 3 were fixed: (\d+\.\d+)'s fake `to_mkldnn`",
+        r"found the one change of (\d+\.\d+) that made rebuilds silently different"])),
+    Figure("README.md", "the pinned minor", r"no other (\d+\.\d+) release is tested", lambda: s.minor("torch")),
+    Figure("README.md", "dropout on torch 2.14", r"rebuilt as `dropout \+ dropout`: ([\d.]+) off in train mode",
+           lambda: s.in_source("tests/torch2ir/test_dropout_identity.py",
+                               r"silently different in train mode \(([\d.]+) on the first")),
 ]

@@ -51,6 +51,38 @@ def newest_table() -> tuple[str]:
     return (max(minors, key=lambda v: tuple(map(int, v.split(".")))),)
 
 
+def quick_rounds() -> tuple[str]:
+    """The fewest and most rounds of ``benchmarks/run.py --quick``'s scenarios."""
+    rounds = [params["rounds"] for params in s.literal("benchmarks/run.py", "QUICK").values()]
+    return (f"{min(rounds)}-{max(rounds)}",)
+
+
+def sample_ms() -> tuple[str]:
+    """The time ``benchmarks/measure.py`` calibrates one sample of many calls to, in ms."""
+    target, = s.in_source("benchmarks/measure.py", r"def calibrate\(.*?target: float = ([\d.]+)")
+    return (f"{float(target) * 1000:g} ms",)
+
+
+def _threads(path: str) -> tuple[str]:
+    return s.in_source(path, r"torch\.set_num_threads\((\d+)\)")
+
+
+def _versions() -> tuple[str, str]:
+    from common.serialize import FORMAT_VERSION, PLAIN_FORMAT_VERSION
+
+    return str(FORMAT_VERSION), str(PLAIN_FORMAT_VERSION)
+
+
+def frontier_met() -> tuple[str]:
+    """Whether the DeepSeek-V3 run met the issue's targets (the page's limits, against the results file's row)."""
+    row = s.table("results-moe-frontier.md")[0]
+    met = (float(row["convert/export"].removesuffix("x")) <= 0.2 and float(row["IR file"].removesuffix(" MB")) <= 1
+           and float(row["`IR.load`"].removesuffix(" s")) <= 0.1
+           and float(row["rebuild on meta"].removesuffix(" s")) <= 1)
+    return ("met" if met else "not met",)
+
+
+_PERF = "docs/performance.md"
 _LAYERS = [r"\*draw the (\d+) calls one by one\*", r"Llama with 70B dimensions \((\d+) layers, \d+ implementations",
            r"The (\d+)-layer Llama with Llama-3-70B dimensions", r"where its (\d+) calls drawn one by one",
            r"the 70B decoder's graph: (\d+) layers in one stack box", r"one stack box for its (\d+) calls"]
@@ -80,4 +112,20 @@ FIGURES: list[Figure] = [
     Figure("README.md", "dropout on torch 2.14", r"rebuilt as `dropout \+ dropout`: ([\d.]+) off in train mode",
            lambda: s.in_source("tests/torch2ir/test_dropout_identity.py",
                                r"silently different in train mode \(([\d.]+) on the first")),
+    Figure(_PERF, "quick run's rounds", r"GPT-2 only for forward\), (\d+-\d+) rounds, the scale", quick_rounds),
+    Figure(_PERF, "a sample's length", r"many calls per sample \(about (\d+ ms) each\)", sample_ms),
+    *(Figure(_PERF, f"threads: {path}", rx, lambda path=path: _threads(path)) for path, rx in [
+        ("benchmarks/scenarios.py", r"### Forward \((\d+) thread, ms per pass\)"),
+        ("benchmarks/guards.py", r"### Input guards \((\d+) thread, ms per pass\)"),
+        ("benchmarks/forward_budget.py", r"### The forward's memory budget \(issue 28; (\d+) thread, ms per pass\)"),
+        ("benchmarks/run_safety_costs.py", r"### What the run-time checks cost \(issue 50; tiny BERT, (\d+) thread, ms "
+                                           r"per pass\)")]),
+    Figure(_PERF, "shared bodies' format versions",
+           r"saves the IR \(format (\d+): each group of alike .*? and the same IR as format (\d+) would write it",
+           _versions),
+    *(Figure(_PERF, f"format 1 ({i})", rx, lambda: _versions()[1:]) for i, rx in enumerate([
+        r"Earlier runs \(format (\d+) against shared bodies", r"0\.51-1\.32 s more\. Format (\d+) files"])),
+    Figure(_PERF, "DeepSeek-V3's targets",
+           r"\(convert at most 0\.2x one export, file at most 1 MB, load at most 0\.1 s, rebuild on meta at most 1 "
+           r"s\): (met|not met)\.", frontier_met),
 ]

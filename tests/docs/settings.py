@@ -82,6 +82,26 @@ def frontier_met() -> tuple[str]:
     return ("met" if met else "not met",)
 
 
+def forward_diffs() -> tuple[str]:
+    """The largest max abs diff of the forward table (``benchmarks/results.md``), every column."""
+    rows = s.table("results.md", "## forward: rebuilt vs eager")
+    column = next(c for c in rows[0] if c.startswith("max abs diff"))
+    return (f"{max(float(v) for r in rows for v in r[column].split(' / ')):g}",)
+
+
+def corpus_batches() -> tuple[str, str]:
+    """The batches ``benchmarks/corpus.py`` runs each model at by default."""
+    batches, = s.in_source("benchmarks/corpus.py", r'add_argument\("--batches", default="([\d,]+)"\)')
+    return tuple(batches.split(","))
+
+
+def _impls_power() -> tuple[str]:
+    """The implementations of ``benchmarks/large_files.py``'s document, as a power of ten."""
+    impls = s.option_default("benchmarks/large_files.py", "--impls")
+    assert impls.startswith("10**"), impls
+    return (impls.removeprefix("10**"),)
+
+
 _PERF = "docs/performance.md"
 _LAYERS = [r"\*draw the (\d+) calls one by one\*", r"Llama with 70B dimensions \((\d+) layers, \d+ implementations",
            r"The (\d+)-layer Llama with Llama-3-70B dimensions", r"where its (\d+) calls drawn one by one",
@@ -128,4 +148,19 @@ FIGURES: list[Figure] = [
     Figure(_PERF, "DeepSeek-V3's targets",
            r"\(convert at most 0\.2x one export, file at most 1 MB, load at most 0\.1 s, rebuild on meta at most 1 "
            r"s\): (met|not met)\.", frontier_met),
+    Figure(_PERF, "forward's differences", r"All outputs are identical to eager \(max abs diff (\S+)\)\.",
+           forward_diffs),
+    Figure(_PERF, "the corpus run's batches", r"opt-ins\): batch (\d+) \(`x\[:1\]` of every tensor input\) and batch "
+           r"(\d+) \(that row repeated", corpus_batches),
+    Figure(_PERF, "large files' implementations", r"Loading and rebuilding 10\*\*(\d+) implementations in one call",
+           _impls_power),
+    Figure(_PERF, "small configs' batch", r"token ids \(batch (\d+), \d+ tokens\)",
+           lambda: s.in_source("benchmarks/scenarios.py", r"args, kwargs = spec\.inputs\((\d+), None\)")),
+    Figure("docs/concepts.md", "a root of many calls", r"what it saves on a root calling 10\*\*(\d+) modules",
+           lambda: s.in_source("benchmarks/PROFILE.md", r"the root of 10\*\*(\d+) calls went from")),
+    Figure("docs/supported.md", "assert_roundtrip's tolerance", r"outputs equal \(max abs diff <= (\S+); in practice",
+           lambda: s.in_source("common/testing/roundtrip.py", r"\n +atol: float = ([\de.-]+),\n")),
+    Figure("docs/limitations.md", "format versions",
+           r"`UnsupportedFormatVersionError` \(format (\d+)\); a file without repeated blocks is still written as "
+           r"format (\d+)", _versions),
 ]

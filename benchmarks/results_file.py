@@ -62,5 +62,27 @@ def write(path: str, title: str, argv: list[str], load_at_start: float, body: st
         update_pages()
 
 
+def append_row(path: str, title: str, intro: str, columns: list[str], row: list[str]) -> None:
+    """Print ``row`` and, unless ``path`` is ``-``, add it as the last line of the table of ``path``, a file of
+    runs (each run a row, the earlier ones kept: a log such as ``scripts/op_fuzz.py`` writes); a new file gets
+    ``# title``, ``intro`` and the table's head first. Then update the pages that copy it."""
+    line = "| " + " | ".join(row) + " |"
+    print(line)
+    if path == "-":
+        return
+    file = Path(path)
+    text = (file.read_text(encoding="utf-8").rstrip() + "\n" if file.exists()
+            else f"# {title}\n\n{intro}\n\n| {' | '.join(columns)} |\n|{'---|' * len(columns)}\n")
+    file.write_text(text + line + "\n", encoding="utf-8")
+    print(f"added a row to {path}", file=sys.stderr)
+    update_pages()
+
+
+def machine(load_at_start: float) -> str:
+    """The date, the CPU's cores, the load average at the start, and the Python and torch versions."""
+    return (f"{datetime.date.today().isoformat()}; {os.cpu_count()} cores, load average {load_at_start:.2f} at "
+            f"start; Python {platform.python_version()}, torch {_version('torch')}")
+
+
 def output_help(name: str) -> str:
     return f"results file to write (default benchmarks/{name}; '-' prints only)"

@@ -24,14 +24,15 @@ from .schema import JSON_OBJECTS_PER_NODE, budget_error, check_max_nodes
 
 PathLike = str | os.PathLike
 
-#: Deepest nesting of arrays and objects a document may have (real IR and FlatIR files: at most 16).
+#: Deepest nesting of arrays and objects a document may have (real IR and FlatIR files: at most 14,
+#: as ``tests/docs/measured.py`` measures them).
 MAX_JSON_DEPTH = 64
-#: Least text per array or object in a document of :data:`DENSE_FROM` bytes or more (real files: 48 or more).
+#: Least text per array or object in a document of :data:`DENSE_FROM` bytes or more (real files: 53 or more).
 MIN_BYTES_PER_CONTAINER = 12
 #: Size from which the density of containers is checked (below it a parse costs at most about 20 MB).
 DENSE_FROM = 1 << 20
-#: JSON values and keys allowed per node of the budget while a file is parsed (real files: at most 92 per node,
-#: FlatIRs of CNNs; IRs at most 52).
+#: JSON values and keys allowed per node of the budget while a file is parsed (real files: at most 96 per node,
+#: FlatIRs of CNNs; IRs fewer).
 JSON_VALUES_PER_NODE = 8 * JSON_OBJECTS_PER_NODE
 
 #: Every byte but a quote and ``[]{},:`` (deleted to read a document's structure).

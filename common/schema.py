@@ -22,7 +22,7 @@ STATE_KINDS = ("parameter", "buffer", "constant")
 DEFAULT_MAX_NODES = 2_000_000
 #: Edges allowed per node of the budget (a document may have ``EDGES_PER_NODE * max_nodes`` edges in all).
 EDGES_PER_NODE = 4
-#: JSON objects allowed per node of the budget while a file is parsed (a node of a real IR is about 7: itself,
+#: JSON objects allowed per node of the budget while a file is parsed (a node of a real IR is about 6: itself,
 #: its ``meta``, dtypes, references), so that an oversized file is refused before it is all in memory.
 JSON_OBJECTS_PER_NODE = 32
 #: Former per-graph caps, kept for callers that read them: loading applies the budget above instead

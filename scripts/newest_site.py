@@ -55,6 +55,7 @@ PACKAGES = ("transformers", "timm", "diffusers", "torchao", "brevitas")
 #: never installed into the folder: the environment's own (the pinned torch build and the torchvision made for it)
 KEEP = ("torch", "torchvision", "torchaudio", "triton")
 VERSIONS = "newest-versions.json"  # written into --target: what the last run tested
+RECORD = ["run", "when and where", "pytest arguments", "outcome", "whole check", "of it installing"]  # --record
 PIP_TIMEOUT = 150.0  # seconds one pip command may take: a slower index counts as unreachable
 
 #: The tests run against the newest releases (pytest node ids, from the project's root): each converts, rebuilds,
@@ -355,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--install-only", action="store_true", help="install and print the versions, no tests")
     parser.add_argument("--budget", type=float, default=570.0,
                         help="seconds the whole check may take (default 570): the tests get what installing left")
+    parser.add_argument("--record", help="results file to add the run's row to (benchmarks/results-newest.md)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
@@ -366,7 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.strict and any("NOT TESTED" in note or note.startswith("no release") for note in result.notes):
         print(summary(result, args.after), file=sys.stderr)
         return 1
-    print(f"installed in {time.monotonic() - started:.0f} s into {args.target}: "
+    installed = time.monotonic() - started
+    print(f"installed in {installed:.0f} s into {args.target}: "
           f"{' '.join(result.install) or 'nothing (every newest release is the pinned one)'}")
     print(summary(result, args.after), flush=True)
     try:
@@ -383,8 +386,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1 if args.strict else 0
     code = run_tests(args.target, args.after, pytest_args, left)
     print(summary(result, args.after))
-    print(f"make test-newest: {'passed' if code == 0 else f'FAILED (pytest exit code {code})'} in "
-          f"{time.monotonic() - started:.0f} s")
+    outcome, took = "passed" if code == 0 else f"FAILED (pytest exit code {code})", time.monotonic() - started
+    print(f"make test-newest: {outcome} in {took:.0f} s")
+    if args.record:  # a row of benchmarks/results-newest.md: when and where, what it ran with, how long it took
+        from benchmarks import results_file
+        results_file.append_row(args.record, "How long make test-newest takes", "One row per `--record` run.", RECORD,
+                                [f"{len(SELECTION)} test ids", results_file.machine(os.getloadavg()[0]),
+                                 f"`{' '.join(pytest_args)}`", outcome, f"{took:.0f} s", f"{installed:.0f} s"])
     return code
 
 

@@ -6,7 +6,8 @@ operator of the default surface (:mod:`common.surface`), in ``--shards`` child p
 with its own hypothesis seed, so a crash loses one shard, not the run), and prints the figures: operators,
 documents, cases per operator, outcomes, seconds, and every finding (a signal or a hang with the document that
 was running, an exception that is not an ``IRError``, a changed process-wide state, a file written).
-Exit status 1 when there is a finding.
+Exit status 1 when there is a finding. Each run adds a row to ``benchmarks/results-op-fuzz.md`` (``--output``; the
+earlier runs are kept: the file is the log of the long runs, which the docs quote).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -24,6 +26,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ADDRESS_SPACE = 12 * 2**30
+#: the columns of ``benchmarks/results-op-fuzz.md``: one row per run
+COLUMNS = ["run", "when and where", "command", "operators", "documents per operator", "documents", "seconds",
+           "findings", "ran", "ExecutionError", "ArgumentMismatchError", "UnsafeTargetError", "ResourceBudgetError",
+           "other IRErrors"]
+_NAMED = COLUMNS[9:13]
 
 
 def _limit() -> None:
@@ -58,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=10, help="child processes the documents are split over")
     parser.add_argument("--ops", help="only documents starting with these overloads (comma-separated, e.g. the "
                                       "ones a change adds to the surface)")
+    parser.add_argument("--label", help="the run's name in the results file (default: its operators and count)")
+    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results-op-fuzz.md"),
+                        help="results file the run adds a row to (default benchmarks/results-op-fuzz.md; '-' prints "
+                             "only)")
     options = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     if options.ops:
         os.environ["OP_FUZZ_ONLY"] = options.ops
     per_shard = max(1, options.per_op // options.shards)
@@ -79,7 +91,28 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - started
     print(json.dumps({"ops": ops, "documents": examples, "cases_per_op": per_shard * options.shards,
                       "seconds": round(seconds), "outcomes": dict(outcomes), "findings": findings[:20]}, indent=1))
+    _record(options, sys.argv[1:] if argv is None else argv, load, ops, per_shard * options.shards, examples,
+            round(seconds), len(findings), outcomes)
     return int(bool(findings))
+
+
+def _record(options: argparse.Namespace, argv: list[str], load: float, ops: int, per_op: int, documents: int,
+            seconds: int, findings: int, outcomes: Counter) -> None:
+    """Add the run's row to the results file (``--output``)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import results_file
+
+    named = [outcomes.get(name, 0) for name in _NAMED]
+    other = sum(n for k, n in outcomes.items() if k not in (*_NAMED, "ok", "not-an-IRError"))
+    label = options.label or (f"{ops} operator{'s' * (ops != 1)}"
+                              + (f" ({options.ops})" if options.ops else " of the surface"))
+    row = [label, results_file.machine(load), "`" + " ".join(["python scripts/op_fuzz.py",
+                                                             *map(shlex.quote, argv)]) + "`",
+           *map(str, (ops, per_op, documents, seconds, findings, outcomes.get("ok", 0), *named, other))]
+    intro = ("One row per run of `python scripts/op_fuzz.py` (the long op-level fuzz, issue 50), each added by the "
+             "script; outcomes count the documents by how their load, rebuild and call ended.")
+    results_file.append_row(options.output, "The long op-level fuzz of the default operator surface", intro,
+                            COLUMNS, row)
 
 
 if __name__ == "__main__":

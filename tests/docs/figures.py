@@ -18,7 +18,7 @@ from functools import partial
 
 from tests.docs import derived as d
 from tests.docs import generate_figures as g
-from tests.docs import limits
+from tests.docs import history, limits, measured, records, settings
 from tests.docs import perf as p
 from tests.docs import sources as s
 from tests.docs.row import Figure
@@ -319,3 +319,7 @@ FIGURES: list[Figure] = [
            lambda: (*s.sweep("torchvision", "models"), *s.sweep("timm, whole registry", "exact", "models"))),
 ]
 FIGURES += limits.FIGURES  # the bounds and settings of the code the pages quote
+FIGURES += measured.FIGURES  # what ir-spec.md says of real files, measured on a few
+FIGURES += records.FIGURES  # the pages' records of past runs, kept in results files
+FIGURES += settings.FIGURES  # settings of the benchmarks, tests and CLI the pages quote
+FIGURES += history.FIGURES  # performance.md's past changes, read from the records of their runs

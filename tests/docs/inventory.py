@@ -37,12 +37,13 @@ def _blank(match: re.Match[str]) -> str:
 
 
 def prose(text: str) -> str:
-    """``text`` with code blocks, inline code, link targets, section and issue numbers blanked (same length, so
+    """``text`` with code blocks, inline code, link targets, section, list and issue numbers blanked (same length, so
     offsets still match; line breaks kept)."""
     text = re.sub(r"^```.*?^```", _blank, text, flags=re.M | re.S)
     text = re.sub(r"`(?:[^`\n]|\n(?!\s*\n))*`", _blank, text)  # inline code may wrap, not across paragraphs
     text = re.sub(r"\]\([^)]*\)", lambda m: "]" + _blank(m)[1:], text)
     text = re.sub(r"^#+ \d+\.|\(section \d+\)", _blank, text, flags=re.M)  # section numbers
+    text = re.sub(r"^ *\d+\.(?= )", _blank, text, flags=re.M)  # the markers of a numbered list
     return _ISSUE.sub(_blank, text)
 
 

@@ -203,13 +203,13 @@ FIGURES: list[Figure] = [
            lambda: (d.thousands(_schema("DEFAULT_MAX_NODES")),)),
     Figure(_SPEC, "size limits: per node",
            r"edges of all graphs and variants together \| `(\d+) \* max_nodes` \|.*?JSON values and keys of the file "
-           r"\(arrays, objects and scalars alike; real files have at most 92 per node\) \| `(\d+) \* max_nodes` \|.*?"
+           r"\(arrays, objects and scalars alike; real files have at most \d+ per node\) \| `(\d+) \* max_nodes` \|.*?"
            r"JSON objects of the file \(.*?\) \| `(\d+) \* max_nodes` \|",
            lambda: (_schema("EDGES_PER_NODE"), str(_json("JSON_VALUES_PER_NODE")), _schema("JSON_OBJECTS_PER_NODE"))),
-    Figure(_SPEC, "size limits: nesting", r"\(real files: at most 16\) \| (\d+) levels \|",
+    Figure(_SPEC, "size limits: nesting", r"\(real files: at most \d+\) \| (\d+) levels \|",
            lambda: (str(_json("MAX_JSON_DEPTH")),)),
     Figure(_SPEC, "size limits: containers",
-           r"arrays and objects of a file of (\d+) MiB or more \(real files: one per 48 bytes or more\) \| "
+           r"arrays and objects of a file of (\d+) MiB or more \(real files: one per \d+ bytes or more\) \| "
            r"one per (\d+) bytes of the file \|",
            lambda: (str(_json("DENSE_FROM") >> 20), str(_json("MIN_BYTES_PER_CONTAINER")))),
     Figure(_SPEC, "size limits: expanded nodes", r"real models: about 10\*\*4\) \| 10\*\*(\d+) \|", d.fan_out),

@@ -91,11 +91,12 @@ def test_the_inventory_lists_every_page() -> None:
 
 
 def test_the_inventory_reads_prose_only() -> None:
-    """Code, inline code (wrapped too), link targets, section and issue numbers are no figures; ranges and powers
-    of ten are one each."""
+    """Code, inline code (wrapped too), link targets, section, list and issue numbers are no figures; ranges and
+    powers of ten are one each."""
     from tests.docs import inventory
 
-    text = "## 1. a `x\n3` b [l](p4.md) 10**5 nodes, 0.99-1.05x, 12 of 20 (section 2), issue 52 and #7\n```\n9\n```\n"
-    assert inventory.NUMBER.findall(inventory.prose(text)) == ["10**5", "0.99-1.05x", "12", "20"]
+    text = ("## 1. a `x\n3` b [l](p4.md) 10**5 nodes, 0.99-1.05x, 12 of 20 (section 2), issue 52 and #7\n```\n9\n```\n"
+            "2. a list item of 3 kB\n  10. another\n2.5 GB\n")
+    assert inventory.NUMBER.findall(inventory.prose(text)) == ["10**5", "0.99-1.05x", "12", "20", "3 kB", "2.5 GB"]
     flat, where = inventory.flatten("a\n  bc d")
     assert flat == "a bc d" and [where[i] for i in (0, 2, 3, 5)] == [0, 4, 5, 7]

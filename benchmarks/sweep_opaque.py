@@ -3,13 +3,12 @@ trace, converted again with ``opaque="auto"``, rebuilt with its opaque classes a
 
 Its share of parameters inside opaque leaves is measured twice: on the model converted (a shrunk configuration for
 transformers), and at the model type's default configuration's dimensions, on a model built from that
-configuration on the ``meta`` device (:func:`share_of`): the same modules, found by path (layer indices stand for
-any index, the class must match), the shrunk model's few layers standing for the default's many.
+configuration on the ``meta`` device (:func:`share_of`): the same modules, found by path and class, the shrunk
+model's last layer standing for the layers the default has beyond it.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -49,13 +48,13 @@ def opaque_row(model: Any, args: tuple, kwargs: dict, real: Callable[[], Any] | 
         return {"status": f"error {type(error).__name__}: {first_line(error)}"}
     paths = [path for path, _, _ in leaves]
     traced = traced_alone(ir)
-    regions = {**{p: (cls, False) for p, cls, _ in leaves},
-               **{p: (_qualname(model.get_submodule(p)), True) for p in traced}}
+    kinds = {**{p: True for p in paths}, **{p: False for p in traced}}  # opaque leaf / child traced on its own
     diff = max_diff(got, expected)
     status = "exact" if diff == 0 else f"{DIFFERS} {diff:.3g}"
     if diff and ir.root.type == "opaque" and _children_equal_export(model, rebuilt, traced, args, kwargs):
         status = f"export differs {diff:.3g} (each child traced alone equals torch.export's module of it exactly)"
-    row = {"status": status, "leaves": paths, "share": share_of(model, regions, exact_paths=True)}
+    regions = {p: (_qualname(m), kinds.get(p)) for p, m in model.named_modules()}
+    row = {"status": status, "leaves": paths, "share": share_of(model, regions)}
     big = _built(real)
     if big is not None and _qualname(big) == _qualname(model):
         row["real_share"] = share_of(big, regions)
@@ -74,29 +73,40 @@ def _built(real: Callable[[], Any] | None) -> Any:
         return None
 
 
-def _pattern(path: str) -> re.Pattern[str]:
-    """``path`` with each layer index standing for any index."""
-    return re.compile(r"\.".join(r"\d+" if part.isdigit() else re.escape(part) for part in path.split(".")) if path
-                      else "")
+def _key(path: str) -> str:
+    """``path`` with each layer index replaced by ``*``."""
+    return ".".join("*" if part.isdigit() else part for part in path.split("."))
 
 
-def share_of(model: Any, regions: dict[str, tuple[str, bool]], exact_paths: bool = False) -> float:
-    """The share of ``model``'s parameters (a tied one once) inside opaque leaves: ``regions`` maps the path of
-    each opaque leaf and of each child traced on its own to ``(its qualified class, traced on its own)``; a
-    parameter counts when the innermost such module holding it is an opaque leaf (an opaque leaf's typed
-    children count, a child traced on its own does not, an opaque leaf inside that child counts again). With
-    ``exact_paths`` the paths are ``model``'s own; else each layer index stands for any index and a module
-    matches only when its class is the one recorded (the default configuration's model, with more layers)."""
-    if exact_paths:
-        found = {p: traced for p, (_, traced) in regions.items()}
-    else:
-        patterns = [(_pattern(p), cls, traced) for p, (cls, traced) in regions.items()]
-        found = {}
-        for path, module in model.named_modules():
-            for pattern, cls, traced in patterns:
-                if pattern.fullmatch(path) and _qualname(module) == cls:
-                    found[path] = traced
-                    break
+def _indices(path: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in path.split(".") if part.isdigit())
+
+
+def share_of(model: Any, regions: dict[str, tuple[str, bool | None]]) -> float:
+    """The share of ``model``'s parameters (a tied one once) inside opaque leaves, from what the conversion of a
+    model of the same type made of each of its modules: ``regions`` maps each module path to ``(its qualified
+    class, True: an opaque leaf | False: a child traced on its own | None: neither)``. A parameter counts when the
+    innermost opaque leaf or child traced on its own holding it is an opaque leaf (an opaque leaf's typed children
+    count, a child traced on its own does not, an opaque leaf inside that child counts again).
+
+    ``model`` may be that model (each path its own) or the default configuration's, with more layers: a module
+    takes the kind of the module at its path when there is one of its class, else of the one of its class at the
+    same path but for its layer indices, the last such (the shrunk model's last layer stands for the layers it
+    does not have); a module matching none is neither."""
+    groups: dict[tuple[str, str], list[tuple[tuple[int, ...], bool | None]]] = {}
+    for path, (cls, kind) in regions.items():
+        groups.setdefault((_key(path), cls), []).append((_indices(path), kind))
+    found: dict[str, bool] = {}
+    for path, module in model.named_modules():
+        cls = _qualname(module)
+        if path in regions and regions[path][0] == cls:
+            kind = regions[path][1]
+        elif (_key(path), cls) in groups:
+            kind = max(groups[(_key(path), cls)], key=lambda item: item[0])[1]
+        else:
+            kind = None
+        if kind is not None:
+            found[path] = kind
     inside, total, seen = 0, 0, set()
     for name, t in model.named_parameters(remove_duplicate=False):
         if id(t) in seen:
@@ -104,9 +114,8 @@ def share_of(model: Any, regions: dict[str, tuple[str, bool]], exact_paths: bool
         seen.add(id(t))
         total += t.numel()
         parts = name.split(".")[:-1]
-        owners = [".".join(parts[:i]) for i in range(len(parts), -1, -1)]
-        innermost = next((o for o in owners if o in found), None)
-        if innermost is not None and not found[innermost]:
+        owners = (".".join(parts[:i]) for i in range(len(parts), -1, -1))
+        if found.get(next((o for o in owners if o in found), None), False):
             inside += t.numel()
     return inside / (total or 1)
 

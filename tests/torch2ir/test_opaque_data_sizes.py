@@ -22,9 +22,9 @@ class Gather(nn.Module):
         super().__init__()
         self.proj = nn.Linear(4, 4)
 
-    def forward(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         y = self.proj(x) if x.sum() > 0 else -x
-        return y + x[rows[:, 0]].sum(0)
+        return y if rows is None else y + x[rows[:, 0]].sum(0)
 
 
 class Model(nn.Module):
@@ -54,3 +54,23 @@ def test_a_size_from_data_is_asserted_and_only_the_leaf_stays_opaque() -> None:
     other_count = X.abs()  # three rows: the eager call's outputs do not stand for that call
     with torch.no_grad(), pytest.raises((IRError, RuntimeError), match="[Aa]ssert|opaque leaf"):
         rebuilt(other_count)
+
+
+class OnlyTraced(nn.Module):
+    """Passes the rows only while exported (as transformers' causal masks), None in eager mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gather = Gather()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = (x[:, :1] > 0).nonzero() if torch.compiler.is_exporting() else None
+        return self.gather(x, rows)
+
+
+def test_a_size_from_data_in_a_call_that_differs_is_named_not_read() -> None:
+    from torch2ir.frontend.export import OpaqueCallError
+
+    shape = r"argument 1 is a int64 tensor of shape \['u\d+', 2\] while traced, None in eager mode"
+    with pytest.raises(OpaqueCallError, match=shape):
+        torch2ir.convert(OnlyTraced().eval(), (X,), opaque=[Gather])

@@ -34,8 +34,11 @@ def call_record(args: tuple, kwargs: Mapping[str, Any]) -> tuple[Any, list[tuple
 
 def _leaf(x: Any) -> tuple[Any, ...]:
     if isinstance(x, torch.Tensor):
-        with torch._C.DisableTorchFunction():
-            return ("tensor", tuple(int(s) for s in x.shape), x.dtype)
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+        with torch._C.DisableTorchFunction():  # a size computed from data is named, never read
+            return ("tensor", tuple(str(s) if isinstance(s, torch.SymInt) and free_unbacked_symbols(s) else int(s)
+                                    for s in x.shape), x.dtype)
     if isinstance(x, _PLAIN):
         return ("value", x)
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):

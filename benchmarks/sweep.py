@@ -70,7 +70,7 @@ if __package__ in (None, ""):  # run as a script: make the repository root impor
 
 from benchmarks.sweep_compare import DIFFERS, first_line, max_diff
 from benchmarks.sweep_opaque import opaque_row, opaque_text
-from benchmarks.sweep_registries import build, params_on_meta, timm_names, torchvision_names
+from benchmarks.sweep_registries import build, default_on_meta, params_on_meta, timm_names, torchvision_names
 from benchmarks.sweep_transformers import transformers_names
 from benchmarks.sweep_zoos import brevitas_models, diffusers_blocks
 
@@ -86,7 +86,7 @@ def run_one(zoo: str, name: str, size: int, max_params: float, opaque: bool = Fa
         import torch
 
         torch.manual_seed(0)  # the same weights as the row's own model
-        row["opaque"] = opaque_row(*build(zoo, name, size))
+        row["opaque"] = opaque_row(*build(zoo, name, size), real=lambda: default_on_meta(zoo, name))
     return row
 
 
@@ -272,10 +272,13 @@ def table(zoo: str, rows: list[dict[str, Any]]) -> str:
         exact = [o for o in tried if o["status"] == "exact"]
         alike = [o for o in tried if o["status"].startswith("export differs")]
         shares = sorted(o["share"] for o in exact + alike)
+        real = sorted(o["real_share"] for o in exact + alike if "real_share" in o)
         out += [f"**With `opaque=\"auto\"`: {len(exact)} of the {len(tried)} models export cannot trace are exact**"
                 + (f" (+{len(alike)} equal to export's own modules of what is traced)" if alike else "")
                 + (f"; parameters inside opaque leaves: median {100 * statistics.median(shares):.1f} %, max "
-                   f"{100 * shares[-1]:.1f} %" if shares else ""), ""]
+                   f"{100 * shares[-1]:.1f} %" if shares else "")
+                + (f"; at the default configurations' dimensions ({len(real)} models): median "
+                   f"{100 * statistics.median(real):.1f} %, max {100 * real[-1]:.1f} %" if real else ""), ""]
         if any(o["status"].startswith(DIFFERS) for o in tried):
             out += [f"**Silently different with opaque leaves: "
                     f"{', '.join(r['name'] for r in rows if r.get('opaque', {}).get('status', '').startswith(DIFFERS))}"

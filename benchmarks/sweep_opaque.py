@@ -1,17 +1,25 @@
 """The ``--opaque`` column of the registry sweep (:mod:`benchmarks.sweep`): a model plain ``torch.export`` cannot
-trace, converted again with ``opaque="auto"``, rebuilt with its opaque classes allowed and compared with eager."""
+trace, converted again with ``opaque="auto"``, rebuilt with its opaque classes allowed and compared with eager.
+
+Its share of parameters inside opaque leaves is measured twice: on the model converted (a shrunk configuration for
+transformers), and at the model type's default configuration's dimensions, on a model built from that
+configuration on the ``meta`` device (:func:`share_of`): the same modules, found by path and class, the shrunk
+model's last layer standing for the layers the default has beyond it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from benchmarks.sweep_compare import DIFFERS, first_line, max_diff
 
 
-def opaque_row(model: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+def opaque_row(model: Any, args: tuple, kwargs: dict, real: Callable[[], Any] | None = None) -> dict[str, Any]:
     """``torch2ir.convert(..., opaque="auto")`` of a model export cannot trace, rebuilt with its opaque classes
     allowed and compared with eager: ``{"status": "exact" | "DIFFERS ..." | "refused ..." | "error ...",
-    "leaves": [paths], "share": parameters inside the opaque leaves / all parameters}``."""
+    "leaves": [paths], "share": parameters inside the opaque leaves / all parameters, "real_share": the same at
+    the default configuration's dimensions (``real()``: that model on ``meta``; absent when there is none)}``."""
     import warnings
 
     import torch
@@ -39,13 +47,77 @@ def opaque_row(model: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
     except Exception as error:  # noqa: BLE001 - reported as a row
         return {"status": f"error {type(error).__name__}: {first_line(error)}"}
     paths = [path for path, _, _ in leaves]
-    inside = sum(t.numel() for t in opaque_parameters(model, paths, traced_alone(ir)).values())
-    total = sum(t.numel() for t in model.parameters()) or 1
+    traced = traced_alone(ir)
+    kinds = {**{p: True for p in paths}, **{p: False for p in traced}}  # opaque leaf / child traced on its own
     diff = max_diff(got, expected)
     status = "exact" if diff == 0 else f"{DIFFERS} {diff:.3g}"
-    if diff and ir.root.type == "opaque" and _children_equal_export(model, rebuilt, traced_alone(ir), args, kwargs):
+    if diff and ir.root.type == "opaque" and _children_equal_export(model, rebuilt, traced, args, kwargs):
         status = f"export differs {diff:.3g} (each child traced alone equals torch.export's module of it exactly)"
-    return {"status": status, "leaves": paths, "share": inside / total}
+    regions = {p: (_qualname(m), kinds.get(p)) for p, m in model.named_modules()}
+    row = {"status": status, "leaves": paths, "share": share_of(model, regions)}
+    big = _built(real)
+    if big is not None and _qualname(big) == _qualname(model):
+        row["real_share"] = share_of(big, regions)
+    return row
+
+
+def _qualname(module: Any) -> str:
+    return f"{type(module).__module__}.{type(module).__qualname__}"
+
+
+def _built(real: Callable[[], Any] | None) -> Any:
+    """``real()``, or None when there is none or it fails."""
+    try:
+        return real() if real is not None else None
+    except Exception:  # noqa: BLE001 - no default-dimension figure for this model
+        return None
+
+
+def _key(path: str) -> str:
+    """``path`` with each layer index replaced by ``*``."""
+    return ".".join("*" if part.isdigit() else part for part in path.split("."))
+
+
+def _indices(path: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in path.split(".") if part.isdigit())
+
+
+def share_of(model: Any, regions: dict[str, tuple[str, bool | None]]) -> float:
+    """The share of ``model``'s parameters (a tied one once) inside opaque leaves, from what the conversion of a
+    model of the same type made of each of its modules: ``regions`` maps each module path to ``(its qualified
+    class, True: an opaque leaf | False: a child traced on its own | None: neither)``. A parameter counts when the
+    innermost opaque leaf or child traced on its own holding it is an opaque leaf (an opaque leaf's typed children
+    count, a child traced on its own does not, an opaque leaf inside that child counts again).
+
+    ``model`` may be that model (each path its own) or the default configuration's, with more layers: a module
+    takes the kind of the module at its path when there is one of its class, else of the one of its class at the
+    same path but for its layer indices, the last such (the shrunk model's last layer stands for the layers it
+    does not have); a module matching none is neither."""
+    groups: dict[tuple[str, str], list[tuple[tuple[int, ...], bool | None]]] = {}
+    for path, (cls, kind) in regions.items():
+        groups.setdefault((_key(path), cls), []).append((_indices(path), kind))
+    found: dict[str, bool] = {}
+    for path, module in model.named_modules():
+        cls = _qualname(module)
+        if path in regions and regions[path][0] == cls:
+            kind = regions[path][1]
+        elif (_key(path), cls) in groups:
+            kind = max(groups[(_key(path), cls)], key=lambda item: item[0])[1]
+        else:
+            kind = None
+        if kind is not None:
+            found[path] = kind
+    inside, total, seen = 0, 0, set()
+    for name, t in model.named_parameters(remove_duplicate=False):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        total += t.numel()
+        parts = name.split(".")[:-1]
+        owners = (".".join(parts[:i]) for i in range(len(parts), -1, -1))
+        if found.get(next((o for o in owners if o in found), None), False):
+            inside += t.numel()
+    return inside / (total or 1)
 
 
 def _children_equal_export(model: Any, rebuilt: Any, traced: list[str], args: tuple, kwargs: dict) -> bool:
@@ -93,8 +165,9 @@ def opaque_parameters(model: Any, opaque: list[str], traced: list[str]) -> dict[
 def opaque_text(o: dict[str, Any]) -> str:
     if "leaves" not in o:
         return o["status"]
+    real = f" ({100 * o['real_share']:.1f} % at the default configuration's dimensions)" if "real_share" in o else ""
     return (f"{o['status']}: {len(o['leaves'])} opaque leaves ({', '.join(o['leaves'][:3])}"
-            f"{', ...' if len(o['leaves']) > 3 else ''}), {100 * o['share']:.1f} % of the parameters")
+            f"{', ...' if len(o['leaves']) > 3 else ''}), {100 * o['share']:.1f} % of the parameters{real}")
 
 
-__all__ = ["opaque_parameters", "opaque_row", "opaque_text"]
+__all__ = ["opaque_parameters", "opaque_row", "opaque_text", "share_of"]

@@ -8,7 +8,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from benchmarks.sweep_transformers import transformers_model, transformers_params
+from benchmarks.sweep_transformers import transformers_default_on_meta, transformers_model, transformers_params
 from benchmarks.sweep_zoos import brevitas_models, diffusers_blocks
 
 #: the side torchvision's R-CNN, RetinaNet and FCOS models resize images to in the sweep (their default is 800)
@@ -127,6 +127,13 @@ def build(zoo: str, name: str, size: int) -> tuple[Any, tuple, dict]:
     raise ValueError(zoo)
 
 
+def default_on_meta(zoo: str, name: str) -> Any:
+    """The model at its default configuration's dimensions on ``meta`` where the sweep builds a shrunk one
+    (transformers), else None (timm and torchvision models are built at their own dimensions; diffusers' blocks
+    come from tiny configurations with no default to compare with)."""
+    return transformers_default_on_meta(name) if zoo == "transformers" else None
+
+
 def params_on_meta(zoo: str, name: str) -> int | None:
     if zoo == "transformers":
         return transformers_params(name)
@@ -144,4 +151,4 @@ def params_on_meta(zoo: str, name: str) -> int | None:
     return sum(p.numel() for p in model.parameters())
 
 
-__all__ = ["build", "params_on_meta", "timm_names", "torchvision_names"]
+__all__ = ["build", "default_on_meta", "params_on_meta", "timm_names", "torchvision_names"]

@@ -347,6 +347,16 @@ def transformers_params(model_type: str) -> int | None:
     return min(sizes, default=None)
 
 
+def transformers_default_on_meta(model_type: str) -> Any:
+    """The model of ``model_type``'s default configuration (its real dimensions), built on ``meta``: what the
+    shrunk model's shares are measured against again (:mod:`benchmarks.sweep_opaque`)."""
+    import torch
+    from transformers import AutoModel
+
+    with torch.device("meta"):
+        return AutoModel.from_config(_default(model_type))
+
+
 def transformers_model(model_type: str, max_params: float = MAX_PARAMS) -> tuple[Any, tuple, dict]:
     """The first candidate model of ``model_type`` (random weights) that runs in eager mode on one of its input
     candidates, with those inputs as keyword arguments.
@@ -378,4 +388,5 @@ def transformers_model(model_type: str, max_params: float = MAX_PARAMS) -> tuple
     raise first or ValueError(f"no candidate configuration of {model_type!r} builds")
 
 
-__all__ = ["candidates", "transformers_model", "transformers_names", "transformers_params"]
+__all__ = ["candidates", "transformers_default_on_meta", "transformers_model", "transformers_names",
+           "transformers_params"]

@@ -57,3 +57,37 @@ def test_rows_are_kept_as_json_lines_and_merged(tmp_path):
     merged = read_rows([tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
     assert sorted((r["name"], r["status"]) for r in merged) == [("m0", "exact"), ("m1", "exact")]
     assert table("timm", merged).index("| m0 |") < table("timm", merged).index("| m1 |")
+
+
+def test_the_opaque_column_states_the_default_dimension_share_too():
+    rows = [{"name": n, "status": "export failed X", "opaque": {"status": "exact", "leaves": [""], "share": s,
+                                                                 "real_share": r}}
+            for n, s, r in (("a", 0.9, 0.1), ("b", 0.5, 0.3), ("c", 0.1, 0.2))]
+    text = table("transformers", rows)
+    assert "median 50.0 %, max 90.0 %; at the default configurations' dimensions (3 models): median 20.0 %, " \
+           "max 30.0 %" in text
+    assert "90.0 % of the parameters (10.0 % at the default configuration's dimensions)" in text
+
+
+def test_the_share_counts_by_the_innermost_opaque_leaf_or_child_traced_alone():
+    from torch import nn
+
+    from benchmarks.sweep_opaque import _qualname, share_of
+
+    def model(layers: int, width: int) -> nn.Module:
+        root = nn.Module()
+        root.embed = nn.Linear(4, 4, bias=False)  # 16 parameters, outside every region
+        root.layers = nn.ModuleList(nn.Sequential(nn.Linear(width, width, bias=False)) for _ in range(layers))
+        return root
+
+    small = model(2, 2)  # 16 + 2 * 4 parameters; layer 0 opaque, layer 1 traced alone with an opaque leaf inside
+    kinds = {"layers.0": True, "layers.1": False, "layers.1.0": True}
+    regions = {p: (_qualname(m), kinds.get(p)) for p, m in small.named_modules()}
+    assert share_of(small, regions) == 8 / 24  # layer 0's and layer 1's inner leaf's, not the embedding's
+    kinds["layers.1.0"] = None
+    regions = {p: (_qualname(m), kinds.get(p)) for p, m in small.named_modules()}
+    assert share_of(small, regions) == 4 / 24
+    big = model(5, 8)  # 16 + 5 * 64: layer 0 opaque, layers 1-4 take the last small layer's kind (traced alone)
+    assert share_of(big, regions) == 64 / 336
+    regions["layers.1"] = (regions["layers.1"][0], True)
+    assert share_of(big, regions) == 320 / 336

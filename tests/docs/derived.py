@@ -31,6 +31,13 @@ def transformers_opaque() -> tuple[str, ...]:
     return exact, cannot, version, equal
 
 
+def transformers_real_share() -> tuple[str]:
+    """README's median share of parameters inside opaque leaves at transformers 5.24's default dimensions."""
+    text = s.cell("results-sweep-opaque.md", None, "transformers 5.24.0...",
+                  "the same at the default configuration's dimensions")
+    return (re.match(r"median ([\d.]+) %", text).group(1),)
+
+
 def brevitas_opaque() -> tuple[str, ...]:
     """README's brevitas figure: how many examples export could not trace (all of them exact with opaque leaves
     then, and by default now)."""

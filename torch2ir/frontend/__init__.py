@@ -4,7 +4,9 @@
   to preserve), its log output kept quiet (:mod:`.logs`);
 - :mod:`.hooks`: module hooks carried where the trace shows their ops, refused by name elsewhere;
 - :mod:`.functional_calls`: ``FloatFunctional``-like modules made visible to the trace;
-- :mod:`.custom_backward`: custom ``autograd.Function`` classes the forward calls (their backward is not in the trace).
+- :mod:`.custom_backward`: custom ``autograd.Function`` classes the forward calls (their backward is not in the trace);
+- :mod:`.transformers_masks`: transformers' bidirectional mask skipped while exporting exactly when eager mode
+  skips it (an unpadded call), so the trace computes what the eager call computed.
 
 May import: ``common`` (its core) and torch. Never ``ir2torch``; nothing of the later stages of ``torch2ir``.
 """

@@ -239,12 +239,25 @@ def constructor_arguments(module: nn.Module, others: Mapping[str, Any], path: st
     return init
 
 
+def _same_arguments(again: tuple, value: tuple) -> bool:
+    """A partial's arguments: plain values equal (and of the same type), others as :func:`_same`."""
+    pairs = zip(again, value, strict=False)
+    return len(again) == len(value) and all(
+        type(a) is type(b) and a == b if check_value(b) is None else _same(a, b) for a, b in pairs)
+
+
 def _same(again: Any, value: Any) -> bool:
     """Whether a freshly constructed module's attribute stands for the original's: same type; tensors of the same
     shape, dtype and values; configuration objects with the same values; containers item by item; functions and
-    methods the same function. Other objects: the same type (their state is the constructor's)."""
+    methods the same function; ``functools.partial`` objects the same function with equal arguments (transformers'
+    ``GELUTanh`` holds ``partial(gelu, approximate="tanh")``). Other objects: the same type (their state is the
+    constructor's)."""
     if type(again) is not type(value):
         return False
+    if isinstance(value, functools.partial):
+        return again.func is value.func and _same_arguments(again.args, value.args) and \
+            again.keywords.keys() == value.keywords.keys() and \
+            _same_arguments(tuple(again.keywords.values()), tuple(value.keywords.values()))
     if isinstance(value, torch.Tensor):
         return again.shape == value.shape and again.dtype == value.dtype and torch.equal(again.cpu(), value.cpu())
     if isinstance(value, dict):

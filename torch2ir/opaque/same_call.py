@@ -1,17 +1,15 @@
 """Whether an opaque leaf is called while traced as it was in the eager call whose outputs its stand-in repeats.
 
-A model can take another path under ``torch.export`` than in eager mode without reading any data: transformers
-builds an attention mask when it is exporting (``masking_utils._ignore_bidirectional_mask_sdpa`` skips the mask
-in eager mode when there is no padding), so Autoformer's encoder layers get ``attention_mask=None`` in eager mode
-and a tensor while traced. The rebuilt model replays the trace, so an opaque leaf whose traced call differs from
-its eager call would run its real forward on inputs the original never gave it (Autoformer's attention then
-fails, or a leaf would silently compute something else). Each call of an opaque leaf is therefore compared with
-the eager call of the same index: the structure of its arguments (``None`` against a tensor included), each
-tensor's shape and dtype, each plain value, each other object's type. A difference is an
-:class:`~torch2ir.frontend.export.OpaqueCallError` naming the argument, which ``opaque="auto"`` answers by keeping the
-caller opaque instead, up the tree, until the calls agree (Autoformer: the encoder and decoder, which build the
-masks themselves, their layers traced on their own on their eager inputs).
-"""
+A model can take another path under ``torch.export`` than in eager mode without reading any data (a branch on
+``torch.compiler.is_exporting()``; transformers built its bidirectional attention mask only when exporting, until
+:mod:`torch2ir.frontend.transformers_masks` made the trace skip it as eager mode does). The rebuilt model replays
+the trace, so an opaque leaf whose traced call differs from its eager call would run its real forward on inputs
+the original never gave it. Each call of an opaque leaf is therefore compared with the eager call of the same
+index: the structure of its arguments (``None`` against a tensor included), each tensor's shape and dtype, each
+plain value, each other object's type. A difference is an :class:`~torch2ir.frontend.export.OpaqueCallError`
+naming the argument, which ``opaque="auto"`` answers by keeping the caller opaque instead, up the tree, until the
+calls agree. A tensor size the trace computes from data (an unbacked symbol) cannot be compared while tracing:
+it is asserted equal to the eager one in the graph instead (a rebuild on data giving another size raises)."""
 
 from __future__ import annotations
 
@@ -36,8 +34,11 @@ def call_record(args: tuple, kwargs: Mapping[str, Any]) -> tuple[Any, list[tuple
 
 def _leaf(x: Any) -> tuple[Any, ...]:
     if isinstance(x, torch.Tensor):
-        with torch._C.DisableTorchFunction():
-            return ("tensor", tuple(int(s) for s in x.shape), x.dtype)
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+        with torch._C.DisableTorchFunction():  # a size computed from data is named, never read
+            return ("tensor", tuple(str(s) if isinstance(s, torch.SymInt) and free_unbacked_symbols(s) else int(s)
+                                    for s in x.shape), x.dtype)
     if isinstance(x, _PLAIN):
         return ("value", x)
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -64,13 +65,37 @@ def _text(leaf: tuple[Any, ...]) -> str:
 def difference(eager: tuple[Any, list[tuple[Any, ...]]], args: tuple, kwargs: Mapping[str, Any]) -> str | None:
     """How the traced call ``(args, kwargs)`` differs from the eager call's record (``None``: it does not)."""
     spec, leaves = eager
-    traced_spec, traced = call_record(args, kwargs)
+    values, traced_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     if traced_spec != spec:
         return _structure(spec, traced_spec, args, kwargs)
-    for i, (a, b) in enumerate(zip(leaves, traced)):
+    for i, (a, x) in enumerate(zip(leaves, values)):
+        if a[0] == "tensor" and isinstance(x, torch.Tensor) and _same_tensor(a, x):
+            continue
+        b = _leaf(x)
         if not _same(a, b):
             return f"its argument {_argument(spec, i)} is {_text(b)} while traced, {_text(a)} in eager mode"
     return None
+
+
+def _same_tensor(eager: tuple[Any, ...], x: torch.Tensor) -> bool:
+    """Whether the traced tensor ``x`` has the eager call's dtype and shape. A size the trace computes from data
+    (an unbacked symbol: Qwen3-VL's ``cu_seqlens``, as long as the images' patch grid has entries) cannot be read
+    while tracing: it is asserted instead (``torch._check``, a runtime assertion in the graph), so a rebuild called
+    on data giving another size raises rather than run the leaf on a call its eager outputs do not stand for."""
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    with torch._C.DisableTorchFunction():
+        shape = tuple(x.shape)
+        if x.dtype != eager[2] or len(shape) != len(eager[1]):
+            return False
+        for size, expected in zip(shape, eager[1], strict=True):
+            if isinstance(size, torch.SymInt) and free_unbacked_symbols(size):
+                torch._check(size == expected, lambda size=size, expected=expected: (
+                    f"an opaque leaf's input size {size} computed from data is not {expected}, as in the eager "
+                    "call whose outputs stand in for it"))
+            elif int(size) != expected:
+                return False
+    return True
 
 
 def _structure(spec: Any, traced_spec: Any, args: tuple, kwargs: Mapping[str, Any]) -> str:

@@ -82,7 +82,7 @@ PRECONDITION_FREE_COMPOSITES = frozenset({
     "aten.broadcast_tensors.default", "aten.clip.default", "aten.grid_sampler.default", "aten.linalg_norm.default",
     "aten.log_sigmoid.default", "aten.max_pool1d.default", "aten.movedim.int", "aten.narrow.default",
     "aten.outer.default", "aten.swapaxes.default", "aten.tile.default", "aten.upsample_linear1d.vec",
-    "aten.where.ScalarSelf", "aten.var.dim", "aten.isclose.default",
+    "aten.where.ScalarSelf", "aten.var.dim", "aten.isclose.default", "aten.conv_transpose1d.default",
 })
 
 #: Python-level functions (:mod:`common.python_functions`) that compute on Python numbers, symbolic sizes or

@@ -80,6 +80,11 @@ def _samples() -> dict[str, list[Callable[[], Any]]]:
         "aten.isclose.default": [lambda: A.isclose.default(x, x * 1.5, 1e-5, 1e-8, False),
                                  lambda: A.isclose.default(x, x, 0.0, 0.0, True),
                                  lambda: A.isclose.default(ints[0], ints[1], 1e-5, 1e-8, False)],
+        "aten.conv_transpose1d.default": [
+            lambda s=s, p=p, o=o, g=g, d=d: A.conv_transpose1d.default(x[:, :2] if g == 2 else x,
+                                                                     torch.randn(2 if g == 2 else 3, 2, 3), None,
+                                                                     [s], [p], [o], g, [d])
+            for s, p, o, g, d in itertools.product((1, 2), (0, 1), (0, 1), (1, 2), (1, 2)) if o < max(s, d)],
         "aten.var.dim": [lambda: A.var.dim(x, [1], True, True), lambda: A.var.dim(x, None, False, False),
                          lambda: A.var.dim(x, [-1, 0], False, True)],
     }

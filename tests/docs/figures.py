@@ -185,6 +185,9 @@ FIGURES: list[Figure] = [
            r"([\d.]+) between the runs \(median ([\d.]+)\): a quiet machine is needed to say which dense rows are "
            r"within 1\.05x, and Mixtral (is not|may be)\.", lambda: (*g.summary()[:7], *g.summary()[8:],
                                                                     g.summary()[7])),
+    Figure("docs/performance.md", "generate(): the unoptimised rebuild",
+           r"\(`fold_constants=False`\) is (\S+) at Llama batch (\d+) dynamic, (\S+) at Qwen2's, (\S+) for Mixtral\.",
+           g.unfolded),
     Figure("docs/performance.md", "generate(): settings",
            r"(\d+) new tokens a run, the models' runs alternating for (\d+) rounds \(the order reversed every other "
            r"round\), (\d+) thread, prompt (\d+), greedy; .*?Small configs \((\d+) layers, hidden size (\d+), "

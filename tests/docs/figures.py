@@ -188,6 +188,9 @@ FIGURES: list[Figure] = [
            r"([\d.]+) between the runs \(median ([\d.]+)\): a quiet machine is needed to say which dense rows are "
            r"within 1\.05x, and Mixtral (is not|may be)\.", lambda: (*g.summary()[:7], *g.summary()[8:],
                                                                     g.summary()[7])),
+    Figure("docs/performance.md", "generate(): the unoptimised rebuild",
+           r"\(`fold_constants=False`\) is (\S+) at Llama batch (\d+) dynamic, (\S+) at Qwen2's, (\S+) for Mixtral\.",
+           g.unfolded),
     Figure("docs/performance.md", "generate(): settings",
            r"(\d+) new tokens a run, the models' runs alternating for (\d+) rounds \(the order reversed every other "
            r"round\), (\d+) thread, prompt (\d+), greedy; .*?Small configs \((\d+) layers, hidden size (\d+), "
@@ -212,6 +215,22 @@ FIGURES: list[Figure] = [
     Figure("docs/performance.md", "generate(): cache copies",
            r"for (\d+) layers, (\d+) copies of the past and (\d+) lifted constants a step",
            lambda: (g.settings()[4], *[str(2 * int(g.settings()[4]))] * 2)),
+    # one decoding step, timed and counted (benchmarks/results-generate-step.md)
+    Figure("docs/performance.md", "generate() step: Llama's ops",
+           r"\*\*the attention mask\*\*, (\d+) more ATen ops .*?through the dispatcher \((\d+) a step, .*?With them "
+           r"its step runs (\d+) ATen ops, eager's (\d+),", g.step_llama),
+    Figure("docs/performance.md", "generate() step: Mixtral's ops",
+           r"are in its fake kernel\): (\d+) calls a step, .*?many small modules: (\d+) ATen ops a step, eager's "
+           r"(\d+)\.", lambda: (*g.step_ops("mixtral", (g.EXPERTS_OFF, "experts' Python loop")),
+                                *g.step_ops("mixtral", (g.NO_BUDGETS, "ATen ops"), ("original", "ATen ops")))),
+    Figure("docs/performance.md", "generate() step: the mask",
+           r"Llama with the mask built and made in one op: (\S+) and (\S+) in the step timing",
+           lambda: g.step_ratios("llama", g.MASK_BUILT, g.NO_BUDGETS)),
+    Figure("docs/performance.md", "generate() step: the experts",
+           r"Mixtral with the experts' Python loop and with `_grouped_mm`: (\S+) and (\S+) in the step timing",
+           lambda: g.step_ratios("mixtral", g.EXPERTS_OFF, g.NO_BUDGETS)),
+    Figure("docs/performance.md", "generate() step: size reads", r"a Llama step's `sym_size` reads: (\d+) and (\d+)\)",
+           lambda: g.step_ops("llama", (g.SIZES_OFF, "`sym_size` reads"), (g.NO_BUDGETS, "`sym_size` reads"))),
     *(Figure("docs/performance.md", f"embedding's bounds read at once ({i})", rx,
              lambda: (str(s.literal("ir2torch/run_safety/index_checks.py", "_FEW")),))
       for i, rx in enumerate([r"index bounds of at most (\d+) values", r"the bounds of at most (\d+) indices"])),

@@ -14,6 +14,7 @@ RESULTS = "results-generate.md"
 TARGET = 1.05  # issue 52: at most 1.05x of the original per token
 DENSE = ("llama", "gpt2", "qwen2", "gemma2")
 DEFAULT, NO_BUDGETS, FIRST = "rebuilt (default)", "no budgets", "default, first run"
+UNFOLDED = "`fold_constants=False`"
 
 
 def runs() -> list[list[dict[str, str]]]:
@@ -112,6 +113,16 @@ def first_run() -> tuple[str, str]:
             f"{round(min(ms), -1):.0f}-{round(max(ms), -1):.0f}")
 
 
+def unfolded() -> tuple[str, str, str, str]:
+    """The ``fold_constants=False`` rebuild's ratios over the runs: Llama's and Qwen2's batch-1 dynamic rows (and that
+    batch), every Mixtral row."""
+    def span(model: str, batch: str | None = None) -> str:
+        return _span([ratio(r, UNFOLDED) for rows in runs() for r in rows if r["model"] == model and
+                      (batch is None or (r["batch"], r["cache"]) == (batch, "dynamic"))])
+
+    return span("llama", "1"), "1", span("qwen2", "1"), span("mixtral")
+
+
 def budget_lookup() -> tuple[str, str]:
     """The default rebuild against no budgets, row by row (ratio of the ratios, in %): the median and the span."""
     changes = [100 * (ratio(r, DEFAULT) / ratio(r, NO_BUDGETS) - 1) for rows in runs() for r in rows]
@@ -154,3 +165,47 @@ def gqa_cases() -> tuple[str]:
     """The cases ``ir2torch/codegen/grouped_attention.py``'s docstring says were compared bit for bit."""
     text = (s.ROOT / "ir2torch" / "codegen" / "grouped_attention.py").read_text(encoding="utf-8")
     return (re.search(r"same order: ([\d,]+) cases", text).group(1),)
+
+
+STEP = "results-generate-step.md"  # benchmarks/generate_step.py: one decoding step, timed and counted
+STEP_OPS = "Ops of one step"  # the line above its ops table
+ALL_OFF, MASK_BUILT = "fast paths off (diagnostic)", "no budgets, mask built"
+SIZES_OFF, EXPERTS_OFF = "no budgets, sizes by `sym_size`", "no budgets, experts' Python loop"
+
+
+def step_ratios(model: str, *columns: str) -> tuple[str, ...]:
+    """The step timing's ratios of ``model``'s rebuilds ``columns``, as the table writes them (``"1.05x"``)."""
+    head = (s.BENCH / STEP).read_text(encoding="utf-8").split(STEP_OPS)[0]
+    rows = [dict(zip(keys, cells)) for keys, cells in _keyed(head) if cells[0] == model]
+    assert len(rows) == 1, (model, rows)
+    return tuple(rows[0][f"{column} ratio"] for column in columns)
+
+
+def _keyed(text: str) -> list[tuple[list[str], list[str]]]:
+    """The rows of the Markdown tables of ``text``, each with its table's keys (a ``ratio`` column keyed
+    ``"<the column before it> ratio"``)."""
+    out, keys = [], None
+    for line in text.splitlines():
+        if not line.startswith("|") or line.startswith("|--"):
+            keys = None if not line.startswith("|") else keys
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if keys is None:
+            keys = [f"{cells[j - 1]} ratio" if c == "ratio" else c for j, c in enumerate(cells)]
+        else:
+            out.append((keys, cells))
+    return out
+
+
+def step_ops(model: str, *cells: tuple[str, str]) -> tuple[str, ...]:
+    """Cells ``(run, column)`` of the step's ops table for ``model``."""
+    rows = {row["run"]: row for row in s.table(STEP, STEP_OPS) if row["model"] == model}
+    return tuple(rows[run][column] for run, column in cells)
+
+
+def step_llama() -> tuple[str, str, str, str]:
+    """The ATen ops the mask adds to a Llama step (mask built against no budgets), its ``sym_size`` reads with the
+    fast paths off, the ATen ops of the no-budget rebuild and of the original."""
+    built, bare, sizes, original = step_ops("llama", (MASK_BUILT, "ATen ops"), (NO_BUDGETS, "ATen ops"),
+                                            (ALL_OFF, "`sym_size` reads"), ("original", "ATen ops"))
+    return str(int(built) - int(bare)), sizes, bare, original

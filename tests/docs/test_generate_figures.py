@@ -45,3 +45,24 @@ def test_one_run_has_no_spread_to_quote(tmp_path: Path, monkeypatch: pytest.Monk
     with pytest.raises(AssertionError, match="one run"):
         g.moves()
     assert g.verdict()[1] == "Mixtral's too on some"
+
+
+def test_step_figures_read_the_step_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step timing's ratios are keyed by the column before them; the ops table is read by run; the mask's ops
+    are the mask-built row's ATen ops over the no-budget row's."""
+    columns = ["rebuilt (default)", g.NO_BUDGETS, g.MASK_BUILT, g.SIZES_OFF, g.EXPERTS_OFF, g.ALL_OFF]
+    head = "| model | original us/step | " + " | ".join(f"{c} | ratio" for c in columns) + " | logits equal |\n"
+    times = "".join(f"| {model} | 100 | " + " | ".join(f"1{i} | 1.0{i}x" for i in range(6)) + " | yes |\n"
+                    for model in ("llama", "mixtral"))
+    ops = {"original": (240, 0, 0), g.NO_BUDGETS: (250, 1, 0), g.MASK_BUILT: (276, 1, 0), g.SIZES_OFF: (262, 13, 0),
+           g.EXPERTS_OFF: (250, 1, 8), g.ALL_OFF: (290, 15, 8)}
+    rows = "".join(f"| {model} | {run} | {n} | 0 | {sizes} | {loop} | 0 |\n" for model in ("llama", "mixtral")
+                   for run, (n, sizes, loop) in ops.items())
+    (tmp_path / g.STEP).write_text(
+        f"# generate(): one decoding step\n\nBatch 1.\n\n{head}|---|---|{'---|---|' * 6}---|\n{times}\n"
+        f"{g.STEP_OPS} (`torch.profiler`).\n\n| model | run | ATen ops | mask comparisons (`le`) | `sym_size` reads | "
+        f"experts' Python loop | `_grouped_mm` |\n|---|---|---|---|---|---|---|\n{rows}", encoding="utf-8")
+    monkeypatch.setattr(sources, "BENCH", tmp_path)
+    assert g.step_ratios("mixtral", g.MASK_BUILT, g.NO_BUDGETS) == ("1.02x", "1.01x")
+    assert g.step_llama() == ("26", "15", "250", "240")
+    assert g.step_ops("mixtral", (g.EXPERTS_OFF, "experts' Python loop")) == ("8",)

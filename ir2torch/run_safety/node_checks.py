@@ -7,7 +7,9 @@ such an operator; code generation (:mod:`ir2torch.codegen`) asks :func:`checked_
 ``call_function`` target and :func:`module_needs_checks` (at each call) for a module that is not generated code:
 
 - an ATen overload with a precondition and its own kernel: its precondition is tested on the node's arguments,
-  then the overload runs (:class:`CheckedCall`, one Python call more than the bare op);
+  then the overload runs (:class:`CheckedCall`, one Python call more than the bare op); an ``index`` /
+  ``index_put`` whose indices the graph proves in range (:mod:`~ir2torch.run_safety.index_provenance`) has their
+  shapes compared instead of their values read, where that settles it;
 - an overload that is a composite (``CompositeImplicitAutograd``: its C++ decomposition calls other operators)
   and is not known to reach no precondition (:data:`PRECONDITION_FREE_COMPOSITES`), a Python-level function of
   torch that dispatches to operators, a ``getitem`` with a computed index, and a module whose code is not
@@ -39,6 +41,8 @@ from torch import fx, nn
 from torch.nn.modules import module as _module
 
 from ir2torch.run_safety.checked import Checked as _Checked
+from ir2torch.run_safety.index_checks import bind
+from ir2torch.run_safety.index_provenance import INDEXING, check_proven, proven_indices
 from ir2torch.run_safety.op_modes import DataChecks, Tally, no_caller_write
 from ir2torch.run_safety.op_preconditions import PRECONDITIONS, check_preconditions, qualified
 from ir2torch.run_safety.writes import CALLER, writes_in_place
@@ -143,6 +147,19 @@ def _run_precondition(key: str, call: Any, name: str, *args: Any, **kwargs: Any)
     return call(*args, **kwargs)
 
 
+def _run_index_proven(key: str, proofs: tuple[tuple[int, int, int], ...], call: Any, name: str, *args: Any,
+                      **kwargs: Any) -> Any:
+    """:func:`_run_precondition` of an ``index`` / ``index_put`` node some of whose indices are proven in range
+    (:mod:`~ir2torch.run_safety.index_provenance`): their values are read only when their shapes do not settle it."""
+    if not tracing():
+        bound = bind(key, args, kwargs)
+        problem = check_proven(bound.get("self"), bound.get("indices"), proofs,
+                               lambda: PRECONDITIONS[key](*args, **kwargs))
+        if problem is not None:
+            raise RuntimeError(f"{name}: {problem}; refused before it runs")
+    return call(*args, **kwargs)
+
+
 def _run_data_checked(call: Any, *args: Any, **kwargs: Any) -> Any:
     if tracing() or _covered():
         return call(*args, **kwargs)
@@ -179,7 +196,9 @@ def checked_target(call: Any, node: fx.Node | None = None) -> Any:
         if composite and name not in PRECONDITION_FREE_COMPOSITES:
             target = _named(CheckedCall(_run_data_checked, call), overload, call)
         elif check is not None:
-            target = _named(CheckedCall(_run_precondition, name, call, str(overload)), overload, call)
+            proofs = proven_indices(node) if node is not None and overload in INDEXING else ()
+            target = _named(CheckedCall(_run_index_proven, name, proofs, call, str(overload)) if proofs else
+                            CheckedCall(_run_precondition, name, call, str(overload)), overload, call)
         if writes_in_place(overload):
             return _named(CheckedCall(_run_write_checked, overload, target), overload, call)
         return target

@@ -68,10 +68,15 @@ HOSTILE = {
 }
 
 
-def _convert(fn: Any, args: tuple) -> nn.Module:
+#: A rebuild with its memory and compute budgets (probed on fake tensors first), and one without.
+LIMITS = {"budgets": {}, "no_budgets": {"max_bytes": None, "max_flops": None}}
+
+
+def _convert(fn: Any, args: tuple, limits: str = "budgets") -> nn.Module:
     model = _Fn(fn)
     dims = ({0: Dim("a", max=64)}, {0: Dim("b", max=64)}, None)
-    return ir2torch.convert(torch2ir.convert(model, args, dynamic_shapes=dims), model.state_dict())
+    return ir2torch.convert(torch2ir.convert(model, args, dynamic_shapes=dims), model.state_dict(),
+                            **LIMITS[limits])
 
 
 def _index_nodes(rebuilt: nn.Module) -> list[fx.Node]:
@@ -92,10 +97,11 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, ...]]:
     return seen
 
 
+@pytest.mark.parametrize("limits", sorted(LIMITS))
 @pytest.mark.parametrize("name", sorted(PROVEN))
-def test_proven_indices_are_not_read_and_equal_eager(name: str, reads: list) -> None:
+def test_proven_indices_are_not_read_and_equal_eager(name: str, limits: str, reads: list) -> None:
     fn, args, other = PROVEN[name]
-    rebuilt = _convert(fn, args)
+    rebuilt = _convert(fn, args, limits)
     nodes = _index_nodes(rebuilt)
     assert nodes and all(proven_indices(n) for n in nodes), [n.format_node() for n in nodes]
     for inputs in (args, other):
@@ -103,9 +109,10 @@ def test_proven_indices_are_not_read_and_equal_eager(name: str, reads: list) -> 
     assert reads == []
 
 
-def test_a_proven_index_whose_shapes_do_not_settle_it_is_read_and_refused(reads: list) -> None:
+@pytest.mark.parametrize("limits", sorted(LIMITS))
+def test_a_proven_index_whose_shapes_do_not_settle_it_is_read_and_refused(limits: str, reads: list) -> None:
     fn, args, _ = PROVEN["sort_floor_divide"]
-    rebuilt = _convert(fn, args)
+    rebuilt = _convert(fn, args, limits)
     x, y = torch.randn(3), torch.randn(8)  # indices // 2 reach 3: the bound (8 - 1) // 2 is not below 3
     with pytest.raises(IndexError):
         fn(x, y, args[2])
@@ -114,10 +121,11 @@ def test_a_proven_index_whose_shapes_do_not_settle_it_is_read_and_refused(reads:
     assert reads == [(8,)]
 
 
+@pytest.mark.parametrize("limits", sorted(LIMITS))
 @pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_provenance_keeps_the_check(name: str, reads: list) -> None:
+def test_hostile_provenance_keeps_the_check(name: str, limits: str, reads: list) -> None:
     fn, honest, hostile = HOSTILE[name]
-    rebuilt = _convert(fn, honest)
+    rebuilt = _convert(fn, honest, limits)
     nodes = _index_nodes(rebuilt)
     assert nodes and not any(proven_indices(n) for n in nodes)
     assert torch.equal(rebuilt(*honest), fn(*honest))

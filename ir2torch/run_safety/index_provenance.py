@@ -18,7 +18,8 @@ The proof rules (a node's value is "bounded by ``(dim, divisor)``": every elemen
 1. ``operator.getitem(aten.sort(x, dim, ...), 1)`` and ``aten.argsort(x, dim, ...)`` (``default`` and ``stable``
    overloads), ``dim`` a Python ``int`` (default ``-1``): bounded by ``(dim, 1)``. The indices of a sort along
    ``dim`` are positions along ``dim`` and have ``x``'s shape (ATen's kernels; the sort raises for an invalid
-   ``dim``).
+   ``dim``). The sort's tuple is read only by ``getitem`` 0 or 1, and every ``getitem`` 1 of it is held to the
+   rule below on writes (they are one tensor).
 2. ``aten.floor_divide(a, c)`` (``default`` and ``Scalar``) of a value ``a`` bounded by ``(dim, k)``, ``c`` a
    Python ``int`` above 0 (not a bool, not a tensor): bounded by ``(dim, k * c)`` (non-negative values floor-divided
    by a positive number stay non-negative, and ``(n // k) // c == n // (k * c)``; the shape is ``a``'s).
@@ -43,10 +44,10 @@ Not proven (their checks stay; ``tests/security/test_index_provenance.py`` plant
 (``to``: a narrower dtype wraps) or clamped, an index that is a graph input or a constant of the file, ``arange``
 outside rule 3, ``one_hot`` / ``where`` / ``nonzero`` results.
 
-The proofs are made on the module's graph as its code is generated and travel with the node's target into the
-folded forward's copy of the graph (:mod:`ir2torch.codegen.fold_cache`), whose rewrites replace nodes only by ones
-computing the same values (constants, size reads, the experts' product, the mask); a rewrite that changed a value a
-proof rests on would have to drop the proof.
+The proofs are made on each graph as its code is generated: a node's checked target copied into another graph
+(the folded forward of :mod:`ir2torch.codegen.fold_cache`, a variant, both rewritten: constants, size reads, the
+experts' product, the mask) is proved again on that graph, and keeps only what it proves
+(:func:`ir2torch.run_safety.node_checks.checked_target`).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def _sort_indices(node: Any) -> fx.Node | None:
     if not isinstance(node, fx.Node):
         return None
     if node.op == "call_function" and node.target is operator.getitem and len(node.args) == 2 \
-            and node.args[1] == 1 and _is_int(node.args[1]) and _SORTS.get(_op(node.args[0])) is True:
+            and _is_int(node.args[1]) and node.args[1] == 1 and _SORTS.get(_op(node.args[0])) is True:
         return node.args[0]
     return node if _SORTS.get(_op(node)) is False else None
 
@@ -141,7 +142,15 @@ def _bound(node: Any, chain: list[tuple[fx.Node, fx.Node | None]]) -> Bound | No
         dim = _sort_dim(sort)
         if dim is None:
             return None
-        chain.append((node, None))
+        if sort is node:  # argsort: the indices themselves
+            chain.append((node, None))
+            return dim, 1
+        for user in sort.users:  # every node of the tuple's indices is the same tensor: all are held to the rule
+            if user.op != "call_function" or user.target is not operator.getitem or len(user.args) != 2 or \
+                    not _is_int(user.args[1]) or user.args[1] not in (0, 1):
+                return None
+            if user.args[1] == 1:
+                chain.append((user, None))
         return dim, 1
     op = _op(node)
     if op in _FLOOR_DIVIDE and len(node.args) == 2 and not node.kwargs:

@@ -182,11 +182,30 @@ def _named(wrapper: Any, overload: Any, call: Any) -> Any:
     return wrapper
 
 
+def _reproved(call: CheckedCall, node: fx.Node | None) -> Any:
+    """A checked call copied into another graph (a folded forward, a variant, whose rewrites may have replaced the
+    nodes a proof rested on) keeps the index proofs that graph proves, and no other."""
+    if node is None:
+        return call
+    if call.func is _run_write_checked:
+        inner = _reproved(call.args[1], node)
+        return call if inner is call.args[1] else \
+            _named(CheckedCall(_run_write_checked, call.args[0], inner), call.args[0], inner)
+    if call.func is not _run_index_proven:
+        return call
+    key, proofs, inner_call, name = call.args
+    now = proven_indices(node)
+    if now == proofs:
+        return call
+    return _named(CheckedCall(_run_index_proven, key, now, inner_call, name) if now else
+                  CheckedCall(_run_precondition, key, inner_call, name), call.overload, inner_call)
+
+
 def checked_target(call: Any, node: fx.Node | None = None) -> Any:
     """What a ``call_function`` node calling ``call`` runs: ``call`` itself, or a :class:`CheckedCall` (see the
     module docstring). ``call`` may be an ``OpOverload``, a ``DirectOp`` of one, or a Python function."""
     if isinstance(call, CheckedCall):
-        return call
+        return _reproved(call, node)
     overload = getattr(call, "overload", call)
     if isinstance(overload, torch._ops.OpOverload):
         name = qualified(overload)

@@ -20,8 +20,9 @@ from torch.export import Dim
 import ir2torch
 import torch2ir
 from common.errors import IRError
-from ir2torch.run_safety import index_checks, index_provenance
+from ir2torch.run_safety import index_checks, index_provenance, node_checks
 from ir2torch.run_safety.index_provenance import bound_of, proven_indices, settled
+from ir2torch.run_safety.node_checks import checked_target
 
 aten = torch.ops.aten
 
@@ -156,7 +157,8 @@ def test_an_index_of_the_file_keeps_the_check() -> None:
 
 def _graph(write: str) -> tuple[fx.Graph, fx.Node]:
     """``x[sort(y).indices]`` by hand, with the indices written in place (``write``: ``"direct"``, ``"view"``,
-    ``"out"``) or not (``""``); returns the graph and its index node."""
+    ``"out"``, through another ``getitem`` of the sort), passed to a module (``"module"``) or not (``""``); returns
+    the graph and its index node."""
     graph = fx.Graph()
     x, y, k = graph.placeholder("x"), graph.placeholder("y"), graph.placeholder("k")
     s = graph.call_function(operator.getitem, (graph.call_function(aten.sort.default, (y,)), 1))
@@ -168,6 +170,8 @@ def _graph(write: str) -> tuple[fx.Graph, fx.Node]:
         graph.call_function(aten.add.out, (k, k), {"out": s})
     elif write == "module":
         graph.call_module("m", (s,))
+    elif write == "second_getitem":  # the same tensor through another node of the sort's tuple
+        graph.call_function(aten.add_.Tensor, (graph.call_function(operator.getitem, (s.args[0], 1)), k))
     index = graph.call_function(aten.index.Tensor, (x, [s]))
     graph.output(index)
     return graph, index
@@ -175,7 +179,7 @@ def _graph(write: str) -> tuple[fx.Graph, fx.Node]:
 
 def test_indices_written_in_place_or_through_a_view_are_not_proven() -> None:
     assert proven_indices(_graph("")[1]) == ((0, -1, 1),)
-    for write in ("direct", "view", "out", "module"):
+    for write in ("direct", "view", "out", "module", "second_getitem"):
         assert proven_indices(_graph(write)[1]) == (), write
 
 
@@ -205,3 +209,16 @@ def test_settled_compares_shapes_only_for_integer_tensors() -> None:
     assert not settled(torch.zeros(4, dtype=torch.int8), -1, 1, 8)
     assert not settled(torch.zeros((), dtype=torch.long), 0, 1, 8)
     assert not settled(torch.zeros(4, dtype=torch.long), 1, 1, 8)
+
+
+def test_a_checked_call_copied_into_a_graph_that_does_not_prove_it_drops_the_proof() -> None:
+    """A folded forward or a variant (a copy of the graph, rewritten) goes through ``checked_target`` again: a node
+    whose indices the copy does not prove loses the proof its original had."""
+    graph, index = _graph("")
+    proven = checked_target(index.target, index)
+    assert proven.func is node_checks._run_index_proven and proven.args[1] == ((0, -1, 1),)
+    index.target = proven
+    assert checked_target(proven, index) is proven  # the same graph: kept as it is
+    index.args = (index.args[0], [graph.placeholder("planted")])  # a rewrite replaced the sort's indices
+    plain = checked_target(proven, index)
+    assert plain.func is node_checks._run_precondition and plain.overload is aten.index.Tensor

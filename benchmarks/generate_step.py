@@ -14,7 +14,10 @@ random weights), one step as ``generate()`` calls it (one new token, a past of `
   ``Tensor.size`` (off: ``aten.sym_size.int`` through the dispatcher) and experts' product as ``torch._grouped_mm``
   (off: transformers' operator and its Python loop, as the graph calls it; Llama has no experts: its column is
   the no-budget rebuild built again);
-- **fast paths off (diagnostic)**: the no-budget rebuild with all three off, as the rebuild ran before them.
+- **no budgets, indices read**: the no-budget rebuild with no index bound proven from the graph
+  (:mod:`ir2torch.run_safety.index_provenance`: the experts' sort indices are read at every call, as before it;
+  Llama has none);
+- **fast paths off (diagnostic)**: the no-budget rebuild with all four off, as the rebuild ran before them.
 
 The fast paths are switched off by replacing their functions while the rebuild is built and first called
 (:func:`fast_paths_off`); no API offers this (they are exact and checked at each call:
@@ -66,7 +69,8 @@ REBUILDS: dict[str, tuple[str, bool, frozenset[str]]] = {
     "mask": ("no budgets, mask built", False, frozenset({"mask"})),
     "sizes": ("no budgets, sizes by `sym_size`", False, frozenset({"sizes"})),
     "experts": ("no budgets, experts' Python loop", False, frozenset({"experts"})),
-    "slow": ("fast paths off (diagnostic)", False, frozenset({"mask", "sizes", "experts"})),
+    "indices": ("no budgets, indices read", False, frozenset({"indices"})),
+    "slow": ("fast paths off (diagnostic)", False, frozenset({"mask", "sizes", "experts", "indices"})),
 }
 #: Ops of a step counted by name (``torch.profiler``'s keys), with the column saying them.
 COUNTED = {"aten::le": "mask comparisons (`le`)", "aten::sym_size": "`sym_size` reads",
@@ -77,8 +81,10 @@ COUNTED = {"aten::le": "mask comparisons (`le`)", "aten::sym_size": "`sym_size` 
 def fast_paths_off(paths: frozenset[str]) -> Iterator[None]:
     """(Diagnostic) rebuilds built meanwhile do not take the fast paths of ``paths``: ``"mask"`` (no all-true mask
     made in one op: none is found), ``"sizes"`` (size reads stay ``aten.sym_size.int``), ``"experts"`` (the experts'
-    product stays transformers' operator, as the graph calls it: none is found)."""
+    product stays transformers' operator, as the graph calls it: none is found), ``"indices"`` (no index bound is
+    proven from the graph: every index's values are read, :mod:`ir2torch.run_safety.index_provenance`)."""
     from ir2torch.codegen import causal_mask, fast_paths
+    from ir2torch.run_safety import node_checks
 
     replaced: list[tuple[Any, str, Any]] = []
     if "mask" in paths:
@@ -88,6 +94,8 @@ def fast_paths_off(paths: frozenset[str]) -> Iterator[None]:
         replaced.append((fast_paths, "tensor_size", torch.ops.aten.sym_size.int))
     if "experts" in paths:
         replaced.append((fast_paths, "find", lambda graph: []))
+    if "indices" in paths:
+        replaced.append((node_checks, "proven_indices", lambda node: ()))
     originals = [(module, name, getattr(module, name)) for module, name, _ in replaced]
     for module, name, replacement in replaced:
         setattr(module, name, replacement)

@@ -7,7 +7,9 @@ such an operator; code generation (:mod:`ir2torch.codegen`) asks :func:`checked_
 ``call_function`` target and :func:`module_needs_checks` (at each call) for a module that is not generated code:
 
 - an ATen overload with a precondition and its own kernel: its precondition is tested on the node's arguments,
-  then the overload runs (:class:`CheckedCall`, one Python call more than the bare op);
+  then the overload runs (:class:`CheckedCall`, one Python call more than the bare op); an ``index`` /
+  ``index_put`` whose indices the graph proves in range (:mod:`~ir2torch.run_safety.index_provenance`) has their
+  shapes compared instead of their values read, where that settles it;
 - an overload that is a composite (``CompositeImplicitAutograd``: its C++ decomposition calls other operators)
   and is not known to reach no precondition (:data:`PRECONDITION_FREE_COMPOSITES`), a Python-level function of
   torch that dispatches to operators, a ``getitem`` with a computed index, and a module whose code is not
@@ -39,6 +41,8 @@ from torch import fx, nn
 from torch.nn.modules import module as _module
 
 from ir2torch.run_safety.checked import Checked as _Checked
+from ir2torch.run_safety.index_checks import bind
+from ir2torch.run_safety.index_provenance import INDEXING, check_proven, proven_indices
 from ir2torch.run_safety.op_modes import DataChecks, Tally, no_caller_write
 from ir2torch.run_safety.op_preconditions import PRECONDITIONS, check_preconditions, qualified
 from ir2torch.run_safety.writes import CALLER, writes_in_place
@@ -143,6 +147,19 @@ def _run_precondition(key: str, call: Any, name: str, *args: Any, **kwargs: Any)
     return call(*args, **kwargs)
 
 
+def _run_index_proven(key: str, proofs: tuple[tuple[int, int, int], ...], call: Any, name: str, *args: Any,
+                      **kwargs: Any) -> Any:
+    """:func:`_run_precondition` of an ``index`` / ``index_put`` node some of whose indices are proven in range
+    (:mod:`~ir2torch.run_safety.index_provenance`): their values are read only when their shapes do not settle it."""
+    if not tracing():
+        bound = bind(key, args, kwargs)
+        problem = check_proven(bound.get("self"), bound.get("indices"), proofs,
+                               lambda: PRECONDITIONS[key](*args, **kwargs))
+        if problem is not None:
+            raise RuntimeError(f"{name}: {problem}; refused before it runs")
+    return call(*args, **kwargs)
+
+
 def _run_data_checked(call: Any, *args: Any, **kwargs: Any) -> Any:
     if tracing() or _covered():
         return call(*args, **kwargs)
@@ -165,11 +182,30 @@ def _named(wrapper: Any, overload: Any, call: Any) -> Any:
     return wrapper
 
 
+def _reproved(call: CheckedCall, node: fx.Node | None) -> Any:
+    """A checked call copied into another graph (a folded forward, a variant, whose rewrites may have replaced the
+    nodes a proof rested on) keeps the index proofs that graph proves, and no other."""
+    if node is None:
+        return call
+    if call.func is _run_write_checked:
+        inner = _reproved(call.args[1], node)
+        return call if inner is call.args[1] else \
+            _named(CheckedCall(_run_write_checked, call.args[0], inner), call.args[0], inner)
+    if call.func is not _run_index_proven:
+        return call
+    key, proofs, inner_call, name = call.args
+    now = proven_indices(node)
+    if now == proofs:
+        return call
+    return _named(CheckedCall(_run_index_proven, key, now, inner_call, name) if now else
+                  CheckedCall(_run_precondition, key, inner_call, name), call.overload, inner_call)
+
+
 def checked_target(call: Any, node: fx.Node | None = None) -> Any:
     """What a ``call_function`` node calling ``call`` runs: ``call`` itself, or a :class:`CheckedCall` (see the
     module docstring). ``call`` may be an ``OpOverload``, a ``DirectOp`` of one, or a Python function."""
     if isinstance(call, CheckedCall):
-        return call
+        return _reproved(call, node)
     overload = getattr(call, "overload", call)
     if isinstance(overload, torch._ops.OpOverload):
         name = qualified(overload)
@@ -179,7 +215,9 @@ def checked_target(call: Any, node: fx.Node | None = None) -> Any:
         if composite and name not in PRECONDITION_FREE_COMPOSITES:
             target = _named(CheckedCall(_run_data_checked, call), overload, call)
         elif check is not None:
-            target = _named(CheckedCall(_run_precondition, name, call, str(overload)), overload, call)
+            proofs = proven_indices(node) if node is not None and overload in INDEXING else ()
+            target = _named(CheckedCall(_run_index_proven, name, proofs, call, str(overload)) if proofs else
+                            CheckedCall(_run_precondition, name, call, str(overload)), overload, call)
         if writes_in_place(overload):
             return _named(CheckedCall(_run_write_checked, overload, target), overload, call)
         return target

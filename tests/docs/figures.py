@@ -235,6 +235,10 @@ FIGURES: list[Figure] = [
     Figure("docs/performance.md", "generate() step: the experts",
            r"Mixtral with the experts' Python loop and with `_grouped_mm`: (\S+) and (\S+) in the step timing",
            lambda: g.step_ratios("mixtral", g.EXPERTS_OFF, g.NO_BUDGETS)),
+    Figure("docs/performance.md", "generate() step: index proofs",
+           r"Mixtral with the indices read and proven:\s+(\S+) and (\S+) in the step timing above, (\d+) and (\d+) "
+           r"ATen ops", lambda: (*g.step_ratios("mixtral", g.INDICES_READ, g.NO_BUDGETS),
+                                 *g.step_ops("mixtral", (g.INDICES_READ, "ATen ops"), (g.NO_BUDGETS, "ATen ops")))),
     Figure("docs/performance.md", "generate() step: size reads", r"a Llama step's `sym_size` reads: (\d+) and (\d+)\)",
            lambda: g.step_ops("llama", (g.SIZES_OFF, "`sym_size` reads"), (g.NO_BUDGETS, "`sym_size` reads"))),
     *(Figure("docs/performance.md", f"embedding's bounds read at once ({i})", rx,

@@ -171,6 +171,7 @@ STEP = "results-generate-step.md"  # benchmarks/generate_step.py: one decoding s
 STEP_OPS = "Ops of one step"  # the line above its ops table
 ALL_OFF, MASK_BUILT = "fast paths off (diagnostic)", "no budgets, mask built"
 SIZES_OFF, EXPERTS_OFF = "no budgets, sizes by `sym_size`", "no budgets, experts' Python loop"
+INDICES_READ = "no budgets, indices read"
 
 
 def step_ratios(model: str, *columns: str) -> tuple[str, ...]:

@@ -106,14 +106,14 @@ def _embedding(a: dict[str, Any]) -> str | None:
 
 def _tensor_indices(a: dict[str, Any]) -> str | None:
     """``self[indices]`` (index.Tensor, index_put): each integer index within the dim it indexes (negative
-    ones wrap), a bool mask over as many dims as it has."""
+    ones wrap), a bool mask over as many dims as it has (a 0-dim mask over none: `x[True, i]` indexes dim 0)."""
     self, indices = a.get("self"), a.get("indices")
     if not isinstance(self, torch.Tensor) or not isinstance(indices, (list, tuple)):
         return None
     dim = 0
     for position, index in enumerate(indices):
         if isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8):
-            dim += max(index.dim(), 1)
+            dim += index.dim()  # a k-dim mask covers k dims (a 0-dim one none)
             continue
         if index is not None and dim < self.dim():
             problem = _within(f"index {position}", index, self.size(dim), negative=True)

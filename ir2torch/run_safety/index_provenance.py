@@ -246,7 +246,7 @@ def check_proven(self: Any, indices: Any, proofs: tuple[tuple[int, int, int], ..
     dim, proven = 0, {position: (d, k) for position, d, k in proofs}
     for position, index in enumerate(indices):
         if isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8):
-            dim += max(index.dim(), 1)
+            dim += index.dim()  # a k-dim mask covers k dims (a 0-dim one none)
             continue
         if index is not None and dim < self.dim():
             bound = proven.get(position)

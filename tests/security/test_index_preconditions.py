@@ -133,3 +133,17 @@ def test_every_index_op_has_its_checks_for_each_overload() -> None:
     for name in op_classes.ATEN:
         if name.split(".")[1] in INDEX_OPS:
             assert name in PRECONDITIONS, name
+
+
+def test_an_index_after_a_zero_dim_mask_is_checked_against_the_dim_it_indexes() -> None:
+    """A 0-dim bool mask covers no dim of ``self`` (``x[True, i]`` indexes dim 0 with ``i``), so ``i`` is checked
+    against dim 0's size, not dim 1's: 4 is within dim 1 (5) but not dim 0 (4)."""
+    from ir2torch.run_safety.index_checks import _tensor_indices
+
+    mask, inside, outside = torch.tensor(True), torch.tensor([3, -4]), torch.tensor([4])
+    assert X[mask, inside].shape == (2, 5)  # PyTorch's own reading: dim 0 indexed
+    with pytest.raises(IndexError):
+        X[mask, outside]
+    assert _tensor_indices({"self": X, "indices": [mask, inside]}) is None
+    assert _tensor_indices({"self": X, "indices": [mask, outside]}) is not None
+    assert _tensor_indices({"self": X, "indices": [torch.ones(4, dtype=torch.bool), torch.tensor([4])]}) is None

@@ -63,3 +63,26 @@ def test_a_partial_changed_after_construction_is_refused_by_name(changed: functo
     model.act.act = changed
     with pytest.raises(ConversionError, match=r"attribute 'act' of type partial.*does not reproduce it"):
         torch2ir.convert(model, (X,), opaque="auto")
+
+
+class Clamp(nn.Module):
+    """A partial with two keywords of one type: ``min`` and ``max``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = functools.partial(torch.clamp, min=-0.5, max=0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x) if x.sum() > 0 else -x
+
+
+def test_a_partial_with_its_keywords_swapped_is_refused() -> None:
+    """The same keywords in another order with their values swapped (``clamp(max=-0.5, min=0.5)``) is another
+    function of the input: compared in the dictionaries' order, the values matched and the constructor's partial
+    was taken for it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), Clamp()).eval()
+    model[1].act = functools.partial(torch.clamp, max=-0.5, min=0.5)
+    assert not torch.equal(model[1].act(X), Clamp().act(X))
+    with pytest.raises(ConversionError, match=r"attribute 'act' of type partial.*does not reproduce it"):
+        torch2ir.convert(model, (X,), opaque="auto")

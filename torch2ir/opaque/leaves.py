@@ -255,9 +255,10 @@ def _same(again: Any, value: Any) -> bool:
     if type(again) is not type(value):
         return False
     if isinstance(value, functools.partial):
+        keys = tuple(value.keywords)  # compared by name: the two may hold them in another order
         return again.func is value.func and _same_arguments(again.args, value.args) and \
             again.keywords.keys() == value.keywords.keys() and \
-            _same_arguments(tuple(again.keywords.values()), tuple(value.keywords.values()))
+            _same_arguments(tuple(again.keywords[k] for k in keys), tuple(value.keywords[k] for k in keys))
     if isinstance(value, torch.Tensor):
         return again.shape == value.shape and again.dtype == value.dtype and torch.equal(again.cpu(), value.cpu())
     if isinstance(value, dict):

@@ -23,7 +23,9 @@ generated code spells. ``ir2torch.convert(..., guard_inputs=False)`` rebuilds wi
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,11 +68,14 @@ class InputGuard:
     """
 
     def __init__(self, leaves: list[LeafSpec], ranges: dict[str, Any], arg_names: list[str],
-                 in_spec: pytree.TreeSpec | None) -> None:
+                 in_spec: pytree.TreeSpec | None, implementation: str | None = None,
+                 module_class: str | None = None) -> None:
         # fx spells a call_function target ``<__module__>.<__name__>`` in generated code: fixed, safe names
         self.__name__ = self.__qualname__ = GENERATED_CALLS["input_guard"]
         self.__module__ = GENERATED_CALL_MODULE
         self.leaves = list(leaves)
+        #: a module traced on its own below an opaque leaf: its key and class, named by its errors
+        self.implementation, self.module_class = implementation, module_class
         self.ranges = {k: (parse_bound(v, k, 0), parse_bound(v, k, 1)) for k, v in ranges.items()}
         self.arg_names = list(arg_names)
         self._index = {name: i for i, name in enumerate(self.arg_names)}
@@ -108,6 +113,25 @@ class InputGuard:
         Raises:
             InputMismatchError: names the missing, unexpected or mis-structured argument.
         """
+        with self._named():
+            self._check_call(args, kwargs)
+
+    @contextlib.contextmanager
+    def _named(self) -> Iterator[None]:
+        """An error of a module traced on its own names it, and how to keep every call of it exact."""
+        try:
+            yield
+        except InputMismatchError as error:
+            if self.implementation is None or error.implementation is not None:
+                raise
+            error.implementation = self.implementation
+            keep = (f'opaque=["auto", "{self.module_class}"]' if self.module_class else 'opaque=["auto", its class]')
+            error.hint = (f"{error.hint}; " if error.hint else "") + (
+                "this module was traced on its own, for the call its opaque caller made while converting: convert "
+                f"with {keep} to keep it opaque, exact for every call")
+            raise
+
+    def _check_call(self, args: tuple, kwargs: dict[str, Any]) -> None:
         names, given = self.arg_names, len(args)
         if given > len(names):
             raise InputMismatchError(
@@ -142,7 +166,8 @@ class InputGuard:
                 return None
         except Exception:  # noqa: BLE001 - anything odd (a non-tensor, a tracer's proxy) is diagnosed below
             pass
-        self._diagnose(values)
+        with self._named():
+            self._diagnose(values)
         return None
 
     def _fast(self, values: tuple) -> bool:

@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from common.errors import IRFormatError
 from common.flat import FlatIR
 from common.ir import Implementation
+from common.opaque import is_class_name
 from common.values import dtype_from_name
 
 #: Leaf kinds: a tensor (shape, dtype), a symbolic int (sym), a Python constant (value), or nothing recorded.
@@ -228,7 +229,10 @@ def root_guard(impl: Implementation) -> Any:
         paths = list(inputs)
     leaves = [_leaf(path, impl.node(n)["meta"], n) if "meta" in impl.node(n) else LeafSpec(path, "unchecked")
               for path, n in zip(paths, inputs)]
-    return InputGuard(leaves, _ranges(impl.meta.get("range_constraints"), impl.name), names, in_spec)
+    cls = impl.meta.get("class")
+    return InputGuard(leaves, _ranges(impl.meta.get("range_constraints"), impl.name), names, in_spec,
+                      implementation=None if impl.name == "root" else impl.name,
+                      module_class=cls if isinstance(cls, str) and is_class_name(cls) else None)
 
 
 def flat_guard(flat: FlatIR) -> Any:

@@ -225,10 +225,6 @@ FIGURES: list[Figure] = [
                                 *g.step_ops("mixtral", (g.NO_BUDGETS, "ATen ops"), ("original", "ATen ops")))),
     Figure("docs/generation.md", "generate() step: the mask's ops",
            r"instead of the (\d+) ATen ops transformers' mask adds to a Llama step", lambda: g.step_llama()[:1]),
-    Figure("docs/opaque.md", "Longformer's opaque share",
-           r"Longformer's opaque part is ([\d.]+) % of its\s+shrunk model's parameters and ([\d.]+) % at its default",
-           lambda: tuple(s.cell("results-sweep-opaque.md", "**The largest shares", "longformer", c).removesuffix(" %")
-                         for c in ("inside opaque leaves (shrunk)", "at the default dimensions"))),
     Figure("docs/performance.md", "generate() step: the mask",
            r"Llama with the mask built and made in one op: (\S+) and (\S+) in the step timing",
            lambda: g.step_ratios("llama", g.MASK_BUILT, g.NO_BUDGETS)),

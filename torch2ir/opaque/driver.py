@@ -19,6 +19,7 @@ from torch import nn
 from common.injectors import is_injector
 from common.ir import IR
 from common.module_state import kept_attributes
+from common.opaque import is_class_name
 from torch2ir.frontend import custom_backward
 from torch2ir.frontend.export import ExportFailedError, OpaqueCallError
 from torch2ir.hierarchy.modules import CONTAINER_TYPES
@@ -56,6 +57,10 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
     named = [] if isinstance(opaque, str) and auto else [e for e in opaque if not (isinstance(e, str) and e == "auto")]
     why: dict[type, str] = dict(known or {}) if auto else {}
     why.update((cls, "named in opaque=") for cls in opaque_classes_of(model, named) if cls not in why)
+    # classes made opaque because the model's trace failed in them or passed them a value computed from data
+    traced: set[type] = set()
+    called: set[type] = set()
+    pruned: set[type] = set()
     while True:
         try:
             # each attempt starts from the model's own attributes (brevitas' counters); with "auto", its warnings
@@ -72,6 +77,15 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                 if new_callers and len(why) + len(new_callers) <= MAX_OPAQUE_CLASSES:
                     why.update(new_callers)
                     continue
+                # a class the model's trace made opaque, every instance now inside another opaque leaf (a caller,
+                # made opaque later): its calls are recorded now, its inputs no longer computed in the trace, so it
+                # is traced on its own again (and made opaque again there if its own trace fails)
+                again = _enclosed(model, why, traced - called) - pruned
+                if again:
+                    pruned |= again
+                    for cls in again:
+                        del why[cls]
+                    continue
                 _replay(held)
             custom_backward.hand_over(calls)  # the caller warns (torch2ir.opaque.custom_calls.warn)
             return ir
@@ -82,6 +96,7 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
             new = [cls for cls in parents if cls not in why]
             if not auto or not new or len(why) + len(new) > MAX_OPAQUE_CLASSES:
                 raise
+            traced.update(new)
             for cls in new:
                 why[cls] = f"{exc.caller_reason} ({exc.message[:200]})"
         except ExportFailedError as exc:
@@ -95,6 +110,7 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                 # already opaque, so its code ran through another method than forward (Mimi's codebook.encode):
                 # the nearest caller above it that is not opaque yet is kept opaque instead
                 reason = f"it calls a method of the opaque leaf {path} whose trace fails ({reason[:120]})"
+                called.add(type(module))  # stays opaque: its caller calls its method, not its forward
                 while type(module) in why and path:
                     module, path = caller_path(model, path)
             if module is not None and path and converter.has_handler(module):
@@ -103,10 +119,17 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                 reason = f"its use of {path} ({type(module).__name__}) fails to trace ({reason[:120]})"
                 while path and (type(module) in why or converter.has_handler(module)):
                     module, path = caller_path(model, path)
+            if module is not None and path and not is_class_name(qualified_name(module)):
+                # a class no file can name (a rebuilt child's GraphModule, whose input guard reads a size its
+                # opaque caller computes from data) is never made opaque: its caller is
+                reason = f"its call of {path} ({type(module).__name__}) fails to trace ({reason[:120]})"
+                while path and (type(module) in why or not is_class_name(qualified_name(module))):
+                    module, path = caller_path(model, path)
             if (not auto or failure is None or module is None or type(module) in why
                     or len(why) >= MAX_OPAQUE_CLASSES):
                 raise
             why[type(module)] = reason
+            traced.add(type(module))
 
 
 @contextlib.contextmanager
@@ -186,6 +209,31 @@ def _owned(inner: list[tuple[str, nn.Module]], owning: list[tuple[str, nn.Module
     return kept, owned
 
 
+def _nested(model: nn.Module, why: Mapping[type, str], modules: list[tuple[str, nn.Module]],
+            owning: list[tuple[str, nn.Module]], quantizers: set[int]) -> list[tuple[str, nn.Module]]:
+    """``(path, module)`` of each instance of an opaque class inside one of the outermost opaque ``modules`` (a
+    layer of an opaque root), but not inside one that owns its subtree, nor a quantizer: its children are traced
+    on their own too."""
+    def under(path: str, holders: list[tuple[str, nn.Module]]) -> bool:
+        return any(not h or path.startswith(f"{h}.") for h, _ in holders)
+
+    outer = {id(m) for _, m in modules}
+    return [(p, m) for p, m in model.named_modules() if p and type(m) in why and id(m) not in outer
+            and id(m) not in quantizers and under(p, modules) and not under(p, owning)]
+
+
+def _enclosed(model: nn.Module, why: Mapping[type, str], classes: set[type]) -> set[type]:
+    """Those of ``classes`` (opaque) each instance of which lies inside an instance of another opaque class."""
+    paths: dict[type, list[str]] = {}
+    for path, module in model.named_modules():
+        if type(module) in why:
+            paths.setdefault(type(module), []).append(path)
+    holders = [(p, cls) for cls, ps in paths.items() for p in ps]
+    return {cls for cls in classes & paths.keys()
+            if all(any(other is not cls and (not h or p.startswith(f"{h}.")) for h, other in holders)
+                   for p in paths[cls])}
+
+
 def _inside(path: str, children: list[tuple[str, nn.Module]]) -> bool:
     return any(path.startswith(f"{child}.") for child, _ in children)
 
@@ -209,6 +257,8 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
     # (its own children traced in turn): found by one eager call each round, down the tree
     kept: dict[str, str] = {}
     held: list[tuple[str, nn.Module]] = []
+    # an opaque leaf inside another one (a layer of an opaque root) has its children traced on their own as well
+    nested = _nested(model, why, modules, owning, quantizers)
     while True:
         opaque_ids = {id(m) for _, m in held}
 
@@ -217,11 +267,12 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
                                    converter.has_handler, tuple(CONTAINER_TYPES),
                                    lambda module: type(module) in why or id(module) in ids or id(module) in quantizers)
 
-        children = below([(p, m) for p, m in [*modules, *held] if id(m) not in owning_ids])
+        children = below([(p, m) for p, m in [*modules, *nested, *held] if id(m) not in owning_ids])
         # an opaque module inside a child traced on its own is that child's conversion's
         modules = [(p, m) for p, m in modules if not _inside(p, children)]
+        nested = [(p, m) for p, m in nested if not _inside(p, children)]
         held = [(p, m) for p, m in held if not _inside(p, children)]
-        children = below([(p, m) for p, m in [*modules, *held] if id(m) not in owning_ids])
+        children = below([(p, m) for p, m in [*modules, *nested, *held] if id(m) not in owning_ids])
         standins = record(model, args, kwargs, modules, inputs_of=[p for p, _ in children],
                           keeps_class=lambda m: type(m) in CONTAINER_TYPES or converter.has_handler(m))
         used = [(p, m) for p, m in children if p in standins.uses]

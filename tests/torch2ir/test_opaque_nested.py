@@ -84,3 +84,25 @@ def test_naming_the_class_keeps_it_opaque_and_its_own_children_are_traced_on_the
     with torch.no_grad():
         for x in (X, FEW):  # both branches of the layers' own code
             assert torch.equal(rebuilt(x), model(x))
+
+
+class CumLayer(Layer):
+    """Traced on its own, it calls ``aten.cummax``, outside the default operator surface."""
+
+    def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        return torch.cummax(x, dim=-1).values + self.mlp(x) if n > 2 else x - self.mlp(x)
+
+
+def test_a_class_whose_own_trace_leaves_the_surface_stays_opaque_as_before() -> None:
+    """Traced on its own again, the layer's conversion is refused (an operator outside the default surface): the
+    conversion that kept it opaque stands, rather than refusing the model."""
+    torch.manual_seed(0)
+    model = Root().eval()
+    model.layers = nn.ModuleList([CumLayer(), CumLayer()])
+    ir = torch2ir.convert(model, (X,), opaque="auto")
+    cum = f"{__name__}.CumLayer"
+    assert [(p, cls) for p, cls, _ in ir.capture.opaque][:3] == [("", ROOT), ("layers.0", cum), ("layers.1", cum)]
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[ROOT, cum])
+    with torch.no_grad():
+        for x in (X, FEW):
+            assert torch.equal(rebuilt(x), model(x))

@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import nn
 
+from common.errors import IRError
 from common.injectors import is_injector
 from common.ir import IR
 from common.module_state import kept_attributes
@@ -61,6 +62,7 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
     traced: set[type] = set()
     called: set[type] = set()
     pruned: set[type] = set()
+    fallback: tuple[IR, list[warnings.WarningMessage], Any] | None = None
     while True:
         try:
             # each attempt starts from the model's own attributes (brevitas' counters); with "auto", its warnings
@@ -85,51 +87,69 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                     pruned |= again
                     for cls in again:
                         del why[cls]
+                    fallback = (ir, held, calls)
                     continue
                 _replay(held)
             custom_backward.hand_over(calls)  # the caller warns (torch2ir.opaque.custom_calls.warn)
             return ir
-        except OpaqueCallError as exc:
-            # a caller passes an opaque leaf a value computed from tensor data: its caller is kept opaque instead
-            # (up the tree, while the calls of the opaque leaves cannot be kept)
-            parents = {type(_caller(model, p)) for p in exc.leaves if p}  # the root included
-            new = [cls for cls in parents if cls not in why]
-            if not auto or not new or len(why) + len(new) > MAX_OPAQUE_CLASSES:
-                raise
-            traced.update(new)
-            for cls in new:
-                why[cls] = f"{exc.caller_reason} ({exc.message[:200]})"
-        except ExportFailedError as exc:
-            failure = getattr(exc, "failure", None)
-            module = model if failure is not None and not failure.path else getattr(failure, "module", None)
-            reason = getattr(failure, "why", "")
-            path = failure.path if failure is not None else ""
-            if module is not None and path:  # inside a brevitas layer: the layer, made again by its constructor
-                module, path = owning_layer(model, module, path)
-            if module is not None and type(module) in why and path:
-                # already opaque, so its code ran through another method than forward (Mimi's codebook.encode):
-                # the nearest caller above it that is not opaque yet is kept opaque instead
-                reason = f"it calls a method of the opaque leaf {path} whose trace fails ({reason[:120]})"
-                called.add(type(module))  # stays opaque: its caller calls its method, not its forward
-                while type(module) in why and path:
-                    module, path = caller_path(model, path)
-            if module is not None and path and converter.has_handler(module):
-                # a typed leaf (nn.Linear) is never made opaque: the failure is its caller's use of it (Switch
-                # Transformers' router moves its classifier to another dtype inside forward)
-                reason = f"its use of {path} ({type(module).__name__}) fails to trace ({reason[:120]})"
-                while path and (type(module) in why or converter.has_handler(module)):
-                    module, path = caller_path(model, path)
-            if module is not None and path and not is_class_name(qualified_name(module)):
-                # a class no file can name (a rebuilt child's GraphModule, whose input guard reads a size its
-                # opaque caller computes from data) is never made opaque: its caller is
-                reason = f"its call of {path} ({type(module).__name__}) fails to trace ({reason[:120]})"
-                while path and (type(module) in why or not is_class_name(qualified_name(module))):
-                    module, path = caller_path(model, path)
-            if (not auto or failure is None or module is None or type(module) in why
-                    or len(why) >= MAX_OPAQUE_CLASSES):
-                raise
-            why[type(module)] = reason
-            traced.add(type(module))
+        except IRError as exc:
+            why_next = _next_opaque(exc, model, converter, why, auto, called)
+            if why_next is None:
+                if fallback is None:
+                    raise
+                # traced on their own again, those classes failed otherwise (an operator outside the surface): the
+                # conversion that kept them opaque stands
+                ir, held, calls = fallback
+                _replay(held)
+                custom_backward.hand_over(calls)
+                return ir
+            why.update(why_next)
+            traced.update(why_next)
+
+
+def _next_opaque(exc: IRError, model: nn.Module, converter: Any, why: Mapping[type, str], auto: bool,
+                 called: set[type]) -> dict[type, str] | None:
+    """The classes ``"auto"`` makes opaque after ``exc`` (``None``: none, ``exc`` stands): the callers of opaque
+    leaves passed a value read from data (:class:`OpaqueCallError`), or the smallest module whose trace failed
+    (:class:`ExportFailedError`). Adds to ``called`` a class whose method other than forward failed."""
+    if isinstance(exc, OpaqueCallError):
+        # a caller passes an opaque leaf a value computed from tensor data: its caller is kept opaque instead
+        # (up the tree, while the calls of the opaque leaves cannot be kept)
+        parents = {type(_caller(model, p)) for p in exc.leaves if p}  # the root included
+        new = [cls for cls in parents if cls not in why]
+        if not auto or not new or len(why) + len(new) > MAX_OPAQUE_CLASSES:
+            return None
+        return {cls: f"{exc.caller_reason} ({exc.message[:200]})" for cls in new}
+    if not isinstance(exc, ExportFailedError):
+        return None
+    failure = getattr(exc, "failure", None)
+    module = model if failure is not None and not failure.path else getattr(failure, "module", None)
+    reason = getattr(failure, "why", "")
+    path = failure.path if failure is not None else ""
+    if module is not None and path:  # inside a brevitas layer: the layer, made again by its constructor
+        module, path = owning_layer(model, module, path)
+    if module is not None and type(module) in why and path:
+        # already opaque, so its code ran through another method than forward (Mimi's codebook.encode):
+        # the nearest caller above it that is not opaque yet is kept opaque instead
+        reason = f"it calls a method of the opaque leaf {path} whose trace fails ({reason[:120]})"
+        called.add(type(module))  # stays opaque: its caller calls its method, not its forward
+        while type(module) in why and path:
+            module, path = caller_path(model, path)
+    if module is not None and path and converter.has_handler(module):
+        # a typed leaf (nn.Linear) is never made opaque: the failure is its caller's use of it (Switch
+        # Transformers' router moves its classifier to another dtype inside forward)
+        reason = f"its use of {path} ({type(module).__name__}) fails to trace ({reason[:120]})"
+        while path and (type(module) in why or converter.has_handler(module)):
+            module, path = caller_path(model, path)
+    if module is not None and path and not is_class_name(qualified_name(module)):
+        # a class no file can name (a rebuilt child's GraphModule, whose input guard reads a size its opaque
+        # caller computes from data) is never made opaque: its caller is
+        reason = f"its call of {path} ({type(module).__name__}) fails to trace ({reason[:120]})"
+        while path and (type(module) in why or not is_class_name(qualified_name(module))):
+            module, path = caller_path(model, path)
+    if not auto or failure is None or module is None or type(module) in why or len(why) >= MAX_OPAQUE_CLASSES:
+        return None
+    return {type(module): reason}
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 modules keep their config object as an attribute: the opaque leaf records its constructor arguments (the config as
 its class, its values and its private attributes) and the rebuild constructs it again. Longformer passes a bool
 read from data (``.item()``) to its attention, which a kept call cannot carry: ``"auto"`` moves up to the module
-that computes it (its encoder). Outputs are exact, the loop closes, and the file round-trips."""
+that computes it (its encoder), whose layers are then traced on their own (the flag a constant of their recorded
+call). Outputs are exact, the loop closes, and the file round-trips."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from torch.utils import _pytree as pytree
 import ir2torch
 import torch2ir
 from common import IR
+from common.opaque import traced_alone
 from tests.real.corpus import UNSUPPORTED
 
 #: name -> (outermost opaque path, its class)
@@ -20,6 +22,8 @@ _MODULES = {
     "longformer": ("encoder", "transformers.models.longformer.modeling_longformer.LongformerEncoder"),
     "mixtral_eager": ("model.layers.0.mlp.experts", "transformers.models.mixtral.modeling_mixtral.MixtralExperts"),
 }
+#: name -> the modules below an opaque leaf traced on their own
+_TRACED = {"longformer": ["encoder.layer.0", "encoder.layer.1"], "mixtral_eager": []}
 
 
 @pytest.mark.parametrize("arch", [a for a in UNSUPPORTED if a.name in _MODULES], ids=lambda a: a.name)
@@ -31,6 +35,7 @@ def test_auto_keeps_the_failing_modules_and_the_rebuild_is_exact(arch, tmp_path)
     ir = torch2ir.convert(model, args, kwargs, opaque="auto")
     assert (path, qualname) in [(p, c) for p, c, _ in ir.capture.opaque]
     assert ir[path].data["init"]["config"]["$config"]["class"].startswith("transformers.models.")
+    assert traced_alone(ir) == _TRACED[arch.name]
     classes = sorted({c for _, c, _ in ir.capture.opaque})
     ir.save(tmp_path / "m.ir.json")
     rebuilt = ir2torch.convert(IR.load(tmp_path / "m.ir.json"), model.state_dict(), allow=classes)

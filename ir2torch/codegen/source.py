@@ -35,6 +35,7 @@ from common.parameters import KINDS, NO_DEFAULT, Param, parse_parameters
 from common.treespec import kwarg_names, load_spec
 from ir2torch.codegen.arguments import ArgumentFlattener, _not_a_sequence
 from ir2torch.codegen.constants import _respelled_constants, _spelled
+from ir2torch.codegen.deferred_asserts import defer_asserts
 from ir2torch.codegen.lazy import defer, generating
 from ir2torch.codegen.lookups import _fast_lookups
 from ir2torch.codegen.module_call import call_module
@@ -299,7 +300,9 @@ def check_graph(graph: fx.Graph, implementation: str) -> None:
 
 def checked_calls(graph: fx.Graph) -> None:
     """Make each ``call_function`` node whose operator has a precondition on data call it checked
-    (:func:`~ir2torch.run_safety.node_checks.checked_target`; nearly every node is left as it is)."""
+    (:func:`~ir2torch.run_safety.node_checks.checked_target`; nearly every node is left as it is), and its runtime
+    assertions checked at the end while exported (:mod:`ir2torch.codegen.deferred_asserts`)."""
+    defer_asserts(graph)
     for node in graph.nodes:
         if node.op == "call_function":
             target = checked_target(node.target, node)

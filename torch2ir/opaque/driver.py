@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from common.errors import IRError
@@ -22,10 +23,10 @@ from common.ir import IR
 from common.module_state import kept_attributes
 from common.opaque import is_class_name
 from torch2ir.frontend import custom_backward
-from torch2ir.frontend.export import ExportFailedError, OpaqueCallError
+from torch2ir.frontend.export import ExportFailedError, OpaqueCallError, export
 from torch2ir.hierarchy.modules import CONTAINER_TYPES
 from torch2ir.opaque.attribution import qualified_name
-from torch2ir.opaque.children import GraftError, convert_children, graft, traced_children
+from torch2ir.opaque.children import GraftError, alike_calls, convert_children, copied_inputs, graft, traced_children
 from torch2ir.opaque.constructed import owns_subtree
 from torch2ir.opaque.custom_calls import caller_path, callers, owning_layer
 from torch2ir.opaque.leaves import (
@@ -93,7 +94,7 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
             custom_backward.hand_over(calls)  # the caller warns (torch2ir.opaque.custom_calls.warn)
             return ir
         except IRError as exc:
-            why_next = _next_opaque(exc, model, converter, why, auto, called)
+            why_next = _next_opaque(exc, model, converter, why, auto, called, (args, kwargs))
             if why_next is None:
                 if fallback is None:
                     raise
@@ -108,10 +109,11 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
 
 
 def _next_opaque(exc: IRError, model: nn.Module, converter: Any, why: Mapping[type, str], auto: bool,
-                 called: set[type]) -> dict[type, str] | None:
+                 called: set[type], call: tuple[tuple, Mapping[str, Any] | None]) -> dict[type, str] | None:
     """The classes ``"auto"`` makes opaque after ``exc`` (``None``: none, ``exc`` stands): the callers of opaque
     leaves passed a value read from data (:class:`OpaqueCallError`), or the smallest module whose trace failed
-    (:class:`ExportFailedError`). Adds to ``called`` a class whose method other than forward failed."""
+    (:class:`ExportFailedError`), or its caller when it traces on its own (:func:`_in_context`). Adds to ``called``
+    a class whose method other than forward failed."""
     if isinstance(exc, OpaqueCallError):
         # a caller passes an opaque leaf a value computed from tensor data: its caller is kept opaque instead
         # (up the tree, while the calls of the opaque leaves cannot be kept)
@@ -149,7 +151,38 @@ def _next_opaque(exc: IRError, model: nn.Module, converter: Any, why: Mapping[ty
             module, path = caller_path(model, path)
     if not auto or failure is None or module is None or type(module) in why or len(why) >= MAX_OPAQUE_CLASSES:
         return None
+    if path and module is failure.module and not converter.has_handler(module):
+        caller, at = caller_path(model, path)
+        if at and type(caller) not in why and _in_context(model, call, module, path):
+            return {type(caller): f"its child {path} ({type(module).__name__}) traces on its own but not in "
+                                  f"{at}'s trace ({reason[:120]})"}
     return {type(module): reason}
+
+
+def _in_context(model: nn.Module, call: tuple[tuple, Mapping[str, Any] | None], module: nn.Module,
+                path: str) -> bool:
+    """Whether ``module``, whose code failed in the model's trace, traces alone on the inputs of its eager call
+    (every call alike): its failure then comes from its context (a size its caller computes from data, as a vision
+    tower's ``cu_seqlens``), and its caller is made opaque instead, ``module`` a child traced on its own, its
+    inputs guarded in the rebuild. Not for a module that owns its subtree (a brevitas layer)."""
+    if owns_subtree(module, path):
+        return False
+    calls: list[tuple[tuple, dict[str, Any]]] = []
+    handle = module.register_forward_pre_hook(lambda m, a, kw: calls.append(copied_inputs(a, kw)), with_kwargs=True)
+    try:
+        with kept_attributes(model), torch.no_grad():
+            model(*call[0], **dict(call[1] or {}))
+    except Exception:  # noqa: BLE001 - the eager call itself fails: nothing to decide from
+        return False
+    finally:
+        handle.remove()
+    if alike_calls(calls) is not None:
+        return False
+    try:
+        export(module, *calls[0], strict=False, dynamic_shapes=None, preserve=[])
+    except IRError:
+        return False
+    return True
 
 
 @contextlib.contextmanager

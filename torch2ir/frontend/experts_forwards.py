@@ -7,10 +7,13 @@ expert, ``range(n)`` in the same increasing order as ``expert_hit`` (which ``non
 token subset (``torch.where`` of the same mask: a size computed from data, which the trace keeps symbolic). An
 expert no token was routed to runs on empty tensors and adds nothing (``index_add_`` of an empty index leaves the
 sum as it is), so the sum gets the same terms in the same order: the same values, bit for bit. Each line keeps the
-original's op and arguments; only the loop and the skips of an expert with no tokens differ (each is commented).
-What the original computes only to decide its loop (``expert_hit``) is not computed (it reads no tensor that
-reaches the output). Gradients are the original's too; the experts that get no token add exact zeros (a ``-0.0``
-entry of a gradient with one expert hit in all may read ``+0.0``, equal under ``torch.equal``).
+original's op and arguments, but for (each commented): the loop and the skips of an expert with no token;
+``torch.where(mask)`` written as what ATen computes for it, ``mask.nonzero().unbind(1)``, and the in-place
+``index_add_`` into the loop's own fresh zeros tensor as ``index_add`` (the same sum), so that the trace names
+overloads of the default operator surface (``aten.where.default`` and ``aten.index_add_.default`` are not in it);
+what the original computes only to decide its loop (``expert_hit``), which reaches no output, is not computed.
+Gradients are the original's too; the experts that get no token add exact zeros (a ``-0.0`` entry of a gradient
+with one expert hit in all may read ``+0.0``, equal under ``torch.equal``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ experts a token was routed to: a tensor whose length is read from data, which ``
 ``LongcatFlashExperts`` has no other forward; ``OpenAIPrivacyFilterExperts`` has transformers' experts kernels,
 but its model chooses ``"eager"`` ("very sensitive to accumulation orders").
 
-:func:`traced_experts` (entered around a conversion's exports, :mod:`torch2ir.frontend.export`,
+:func:`traced_experts` (entered around a whole conversion, :func:`torch2ir.hierarchy.build.build_ir`, before any
+stand-in of ``trace_once`` takes a module's forward, and around each export, :mod:`torch2ir.frontend.export`,
 :mod:`torch2ir.train.passes`) replaces, in the converting thread only, each such eager forward whose source is
 exactly one that was reviewed (its ``inspect.getsource`` hashed, per transformers release: :data:`SITES`) by its
 traceable form in :mod:`torch2ir.frontend.experts_forwards`: the same body for every expert in the same order, an
@@ -16,7 +17,7 @@ Where it is replaced: a class's own ``forward``; for a class decorated with tran
 ``use_experts_implementation``, the eager forward its dispatcher holds (the ``original_forward`` it falls back to
 for ``"eager"``), so the dispatcher still decides, per call, which implementation runs, and another
 implementation runs as before. Another source (another release, a patched class), another thread, or a call
-outside a conversion's export runs the original, as before (then the experts stay opaque, never different).
+outside a conversion runs the original, as before (then the experts stay opaque, never different).
 transformers is never imported here: the classes are looked up in the modules already imported.
 """
 

@@ -6,7 +6,9 @@
 - :mod:`.functional_calls`: ``FloatFunctional``-like modules made visible to the trace;
 - :mod:`.custom_backward`: custom ``autograd.Function`` classes the forward calls (their backward is not in the trace);
 - :mod:`.transformers_masks`: transformers' bidirectional mask skipped while exporting exactly when eager mode
-  skips it (an unpadded call), so the trace computes what the eager call computed.
+  skips it (an unpadded call), so the trace computes what the eager call computed;
+- :mod:`.transformers_experts` (with :mod:`.experts_forwards`): transformers' eager experts loops of reviewed
+  sources traced as the same computation (every expert in order, one with no token adding nothing).
 
 May import: ``common`` (its core) and torch. Never ``ir2torch``; nothing of the later stages of ``torch2ir``.
 """

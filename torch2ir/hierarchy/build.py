@@ -26,6 +26,7 @@ from torch2ir.frontend.export import (
 )
 from torch2ir.frontend.functional_calls import method_calls, name_methods
 from torch2ir.frontend.hooks import check_hooked_frames, check_hooks, hook_scopes, is_stand_in, relocate_hook_ops
+from torch2ir.frontend.transformers_experts import traced_experts
 from torch2ir.hierarchy.base_class import record_bases
 from torch2ir.hierarchy.call_types import real_sequentials, sync_call_types
 from torch2ir.hierarchy.modules import ModuleTable
@@ -79,8 +80,10 @@ def build_ir(
     Raises:
         ConversionError: every construct the IR cannot hold, listed together.
     """
-    # the model's code runs for real: its own attributes are put back after; torchao weights are stood in for
-    with kept_attributes(model), torchao_stand_ins(model, lambda: ModuleTable(model, converter)) as stood:
+    # the model's code runs for real: its own attributes are put back after; torchao weights are stood in for;
+    # transformers' eager experts loops run their traceable form (entered before any stand-in takes a forward)
+    with kept_attributes(model), traced_experts(), \
+            torchao_stand_ins(model, lambda: ModuleTable(model, converter)) as stood:
         try:
             ir = _convert(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                           allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once,

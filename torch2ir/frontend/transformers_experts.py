@@ -1,0 +1,154 @@
+"""transformers' eager experts loops, traced while a conversion exports as the same computation (issue 49).
+
+Two mixture-of-experts types of transformers run an eager experts loop by default, over ``expert_hit``, the
+experts a token was routed to: a tensor whose length is read from data, which ``torch.export`` cannot trace, so
+``opaque="auto"`` kept the experts opaque, most of the model's parameters. LongCat-Flash's
+``LongcatFlashExperts`` has no other forward; ``OpenAIPrivacyFilterExperts`` has transformers' experts kernels,
+but its model chooses ``"eager"`` ("very sensitive to accumulation orders").
+
+:func:`traced_experts` (entered around a whole conversion, :func:`torch2ir.hierarchy.build.build_ir`, before any
+stand-in of ``trace_once`` takes a module's forward, and around each export, :mod:`torch2ir.frontend.export`,
+:mod:`torch2ir.train.passes`) replaces, in the converting thread only, each such eager forward whose source is
+exactly one that was reviewed (its ``inspect.getsource`` hashed, per transformers release: :data:`SITES`) by its
+traceable form in :mod:`torch2ir.frontend.experts_forwards`: the same body for every expert in the same order, an
+expert with no token adding nothing. The traced program is the computation the eager call runs, bit for bit.
+
+Where it is replaced: a class's own ``forward``; for a class decorated with transformers'
+``use_experts_implementation``, the eager forward its dispatcher holds (the ``original_forward`` it falls back to
+for ``"eager"``), so the dispatcher still decides, per call, which implementation runs, and another
+implementation runs as before. Another source (another release, a patched class), another thread, or a call
+outside a conversion runs the original, as before (then the experts stay opaque, never different).
+transformers is never imported here: the classes are looked up in the modules already imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import CellType
+from typing import Any
+
+from torch2ir.frontend import experts_forwards
+
+
+@dataclass(frozen=True)
+class Site:
+    """One eager experts forward: where its class lives, the sha256 of each reviewed source of its eager forward,
+    and its traceable form."""
+
+    module: str
+    cls: str
+    sources: frozenset[str]
+    traced: Callable[..., Any]
+
+
+#: The eager experts forwards decided, each with the sources reviewed (transformers 5.23.0 and 5.24.0 share them).
+SITES = (
+    Site("transformers.models.longcat_flash.modeling_longcat_flash", "LongcatFlashExperts",
+         frozenset({"d59d2a7326e9fadd766992c19cab2f4d9d94ba6c47df9f494a47faa2f383d0be"}),
+         experts_forwards.longcat_flash),
+    Site("transformers.models.openai_privacy_filter.modeling_openai_privacy_filter", "OpenAIPrivacyFilterExperts",
+         frozenset({"f98799f6a1a047d6bc1a0aa1419e833c49bf5940b9d59ef0ac0d5ee7676a555e"}),
+         experts_forwards.openai_privacy_filter),
+)
+
+#: The closure variable of transformers' ``use_experts_implementation`` dispatcher holding the eager forward.
+DISPATCHED = "original_forward"
+
+_LOCK = threading.Lock()
+_LOCAL = threading.local()
+_ACTIVE = 0
+#: While active: (restore, original) per replaced site.
+_REPLACED: list[tuple[Callable[[Any], None], Callable[..., Any]]] = []
+
+
+def source_hash(function: Any) -> str | None:
+    """sha256 of ``inspect.getsource(function)``, or None when it has no source."""
+    try:
+        return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()
+    except (OSError, TypeError):
+        return None
+
+
+def _holder(cls: type) -> tuple[Callable[..., Any], Callable[[Any], None]] | None:
+    """The eager forward of ``cls`` and a setter that replaces it where it is called from: the class's own
+    ``forward``, or the dispatcher's cell when ``forward`` is transformers' dispatcher (it has ``__wrapped__`` and
+    holds the eager forward in its ``original_forward`` cell)."""
+    forward = cls.__dict__.get("forward")
+    if not inspect.isfunction(forward):
+        return None
+    if not hasattr(forward, "__wrapped__"):
+        return forward, lambda f: setattr(cls, "forward", f)
+    code, closure = forward.__code__, forward.__closure__ or ()
+    if DISPATCHED not in code.co_freevars:
+        return None
+    cell: CellType = closure[code.co_freevars.index(DISPATCHED)]
+    original = cell.cell_contents
+    if not inspect.isfunction(original):
+        return None
+
+    def replace(f: Any) -> None:
+        cell.cell_contents = f
+
+    return original, replace
+
+
+def reviewed(site: Site) -> tuple[Callable[..., Any], Callable[[Any], None]] | None:
+    """The site's eager forward and its setter when its class is imported and the forward's source is a reviewed
+    one, else None."""
+    cls = getattr(sys.modules.get(site.module), site.cls, None)
+    if not isinstance(cls, type):
+        return None
+    held = _holder(cls)
+    if held is None or source_hash(held[0]) not in site.sources:
+        return None
+    return held
+
+
+def _stand_in(original: Callable[..., Any], traced: Callable[..., Any]) -> Callable[..., Any]:
+    """The traceable form in a converting thread, the original elsewhere (same name and signature)."""
+
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_LOCAL, "depth", 0):
+            return traced(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
+
+    forward.__name__, forward.__qualname__ = original.__name__, original.__qualname__
+    forward.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
+    forward.__doc__ = original.__doc__
+    return forward
+
+
+@contextlib.contextmanager
+def traced_experts() -> Iterator[None]:
+    """Within the block, in this thread, the reviewed eager experts forwards run their traceable form (module
+    docstring); outside it, or for any other source, nothing changes."""
+    global _ACTIVE
+    with _LOCK:
+        if _ACTIVE == 0:
+            for site in SITES:
+                held = reviewed(site)
+                if held is not None:
+                    original, replace = held
+                    replace(_stand_in(original, site.traced))
+                    _REPLACED.append((replace, original))
+        _ACTIVE += 1
+    _LOCAL.depth = getattr(_LOCAL, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _LOCAL.depth -= 1
+        with _LOCK:
+            _ACTIVE -= 1
+            if _ACTIVE == 0:
+                while _REPLACED:
+                    replace, original = _REPLACED.pop()
+                    replace(original)
+
+
+__all__ = ["DISPATCHED", "SITES", "Site", "reviewed", "source_hash", "traced_experts"]

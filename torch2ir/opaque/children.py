@@ -240,15 +240,20 @@ def graft(ir: IR, path: str, sub: IR) -> None:
     root = ir.root.meta
     if notes.get(CUSTOM_BACKWARD_KEY):
         root[CUSTOM_BACKWARD_KEY] = sorted({*root.get(CUSTOM_BACKWARD_KEY, []), *notes[CUSTOM_BACKWARD_KEY]})
+    # a rebuilt model's root carries the original's notes, the children's included (converting it again grafts
+    # the same children): each is added once
     buffers = notes.get("train_buffers")
     if isinstance(buffers, list) and buffers:
         kept = root.get("train_buffers") if isinstance(root.get("train_buffers"), list) else []
-        root["train_buffers"] = [*kept, *(f"{path}.{b}" for b in buffers)]
+        root["train_buffers"] = [*kept, *(b for b in (f"{path}.{b}" for b in buffers) if b not in kept)]
     for name in ("train_trace", "train_buffers"):
         note = notes.get(name)
         if isinstance(note, str) and note != "applied":
-            root[name] = "; ".join(x for x in (root.get(name) if isinstance(root.get(name), str) else "",
-                                               f"{path}: {note}") if x)
+            kept = root.get(name) if isinstance(root.get(name), str) else ""
+            entry = f"{path}: {note}"
+            if not (kept == entry or kept.startswith(f"{entry}; ") or f"; {entry}; " in kept
+                    or kept.endswith(f"; {entry}")):
+                root[name] = "; ".join(x for x in (kept, entry) if x)
 
 
 def convert_children(convert: Callable[[nn.Module, tuple, dict[str, Any]], IR],

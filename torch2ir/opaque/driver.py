@@ -14,11 +14,12 @@ import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
-from torch import nn
+from torch import fx, nn
 
 from common.injectors import is_injector
 from common.ir import IR
 from common.module_state import kept_attributes
+from common.opaque import is_class_name
 from torch2ir.frontend import custom_backward
 from torch2ir.frontend.export import ExportFailedError, OpaqueCallError
 from torch2ir.hierarchy.modules import CONTAINER_TYPES
@@ -49,19 +50,29 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
     the class of each smallest module whose trace fails (the root's own, when its own code fails), added one at a
     time while the export fails on such a module, then the classes of the modules calling custom autograd.Functions
     (:mod:`torch2ir.opaque.custom_calls`), until none is left. ``known``: classes already found opaque (for a child
-    converted on its own)."""
+    converted on its own).
+
+    A class made opaque only on the way up from an opaque leaf whose caller passes it a value computed from data,
+    or calls it otherwise than in eager mode (an :class:`OpaqueCallError`: the leaf's class and each caller's), is
+    opaque where its instance is outermost, but not below another opaque leaf: there it is called with the eager
+    call's inputs (the value a plain constant), so it is traced on its own, guarded, its conversion finding its own
+    opaque leaves again (Longformer: the encoder computing ``is_global_attn`` is opaque, its layers are traced)."""
     # "auto", classes, or both: ["auto", TensorNorm] also keeps every TensorNorm opaque (a train-mode computation)
     auto = opaque == "auto" or (not isinstance(opaque, str) and any(isinstance(e, str) and e == "auto"
                                                                     for e in opaque))
     named = [] if isinstance(opaque, str) and auto else [e for e in opaque if not (isinstance(e, str) and e == "auto")]
     why: dict[type, str] = dict(known or {}) if auto else {}
     why.update((cls, "named in opaque=") for cls in opaque_classes_of(model, named) if cls not in why)
+    # classes "auto" made opaque only where a caller passes them a value computed from data, or calls them
+    # otherwise than in eager mode: not opaque below an opaque leaf (there they are traced on their own, on the
+    # eager call's inputs, and find their own opaque leaves again)
+    provisional: set[type] = set()
     while True:
         try:
             # each attempt starts from the model's own attributes (brevitas' counters); with "auto", its warnings
             # are held until it is known to be the last
             with kept_attributes(model), custom_backward.collected() as calls, _holding(auto) as held:
-                ir = _build_opaque(build, converter, model, args, kwargs, why, opaque, **options)
+                ir = _build_opaque(build, converter, model, args, kwargs, why, opaque, provisional, **options)
             if auto:  # a module calling a custom autograd.Function is kept opaque: its own backward runs in a rebuild
                 found, _ = callers(model, calls, converter.has_handler, why)
                 new_callers = {type(c.module): c.why() for c in found.values() if type(c.module) not in why}
@@ -84,6 +95,9 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                 raise
             for cls in new:
                 why[cls] = f"{exc.caller_reason} ({exc.message[:200]})"
+            provisional.update(new)
+            provisional.update(cls for cls in (type(model.get_submodule(p)) for p in exc.leaves if p)
+                               if why.get(cls, "named in opaque=") != "named in opaque=" and cls not in (known or {}))
         except ExportFailedError as exc:
             failure = getattr(exc, "failure", None)
             module = model if failure is not None and not failure.path else getattr(failure, "module", None)
@@ -102,6 +116,12 @@ def with_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args
                 # Transformers' router moves its classifier to another dtype inside forward)
                 reason = f"its use of {path} ({type(module).__name__}) fails to trace ({reason[:120]})"
                 while path and (type(module) in why or converter.has_handler(module)):
+                    module, path = caller_path(model, path)
+            if module is not None and path and _rebuilt(module):
+                # a module rebuilt from a graph (a converted model's child traced on its own) has no control flow
+                # of its own, and its class cannot be named: its failure is its inputs', charged to its caller
+                reason = f"its call of {path} (rebuilt from a graph) fails to trace ({reason[:120]})"
+                while path and (type(module) in why or converter.has_handler(module) or _rebuilt(module)):
                     module, path = caller_path(model, path)
             if (not auto or failure is None or module is None or type(module) in why
                     or len(why) >= MAX_OPAQUE_CLASSES):
@@ -164,6 +184,12 @@ def _train_mode_layers(model: nn.Module, ir: IR, why: Mapping[type, str]) -> dic
     return found
 
 
+def _rebuilt(module: nn.Module) -> bool:
+    """Whether ``module`` is a ``GraphModule`` whose class cannot be imported by name (ir2torch's rebuild of a
+    graph): never an opaque leaf."""
+    return isinstance(module, fx.GraphModule) and not is_class_name(qualified_name(module))
+
+
 def _caller(model: nn.Module, path: str) -> nn.Module:
     """The nearest module above ``path`` that can call it (a ``ModuleList`` or ``ModuleDict`` holds, never calls)."""
     return caller_path(model, path)[0]
@@ -192,7 +218,7 @@ def _inside(path: str, children: list[tuple[str, nn.Module]]) -> bool:
 
 def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args: tuple,
                   kwargs: Mapping[str, Any] | None, why: dict[type, str], opaque: str | Collection[type | str],
-                  **options: Any) -> IR:
+                  provisional: Collection[type] = (), **options: Any) -> IR:
     options.pop("trace_once", None)  # every block is traced (a stood-in block's stand-ins would hold the leaves')
     if not why:
         return build(converter, model, args, kwargs, **options)
@@ -215,7 +241,8 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
         def below(opaque: list[tuple[str, nn.Module]], ids: set[int] = opaque_ids) -> list[tuple[str, nn.Module]]:
             return traced_children([(p, m) for p, m in opaque if id(m) not in quantizers],
                                    converter.has_handler, tuple(CONTAINER_TYPES),
-                                   lambda module: type(module) in why or id(module) in ids or id(module) in quantizers)
+                                   lambda module: (type(module) in why and type(module) not in provisional)
+                                   or id(module) in ids or id(module) in quantizers)
 
         children = below([(p, m) for p, m in [*modules, *held] if id(m) not in owning_ids])
         # an opaque module inside a child traced on its own is that child's conversion's
@@ -234,7 +261,8 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
     def convert(child: nn.Module, child_args: tuple, child_kwargs: dict[str, Any]) -> IR:
         present = {type(m) for m in child.modules()}
         return with_opaque(build, converter, child, child_args, child_kwargs, opaque,
-                           known={cls: reason for cls, reason in why.items() if cls in present}, **options)
+                           known={cls: reason for cls, reason in why.items()
+                                  if cls in present and cls not in provisional}, **options)
 
     done, refused = convert_children(convert, children, standins.inputs)
     kept.update(refused)

@@ -115,3 +115,40 @@ def test_a_childs_notes_are_grafted_once() -> None:
     assert notes["train_trace"].endswith("encoder.blocks.0: failed: one; two")
     assert ir.root.meta["train_trace"] == notes["train_trace"]
     assert ir.root.meta["train_buffers"] == notes["train_buffers"] == ["encoder.blocks.0.lin.seen"]
+
+
+class Scaled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * self.scale  # a plain attribute: a constant of a graph traced for one call
+
+
+class Setter(nn.Module):
+    """Sets a value read from data on its block before calling it (its own code does not trace)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Scaled()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        self.block.scale = float(mask.sum())
+        return self.block(x) if mask.any() else x
+
+
+def test_a_child_whose_attribute_the_opaque_leaf_sets_stays_opaque() -> None:
+    """Traced on its own, the block's graph would hold the scale of the eager call, and a rebuild would ignore the
+    one the opaque leaf sets: the write is watched like a read, and the block stays opaque."""
+    torch.manual_seed(0)
+    model = Setter().eval()
+    ir = torch2ir.convert(model, (X, ON), opaque="auto")
+    kept = {path: why for path, _, why in ir.capture.opaque}
+    assert set(kept) == {"", "block"} and "sets block.scale" in kept["block"]
+    assert traced_alone(ir) == []
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.Setter", f"{__name__}.Scaled"])
+    twice = torch.tensor([True, True, False])
+    for mask in (ON, twice):
+        assert torch.equal(_run(rebuilt, X, mask), _run(model, X, mask))

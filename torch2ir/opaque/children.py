@@ -63,7 +63,8 @@ def traced_children(modules: Iterable[tuple[str, nn.Module]], has_handler: Calla
 class Watch:
     """What an opaque leaf's own code does with each watched child (in the eager call of the model's copy) besides
     calling it: reading a method, property or own attribute of it or of a module inside it that is rebuilt from a
-    graph (``get_input_embeddings()``, ``.dtype``, ``.config``), or calling a module inside it directly. A rebuilt
+    graph (``get_input_embeddings()``, ``.dtype``, ``.config``), setting an attribute of one (a value its next call
+    reads, which its graph would hold as a constant), or calling a module inside it directly. A rebuilt
     child has its real class's methods and attributes only as far as ``nn.Module`` defines them, and a module
     inside it was traced for the child's call only: such a child is not traced on its own but kept opaque, its own
     children traced in turn.
@@ -110,8 +111,14 @@ class Watch:
                 watch.uses.setdefault(path, f"the opaque leaf's own code reads {where}.{name}")
             return cls.__getattribute__(obj, name)
 
-        return type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__module__": cls.__module__,
-                                           "__qualname__": cls.__qualname__})
+        def __setattr__(obj: Any, name: str, value: Any) -> None:
+            # a value set on it from outside (a flag for its next call) would be a constant of its graph
+            if not name.startswith("__") and not watch.depth[path]:
+                watch.uses.setdefault(path, f"the opaque leaf's own code sets {where}.{name}")
+            cls.__setattr__(obj, name, value)
+
+        return type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__setattr__": __setattr__,
+                                           "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:

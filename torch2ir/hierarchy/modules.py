@@ -85,6 +85,18 @@ class ModuleTable:
                     inside.add(path)
         return self._outermost
 
+    def traced_modules(self) -> list[nn.Module]:
+        """The modules whose own code the trace runs: neither a handled leaf nor inside one."""
+        out: dict[int, nn.Module] = {}  # a module held twice counts once
+        inside: set[str] = set()  # handled leaves and everything under them (named_modules' order: parents first)
+        for path, key in self.key_of_path.items():
+            module = self.module_of_key[key]
+            if (path and path.rpartition(".")[0] in inside) or self.is_leaf(module):
+                inside.add(path)
+            else:
+                out.setdefault(id(module), module)
+        return list(out.values())
+
     def owns(self, path: str, fqn: str) -> bool:
         """True when the parameter or buffer named ``fqn`` (any of its tied names) is one of the tensors of
         the module at ``path`` itself, so a call of that module reads it without an argument."""

@@ -63,7 +63,8 @@ def traced_children(modules: Iterable[tuple[str, nn.Module]], has_handler: Calla
 class Watch:
     """What an opaque leaf's own code does with each watched child (in the eager call of the model's copy) besides
     calling it: reading a method, property or own attribute of it or of a module inside it that is rebuilt from a
-    graph (``get_input_embeddings()``, ``.dtype``, ``.config``), or calling a module inside it directly. A rebuilt
+    graph (``get_input_embeddings()``, ``.dtype``, ``.config``), setting an attribute of one (a value its next call
+    reads, which its graph would hold as a constant), or calling a module inside it directly. A rebuilt
     child has its real class's methods and attributes only as far as ``nn.Module`` defines them, and a module
     inside it was traced for the child's call only: such a child is not traced on its own but kept opaque, its own
     children traced in turn.
@@ -110,8 +111,14 @@ class Watch:
                 watch.uses.setdefault(path, f"the opaque leaf's own code reads {where}.{name}")
             return cls.__getattribute__(obj, name)
 
-        return type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__module__": cls.__module__,
-                                           "__qualname__": cls.__qualname__})
+        def __setattr__(obj: Any, name: str, value: Any) -> None:
+            # a value set on it from outside (a flag for its next call) would be a constant of its graph
+            if not name.startswith("__") and not watch.depth[path]:
+                watch.uses.setdefault(path, f"the opaque leaf's own code sets {where}.{name}")
+            cls.__setattr__(obj, name, value)
+
+        return type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__setattr__": __setattr__,
+                                           "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
@@ -240,15 +247,20 @@ def graft(ir: IR, path: str, sub: IR) -> None:
     root = ir.root.meta
     if notes.get(CUSTOM_BACKWARD_KEY):
         root[CUSTOM_BACKWARD_KEY] = sorted({*root.get(CUSTOM_BACKWARD_KEY, []), *notes[CUSTOM_BACKWARD_KEY]})
+    # a rebuilt model's root carries the original's notes, the children's included (converting it again grafts
+    # the same children): each is added once
     buffers = notes.get("train_buffers")
     if isinstance(buffers, list) and buffers:
         kept = root.get("train_buffers") if isinstance(root.get("train_buffers"), list) else []
-        root["train_buffers"] = [*kept, *(f"{path}.{b}" for b in buffers)]
+        root["train_buffers"] = [*kept, *(b for b in (f"{path}.{b}" for b in buffers) if b not in kept)]
     for name in ("train_trace", "train_buffers"):
         note = notes.get(name)
         if isinstance(note, str) and note != "applied":
-            root[name] = "; ".join(x for x in (root.get(name) if isinstance(root.get(name), str) else "",
-                                               f"{path}: {note}") if x)
+            kept = root.get(name) if isinstance(root.get(name), str) else ""
+            entry = f"{path}: {note}"
+            if not (kept == entry or kept.startswith(f"{entry}; ") or f"; {entry}; " in kept
+                    or kept.endswith(f"; {entry}")):
+                root[name] = "; ".join(x for x in (kept, entry) if x)
 
 
 def convert_children(convert: Callable[[nn.Module, tuple, dict[str, Any]], IR],

@@ -103,7 +103,9 @@ def train_mode(ir: IR, run: TrainPass) -> None:
     """Mark the IR's dropout ops for train mode, and note (and warn about) whatever train mode does otherwise:
     train-only randomness, other computations, buffers only train mode writes."""
     table = run.table
-    reads = any(reads_training(type(m)) for m in table.module_of_key.values() if not table.is_leaf(m))
+    # a module inside a handled or opaque leaf is not traced (a child below an opaque leaf traced on its own had
+    # its own pass)
+    reads = any(reads_training(type(m)) for m in table.traced_modules())
     dropout = has_graph_dropout(ir)
     recorded = None  # the train-mode eager pass, when one ran: its writes serve the train-update check too
     if dropout or reads:

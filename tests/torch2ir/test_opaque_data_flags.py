@@ -10,6 +10,8 @@ plain constant and trace: here both blocks, all but the embedding and head.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -78,7 +80,9 @@ def test_only_the_module_computing_the_value_is_opaque_its_blocks_are_traced_and
     model = _model()
     ir = torch2ir.convert(model, (X, seen), opaque="auto")
     assert [(path, cls) for path, cls, _ in ir.capture.opaque] == [("encoder", ENCODER)]
-    assert "value computed from tensor data" in ir.capture.opaque[0][2]
+    # why: its blocks' flag is read from data (found first or as the blocks' failure in its trace alone)
+    assert re.search(r"value computed from tensor data|encoder\.blocks\.0 \(Block\) traces on its own",
+                     ir.capture.opaque[0][2])
     assert traced_alone(ir) == ["encoder.blocks.0", "encoder.blocks.1"]
     assert ir["encoder.blocks.0.gate"].type == "linear"
     rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[ENCODER])

@@ -56,10 +56,10 @@ def _bare(module: torch.nn.Module) -> torch.nn.Module:
 
 def _always_checked(module: torch.nn.Module, args: tuple, kwargs: dict) -> torch.nn.Module:
     """``module`` whose calls with these arguments run checked, as when a size depends on data."""
-    from ir2torch.run_safety.forward_budget import BUDGET_ATTR, _signature
+    from ir2torch.run_safety.forward_budget import BUDGET_ATTR
 
     budget = module.__dict__[BUDGET_ATTR]
-    budget.checked.add(None if budget.static else _signature(args, kwargs))
+    budget.checked.add(None if budget.static else budget.key(args, kwargs))
     return module
 
 

@@ -35,7 +35,9 @@ from ir2torch.run_safety.node_checks import checked_target
 
 _aten = torch.ops.aten
 _SYM_SIZE = _aten.sym_size.int
-_GROUPED_MM = _aten._grouped_mm.default
+_grouped_mm = torch._grouped_mm
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_STRIDED = torch.strided
 _EXPERTS_OP = "transformers.grouped_mm_fallback.default"
 #: transformers versions whose ``_grouped_mm_fallback`` was read (the loop the module's text describes).
 READ_TRANSFORMERS = frozenset({"5.23.0"})
@@ -74,9 +76,9 @@ def tensor_size(tensor: Any, dim: int) -> Any:
     return _SYM_SIZE(tensor, dim)
 
 
-def _valid_strides(mat: torch.Tensor) -> bool:
-    """ATen's ``check_valid_strides_and_return_transposed`` accepts ``mat`` (it raises otherwise)."""
-    strides, sizes, alignment = mat.stride(), mat.shape, 16 // mat.element_size()
+def _valid_strides(strides: tuple[int, ...], sizes: torch.Size, alignment: int) -> bool:
+    """ATen's ``check_valid_strides_and_return_transposed`` accepts a matrix of these strides and sizes (it raises
+    otherwise); ``alignment`` is ``16 / element size``."""
     if strides[-2] == 1 and strides[-1] >= max(1, sizes[-2]):
         return strides[-1] % alignment == 0
     if strides[-1] == 1 and strides[-2] >= max(1, sizes[-1]):
@@ -92,7 +94,8 @@ def _runs_transformers_loop() -> bool:
         return False
     opdefs, kernel = found
     opdef = opdefs.get("transformers::grouped_mm_fallback")
-    return opdef is not None and opdef._init_fn is kernel and set(opdef._backend_fns) == {None}
+    return opdef is not None and opdef._init_fn is kernel and len(opdef._backend_fns) == 1 and \
+        None in opdef._backend_fns
 
 
 @functools.cache
@@ -112,23 +115,24 @@ def _transformers_kernel() -> tuple[dict[str, Any], Any] | None:
 
 def _as_aten(input: Any, weight: Any, offs: Any) -> bool:
     """Whether ``torch._grouped_mm(input, weight, offs)`` computes what the fallback does (module's text)."""
-    if not (type(input) is torch.Tensor and type(weight) is torch.Tensor and type(offs) is torch.Tensor):
+    if type(input) is not torch.Tensor or type(weight) is not torch.Tensor or type(offs) is not torch.Tensor:
         return False
-    if not (input.is_cpu and weight.is_cpu and offs.is_cpu) or input.layout is not torch.strided or \
-            weight.layout is not torch.strided or offs.layout is not torch.strided:
+    dtype = input.dtype
+    if offs.dtype is not torch.int32 or weight.dtype is not dtype or dtype not in _DTYPES or \
+            not (input.is_cpu and weight.is_cpu and offs.is_cpu) or input.layout is not _STRIDED or \
+            weight.layout is not _STRIDED or offs.layout is not _STRIDED:
         return False
-    if input.dim() != 2 or weight.dim() != 3 or offs.dim() != 1 or offs.dtype is not torch.int32 or \
-            input.dtype is not weight.dtype or input.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+    sizes, weight_sizes, alignment = input.shape, weight.shape, 16 // weight.element_size()
+    if len(sizes) != 2 or len(weight_sizes) != 3 or offs.dim() != 1 or offs.size(0) != weight_sizes[0] or \
+            sizes[1] != weight_sizes[1] or weight_sizes[2] % alignment != 0:
         return False
-    if offs.size(0) != weight.size(0) or input.size(1) != weight.size(1) or \
-            weight.size(2) % (16 // weight.element_size()) != 0:
+    if (input.requires_grad or weight.requires_grad) and torch.is_grad_enabled():
         return False
-    if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
-        return False
-    if not (_valid_strides(input) and _valid_strides(weight)):
-        return False
+    if not (_valid_strides(input.stride(), sizes, alignment) and
+            _valid_strides(weight.stride(), weight_sizes, alignment)):
+        return False  # (input and weight have one dtype: one alignment)
     ends = offs.tolist()
-    if not ends or ends[0] < 0 or ends[-1] != input.size(0) or ends != sorted(ends):
+    if not ends or ends[0] < 0 or ends[-1] != sizes[0] or ends != sorted(ends):
         return False
     return _runs_transformers_loop()
 
@@ -137,7 +141,7 @@ def grouped_mm(input: Any, weight: Any, offs: Any) -> Any:
     """``transformers.grouped_mm_fallback(input, weight, offs)``, run as ``torch._grouped_mm`` where that is exact
     (module's text); otherwise the operator with its run-time checks."""
     if _as_aten(input, weight, offs):
-        return _GROUPED_MM(input, weight, offs)
+        return _grouped_mm(input, weight, offs=offs)  # the binding of ``aten._grouped_mm.default``
     return _checked_experts_op()(input, weight, offs)
 
 

@@ -22,7 +22,7 @@ from common.names import GENERATED_ATTRS
 from ir2torch.codegen.fold_cache import FOLD_ATTR
 from ir2torch.run_safety.forward_budget import BUDGET_ATTR, skip_budget
 from ir2torch.run_safety.forward_budget import LOCAL as _BUDGET_LOCAL
-from ir2torch.run_safety.node_checks import call_data_checked, module_needs_checks
+from ir2torch.run_safety.node_checks import MODULE_CHECKS, call_data_checked, module_needs_checks
 
 Check = Callable[[nn.Module, tuple, dict], None]
 
@@ -100,7 +100,10 @@ def call_module(obj: nn.Module, /, *args: Any, **kwargs: Any) -> Any:
         return obj(*args, **kwargs)
     cls = type(obj)
     call = cls.__call__
-    if module_needs_checks(cls):  # an embedding, a loss, an opaque leaf: what it dispatches is checked
+    needs = MODULE_CHECKS.get(cls)  # read once per class (:func:`module_needs_checks`)
+    if needs is None:
+        needs = module_needs_checks(cls)
+    if needs:  # an embedding, a loss, an opaque leaf: what it dispatches is checked
         return call_data_checked(call, obj, *args, **kwargs)
     if call is _MODULE_CALL and cls._call_impl is _CALL_IMPL and obj._compiled_call_impl is None and not (
             obj._forward_hooks or obj._forward_pre_hooks or obj._backward_hooks or obj._backward_pre_hooks

@@ -27,6 +27,22 @@ def _split_with_sizes(self: torch.Tensor, split_sizes: list[int], dim: int = 0) 
     return list(torch.split_with_sizes(self, split_sizes, dim))
 
 
+def _sort(self: torch.Tensor, dim: int = -1, descending: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.sort``, as the plain tuple the overload returns (the binding returns a ``torch.return_types``)."""
+    return tuple(torch.sort(self, dim, descending))  # type: ignore[return-value]
+
+
+def _topk(self: torch.Tensor, k: int, dim: int = -1, largest: bool = True,
+          sorted: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk``, as the plain tuple the overload returns."""
+    return tuple(torch.topk(self, k, dim, largest, sorted))  # type: ignore[return-value]
+
+
+def _chunk(self: torch.Tensor, chunks: int, dim: int = 0) -> list[torch.Tensor]:
+    """``torch.chunk``, as the list the overload returns (the binding returns a tuple)."""
+    return list(torch.chunk(self, chunks, dim))
+
+
 #: Bindings that take fewer positional arguments than their overload's schema (the rest only as keywords):
 #: ``Tensor.to(dtype, non_blocking, copy, *, memory_format)`` while ``aten.to.dtype`` takes ``memory_format``
 #: positionally (Qwen3-Next's ``.to(dtype, memory_format=...)`` exports as five positional arguments).
@@ -104,6 +120,16 @@ FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
         ("aten.pad.default", _nn.pad, ()),
         ("aten.linalg_vector_norm.default", torch._C._linalg.linalg_vector_norm, ("dtype",)),
         ("aten.split_with_sizes.default", _split_with_sizes, ()),
+        # mixture-of-experts routing (Mixtral's router and experts run these at every decoding step)
+        ("aten.topk.default", _topk, ()),
+        ("aten.div_.Tensor", torch.Tensor.div_, ()),
+        ("aten.sort.default", _sort, ()),
+        ("aten.floor_divide.default", torch.floor_divide, ()),
+        ("aten.histc.default", torch.histc, ()),
+        ("aten.cumsum.default", torch.cumsum, ("dtype",)),
+        ("aten.chunk.default", _chunk, ()),
+        ("aten.index_put_.default", torch.Tensor.index_put_, ("accumulate",)),
+        ("aten.empty_like.default", torch.empty_like, (*_FACTORY, "memory_format")),  # zero-filled when bound
     ]
 }
 

@@ -43,6 +43,7 @@ that measure each operator in :mod:`~ir2torch.run_safety.op_modes` (the probe's 
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -107,7 +108,7 @@ class ForwardBudget:
         flops: the compute budget of one call in FLOPs (:mod:`ir2torch.run_safety.flops`), ``None``: not counted.
     """
 
-    __slots__ = ("budget", "checked", "device", "flops", "probed", "spec", "static", "writes")
+    __slots__ = ("budget", "checked", "device", "flops", "probed", "spec", "static", "token", "tokens", "writes")
 
     def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None,
                  writes: bool = True) -> None:
@@ -119,6 +120,8 @@ class ForwardBudget:
         self.probed: set[Any] = set()
         self.checked: set[Any] = set()
         self.spec: pytree.TreeSpec | None = None  # the structure of the last call (read first by the next)
+        self.token: int | None = None  # ``self.spec``'s token in the signatures
+        self.tokens: dict[pytree.TreeSpec, int] = {}  # each structure seen -> its token (never reused)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
         return ForwardBudget(self.budget, self.device, self.static, self.flops, self.writes)  # probed again
@@ -137,9 +140,7 @@ class ForwardBudget:
         if self.budget is None and self.flops is None:  # nothing to measure: in-place nodes test the caller's tensors
             return self._run_writes_checked(obj, call, args, kwargs)
         # no memory limit but a compute budget: the same probe counts the FLOPs on fake tensors (limit None)
-        signature = None if self.static else _signature(args, kwargs, self.spec)
-        if signature is not None:
-            self.spec = signature[0]
+        signature = None if self.static else self.key(args, kwargs)
         if signature not in self.probed:
             if signature in self.checked:
                 return self._run_checked(obj, call, args, kwargs)
@@ -154,6 +155,21 @@ class ForwardBudget:
             return call(obj, *args, **kwargs)
         finally:
             LOCAL.depth -= 1
+
+    def key(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, ...]:
+        """The call's :func:`_signature` as remembered: its structure as a token, one per equal structures (a
+        ``TreeSpec`` is hashed only when the last call's differs: 5 us for a decoder's cache). Tokens are never
+        reused: a signature remembered under one structure never matches another."""
+        signature = _signature(args, kwargs, self.spec)
+        spec = signature[0]
+        if spec is not self.spec or self.token is None:
+            if len(self.tokens) >= MAX_SIGNATURES:
+                self.tokens.clear()  # the signatures of a cleared token are never matched again: probed anew
+            token = self.tokens.get(spec)
+            if token is None:
+                token = self.tokens[spec] = next(_TOKENS)
+            self.spec, self.token = spec, token
+        return (self.token, *signature[1:])
 
     def _probe(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
                limit: int | None) -> bool:
@@ -234,6 +250,10 @@ class ForwardBudget:
         return getattr(wrapped, "implementation", None)
 
 
+#: Tokens of the structures in signatures (:meth:`ForwardBudget.key`), unique in the process.
+_TOKENS = itertools.count()
+
+
 def _remember(signatures: set[Any], signature: Any) -> None:
     if len(signatures) >= MAX_SIGNATURES:
         signatures.clear()
@@ -269,8 +289,9 @@ def _described(leaves: list[Any], exact: bool) -> list[Any] | None:
     append = out.append
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
-            strides = leaf.stride() if leaf.layout == torch.strided else None
-            append((tuple(leaf.shape), strides, leaf.dtype, leaf.device.type, leaf.layout))
+            layout = leaf.layout
+            append((tuple(leaf.shape), leaf.stride() if layout == torch.strided else None, leaf.dtype,
+                    leaf.device.type, layout))
         elif isinstance(leaf, _VALUES):
             append((type(leaf), leaf))
         elif exact:

@@ -61,6 +61,7 @@ from torch import fx
 from ir2torch.run_safety.writes import writes_in_place
 
 _aten = torch.ops.aten
+_MASKS = (torch.bool, torch.uint8)  # index dtypes that are masks
 #: The overloads whose indices :func:`proven_indices` reads (positional ``indices`` argument at 1).
 INDEXING = frozenset({_aten.index.Tensor, _aten.index_put_.default, _aten.index_put.default})
 _SORTS = {_aten.sort.default: True, _aten.sort.stable: True, _aten.argsort.default: False,
@@ -243,15 +244,19 @@ def check_proven(self: Any, indices: Any, proofs: tuple[tuple[int, int, int], ..
     (:func:`settled`); any index that is not is read by ``check`` (the full precondition of the node)."""
     if not isinstance(self, torch.Tensor) or not isinstance(indices, (list, tuple)):
         return check()
-    dim, proven = 0, {position: (d, k) for position, d, k in proofs}
+    dim, rank = 0, self.dim()
     for position, index in enumerate(indices):
-        if isinstance(index, torch.Tensor) and index.dtype in (torch.bool, torch.uint8):
+        if isinstance(index, torch.Tensor) and index.dtype in _MASKS:
             dim += index.dim()  # a k-dim mask covers k dims (a 0-dim one none)
             continue
-        if index is not None and dim < self.dim():
-            bound = proven.get(position)
-            if bound is None or not settled(index, bound[0], bound[1], self.size(dim)):
-                return check()
+        if index is not None and dim < rank:
+            for proof in proofs:
+                if proof[0] == position:
+                    if not settled(index, proof[1], proof[2], self.size(dim)):
+                        return check()
+                    break
+            else:
+                return check()  # not proven: its values are read
         dim += 1
     return None
 

@@ -152,9 +152,12 @@ def _run_index_proven(key: str, proofs: tuple[tuple[int, int, int], ...], call: 
     """:func:`_run_precondition` of an ``index`` / ``index_put`` node some of whose indices are proven in range
     (:mod:`~ir2torch.run_safety.index_provenance`): their values are read only when their shapes do not settle it."""
     if not tracing():
-        bound = bind(key, args, kwargs)
-        problem = check_proven(bound.get("self"), bound.get("indices"), proofs,
-                               lambda: PRECONDITIONS[key](*args, **kwargs))
+        if len(args) >= 2:  # every overload of INDEXING takes ``self, indices`` first: read them positionally
+            self, indices = args[0], args[1]
+        else:
+            bound = bind(key, args, kwargs)
+            self, indices = bound.get("self"), bound.get("indices")
+        problem = check_proven(self, indices, proofs, lambda: PRECONDITIONS[key](*args, **kwargs))
         if problem is not None:
             raise RuntimeError(f"{name}: {problem}; refused before it runs")
     return call(*args, **kwargs)
@@ -236,7 +239,7 @@ def checked_target(call: Any, node: fx.Node | None = None) -> Any:
 
 
 #: class -> whether a call of one of its modules runs under DataChecks (read once per class).
-_MODULE_CLASSES: dict[type, bool] = {}
+MODULE_CHECKS: dict[type, bool] = {}
 
 
 def module_needs_checks(cls: type) -> bool:
@@ -244,14 +247,14 @@ def module_needs_checks(cls: type) -> bool:
     ``forward`` is generated code (its nodes are checked there) or a class of ``torch.nn.modules`` that reaches
     no data-reading operator; yes for anything else (embeddings, losses, opaque leaves, quantized modules)."""
     try:
-        return _MODULE_CLASSES[cls]
+        return MODULE_CHECKS[cls]
     except KeyError:
         pass
     owner = getattr(cls, "__module__", "") or ""
     generated = getattr(cls, "_wrapped_call", None) is not None
     plain = owner.startswith("torch.nn.modules.") and owner not in _DATA_MODULES and \
         not cls.__name__.startswith("MaxUnpool") and cls.__call__ is _MODULE_CALL
-    _MODULE_CLASSES[cls] = needs = not (generated or plain)
+    MODULE_CHECKS[cls] = needs = not (generated or plain)
     return needs
 
 
@@ -285,5 +288,5 @@ def _plain_embedding(obj: nn.Embedding, args: tuple, kwargs: dict[str, Any]) -> 
              or obj._compiled_call_impl is not None)
 
 
-__all__ = ["PRECONDITION_FREE_COMPOSITES", "CheckedCall", "call_data_checked", "checked_target", "is_composite",
-           "module_needs_checks", "tracing"]
+__all__ = ["MODULE_CHECKS", "PRECONDITION_FREE_COMPOSITES", "CheckedCall", "call_data_checked", "checked_target",
+           "is_composite", "module_needs_checks", "tracing"]

@@ -18,6 +18,9 @@ from typing import Any
 
 import torch
 
+_exporting = torch.compiler.is_exporting
+_compiling = torch.compiler.is_compiling
+
 #: The overloads that return uninitialized memory (as ``aten.<op>.<overload>``).
 UNINITIALIZED: frozenset[str] = frozenset(
     f"aten.{op}.{overload}"
@@ -46,9 +49,13 @@ def zero_filled(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     def call(*args: Any, **kwargs: Any) -> Any:
         out = fn(*args, **kwargs)
-        if not isinstance(out, torch.Tensor) or torch.compiler.is_exporting():
+        if type(out) is torch.Tensor and not out.requires_grad and not out.is_meta and not _exporting() and \
+                not _compiling():
+            out.zero_()  # a real plain tensor no tracer sees, nothing recorded for autograd: filled directly
+            return out
+        if not isinstance(out, torch.Tensor) or _exporting():
             return out  # export records the plain operator: the rebuild converts back to the same IR
-        if torch.compiler.is_compiling() or (not isinstance(out, _fake_type()) and out.device.type != "meta"):
+        if _compiling() or (not isinstance(out, _fake_type()) and out.device.type != "meta"):
             with torch.no_grad():  # torch.compile traces the fill into its graph
                 out.zero_()
         return out
@@ -58,6 +65,7 @@ def zero_filled(fn: Callable[..., Any]) -> Callable[..., Any]:
     name = getattr(fn, "__name__", None) or str(fn)
     call.__name__ = call.__qualname__ = "zero_filled_" + "".join(c if c.isalnum() else "_" for c in name)
     call.__module__ = __name__
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
     return call
 
 

@@ -93,3 +93,27 @@ def test_a_rebuilt_graph_with_runtime_assertions_converts_back_to_the_same_ir() 
         with pytest.raises(RuntimeError):  # lengths that do not add up to 12: export's assertion stops them
             rebuilt(X, torch.tensor([0, 11]))
     assert torch2ir.convert(rebuilt, (X, cu)) == ir
+
+
+class NormedTower(Tower):
+    """A batch norm whose running statistics a train-mode eager call would update."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+        return super().forward(self.bn(x), grid)
+
+
+def test_finding_the_context_leaves_the_model_as_it_was() -> None:
+    """The eager call that records the failing module's inputs runs on a copy in eval mode: a train-mode model's
+    running statistics, its counters and the random state are the same after the conversion."""
+    torch.manual_seed(0)
+    model = NormedTower().train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    ir = torch2ir.convert(model, (X, GRID), opaque="auto")
+    assert [(p, c) for p, c, _ in ir.capture.opaque] == [("blocks.0", BLOCK), ("blocks.1", BLOCK)]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(torch.get_rng_state(), rng) and model.training

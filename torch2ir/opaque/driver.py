@@ -10,6 +10,7 @@ trace), until none does.
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
@@ -168,14 +169,14 @@ def _in_context(model: nn.Module, call: tuple[tuple, Mapping[str, Any] | None], 
     if owns_subtree(module, path):
         return False
     calls: list[tuple[tuple, dict[str, Any]]] = []
-    handle = module.register_forward_pre_hook(lambda m, a, kw: calls.append(copied_inputs(a, kw)), with_kwargs=True)
-    try:
-        with kept_attributes(model), torch.no_grad():
-            model(*call[0], **dict(call[1] or {}))
-    except Exception:  # noqa: BLE001 - the eager call itself fails: nothing to decide from
+    try:  # on a copy in eval mode, as the opaque leaves' recording runs: the model's state and RNG stay as they are
+        twin = copy.deepcopy(model).eval()
+        twin.get_submodule(path).register_forward_pre_hook(lambda m, a, kw: calls.append(copied_inputs(a, kw)),
+                                                           with_kwargs=True)
+        with torch.no_grad():
+            twin(*call[0], **dict(call[1] or {}))
+    except Exception:  # noqa: BLE001 - no copy, or the eager call itself fails: nothing to decide from
         return False
-    finally:
-        handle.remove()
     if alike_calls(calls) is not None:
         return False
     try:

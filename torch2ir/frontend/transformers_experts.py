@@ -27,13 +27,13 @@ import contextlib
 import hashlib
 import inspect
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import CellType
 from typing import Any
 
 from torch2ir.frontend import experts_forwards
+from torch2ir.frontend.shared_patch import SharedPatch
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,6 @@ SITES = (
 #: The closure variable of transformers' ``use_experts_implementation`` dispatcher holding the eager forward.
 DISPATCHED = "original_forward"
 
-_LOCK = threading.Lock()
-_LOCAL = threading.local()
-_ACTIVE = 0
-#: While active: (restore, original) per replaced site.
-_REPLACED: list[tuple[Callable[[Any], None], Callable[..., Any]]] = []
 
 
 def source_hash(function: Any) -> str | None:
@@ -114,7 +109,7 @@ def _stand_in(original: Callable[..., Any], traced: Callable[..., Any]) -> Calla
     """The traceable form in a converting thread, the original elsewhere (same name and signature)."""
 
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_LOCAL, "depth", 0):
+        if _PATCH.inside():
             return traced(self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
@@ -124,31 +119,31 @@ def _stand_in(original: Callable[..., Any], traced: Callable[..., Any]) -> Calla
     return forward
 
 
+def _install() -> Callable[[], None]:
+    replaced: list[tuple[Callable[[Any], None], Callable[..., Any]]] = []
+    for site in SITES:
+        held = reviewed(site)
+        if held is not None:
+            original, replace = held
+            replace(_stand_in(original, site.traced))
+            replaced.append((replace, original))
+
+    def undo() -> None:
+        for replace, original in reversed(replaced):
+            replace(original)
+
+    return undo
+
+
+_PATCH = SharedPatch(_install)
+
+
 @contextlib.contextmanager
 def traced_experts() -> Iterator[None]:
     """Within the block, in this thread, the reviewed eager experts forwards run their traceable form (module
     docstring); outside it, or for any other source, nothing changes."""
-    global _ACTIVE
-    with _LOCK:
-        if _ACTIVE == 0:
-            for site in SITES:
-                held = reviewed(site)
-                if held is not None:
-                    original, replace = held
-                    replace(_stand_in(original, site.traced))
-                    _REPLACED.append((replace, original))
-        _ACTIVE += 1
-    _LOCAL.depth = getattr(_LOCAL, "depth", 0) + 1
-    try:
+    with _PATCH.entered():
         yield
-    finally:
-        _LOCAL.depth -= 1
-        with _LOCK:
-            _ACTIVE -= 1
-            if _ACTIVE == 0:
-                while _REPLACED:
-                    replace, original = _REPLACED.pop()
-                    replace(original)
 
 
 __all__ = ["DISPATCHED", "SITES", "Site", "reviewed", "source_hash", "traced_experts"]

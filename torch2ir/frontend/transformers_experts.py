@@ -55,6 +55,14 @@ SITES = (
     Site("transformers.models.openai_privacy_filter.modeling_openai_privacy_filter", "OpenAIPrivacyFilterExperts",
          frozenset({"f98799f6a1a047d6bc1a0aa1419e833c49bf5940b9d59ef0ac0d5ee7676a555e"}),
          experts_forwards.openai_privacy_filter),
+    # an experts loop over child modules, and the router before it, whose no-op ``self.classifier.to(dtype)``
+    # does not trace (not made when it changes nothing, :func:`experts_forwards.switch_transformers_router`)
+    Site("transformers.models.switch_transformers.modeling_switch_transformers", "SwitchTransformersExperts",
+         frozenset({"da2e70afb128534670927a971106b9304041e7e16688e047ea8a77953ca7d7f8"}),
+         experts_forwards.switch_transformers),
+    Site("transformers.models.switch_transformers.modeling_switch_transformers", "SwitchTransformersTop1Router",
+         frozenset({"20d6746a660c91787a09459a842e07861ea9b417bf574a21e5d712b83980f212"}),
+         experts_forwards.switch_transformers_router),
 )
 
 #: The closure variable of transformers' ``use_experts_implementation`` dispatcher holding the eager forward.

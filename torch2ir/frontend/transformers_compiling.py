@@ -42,6 +42,10 @@ SITES: dict[str, frozenset[str]] = {
         "4341ee31f9a131a1c7b83e9c40efcd57abafddee3397cdf7d40632f19ae2dc0e",  # 5.23.0
         "3b4b7339b976fc155dd929f77c570e68f0dc021d555afc6022cc1765c6745376",  # 5.24.0
     }),
+    "transformers.models.longt5.modeling_longt5": frozenset({
+        "1c857f22e0e63a060522166abecb772ed82d03aaa1383351e7cffe85538ebbad",  # 5.23.0
+        "79fefb559abb480a66a33d644455ccb7fdf5b2a4a44ba27e5c09e20f37dc959b",  # 5.24.0
+    }),
 }
 
 _LOCK = threading.Lock()

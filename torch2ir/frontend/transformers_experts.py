@@ -127,7 +127,10 @@ def _stand_in(original: Callable[..., Any], traced: Callable[..., Any]) -> Calla
         return original(self, *args, **kwargs)
 
     forward.__name__, forward.__qualname__ = original.__name__, original.__qualname__
-    forward.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
+    # the original's signature, read through __wrapped__: inspect drops ``self`` of the bound stand-in (a
+    # ``__signature__`` would not be dropped when a functools.wraps wrapper of the bound method, as trace_once's
+    # stand-ins are, copies it: the call's argument names were then not recorded)
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
     forward.__doc__ = original.__doc__
     return forward
 

@@ -172,7 +172,8 @@ def test_the_experts_trace_exactly_on_every_routing() -> None:
                 y = module(x, routing(index), w)
                 y.backward(torch.arange(y.numel(), dtype=y.dtype).reshape(y.shape).sin())
                 results.append([y.detach(), x.grad, w.grad, *(p.grad for _, p in sorted(module.named_parameters()))])
-            assert all(torch.equal(a, b) for a, b in zip(results[0][:3], results[1][:3], strict=True)), (index, training)
+            outputs = zip(results[0][:3], results[1][:3], strict=True)  # y, x.grad, w.grad
+            assert all(torch.equal(a, b) for a, b in outputs), (index, training)
             hit = {f"expert_{e}" for e in index[index >= 0].tolist()}
             names = [n for n, _ in sorted(experts.named_parameters())]
             for name, a, b in zip(names, results[0][3:], results[1][3:], strict=True):

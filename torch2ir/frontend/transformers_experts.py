@@ -1,10 +1,12 @@
 """transformers' eager experts loops, traced while a conversion exports as the same computation (issue 49).
 
-Two mixture-of-experts types of transformers run an eager experts loop by default, over ``expert_hit``, the
+Three mixture-of-experts types of transformers run an eager experts loop by default, over ``expert_hit``, the
 experts a token was routed to: a tensor whose length is read from data, which ``torch.export`` cannot trace, so
 ``opaque="auto"`` kept the experts opaque, most of the model's parameters. LongCat-Flash's
 ``LongcatFlashExperts`` has no other forward; ``OpenAIPrivacyFilterExperts`` has transformers' experts kernels,
-but its model chooses ``"eager"`` ("very sensitive to accumulation orders").
+but its model chooses ``"eager"`` ("very sensitive to accumulation orders"); ``SwitchTransformersExperts`` calls
+child modules, and the router before it, ``SwitchTransformersTop1Router``, runs a ``Module.to`` export cannot
+trace (its traceable form skips it exactly when it changes nothing).
 
 :func:`traced_experts` (entered around a whole conversion, :func:`torch2ir.hierarchy.build.build_ir`, before any
 stand-in of ``trace_once`` takes a module's forward, and around each export, :mod:`torch2ir.frontend.export`,
@@ -68,6 +70,9 @@ SITES = (
 #: The closure variable of transformers' ``use_experts_implementation`` dispatcher holding the eager forward.
 DISPATCHED = "original_forward"
 
+#: The attribute marking a stand-in of this module (never taken for a reviewed forward).
+STAND_IN = "_torch2ir_experts_stand_in"
+
 _LOCK = threading.Lock()
 _LOCAL = threading.local()
 _ACTIVE = 0
@@ -113,8 +118,8 @@ def reviewed(site: Site) -> tuple[Callable[..., Any], Callable[[Any], None]] | N
     if not isinstance(cls, type):
         return None
     held = _holder(cls)
-    if held is None or source_hash(held[0]) not in site.sources:
-        return None
+    if held is None or getattr(held[0], STAND_IN, False) or source_hash(held[0]) not in site.sources:
+        return None  # (a stand-in's source reads as the original's, through its __wrapped__)
     return held
 
 
@@ -131,6 +136,7 @@ def _stand_in(original: Callable[..., Any], traced: Callable[..., Any]) -> Calla
     # ``__signature__`` would not be dropped when a functools.wraps wrapper of the bound method, as trace_once's
     # stand-ins are, copies it: the call's argument names were then not recorded)
     forward.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(forward, STAND_IN, True)
     forward.__doc__ = original.__doc__
     return forward
 

@@ -87,7 +87,9 @@ def openai_privacy_filter(self: Any, hidden_states: torch.Tensor, router_indices
 def switch_transformers(self: Any, hidden_states: torch.Tensor, selected_experts: torch.Tensor,
                         routing_weights: torch.Tensor) -> torch.Tensor:
     """``SwitchTransformersExperts.forward`` (transformers 5.23.0, 5.24.0), traceable: each expert is its own
-    child module, called on its token subset (an empty one for an expert no token was routed to)."""
+    child module, called on its token subset (an empty one for an expert no token was routed to). Unlike the
+    stacked experts above, such an expert's own parameters get a gradient of exact zeros where the original, never
+    calling it, leaves their ``.grad`` as it was (``None`` after ``zero_grad()``): docs/opaque.md says so."""
     final_hidden_states = torch.zeros_like(hidden_states)
     expert_mask = selected_experts.permute(2, 1, 0)
 

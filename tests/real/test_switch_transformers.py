@@ -15,6 +15,7 @@ Another source is not decided: the stacks stay opaque, as before.
 from __future__ import annotations
 
 import threading
+import warnings
 
 import pytest
 import torch
@@ -187,3 +188,25 @@ def test_the_experts_trace_exactly_on_every_routing() -> None:
     with torch.no_grad():
         assert torch.equal(rebuilt(*dropped), experts(*dropped))
     assert torch2ir.convert(rebuilt, args) == ir
+
+
+def test_converting_and_rebuilding_warn_about_the_experts_no_token_reached(tmp_path) -> None:
+    """An expert no token reached gets zero gradients from the graph where eager mode leaves ``.grad`` undefined:
+    both directions say so, naming the experts layers (the rebuild from a saved file too); a model whose experts
+    are parameter tensors (Mixtral) has nothing to say."""
+    from common.ir import IR
+    from common.notes import UnreachedExpertsWarning
+
+    model, kwargs = _model("switch_transformers", encoder_sparse_step=1, decoder_sparse_step=2)
+    with pytest.warns(UnreachedExpertsWarning, match=r"encoder\.block\.0\.layer\.1\.mlp\.experts.*zero gradients"):
+        ir = torch2ir.convert(model, (), kwargs)
+    ir.save(tmp_path / "switch.json")
+    with pytest.warns(UnreachedExpertsWarning, match="Adam"):
+        ir2torch.convert(IR.load(tmp_path / "switch.json"), model.state_dict())
+    mixtral = tf.MixtralModel(tf.MixtralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                               num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                               num_experts_per_tok=2, vocab_size=50)).eval()
+    ids = torch.randint(0, 50, (1, 6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnreachedExpertsWarning)
+        ir2torch.convert(torch2ir.convert(mixtral, (ids,)), mixtral.state_dict())

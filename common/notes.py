@@ -81,8 +81,8 @@ class UnreachedExpertsWarning(UserWarning):
 def unreached_experts(implementations: Any) -> list[str]:
     """Paths of the graph implementations (``type == "module"``) whose recorded class is one of
     :data:`EXPERTS_CALLED_ON_NO_TOKEN` (their ``meta["class"]`` compared as a string, nothing imported)."""
-    return sorted(impl.name for impl in implementations
-                  if impl.type == "module" and impl.meta.get("class") in EXPERTS_CALLED_ON_NO_TOKEN)
+    return sorted(str(impl.name) for impl in implementations if impl.type == "module"
+                  and isinstance(cls := impl.meta.get("class"), str) and cls in EXPERTS_CALLED_ON_NO_TOKEN)
 
 
 def unreached_experts_message(model: str, paths: list[str]) -> str:

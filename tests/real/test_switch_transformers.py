@@ -210,3 +210,15 @@ def test_converting_and_rebuilding_warn_about_the_experts_no_token_reached(tmp_p
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnreachedExpertsWarning)
         ir2torch.convert(torch2ir.convert(mixtral, (ids,)), mixtral.state_dict())
+
+
+def test_the_experts_note_reads_only_a_string_class() -> None:
+    """A file's ``meta["class"]`` of another type (a list, a dict: unhashable) is not an experts class, never an
+    error of its own."""
+    from common.ir import Implementation
+    from common.notes import unreached_experts
+
+    name = f"{SWITCH}.SwitchTransformersExperts"
+    impls = [Implementation("a", "module", meta={"class": [name]}), Implementation("b", "module", meta={"class": {}}),
+             Implementation("c", "module", meta={"class": name}), Implementation("d", "linear", meta={"class": name})]
+    assert unreached_experts(impls) == ["c"]

@@ -119,6 +119,7 @@ def rewrite(graph: fx.Graph) -> int:
 _unsqueeze = direct_op(_UNSQUEEZE, {}, 2)
 _expand = direct_op(_EXPAND, {}, 2)
 _reshape = direct_op(_RESHAPE, {}, 2)
+_sdpa = direct_op(_SDPA, dict.fromkeys(_SDPA_ARGS), 3)  # its Python binding (ir2torch.run_safety.fast_ops)
 
 
 def _repeated(kv: torch.Tensor, sizes: list[Any], shape: list[Any]) -> torch.Tensor:
@@ -144,8 +145,8 @@ def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ke
             not (torch.is_grad_enabled() and (query.requires_grad or (mask is not None and mask.requires_grad))) \
             and _groupable(query, key, key_sizes) and _groupable(query, value, value_sizes) and \
             (mask is None or (type(mask) is torch.Tensor and mask.device.type == "cpu")):
-        return _SDPA(query, key, value, **options, enable_gqa=True)
-    return _SDPA(query, _repeated(key, key_sizes, key_shape), _repeated(value, value_sizes, value_shape), **options)
+        return _sdpa(query, key, value, **options, enable_gqa=True)
+    return _sdpa(query, _repeated(key, key_sizes, key_shape), _repeated(value, value_sizes, value_shape), **options)
 
 
 __all__ = ["find", "grouped_sdpa", "rewrite"]

@@ -124,10 +124,15 @@ def tensor_size(tensor: Any, dim: int) -> Any:
 def _valid_strides(strides: tuple[int, ...], sizes: torch.Size, alignment: int) -> bool:
     """ATen's ``check_valid_strides_and_return_transposed`` accepts a matrix of these strides and sizes (it raises
     otherwise); ``alignment`` is ``16 / element size``."""
-    if strides[-2] == 1 and strides[-1] >= max(1, sizes[-2]):
-        return strides[-1] % alignment == 0
-    if strides[-1] == 1 and strides[-2] >= max(1, sizes[-1]):
-        return strides[-2] % alignment == 0
+    rows, columns = strides[-2], strides[-1]
+    if rows == 1:
+        size = sizes[-2]
+        if columns >= (size if size > 1 else 1):
+            return columns % alignment == 0
+    if columns == 1:
+        size = sizes[-1]
+        if rows >= (size if size > 1 else 1):
+            return rows % alignment == 0
     return False
 
 

@@ -157,6 +157,8 @@ def test_grouped_mm_equals_the_operator() -> None:
     exact and through the checked operator otherwise; bad offsets are refused as before."""
     import random
 
+    import transformers.integrations.moe  # noqa: F401 - registers the operator (alone, no model built it yet)
+
     op = torch.ops.transformers.grouped_mm_fallback.default
     rng = random.Random(0)
     fast_cases = 0

@@ -278,7 +278,9 @@ def table(zoo: str, rows: list[dict[str, Any]]) -> str:
                 + (f"; parameters inside opaque leaves: median {100 * statistics.median(shares):.1f} %, max "
                    f"{100 * shares[-1]:.1f} %" if shares else "")
                 + (f"; at the default configurations' dimensions ({len(real)} models): median "
-                   f"{100 * statistics.median(real):.1f} %, max {100 * real[-1]:.1f} %" if real else ""), ""]
+                   f"{100 * statistics.median(real):.1f} %, max {100 * real[-1]:.1f} %" if real else "")
+                + (f"; loop closed (converting the rebuild with `opaque=\"auto\"` gives the IR again): "
+                   f"{sum(o.get('loop') == 'closed' for o in exact)} of the {len(exact)} exact" if exact else ""), ""]
         if any(o["status"].startswith(DIFFERS) for o in tried):
             out += [f"**Silently different with opaque leaves: "
                     f"{', '.join(r['name'] for r in rows if r.get('opaque', {}).get('status', '').startswith(DIFFERS))}"

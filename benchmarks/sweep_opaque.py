@@ -55,10 +55,28 @@ def opaque_row(model: Any, args: tuple, kwargs: dict, real: Callable[[], Any] | 
         status = f"export differs {diff:.3g} (each child traced alone equals torch.export's module of it exactly)"
     regions = {p: (_qualname(m), kinds.get(p)) for p, m in model.named_modules()}
     row = {"status": status, "leaves": paths, "share": share_of(model, regions)}
+    if diff == 0:
+        row["loop"] = loop_closure(ir, rebuilt, args, kwargs)
     big = _built(real)
     if big is not None and _qualname(big) == _qualname(model):
         row["real_share"] = share_of(big, regions)
     return row
+
+
+def loop_closure(ir: Any, rebuilt: Any, args: tuple, kwargs: dict) -> str:
+    """``"closed"`` when converting the rebuild with ``opaque="auto"`` gives ``ir`` again, else ``"open: "`` and
+    the implementations that differ (the first three), or the error of that conversion."""
+    import torch2ir
+
+    try:
+        again = torch2ir.convert(rebuilt, args, kwargs, opaque="auto")
+    except Exception as error:  # noqa: BLE001 - reported as the row's loop
+        return f"open: {type(error).__name__}: {first_line(error)[:160]}"
+    if again == ir:
+        return "closed"
+    keys = sorted(set(ir) | set(again))
+    differ = [k for k in keys if k not in ir or k not in again or ir[k] != again[k]]
+    return f"open: {', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''} differ" if differ else "open: IR differs"
 
 
 def _qualname(module: Any) -> str:
@@ -166,8 +184,9 @@ def opaque_text(o: dict[str, Any]) -> str:
     if "leaves" not in o:
         return o["status"]
     real = f" ({100 * o['real_share']:.1f} % at the default configuration's dimensions)" if "real_share" in o else ""
+    loop = f"; loop {o['loop']}" if "loop" in o else ""
     return (f"{o['status']}: {len(o['leaves'])} opaque leaves ({', '.join(o['leaves'][:3])}"
-            f"{', ...' if len(o['leaves']) > 3 else ''}), {100 * o['share']:.1f} % of the parameters{real}")
+            f"{', ...' if len(o['leaves']) > 3 else ''}), {100 * o['share']:.1f} % of the parameters{real}{loop}")
 
 
-__all__ = ["opaque_parameters", "opaque_row", "opaque_text", "share_of"]
+__all__ = ["loop_closure", "opaque_parameters", "opaque_row", "opaque_text", "share_of"]

@@ -10,6 +10,7 @@ The note is data: names shown in a message, never imported or looked up.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,3 +62,46 @@ def custom_backward_names(meta: Mapping[str, Any], key: str = "root") -> list[st
 
 __all__ = ["CUSTOM_BACKWARD_KEY", "CustomBackwardWarning", "MAX_NAMES", "custom_backward_message",
            "custom_backward_names"]
+
+
+#: Classes whose traced form (``torch2ir.frontend.experts_forwards``) calls every expert, a child module, on its
+#: token subset: an expert no token reached runs on zero tokens and its parameters get zero gradients, where the
+#: eager forward does not call it and leaves their ``.grad`` as it was (``None`` after ``zero_grad()``).
+EXPERTS_CALLED_ON_NO_TOKEN = frozenset({
+    "transformers.models.switch_transformers.modeling_switch_transformers.SwitchTransformersExperts",
+})
+
+
+class UnreachedExpertsWarning(UserWarning):
+    """The IR's graphs call every expert of a mixture-of-experts layer, those no token reached on zero tokens: their
+    parameters get zero gradients where the original leaves ``.grad`` undefined, which an optimizer with momentum,
+    weight decay or adaptive moments treats differently."""
+
+
+def unreached_experts(implementations: Any) -> list[str]:
+    """Paths of the graph implementations (``type == "module"``) whose recorded class is one of
+    :data:`EXPERTS_CALLED_ON_NO_TOKEN` (their ``meta["class"]`` compared as a string, nothing imported)."""
+    return sorted(impl.name for impl in implementations
+                  if impl.type == "module" and impl.meta.get("class") in EXPERTS_CALLED_ON_NO_TOKEN)
+
+
+def unreached_experts_message(model: str, paths: list[str]) -> str:
+    """The :class:`UnreachedExpertsWarning` text for ``model`` whose experts layers ``paths`` are graphs."""
+    shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+    return (f"{model} runs the experts of {shown} as a graph that calls every expert, one no token reached on zero "
+            "tokens: outputs and every other gradient are the original's, but such an expert's parameters get zero "
+            "gradients where the original leaves .grad as it was (None after zero_grad()). Plain SGD steps are the "
+            "same; an optimizer with momentum, weight decay or Adam's moments steps that expert where the original "
+            "would skip it (docs/opaque.md, Switch Transformers)")
+
+
+def warn_rebuild_notes(custom: list[str], experts: list[str]) -> None:
+    """ir2torch's warnings for a rebuilt model: the custom Functions ``custom`` the original called
+    (:class:`CustomBackwardWarning`), its experts layers ``experts`` (:class:`UnreachedExpertsWarning`); the
+    warnings point at the caller of the caller (``ir2torch.convert``)."""
+    if custom:
+        warnings.warn(f"ir2torch: {custom_backward_message('the converted model', custom)}", CustomBackwardWarning,
+                      stacklevel=3)
+    if experts:
+        warnings.warn(f"ir2torch: {unreached_experts_message('the converted model', experts)}",
+                      UnreachedExpertsWarning, stacklevel=3)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +14,7 @@ from common.collector import collector_paused
 from common.errors import BuildError, HandlerNotFoundError, IRError, IRFormatError, UnsafeTargetError
 from common.flat import FlatIR
 from common.ir import IR, Implementation
-from common.notes import CustomBackwardWarning, custom_backward_message, custom_backward_names
+from common.notes import custom_backward_names, unreached_experts, warn_rebuild_notes
 from common.opaque import OPAQUE_TYPE, traced_alone
 from common.registry import Registry, Where
 from common.safety import Allowlist
@@ -245,15 +244,14 @@ class Ir2Torch:
             # loading and building allocate much and free little; the model is kept (see common.collector)
             with collector_paused(long_lived=True):
                 ir = as_ir(ir, self.allowlist)
-                custom = custom_backward_names(ir.root.meta) if "root" in ir else []
+                notes = custom_backward_names(ir.root.meta) if "root" in ir else [], unreached_experts(ir.values())
                 model = self._convert_ir(ir, state_dict, device, strict, budget, guard_inputs, fold_constants)
                 del ir  # one read from a file is freed now, before the collector walks what was built
         with collector_paused():  # one small object per generated module: nothing to collect
             install_budgets(model, budget, target_device(device), guarded=static_guard(model),
                             flops=self.max_flops if isinstance(max_flops, _Unset) else max_flops)
-        if flat is None and custom:
-            warnings.warn(f"ir2torch: {custom_backward_message('the converted model', custom)}",
-                          CustomBackwardWarning, stacklevel=2)
+        if flat is None:
+            warn_rebuild_notes(*notes)
         return model
 
     def _convert_ir(self, ir: IR, state_dict: Mapping[str, torch.Tensor] | str | os.PathLike | None,

@@ -41,6 +41,7 @@ from ir2torch.codegen.shared import CodeCache, placeholder_module
 from ir2torch.codegen.source import calling_convention, compile_variant, install_graph
 from ir2torch.guards.same_inputs import insert_same_inputs
 from ir2torch.guards.signature_check import SignatureCheck
+from ir2torch.rebuild.constants import keep_constants
 from ir2torch.rebuild.instances import instantiate, record, template_key
 from ir2torch.rebuild.paths import owner_of
 
@@ -328,8 +329,9 @@ def graph_module(
             _set_state(gm, name, value, "parameter", bool(rec.get("persistent", True)))
         else:
             _set_state(gm, name, tensor, rec["kind"], bool(rec.get("persistent", True)))
+    lifted = tuple(n for n, rec in impl.state.items() if rec["kind"] == "constant")
     if template is not None:
-        return instantiate(gm, impl, template, codes)  # type: ignore[arg-type]
+        return keep_constants(instantiate(gm, impl, template, codes), lifted)  # type: ignore[arg-type]
     # an unexpanded instance of a shared body is built from its body, whose calls name children by paths relative
     # to the module (the same from the body's home as from the instance)
     source = impl.shared_body or impl
@@ -360,10 +362,10 @@ def graph_module(
     if fold:
         attach_fold(gm, graph, impl.name, codes,
                     (lambda: calling_convention(impl.meta, impl.name, codes)) if "in_spec" in impl.meta else None,
-                    frozenset(n for n, rec in impl.state.items() if rec["kind"] == "constant"))
+                    frozenset(lifted))
     if key is not None:
         record(codes, key, impl, gm, graph, check, variants, fold)  # type: ignore[arg-type]
-    return gm
+    return keep_constants(gm, lifted)
 
 
 def _set_state(root: nn.Module, path: str, tensor: torch.Tensor, kind: str, persistent: bool) -> None:

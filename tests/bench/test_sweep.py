@@ -4,6 +4,7 @@ builder shrinks a default configuration, a model runs through the loop to "exact
 from __future__ import annotations
 
 import pytest
+import torch
 
 from benchmarks.sweep import DIFFERS, _kind, run_one, table
 from benchmarks.sweep_transformers import transformers_model, transformers_names, transformers_params
@@ -91,3 +92,41 @@ def test_the_share_counts_by_the_innermost_opaque_leaf_or_child_traced_alone():
     assert share_of(big, regions) == 64 / 336
     regions["layers.1"] = (regions["layers.1"][0], True)
     assert share_of(big, regions) == 320 / 336
+
+
+def test_the_opaque_column_counts_the_exact_ones_whose_loop_closes():
+    rows = [{"name": n, "status": "export failed X", "opaque": {"status": "exact", "leaves": ["m"], "share": 0.1,
+                                                                 "loop": loop}}
+            for n, loop in (("a", "closed"), ("b", "open: m differ"), ("c", "closed"))]
+    text = table("transformers", rows)
+    assert "loop closed (converting the rebuild with `opaque=\"auto\"` gives the IR again): 2 of the 3 exact" in text
+    assert "10.0 % of the parameters; loop open: m differ |" in text
+
+
+class _Branchy(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x - 1  # a branch on data: torch.export cannot trace it
+
+
+class _Gated(torch.nn.Module):
+    def __init__(self, out: int = 2):
+        super().__init__()
+        self.lin, self.gate, self.out = torch.nn.Linear(4, 4), _Branchy(), torch.nn.Linear(4, out)
+
+    def forward(self, x):
+        return self.out(self.gate(self.lin(x)))
+
+
+def test_the_loop_closure_of_an_opaque_conversion_is_measured_on_the_rebuild():
+    import ir2torch
+    import torch2ir
+    from benchmarks.sweep_opaque import loop_closure
+
+    torch.manual_seed(0)
+    model, x = _Gated().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,), opaque="auto")
+    assert [p for p, _, _ in ir.capture.opaque] == ["gate"]
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=sorted({cls for _, cls, _ in ir.capture.opaque}))
+    assert loop_closure(ir, rebuilt, (x,), {}) == "closed"
+    other = torch2ir.convert(_Gated(out=3).eval(), (x,), opaque="auto")  # another head: another IR
+    assert loop_closure(other, rebuilt, (x,), {}) == "open: out, root differ"

@@ -74,7 +74,7 @@ FIGURES: list[Figure] = [
     Figure("docs/concepts.md", "zoo and transformers models", r"On the (\d+) zoo and `transformers` models",
            s.zoo_total),
     Figure("docs/concepts.md", "code at first use", r"A graph of (\d[\d ]*) nodes or more gets its code", d.lazy_nodes),
-    Figure("docs/limitations.md", "corpus models", r"from graphs \((\d+) models\)", s.corpus_size),
+    Figure("docs/limitations.md", "corpus models", r"from a graph of its (\d+) models", s.corpus_size),
     Figure("docs/supported.md", "timm sample families",
            r"one model per timm family \((\d+), `tests/ecosystems/timm_sample\.py`; (\d+) more", s.timm_sample),
     Figure("docs/testing.md", "test-newest selection", r"runs the (\d+) test ids of `SELECTION`", s.newest_selection),

@@ -26,6 +26,9 @@ _SIZES = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "
           "bos_token_id": 1, "eos_token_id": 2}
 WINDOW = 48
 NEW = 24
+#: The largest difference allowed between the rebuild's and the original's logits at each generated step: the
+#: traced graph may take another, equally exact branch than eager transformers (docs/generation.md, Exactness).
+LOGITS_ATOL = 5e-7
 
 
 def _models() -> dict[str, Callable[[], nn.Module]]:
@@ -86,6 +89,22 @@ def test_padded_batch(pair: tuple[str, nn.Module, Any], cache: str) -> None:
     ids[mask == 0] = 0
     expected = _greedy(original, ids, mask, cache=cache)
     assert torch.equal(_greedy(rebuilt, ids, mask, cache=cache), expected)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_every_steps_logits_are_within_float32_rounding(pair: tuple[str, nn.Module, Any], cache: str) -> None:
+    _, original, rebuilt = pair
+    ids = torch.randint(3, 100, (1, 7), generator=torch.Generator().manual_seed(1))
+    options = {"cache_implementation": "static"} if cache == "static" else {}
+    logits = []
+    for model in (original, rebuilt):
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, min_new_tokens=NEW,
+                                 do_sample=False, output_logits=True, return_dict_in_generate=True, **options)
+        logits.append(torch.stack(out.logits))
+    expected, got = logits
+    assert got.shape == expected.shape == (NEW, 1, 100)
+    torch.testing.assert_close(got, expected, rtol=0, atol=LOGITS_ATOL)
 
 
 @pytest.mark.parametrize("pair", ["gemma2"], indirect=True)  # the one with a sliding window

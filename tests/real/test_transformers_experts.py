@@ -157,10 +157,13 @@ def test_another_source_is_not_decided_and_stays_opaque(monkeypatch: pytest.Monk
 
 
 def test_the_forwards_are_put_back_after_a_conversion() -> None:
-    # both classes imported here: the sites are looked up in the modules already imported (alone, or first in a
+    # the classes imported here: the sites are looked up in the modules already imported (alone, or first in a
     # worker, this test would find LongCat-Flash's module not imported yet)
     from transformers.models.longcat_flash.modeling_longcat_flash import LongcatFlashExperts  # noqa: F401
     from transformers.models.openai_privacy_filter.modeling_openai_privacy_filter import OpenAIPrivacyFilterExperts
+    from transformers.models.switch_transformers.modeling_switch_transformers import (  # noqa: F401
+        SwitchTransformersExperts,
+    )
 
     held = {site.cls: transformers_experts.reviewed(site) for site in transformers_experts.SITES}
     assert all(v is not None for v in held.values())

@@ -314,3 +314,38 @@ def test_an_opaque_leaf_the_root_passes_an_object_makes_the_root_opaque() -> Non
     rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}.TwoStage", f"{__name__}.Proposer"])
     for x in (X, -X):
         assert _max_diff(rebuilt(x), model(x)) == 0
+
+
+class _Offsets(nn.Module):
+    """A lifted constant its rebuild's call reads before its forward hooks run (the fold compares its values)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        offsets = torch.tensor([0.5, -1.0, 2.0, 0.25])
+        return self.lin(x) + (offsets * 2 + 1).exp()
+
+
+class _BranchingRoot(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.offsets = _Offsets()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.offsets(x)
+        return y * 2 if y.sum() > 0 else y - 1  # a branch on data: the root is opaque
+
+
+def test_a_rebuilt_child_is_traced_on_its_own_again_when_its_rebuild_is_converted() -> None:
+    """Converting the rebuild: the opaque root calls the rebuilt child, whose call reads its own attributes before
+    its forward hooks run; those reads are the child's, not the opaque code's, so the child is traced on its own
+    again (it was kept opaque, a rebuilt class that cannot be named) and the IR is the same."""
+    torch.manual_seed(0)
+    model, x = _BranchingRoot().eval(), torch.randn(3, 4)
+    ir = torch2ir.convert(model, (x,), opaque="auto")
+    assert traced_alone(ir) == ["offsets"]
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=[f"{__name__}._BranchingRoot"])
+    assert torch.equal(rebuilt(x), model(x))
+    assert torch2ir.convert(rebuilt, (x,), opaque="auto") == ir

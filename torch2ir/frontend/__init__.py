@@ -7,6 +7,8 @@
 - :mod:`.custom_backward`: custom ``autograd.Function`` classes the forward calls (their backward is not in the trace);
 - :mod:`.transformers_masks`: transformers' bidirectional mask skipped while exporting exactly when eager mode
   skips it (an unpadded call), so the trace computes what the eager call computed;
+- :mod:`.transformers_compiling`: transformers' ``is_torchdynamo_compiling()`` answered as in eager mode while
+  exporting, in modules of reviewed sources (Switch Transformers' and LongT5's stacks build their default mask);
 - :mod:`.transformers_experts` (with :mod:`.experts_forwards`): transformers' eager experts loops of reviewed
   sources traced as the same computation (every expert in order, one with no token adding nothing).
 

@@ -38,6 +38,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from torch2ir.frontend.shared_patch import SharedPatch
+
 #: ``(module, qualified name)`` of each brevitas function whose data-dependent conditions are decided.
 SITES: tuple[tuple[str, str], ...] = (
     ("brevitas.quant_tensor.int_torch_handler", "quant_layer"),
@@ -45,9 +47,7 @@ SITES: tuple[tuple[str, str], ...] = (
       for mixin in ("IntMixin", "FloatMixin") for what in ("scaling_factors", "zero_points", "bit_width")),
 )
 
-_LOCK = threading.Lock()
 _LOCAL = threading.local()
-_ACTIVE = 0
 _ORIGINAL: dict[str, Any] = {}
 #: Frames looked at above a site for the module whose code called it.
 _MAX_FRAMES = 60
@@ -208,31 +208,27 @@ def _allclose(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-05, atol: float
                    lambda: original(a, b, rtol, atol, equal_nan), "allclose")
 
 
-@contextlib.contextmanager
-def _patched() -> Iterator[None]:
+def _install() -> Callable[[], None]:
     """``torch.Tensor.__bool__`` and ``torch.allclose`` deciding the sites' conditions on the threads with a run;
-    the originals put back when the last block ends."""
-    global _ACTIVE
-    with _LOCK:
-        if _ACTIVE == 0:
-            _ORIGINAL["had_bool"] = "__bool__" in torch.Tensor.__dict__
-            _ORIGINAL["__bool__"] = torch.Tensor.__bool__
-            _ORIGINAL["allclose"] = torch.allclose
-            torch.Tensor.__bool__ = _bool  # type: ignore[method-assign]
-            torch.allclose = _allclose  # type: ignore[assignment]
-        _ACTIVE += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _ACTIVE -= 1
-            if _ACTIVE == 0:
-                torch.allclose = _ORIGINAL["allclose"]
-                if _ORIGINAL["had_bool"]:
-                    torch.Tensor.__bool__ = _ORIGINAL["__bool__"]  # type: ignore[method-assign]
-                else:
-                    del torch.Tensor.__bool__
-                _ORIGINAL.clear()
+    returns what puts the originals back."""
+    had_bool = "__bool__" in torch.Tensor.__dict__
+    _ORIGINAL["__bool__"] = torch.Tensor.__bool__
+    _ORIGINAL["allclose"] = torch.allclose
+    torch.Tensor.__bool__ = _bool  # type: ignore[method-assign]
+    torch.allclose = _allclose  # type: ignore[assignment]
+
+    def undo() -> None:
+        torch.allclose = _ORIGINAL["allclose"]
+        if had_bool:
+            torch.Tensor.__bool__ = _ORIGINAL["__bool__"]  # type: ignore[method-assign]
+        else:
+            del torch.Tensor.__bool__
+        _ORIGINAL.clear()
+
+    return undo
+
+
+_PATCHED = SharedPatch(_install)
 
 
 def uses_brevitas(model: nn.Module) -> bool:
@@ -253,7 +249,7 @@ def decided(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None) -> 
         yield None
         return
     outer = _active()
-    with _patched():
+    with _PATCHED.entered():
         try:
             run: _Run | None = None
             try:

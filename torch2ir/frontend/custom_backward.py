@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,15 +31,13 @@ import torch
 
 from common.notes import MAX_NAMES, CustomBackwardWarning, custom_backward_message
 from torch2ir.frontend import ste_functions
+from torch2ir.frontend.shared_patch import SharedPatch
 
 #: Modules of Function classes left out: torch's own (``torch.library`` generates one per custom operator with a
 #: registered autograd formula, and the operator stays in the graph with its formula; the others are torch's
 #: internals, such as activation checkpointing, whose backward is their forward's).
 _SKIPPED = ("torch.",)
 
-_LOCK = threading.Lock()
-_ACTIVE = 0
-_PATCHED: list[tuple[type, Any]] = []
 _LOCAL = threading.local()
 #: Frames looked at above a Function's call for the objects calling it.
 _MAX_FRAMES = 400
@@ -125,34 +123,39 @@ def recording() -> Iterator[Found]:
     (``Function.apply`` itself is often bound early, ``round_ste_impl = RoundSteFn.apply``, while the autograd
     engine looks ``forward`` up at each call); the originals are put back when the last recording ends.
     """
-    global _ACTIVE
-    with _LOCK:
-        if _ACTIVE == 0:
-            for cls in _function_classes():
-                original = cls.__dict__["forward"]
-                op = ste_functions.operator_for(cls)  # probed before any forward is patched
-                _PATCHED.append((cls, original))
-                cls.forward = (_noting(cls, original) if op is None  # type: ignore[attr-defined]
-                               else staticmethod(ste_functions.mapped_forward(op, _unwrapped(original), _recording)))
-        _ACTIVE += 1
-    outer = getattr(_LOCAL, "found", None)
-    outer_calls = getattr(_LOCAL, "calls", None)
-    found = Found()
-    calls = found.calls
-    _LOCAL.found, _LOCAL.calls = found, calls
-    try:
-        yield found
-    finally:
-        _LOCAL.found, _LOCAL.calls = outer, outer_calls
-        if outer is not None:
-            outer.extend(c for c in found if c not in outer)
-            outer_calls.extend(calls)
-        with _LOCK:
-            _ACTIVE -= 1
-            if _ACTIVE == 0:
-                for cls, original in reversed(_PATCHED):
-                    cls.forward = original  # type: ignore[attr-defined]
-                _PATCHED.clear()
+    with _PATCH.entered():
+        outer = getattr(_LOCAL, "found", None)
+        outer_calls = getattr(_LOCAL, "calls", None)
+        found = Found()
+        calls = found.calls
+        _LOCAL.found, _LOCAL.calls = found, calls
+        try:
+            yield found
+        finally:
+            _LOCAL.found, _LOCAL.calls = outer, outer_calls
+            if outer is not None:
+                outer.extend(c for c in found if c not in outer)
+                outer_calls.extend(calls)
+
+
+def _install() -> Callable[[], None]:
+    """Each Function class defined so far noting its calls; returns what puts the originals back."""
+    patched: list[tuple[type, Any]] = []
+    for cls in _function_classes():
+        original = cls.__dict__["forward"]
+        op = ste_functions.operator_for(cls)  # probed before any forward is patched
+        patched.append((cls, original))
+        cls.forward = (_noting(cls, original) if op is None  # type: ignore[attr-defined]
+                       else staticmethod(ste_functions.mapped_forward(op, _unwrapped(original), _recording)))
+
+    def undo() -> None:
+        for cls, original in reversed(patched):
+            cls.forward = original  # type: ignore[attr-defined]
+
+    return undo
+
+
+_PATCH = SharedPatch(_install)
 
 
 @contextlib.contextmanager

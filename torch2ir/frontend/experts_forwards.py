@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 
 def longcat_flash(self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor,
@@ -83,4 +84,66 @@ def openai_privacy_filter(self: Any, hidden_states: torch.Tensor, router_indices
     return next_states.to(original_dtype)
 
 
-__all__ = ["longcat_flash", "openai_privacy_filter"]
+def switch_transformers(self: Any, hidden_states: torch.Tensor, selected_experts: torch.Tensor,
+                        routing_weights: torch.Tensor) -> torch.Tensor:
+    """``SwitchTransformersExperts.forward`` (transformers 5.23.0, 5.24.0), traceable: each expert is its own
+    child module, called on its token subset (an empty one for an expert no token was routed to). Unlike the
+    stacked experts above, such an expert's own parameters get a gradient of exact zeros where the original, never
+    calling it, leaves their ``.grad`` as it was (``None`` after ``zero_grad()``): docs/opaque.md says so."""
+    final_hidden_states = torch.zeros_like(hidden_states)
+    expert_mask = selected_experts.permute(2, 1, 0)
+
+    # the original loops over expert_hit (the experts with a token, increasing); here over every expert, in order
+    for expert_idx in range(self.num_experts):
+        idx, top_x = expert_mask[expert_idx].nonzero().unbind(1)  # torch.where(mask), as above
+        # the original skips an expert with no token (never one of expert_hit); here it adds nothing
+        current_state = hidden_states[None, top_x].reshape(-1, hidden_states.shape[-1])
+        current_hidden_states = self[f"expert_{expert_idx}"](current_state) * routing_weights[top_x, idx, None]
+        # index_add_ into the fresh zeros tensor: its out-of-place form, the same sum
+        final_hidden_states = final_hidden_states.index_add(0, top_x, current_hidden_states.to(hidden_states.dtype))
+    return final_hidden_states
+
+
+def _to_changes_nothing(module: Any, dtype: Any) -> bool:
+    """Whether ``module.to(dtype)`` returns ``module`` with its tensors as they are: an ``nn.Linear`` itself (no
+    override of ``to`` or ``_apply``), a floating or complex ``dtype`` (else ``to`` raises), every floating or complex
+    parameter, buffer and gradient of that dtype already (``Tensor.to`` returns each itself, ``_apply`` sets each's
+    data to itself), and neither of torch's future flags that make ``_apply`` swap or overwrite parameters."""
+    if type(module) is not nn.Linear or not isinstance(dtype, torch.dtype):
+        return False
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return False
+    if torch.__future__.get_swap_module_params_on_conversion() or \
+            torch.__future__.get_overwrite_module_params_on_conversion():
+        return False
+    params = list(module.parameters())
+    tensors = [*params, *(p.grad for p in params if p.grad is not None), *module.buffers()]
+    return all(t.dtype == dtype for t in tensors if t.is_floating_point() or t.is_complex())
+
+
+def switch_transformers_router(self: Any, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
+                                                                              torch.Tensor]:
+    """``SwitchTransformersTop1Router.forward`` (transformers 5.23.0, 5.24.0), traceable when its
+    ``self.classifier = self.classifier.to(self.dtype)`` changes nothing: every floating tensor of the classifier
+    has that dtype already, so ``Module.to`` returns the classifier itself, its tensors as they are (``torch.export``
+    cannot trace that call: it fails to swap the weight). It is then not made; otherwise it is, as in the
+    original (whose trace then fails as before). The rest is the original's, line for line."""
+    self.input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(self.dtype)
+    if self.training and self.jitter_noise > 0:
+        hidden_states *= torch.empty_like(hidden_states).uniform_(1.0 - self.jitter_noise, 1.0 + self.jitter_noise)
+    if not _to_changes_nothing(self.classifier, self.dtype):
+        self.classifier = self.classifier.to(self.dtype)  # as the original (fails to trace, as before)
+    router_logits = self.classifier(hidden_states)
+
+    router_probs = nn.functional.softmax(router_logits, dim=-1, dtype=self.dtype).to(self.input_dtype)
+    expert_index = torch.argmax(router_probs, dim=-1)
+    expert_index = torch.nn.functional.one_hot(expert_index, num_classes=self.num_experts)
+    token_priority = torch.cumsum(expert_index, dim=-2)
+    expert_capacity_mask = token_priority <= self.expert_capacity
+    expert_index = expert_index * expert_capacity_mask
+    router_probs = torch.max(router_probs, dim=-1).values.unsqueeze(-1)
+    return expert_index, router_probs, router_logits
+
+
+__all__ = ["longcat_flash", "openai_privacy_filter", "switch_transformers", "switch_transformers_router"]

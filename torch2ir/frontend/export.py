@@ -27,6 +27,7 @@ from common.module_state import kept_attributes
 from torch2ir.frontend import brevitas_branches, custom_backward
 from torch2ir.frontend.dropout_identity import keep_input_names
 from torch2ir.frontend.logs import torch_logs_to_debug
+from torch2ir.frontend.transformers_compiling import eager_answers
 from torch2ir.frontend.transformers_experts import traced_experts
 from torch2ir.frontend.transformers_masks import eager_skip
 from torch2ir.opaque.attribution import attribute_failure
@@ -223,7 +224,7 @@ def export(
             with kept_attributes(model), traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), \
                     keep_input_names(), torch_logs_to_debug(), \
                     custom_backward.recording() as functions, lean_export(), brevitas_branches.replaying(root), \
-                    eager_skip(), traced_experts():
+                    eager_skip(), eager_answers(), traced_experts():
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
                 ep = torch.export.export(

@@ -1,10 +1,12 @@
 """transformers' eager experts loops, traced while a conversion exports as the same computation (issue 49).
 
-Two mixture-of-experts types of transformers run an eager experts loop by default, over ``expert_hit``, the
+Three mixture-of-experts types of transformers run an eager experts loop by default, over ``expert_hit``, the
 experts a token was routed to: a tensor whose length is read from data, which ``torch.export`` cannot trace, so
 ``opaque="auto"`` kept the experts opaque, most of the model's parameters. LongCat-Flash's
 ``LongcatFlashExperts`` has no other forward; ``OpenAIPrivacyFilterExperts`` has transformers' experts kernels,
-but its model chooses ``"eager"`` ("very sensitive to accumulation orders").
+but its model chooses ``"eager"`` ("very sensitive to accumulation orders"); ``SwitchTransformersExperts`` calls
+child modules, and the router before it, ``SwitchTransformersTop1Router``, runs a ``Module.to`` export cannot
+trace (its traceable form skips it exactly when it changes nothing).
 
 :func:`traced_experts` (entered around a whole conversion, :func:`torch2ir.hierarchy.build.build_ir`, before any
 stand-in of ``trace_once`` takes a module's forward, and around each export, :mod:`torch2ir.frontend.export`,
@@ -27,13 +29,13 @@ import contextlib
 import hashlib
 import inspect
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import CellType
 from typing import Any
 
 from torch2ir.frontend import experts_forwards
+from torch2ir.frontend.shared_patch import SharedPatch
 
 
 @dataclass(frozen=True)
@@ -55,16 +57,21 @@ SITES = (
     Site("transformers.models.openai_privacy_filter.modeling_openai_privacy_filter", "OpenAIPrivacyFilterExperts",
          frozenset({"f98799f6a1a047d6bc1a0aa1419e833c49bf5940b9d59ef0ac0d5ee7676a555e"}),
          experts_forwards.openai_privacy_filter),
+    # an experts loop over child modules, and the router before it, whose no-op ``self.classifier.to(dtype)``
+    # does not trace (not made when it changes nothing, :func:`experts_forwards.switch_transformers_router`)
+    Site("transformers.models.switch_transformers.modeling_switch_transformers", "SwitchTransformersExperts",
+         frozenset({"da2e70afb128534670927a971106b9304041e7e16688e047ea8a77953ca7d7f8"}),
+         experts_forwards.switch_transformers),
+    Site("transformers.models.switch_transformers.modeling_switch_transformers", "SwitchTransformersTop1Router",
+         frozenset({"20d6746a660c91787a09459a842e07861ea9b417bf574a21e5d712b83980f212"}),
+         experts_forwards.switch_transformers_router),
 )
 
 #: The closure variable of transformers' ``use_experts_implementation`` dispatcher holding the eager forward.
 DISPATCHED = "original_forward"
 
-_LOCK = threading.Lock()
-_LOCAL = threading.local()
-_ACTIVE = 0
-#: While active: (restore, original) per replaced site.
-_REPLACED: list[tuple[Callable[[Any], None], Callable[..., Any]]] = []
+#: The attribute marking a stand-in of this module (never taken for a reviewed forward).
+STAND_IN = "_torch2ir_experts_stand_in"
 
 
 def source_hash(function: Any) -> str | None:
@@ -105,8 +112,8 @@ def reviewed(site: Site) -> tuple[Callable[..., Any], Callable[[Any], None]] | N
     if not isinstance(cls, type):
         return None
     held = _holder(cls)
-    if held is None or source_hash(held[0]) not in site.sources:
-        return None
+    if held is None or getattr(held[0], STAND_IN, False) or source_hash(held[0]) not in site.sources:
+        return None  # (a stand-in's source reads as the original's, through its __wrapped__)
     return held
 
 
@@ -114,41 +121,45 @@ def _stand_in(original: Callable[..., Any], traced: Callable[..., Any]) -> Calla
     """The traceable form in a converting thread, the original elsewhere (same name and signature)."""
 
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_LOCAL, "depth", 0):
+        if _PATCH.inside():
             return traced(self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
     forward.__name__, forward.__qualname__ = original.__name__, original.__qualname__
-    forward.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
+    # the original's signature, read through __wrapped__: inspect drops ``self`` of the bound stand-in (a
+    # ``__signature__`` would not be dropped when a functools.wraps wrapper of the bound method, as trace_once's
+    # stand-ins are, copies it: the call's argument names were then not recorded)
+    forward.__wrapped__ = original  # type: ignore[attr-defined]
+    setattr(forward, STAND_IN, True)
     forward.__doc__ = original.__doc__
     return forward
+
+
+def _install() -> Callable[[], None]:
+    replaced: list[tuple[Callable[[Any], None], Callable[..., Any]]] = []
+    for site in SITES:
+        held = reviewed(site)
+        if held is not None:
+            original, replace = held
+            replace(_stand_in(original, site.traced))
+            replaced.append((replace, original))
+
+    def undo() -> None:
+        for replace, original in reversed(replaced):
+            replace(original)
+
+    return undo
+
+
+_PATCH = SharedPatch(_install)
 
 
 @contextlib.contextmanager
 def traced_experts() -> Iterator[None]:
     """Within the block, in this thread, the reviewed eager experts forwards run their traceable form (module
     docstring); outside it, or for any other source, nothing changes."""
-    global _ACTIVE
-    with _LOCK:
-        if _ACTIVE == 0:
-            for site in SITES:
-                held = reviewed(site)
-                if held is not None:
-                    original, replace = held
-                    replace(_stand_in(original, site.traced))
-                    _REPLACED.append((replace, original))
-        _ACTIVE += 1
-    _LOCAL.depth = getattr(_LOCAL, "depth", 0) + 1
-    try:
+    with _PATCH.entered():
         yield
-    finally:
-        _LOCAL.depth -= 1
-        with _LOCK:
-            _ACTIVE -= 1
-            if _ACTIVE == 0:
-                while _REPLACED:
-                    replace, original = _REPLACED.pop()
-                    replace(original)
 
 
 __all__ = ["DISPATCHED", "SITES", "Site", "reviewed", "source_hash", "traced_experts"]

@@ -27,20 +27,18 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+
+from torch2ir.frontend.shared_patch import SharedPatch
 
 #: ``(module, function)`` whose answer is decided as in eager mode.
 SITE = ("transformers.masking_utils", "_ignore_bidirectional_mask_sdpa")
 #: Its parameters, in order: another signature is not decided.
 PARAMETERS = ("padding_mask", "kv_length", "local_attention_size")
 
-_LOCK = threading.Lock()
-_LOCAL = threading.local()
-_ACTIVE = 0
 _ORIGINAL: list[Callable[..., Any]] = []
 
 
@@ -75,9 +73,18 @@ def _decided(padding_mask: Any, kv_length: Any, local_attention_size: Any = None
     """The stand-in: eager mode's ``True`` for no padding and no window in a converting thread, else the
     original."""
     original = _ORIGINAL[0]
-    if getattr(_LOCAL, "depth", 0) and padding_mask is None and local_attention_size is None:
+    if _PATCH.inside() and padding_mask is None and local_attention_size is None:
         return True
     return original(padding_mask, kv_length, local_attention_size)
+
+
+def _install(module: Any, original: Callable[..., Any]) -> Callable[[], None]:
+    _ORIGINAL[:] = [original]
+    setattr(module, SITE[1], _decided)
+    return lambda: setattr(module, SITE[1], _ORIGINAL.pop())
+
+
+_PATCH = SharedPatch(_install)
 
 
 @contextlib.contextmanager
@@ -85,26 +92,12 @@ def eager_skip() -> Iterator[None]:
     """Within the block, in this thread, transformers skips a bidirectional mask while exporting exactly when its
     eager branch would, for an unpadded call without a local window (module docstring); outside it, or when the
     eager branch would not skip, nothing changes."""
-    global _ACTIVE
     site = _site()
     if site is None or not _eager_skips(site[1]):
         yield
         return
-    module, original = site
-    with _LOCK:
-        if _ACTIVE == 0:
-            _ORIGINAL[:] = [original]
-            setattr(module, SITE[1], _decided)
-        _ACTIVE += 1
-    _LOCAL.depth = getattr(_LOCAL, "depth", 0) + 1
-    try:
+    with _PATCH.entered(*site):
         yield
-    finally:
-        _LOCAL.depth -= 1
-        with _LOCK:
-            _ACTIVE -= 1
-            if _ACTIVE == 0:
-                setattr(module, SITE[1], _ORIGINAL.pop())
 
 
 __all__ = ["PARAMETERS", "SITE", "eager_skip"]

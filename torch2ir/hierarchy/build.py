@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -12,7 +13,7 @@ from torch import fx, nn
 from common.errors import ConversionError, IRError, listing
 from common.ir import CARRIED_NOTES, IR, NOTES_KEY, Implementation
 from common.module_state import kept_attributes
-from common.notes import CUSTOM_BACKWARD_KEY
+from common.notes import CUSTOM_BACKWARD_KEY, UnreachedExpertsWarning, unreached_experts, unreached_experts_message
 from common.required_ops import function_names, required_ops_error
 from common.safety import Allowlist
 from common.validate import validate
@@ -112,6 +113,10 @@ def _convert(converter: Any, model: nn.Module, args: tuple, kwargs: Mapping[str,
             ir = _build_ir(converter, model, args, kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                            allowlist=allowlist, captured=captured, train_checks=train_checks, trace_once=trace_once)
     warn_custom_backward(model, calls, converter.has_handler)
+    experts = unreached_experts(ir.values())
+    if experts:
+        warnings.warn(f"torch2ir: {unreached_experts_message('the converted model', experts)}",
+                      UnreachedExpertsWarning, stacklevel=4)
     return ir
 
 

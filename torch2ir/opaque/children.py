@@ -117,8 +117,20 @@ class Watch:
                 watch.uses.setdefault(path, f"the opaque leaf's own code sets {where}.{name}")
             cls.__setattr__(obj, name, value)
 
-        return type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__setattr__": __setattr__,
-                                           "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+        def __call__(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            # the call itself, from its first step: a rebuilt module's call reads its own attributes (its
+            # generated call, its lifted constants) before its forward hooks run
+            watch.depth[path] += 1
+            try:
+                return cls.__call__(obj, *args, **kwargs)
+            finally:
+                watch.depth[path] -= 1
+
+        body = {"__getattribute__": __getattribute__, "__setattr__": __setattr__, "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__}
+        if where == path:  # the child itself (a module inside it called directly is the opaque code's use)
+            body["__call__"] = __call__
+        return type(cls.__name__, (cls,), body)
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:

@@ -268,12 +268,9 @@ def _nested(model: nn.Module, why: Mapping[type, str], modules: list[tuple[str, 
     """``(path, module)`` of each instance of an opaque class inside one of the outermost opaque ``modules`` (a
     layer of an opaque root), but not inside one that owns its subtree, nor a quantizer: its children are traced
     on their own too."""
-    def under(path: str, holders: list[tuple[str, nn.Module]]) -> bool:
-        return any(not h or path.startswith(f"{h}.") for h, _ in holders)
-
     outer = {id(m) for _, m in modules}
     return [(p, m) for p, m in model.named_modules() if p and type(m) in why and id(m) not in outer
-            and id(m) not in quantizers and under(p, modules) and not under(p, owning)]
+            and id(m) not in quantizers and _under(p, modules) and not _under(p, owning)]
 
 
 def _enclosed(model: nn.Module, why: Mapping[type, str], classes: set[type]) -> set[type]:
@@ -282,14 +279,17 @@ def _enclosed(model: nn.Module, why: Mapping[type, str], classes: set[type]) -> 
     for path, module in model.named_modules():
         if type(module) in why:
             paths.setdefault(type(module), []).append(path)
-    holders = [(p, cls) for cls, ps in paths.items() for p in ps]
-    return {cls for cls in classes & paths.keys()
-            if all(any(other is not cls and (not h or p.startswith(f"{h}.")) for h, other in holders)
-                   for p in paths[cls])}
+
+    def others(cls: type) -> list[tuple[str, type]]:
+        return [(h, other) for other, hs in paths.items() if other is not cls for h in hs]
+
+    return {cls for cls in classes & paths.keys() if all(_under(p, others(cls)) for p in paths[cls])}
 
 
-def _inside(path: str, children: list[tuple[str, nn.Module]]) -> bool:
-    return any(path.startswith(f"{child}.") for child, _ in children)
+def _under(path: str, holders: list[tuple[str, Any]]) -> bool:
+    """Whether the module at ``path`` lies strictly below one of ``holders`` (``(path, ...)`` pairs; ``""`` is the
+    root, which holds every other module)."""
+    return any(path.startswith(f"{h}.") if h else bool(path) for h, _ in holders)
 
 
 def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, args: tuple,
@@ -323,9 +323,9 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
 
         children = below([(p, m) for p, m in [*modules, *nested, *held] if id(m) not in owning_ids])
         # an opaque module inside a child traced on its own is that child's conversion's
-        modules = [(p, m) for p, m in modules if not _inside(p, children)]
-        nested = [(p, m) for p, m in nested if not _inside(p, children)]
-        held = [(p, m) for p, m in held if not _inside(p, children)]
+        modules = [(p, m) for p, m in modules if not _under(p, children)]
+        nested = [(p, m) for p, m in nested if not _under(p, children)]
+        held = [(p, m) for p, m in held if not _under(p, children)]
         children = below([(p, m) for p, m in [*modules, *nested, *held] if id(m) not in owning_ids])
         standins = record(model, args, kwargs, modules, inputs_of=[p for p, _ in children],
                           keeps_class=lambda m: type(m) in CONTAINER_TYPES or converter.has_handler(m))

@@ -20,6 +20,7 @@ from common.ir import IR
 from torch2ir.frontend.export import RNN_WARNING, export_root, graph_module_scopes, lean_export, traced_mode
 from torch2ir.frontend.hooks import hook_scopes, relocate_hook_ops
 from torch2ir.frontend.logs import torch_logs_to_debug
+from torch2ir.frontend.transformers_compiling import eager_answers
 from torch2ir.frontend.transformers_experts import traced_experts
 from torch2ir.frontend.transformers_masks import eager_skip
 from torch2ir.hierarchy.modules import ModuleTable
@@ -137,7 +138,7 @@ def _train_trace(ir: IR, run: TrainPass) -> TrainOps | None:
         # torch_logs_to_debug: a failed train trace's dumps go to DEBUG
         with traced_mode(model, training=True), graph_module_scopes(model), warnings.catch_warnings(), \
                 hook_scopes(model, run.hooked, table), torch_logs_to_debug(), lean_export(), eager_skip(), \
-                traced_experts():
+                eager_answers(), traced_experts():
             warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
             ep = torch.export.export(export_root(model), tuple(run.args), dict(run.kwargs or {}), strict=run.strict,
                                      dynamic_shapes=run.dynamic_shapes,

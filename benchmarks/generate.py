@@ -5,7 +5,10 @@ Each model is built from a small config with random weights (nothing is download
 ``torch2ir.generation.convert_for_generation`` and rebuilt. Both generate greedily from the same prompts, the tokens
 are compared. The time of each decoding step is read inside ``generate()`` (a stopping criterion that stops nothing
 stamps the clock once a step: its differences are the steps after the first new token; the prompt step and
-``generate()``'s setup are outside them). The models' ``generate()`` calls alternate, ``--repeats`` rounds (the order
+``generate()``'s setup are outside them). With ``--threads 1`` (the default) the clock is the thread's CPU time
+(``time.thread_time``: every op runs on the calling thread, and the other jobs of the machine are kept out of it, as
+in ``benchmarks/generate_step.py``); with more threads, whose work it would miss, the wall clock. The models'
+``generate()`` calls alternate, ``--repeats`` rounds (the order
 reversed every other round); a model's ms/token is the median of all its per-token times, its ratio the median over
 the rounds of its run's median step over the original's of the same round (runs adjacent in time: the machine's
 other load drifts less between them)::
@@ -74,16 +77,21 @@ def models() -> dict[str, Callable[[], nn.Module]]:
     }
 
 
+#: The per-token clock (:func:`main` sets it): the calling thread's CPU time with one torch thread.
+CLOCK: list[Callable[[], float]] = [time.thread_time]
+
+
 class _StepClock:
     """A stopping criterion that stops nothing and records when ``generate()`` asks it, once per decoding step:
     the differences of consecutive stamps are the per-token times (sampling, the criteria and the model's call of
-    the step; ``generate()``'s setup and the prompt step are outside them)."""
+    the step; ``generate()``'s setup and the prompt step are outside them), on :data:`CLOCK`."""
 
     def __init__(self) -> None:
         self.stamps: list[float] = []
+        self.clock = CLOCK[0]
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        self.stamps.append(time.perf_counter())
+        self.stamps.append(self.clock())
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
     def per_token(self) -> list[float]:
@@ -202,12 +210,14 @@ def main(argv: list[str] | None = None) -> None:
     options = parser.parse_args(argv)
     load = os.getloadavg()[0]
     torch.set_num_threads(options.threads)
+    CLOCK[0] = time.thread_time if options.threads == 1 else time.perf_counter
     table = models()
     rows = [measure(name, table[name], batch, options.tokens, options.prompt, options.repeats, cache)
             for name in (options.names or list(table)) for batch in options.batch for cache in options.cache]
+    clock = "thread CPU time" if options.threads == 1 else "wall time"
     lines = [f"{options.threads} thread(s), prompt {options.prompt}, {options.tokens} new tokens a run, "
-             f"{options.repeats} alternating runs: ms = median of all per-token times, ratio = median over the "
-             "rounds of (the run's median / the original's median of the same round).", "",
+             f"{options.repeats} alternating runs: ms = median of all per-token times ({clock}), ratio = median "
+             "over the rounds of (the run's median / the original's median of the same round).", "",
              "| model | batch | cache | original ms/token | rebuilt (default) | ratio | no budgets | ratio | "
              "run-time checks off (diagnostic) | ratio | `fold_constants=False` | ratio | default, first run | ratio | "
              "tokens equal |",

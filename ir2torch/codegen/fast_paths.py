@@ -10,6 +10,16 @@ node's op as the graph has it (through the same run-time checks).
 - :func:`tensor_size` (``aten.sym_size.int``): ``Tensor.size(dim)`` of a plain tensor reads the size the
   operator's kernel reads, without a trip through the dispatcher (about 1 us a call; a decoding step of a small
   Llama has 15 of them).
+- :func:`tensor_index` (``aten.index.Tensor`` with one index tensor, the experts' gathers: 12 calls a Mixtral
+  step): ``Tensor.__getitem__`` of a plain tensor by one integer (int64 or int32) index tensor of at least one
+  dimension dispatches exactly ``aten.index.Tensor(self, [index])`` (``THPVariable_getitem`` records the tensor as
+  the only advanced index, slices nothing, and calls ``at::index``; a 0-dim integer index would become a
+  ``select``, a bool or byte one a mask: those, and anything else, run the overload), about 1 us less than the
+  overload's boxed call. The node's index check runs first, as before.
+- every other ATen overload the folded forward calls without a Python binding (:mod:`ir2torch.run_safety.fast_ops`:
+  a Llama or Mixtral step's ``slice.Tensor``, 16 and 17 calls) is called through ``OpOverload._op``, the entry
+  ``OpOverload.__call__`` itself calls (the same overload, one Python frame less; dynamo cannot trace it, which is
+  why the graph itself does not: the folded forward never runs under dynamo).
 - :func:`grouped_mm` (``transformers.grouped_mm_fallback``, the experts' product of transformers' mixture-of-experts
   layers, :mod:`common.known_ops`): eager transformers calls ``torch._grouped_mm`` on the CPU, and picks its
   Python fallback only while compiling or exporting (float32 weights), so the IR has the fallback: a custom
@@ -31,10 +41,14 @@ from typing import Any
 import torch
 from torch import fx
 
-from ir2torch.run_safety.node_checks import checked_target
+from ir2torch.codegen.direct_op import DirectOp
+from ir2torch.run_safety.node_checks import CheckedCall, checked_target, with_call
 
 _aten = torch.ops.aten
 _SYM_SIZE = _aten.sym_size.int
+_INDEX = _aten.index.Tensor
+_INDEX_DTYPES = (torch.int64, torch.int32)
+_function_modes = torch._C._is_torch_function_mode_enabled
 _grouped_mm = torch._grouped_mm
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _STRIDED = torch.strided
@@ -63,10 +77,41 @@ def rewrite(graph: fx.Graph) -> int:
         node.target = grouped_mm
         count += 1
     for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = node.target
         if _overload(node) is _SYM_SIZE and len(node.args) == 2 and not node.kwargs:
             node.target = tensor_size
-            count += 1
+        elif isinstance(target, CheckedCall) and target.overload is _INDEX and len(node.args) == 2 and \
+                not node.kwargs:
+            node.target = with_call(target, tensor_index)  # the node's index check, then the fast entry
+        elif isinstance(target, torch._ops.OpOverload) or \
+                (isinstance(target, DirectOp) and target.func is target.overload):
+            node.target = boxed(getattr(target, "overload", target))
+        else:
+            continue
+        count += 1
     return count
+
+
+@functools.cache
+def boxed(overload: Any) -> DirectOp:
+    """``overload`` called through ``overload._op``, what ``OpOverload.__call__`` calls (module's text)."""
+    op = DirectOp(overload._op)
+    op.overload = overload
+    op.__module__ = overload.namespace  # fx binds the object itself (see DirectOp)
+    op.__name__ = op.__qualname__ = f"{overload._opname}.{overload._overloadname}"
+    return op
+
+
+def tensor_index(self: Any, indices: Any) -> Any:
+    """``aten.index.Tensor(self, indices)``: ``self[index]`` where that dispatches exactly this overload (module's
+    text), the overload otherwise."""
+    if len(indices) == 1 and type(self) is torch.Tensor and self.dim() > 0 and not _function_modes():
+        index = indices[0]
+        if type(index) is torch.Tensor and index.dim() > 0 and index.dtype in _INDEX_DTYPES:
+            return self[index]
+    return _INDEX(self, indices)
 
 
 def tensor_size(tensor: Any, dim: int) -> Any:
@@ -79,10 +124,15 @@ def tensor_size(tensor: Any, dim: int) -> Any:
 def _valid_strides(strides: tuple[int, ...], sizes: torch.Size, alignment: int) -> bool:
     """ATen's ``check_valid_strides_and_return_transposed`` accepts a matrix of these strides and sizes (it raises
     otherwise); ``alignment`` is ``16 / element size``."""
-    if strides[-2] == 1 and strides[-1] >= max(1, sizes[-2]):
-        return strides[-1] % alignment == 0
-    if strides[-1] == 1 and strides[-2] >= max(1, sizes[-1]):
-        return strides[-2] % alignment == 0
+    rows, columns = strides[-2], strides[-1]
+    if rows == 1:
+        size = sizes[-2]
+        if columns >= (size if size > 1 else 1):
+            return columns % alignment == 0
+    if columns == 1:
+        size = sizes[-1]
+        if rows >= (size if size > 1 else 1):
+            return rows % alignment == 0
     return False
 
 
@@ -151,4 +201,4 @@ def _checked_experts_op() -> Any:
     return checked_target(torch.ops.transformers.grouped_mm_fallback.default)
 
 
-__all__ = ["READ_TRANSFORMERS", "find", "grouped_mm", "rewrite", "tensor_size"]
+__all__ = ["READ_TRANSFORMERS", "boxed", "find", "grouped_mm", "rewrite", "tensor_index", "tensor_size"]

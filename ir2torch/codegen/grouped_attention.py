@@ -119,6 +119,7 @@ def rewrite(graph: fx.Graph) -> int:
 _unsqueeze = direct_op(_UNSQUEEZE, {}, 2)
 _expand = direct_op(_EXPAND, {}, 2)
 _reshape = direct_op(_RESHAPE, {}, 2)
+_sdpa = direct_op(_SDPA, dict.fromkeys(_SDPA_ARGS), 3)  # its Python binding (ir2torch.run_safety.fast_ops)
 
 
 def _repeated(kv: torch.Tensor, sizes: list[Any], shape: list[Any]) -> torch.Tensor:
@@ -128,7 +129,7 @@ def _repeated(kv: torch.Tensor, sizes: list[Any], shape: list[Any]) -> torch.Ten
 
 def _groupable(query: Any, kv: Any, sizes: list[Any]) -> bool:
     """Whether grouping ``kv``'s heads computes what repeating them to ``sizes`` would (see the module's text)."""
-    return type(kv) is torch.Tensor and kv.device.type == "cpu" and kv.layout is torch.strided and \
+    return type(kv) is torch.Tensor and kv.is_cpu and kv.layout is torch.strided and \
         kv.dim() == 4 and list(kv.shape) == [sizes[0], sizes[1], sizes[3], sizes[4]] and \
         query.shape[1] == sizes[1] * sizes[2] and not kv.requires_grad
 
@@ -139,13 +140,13 @@ def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ke
     """``scaled_dot_product_attention(query, repeat(key), repeat(value), **options)`` as the graph has it, with
     ``enable_gqa=True`` on the unrepeated ``key`` and ``value`` instead where that is exact (module's text)."""
     mask = options.get("attn_mask")
-    if type(query) is torch.Tensor and query.device.type == "cpu" and query.layout is torch.strided and \
+    if type(query) is torch.Tensor and query.is_cpu and query.layout is torch.strided and \
             query.dim() == 4 and key_sizes[2] == value_sizes[2] and \
             not (torch.is_grad_enabled() and (query.requires_grad or (mask is not None and mask.requires_grad))) \
             and _groupable(query, key, key_sizes) and _groupable(query, value, value_sizes) and \
-            (mask is None or (type(mask) is torch.Tensor and mask.device.type == "cpu")):
-        return _SDPA(query, key, value, **options, enable_gqa=True)
-    return _SDPA(query, _repeated(key, key_sizes, key_shape), _repeated(value, value_sizes, value_shape), **options)
+            (mask is None or (type(mask) is torch.Tensor and mask.is_cpu)):
+        return _sdpa(query, key, value, **options, enable_gqa=True)
+    return _sdpa(query, _repeated(key, key_sizes, key_shape), _repeated(value, value_sizes, value_shape), **options)
 
 
 __all__ = ["find", "grouped_sdpa", "rewrite"]

@@ -59,6 +59,8 @@ FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
         ("aten.rsqrt.default", torch.rsqrt, ()),
         ("aten.exp.default", torch.exp, ()),
         ("aten.tanh.default", torch.tanh, ()),
+        ("aten.cos.default", torch.cos, ()),
+        ("aten.sin.default", torch.sin, ()),
         ("aten.sigmoid.default", torch.sigmoid, ()),
         ("aten.relu.default", torch.relu, ()),
         ("aten.pow.Tensor_Scalar", torch.pow, ()),
@@ -85,6 +87,8 @@ FAST: dict[str, tuple[Callable[..., Any], frozenset[str]]] = {
         ("aten.linear.default", _nn.linear, ("bias",)),
         ("aten.gelu.default", _nn.gelu, ("approximate",)),
         ("aten.silu.default", _nn.silu, ()),
+        ("aten.scaled_dot_product_attention.default", _nn.scaled_dot_product_attention,
+         ("attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")),
         # mask building, position ids, dtype checks (small transformer graphs run these on every call)
         ("aten.arange.default", torch.arange, _FACTORY),
         ("aten.zeros.default", torch.zeros, _FACTORY),

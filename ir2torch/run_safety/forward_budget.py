@@ -260,6 +260,7 @@ def _remember(signatures: set[Any], signature: Any) -> None:
     signatures.add(signature)
 
 
+_TENSOR, _STRIDED = torch.Tensor, torch.strided
 #: Leaf types a signature describes by value (anything else by identity).
 _VALUES = (int, float, bool, str, type(None), torch.dtype, torch.device)
 
@@ -288,10 +289,9 @@ def _described(leaves: list[Any], exact: bool) -> list[Any] | None:
     out: list[Any] = []
     append = out.append
     for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            layout = leaf.layout
-            append((tuple(leaf.shape), leaf.stride() if layout == torch.strided else None, leaf.dtype,
-                    leaf.device.type, layout))
+        if type(leaf) is _TENSOR or isinstance(leaf, _TENSOR):  # its device itself (type and index): a finer key
+            layout = leaf.layout  # than its type, read about 5 times faster (``Size`` hashes and compares as a tuple)
+            append((leaf.shape, leaf.stride() if layout is _STRIDED else None, leaf.dtype, leaf.device, layout))
         elif isinstance(leaf, _VALUES):
             append((type(leaf), leaf))
         elif exact:

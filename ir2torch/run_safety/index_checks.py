@@ -32,7 +32,7 @@ Check = Callable[[dict[str, Any]], "str | None"]
 
 def _real(t: Any) -> bool:
     """A tensor whose values can be read (not fake, not meta), of an integer or bool dtype, with elements."""
-    if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.numel() == 0 or t.is_floating_point() \
+    if not isinstance(t, torch.Tensor) or t.is_meta or t.numel() == 0 or t.is_floating_point() \
             or t.is_complex() or t.layout is not torch.strided:
         return False
     if type(t) is torch.Tensor:  # no subclass, so no fake tensor

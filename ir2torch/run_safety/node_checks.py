@@ -204,6 +204,18 @@ def _reproved(call: CheckedCall, node: fx.Node | None) -> Any:
                   CheckedCall(_run_precondition, key, inner_call, name), call.overload, inner_call)
 
 
+def with_call(checked: CheckedCall, call: Any) -> CheckedCall:
+    """``checked`` (a precondition's or proven indices' check of one overload) running ``call`` once its check
+    passed, in place of the overload's own call: the same check, made first at every call."""
+    if checked.func is _run_precondition:
+        key, _, name = checked.args
+        return _named(CheckedCall(_run_precondition, key, call, name), checked.overload, checked.overload)
+    if checked.func is _run_index_proven:
+        key, proofs, _, name = checked.args
+        return _named(CheckedCall(_run_index_proven, key, proofs, call, name), checked.overload, checked.overload)
+    return checked  # a data-checked or write-checked call: left as it is
+
+
 def checked_target(call: Any, node: fx.Node | None = None) -> Any:
     """What a ``call_function`` node calling ``call`` runs: ``call`` itself, or a :class:`CheckedCall` (see the
     module docstring). ``call`` may be an ``OpOverload``, a ``DirectOp`` of one, or a Python function."""
@@ -289,4 +301,4 @@ def _plain_embedding(obj: nn.Embedding, args: tuple, kwargs: dict[str, Any]) -> 
 
 
 __all__ = ["MODULE_CHECKS", "PRECONDITION_FREE_COMPOSITES", "CheckedCall", "call_data_checked", "checked_target",
-           "is_composite", "module_needs_checks", "tracing"]
+           "is_composite", "module_needs_checks", "tracing", "with_call"]

@@ -155,7 +155,7 @@ def _grouped_mm_fallback(input: Any, weight: Any, offs: Any) -> str | None:
 def _is_fake(t: Any) -> bool:
     from torch._subclasses.fake_tensor import FakeTensor
 
-    return isinstance(t, FakeTensor) or (isinstance(t, torch.Tensor) and t.device.type == "meta")
+    return isinstance(t, FakeTensor) or (isinstance(t, torch.Tensor) and t.is_meta)
 
 
 #: Largest total ``repeat_interleave`` may be asked for (its kernel sums the repeats in int64 and trusts the sum).

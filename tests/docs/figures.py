@@ -225,7 +225,7 @@ FIGURES: list[Figure] = [
                                 *g.step_ops("mixtral", (g.NO_BUDGETS, "ATen ops"), ("original", "ATen ops")))),
     Figure("docs/generation.md", "generate() step: the mask's ops",
            r"instead of the (\d+) ATen ops transformers' mask adds to a Llama step", lambda: g.step_llama()[:1]),
-    Figure("docs/performance.md", "generate() step: Mixtral after the fourth round",
+    Figure("docs/performance.md", "generate() step: Mixtral after the fifth round",
            r"to the ratios of the table\s+above \((\S+) and (\S+)\)",
            lambda: g.step_ratios("mixtral", g.DEFAULT, g.NO_BUDGETS)),
     Figure("docs/performance.md", "generate() step: the mask",

@@ -157,6 +157,8 @@ def test_grouped_mm_equals_the_operator() -> None:
     exact and through the checked operator otherwise; bad offsets are refused as before."""
     import random
 
+    import transformers.integrations.moe  # noqa: F401 - registers the operator (alone, no model built it yet)
+
     op = torch.ops.transformers.grouped_mm_fallback.default
     rng = random.Random(0)
     fast_cases = 0
@@ -189,3 +191,27 @@ def test_tensor_size_equals_the_operator() -> None:
     for call in (fast_paths.tensor_size, torch.ops.aten.sym_size.int):
         with pytest.raises(IndexError):
             call(t, 3)
+
+
+def test_step_calls_indexing_and_slicing_through_the_fast_entries(models: Any, monkeypatch: Any) -> None:
+    """In a decoding step, the folded forwards call ``aten.index.Tensor`` and ``aten.slice.Tensor`` through
+    :mod:`ir2torch.codegen.fast_paths`' entries, not ``OpOverload.__call__`` (the root, which has no folded
+    forward, slices its last hidden state: 1); the unoptimised rebuild calls them all through it."""
+    name, _, rebuilt, unfolded = models
+    calls: dict[str, int] = {}
+    call = torch._ops.OpOverload.__call__
+
+    def counted(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+        calls[str(self)] = calls.get(str(self), 0) + 1
+        return call(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch._ops.OpOverload, "__call__", counted)
+    args = (1, 9, 1, False, _HEADS.get(name, 2))
+    _step(rebuilt, *args, eager=False)
+    assert calls.get("aten.index.Tensor", 0) == 0 and calls.get("aten.slice.Tensor", 0) <= 1, calls
+    calls.clear()
+    _step(unfolded, *args, eager=False)
+    if name == "mixtral":
+        assert calls.get("aten.index.Tensor", 0) >= 2 * 3, calls  # the experts' three gathers a layer (and the mask's)
+    if name != "gpt2":
+        assert calls.get("aten.slice.Tensor", 0) >= 2 * 4, calls  # the rotary halves of queries and keys

@@ -16,13 +16,16 @@ from ir2torch.run_safety.uninitialized import is_uninitialized
 x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
 sq = torch.randn(3, 3, generator=torch.Generator().manual_seed(1))
 i32 = torch.arange(24, dtype=torch.int32).reshape(2, 3, 4)
+q4 = torch.randn(1, 2, 3, 4, generator=torch.Generator().manual_seed(2))
 CALLS: dict[str, list[tuple[tuple, dict]]] = {
     "aten.add.Tensor": [((x, x), {}), ((x, 2), {}), ((i32, 0.5), {}), ((x, x), {"alpha": 3})],
     "aten.sub.Tensor": [((x, 1.5), {}), ((x, x), {"alpha": 2})],
     "aten.mul.Tensor": [((x, x), {}), ((i32, 0.25), {}), ((i32, 3), {})],
     "aten.div.Tensor": [((x, 3), {}), ((i32, 2), {})],
     "aten.neg.default": [((x,), {})], "aten.rsqrt.default": [((x.abs(),), {})], "aten.exp.default": [((x,), {})],
-    "aten.tanh.default": [((x,), {})], "aten.sigmoid.default": [((x,), {})], "aten.relu.default": [((x,), {})],
+    "aten.tanh.default": [((x,), {})], "aten.cos.default": [((x,), {}), ((i32,), {})],
+    "aten.sin.default": [((x,), {}), ((i32,), {})], "aten.sigmoid.default": [((x,), {})],
+    "aten.relu.default": [((x,), {})],
     "aten.pow.Tensor_Scalar": [((x, 2), {}), ((x.abs(), 0.5), {}), ((i32, 2), {})],
     "aten.matmul.default": [((x, x.transpose(1, 2)), {})], "aten.bmm.default": [((x, x.transpose(1, 2)), {})],
     "aten.mm.default": [((sq, sq), {})],
@@ -96,6 +99,9 @@ CALLS: dict[str, list[tuple[tuple, dict]]] = {
     "aten.empty_like.default": [((x,), {}), ((x.transpose(1, 2),), {}), ((i32,), {"dtype": torch.float64,
                                                                                      "pin_memory": False}),
                                 ((x.transpose(0, 2),), {"memory_format": torch.contiguous_format})],
+    "aten.scaled_dot_product_attention.default": [
+        ((q4, q4, q4), {}), ((q4, q4, q4, q4[:1, :1, :, :1] > 0), {}), ((q4, q4, q4, None, 0.0, True), {}),
+        ((q4, q4[:, :1], q4[:, :1]), {"scale": 0.25, "enable_gqa": True})],
     "aten.linalg_vector_norm.default": [((x,), {}), ((x, 2, [-1], True), {}), ((x, 1, [0]), {"dtype": torch.float64})],
 }
 

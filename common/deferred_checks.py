@@ -57,11 +57,42 @@ def close_checks(start: int) -> None:
         return
     mine = pending[start:]
     del pending[start:]
+    mine = [(_plain(cond), message) for cond, message in mine]
+    bounds = [_is_bound(cond) for cond, _ in mine]
     known = _Known()
-    for cond, message in mine:
-        if not known.holds(cond):
-            torch._check(cond, message if callable(message) else (lambda message=message: message))
-            known = _Known()  # what it taught export
+    for bound in (False, True):
+        for (cond, message), is_bound in zip(mine, bounds, strict=True):
+            if is_bound is bound and not known.holds(cond):
+                torch._check(cond, message if callable(message) else (lambda message=message: message))
+                known = _Known()  # what it taught export
+
+
+def _plain(cond: Any) -> Any:
+    """``cond`` with each ``Piecewise((1, Eq(u, 1)), (0, True))`` written ``u``: a rebuilt graph's ``sym_ite(b, 1,
+    0)`` of a boolean read from data ``b`` (``Eq(u, 1)``, ``u`` in [0, 1]) is how export wrote the symbol ``u``
+    itself, and the two are equal for every value ``u`` can take."""
+    import sympy
+    from torch.fx.experimental.sym_node import SymNode
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+
+    node = cond.node
+    shape_env, expr = getattr(node, "shape_env", None), getattr(node, "_expr", None)
+    if shape_env is None or not isinstance(expr, sympy.Basic) or not expr.has(sympy.Piecewise):
+        return cond
+    mapping = {}
+    for piece in expr.atoms(sympy.Piecewise):
+        if len(piece.args) != 2 or piece.args[1] != (0, sympy.true) or piece.args[0][0] != 1:
+            continue
+        test = piece.args[0][1]
+        if not isinstance(test, sympy.Eq) or test.rhs != 1 or not isinstance(test.lhs, sympy.Symbol):
+            continue
+        symbol = test.lhs
+        vr = shape_env.var_to_range.get(symbol)
+        if symbol in free_unbacked_symbols(symbol) and vr is not None and vr.lower >= 0 and vr.upper <= 1:
+            mapping[piece] = symbol
+    if not mapping:
+        return cond
+    return torch.SymBool(SymNode(expr.xreplace(mapping), shape_env, bool, None))
 
 
 class _Known:

@@ -1,17 +1,27 @@
-"""Runtime checks on sizes read from data kept aside while ``torch.export`` traces a rebuilt forward, and checked
-when that forward ends, in the order in which export learned them when it traced the original.
+"""Runtime checks on sizes and values read from data, kept aside while ``torch.export`` traces a rebuilt forward and
+checked when that forward ends, so that export learns from the rebuild what it learned from the original.
 
-A rebuilt graph's ``aten._assert_scalar`` nodes (:mod:`ir2torch.codegen.deferred_asserts`) and the assertion an
-opaque leaf's stand-in makes on an input size computed from data (:mod:`torch2ir.opaque.same_call`, when a rebuild
-is converted again) are kept here while a rebuilt forward is open. Export learned them from the original in an
-order the graph does not keep: it places, after the node reading a size, first the range it ended with (``u3 >=
-16``, ``u3 <= 16``) and then the assertions it was given, though the range is what it concluded from those
-assertions (``Eq(u3, u2)``, then the opaque leaf's ``Eq(u3, 16)``). A range narrowed to one value replaces the
-symbol by that value at once, so checking ``u3 <= 16`` first would turn the later ``Eq(u3, u2)`` into ``Eq(16,
-u2)`` and export would place other assertions. So the kept checks run the given assertions first, in order, and
-the bounds of one symbol by a number (``u >= c``, ``u <= c``) after them: every check still runs, each exactly
-once; only the order in which export learns them changes. Outside export, and outside a rebuilt forward, a check
-runs where it stands.
+Kept here while a rebuilt forward is open (:func:`open_checks`, :func:`close_checks`): its graph's
+``aten._assert_scalar`` nodes (:mod:`ir2torch.codegen.deferred_asserts`, whose docstring says why at the end) and
+the assertion an opaque leaf's stand-in makes on an input size computed from data (:mod:`torch2ir.opaque.same_call`,
+when a rebuild is converted again). When the forward ends, each kept check is given to export (``torch._check``)
+in the graph's order, except:
+
+- one export already holds: a runtime assertion it recorded, or one those imply (its ``axioms``), as the check was
+  stated when it was made or with the sizes export has since replaced by a value. The rebuild's ops teach export
+  what the original's did (a broadcast of two sizes read from data records ``Eq(u3, u2)``, then one against the
+  opaque leaf's outputs ``Eq(u3, 16)``, replacing ``u3`` by 16); given again, ``Eq(u3, u2)`` reached export as
+  ``Eq(16, u2)``, a new assertion narrowing ``u2`` to 16, and export placed other assertions than the original's.
+  Export's graph asserts what it holds, so nothing is checked less;
+- ``Piecewise((1, Eq(u, 1)), (0, True))``, what the rebuild computes for the graph's ``sym_ite(b, 1, 0)`` of a
+  boolean ``b`` read from data (``Eq(u, 1)``, ``u`` in [0, 1]): that node is how export wrote the symbol ``u``, and
+  the check is given with ``u`` in its place (equal for both values ``u`` can take), as export learned it;
+- the bounds of one symbol by a number (``u >= c``, ``u <= c``) come after the other checks: export places the
+  range it ended with first, though it concluded that range from the others (``Eq(u1, 1)`` of a ``torch._check``
+  on a boolean read from data); checked first, a range narrowed to one value replaces the symbol at once and the
+  equality is never recorded.
+
+Outside export, and outside a rebuilt forward, a check runs where it stands.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ def assert_scalar(cond: Any, message: str) -> None:
 
 
 def close_asserts(start: int) -> None:
-    """Check the assertions this forward kept aside (none outside export), as :func:`common.deferred_checks.close_checks`
-    orders them."""
+    """Check the assertions this forward kept aside (none outside export), as
+    :func:`common.deferred_checks.close_checks` does."""
     deferred_checks.close_checks(start)
 
 

@@ -93,15 +93,17 @@ def _same_tensor(eager: tuple[Any, ...], x: torch.Tensor) -> bool:
             return False
         for size, expected in zip(shape, eager[1], strict=True):
             if isinstance(size, torch.SymInt) and free_unbacked_symbols(size):
-                cond = size == expected
-                message = (lambda size=size, expected=expected: (
-                    f"an opaque leaf's input size {size} computed from data is not {expected}, as in the eager "
-                    "call whose outputs stand in for it"))
+                cond, message = size == expected, _size_message(size, expected)
                 if not deferred_checks.keep(cond, message):  # in a rebuilt forward: checked where it ends
                     torch._check(cond, message)
             elif int(size) != expected:
                 return False
     return True
+
+
+def _size_message(size: Any, expected: int) -> Any:
+    return lambda: (f"an opaque leaf's input size {size} computed from data is not {expected}, as in the eager call "
+                    "whose outputs stand in for it")
 
 
 def _structure(spec: Any, traced_spec: Any, args: tuple, kwargs: Mapping[str, Any]) -> str:

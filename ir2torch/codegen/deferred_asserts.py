@@ -8,7 +8,8 @@ replaces the size by the value it asserts before the ops that used it symbolical
 [16])`` instead of ``[item]``) and inserts its own assertions beside the copies, so converting a rebuild again
 gives another graph. Here each such assertion of a :class:`torch.SymBool`, while exporting, is kept aside and
 checked with ``torch._check`` when the graph's forward ends: export learns what it learned from the original,
-in the same order, and places the same assertions. Outside export (eager, ``torch.compile``, fx tracing) the
+in the same order, and places the same assertions (:mod:`common.deferred_checks` says which of them it is given
+again, and in what order). Outside export (eager, ``torch.compile``, fx tracing) the
 operator runs where it stands, as before.
 """
 

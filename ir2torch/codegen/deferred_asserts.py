@@ -8,53 +8,40 @@ replaces the size by the value it asserts before the ops that used it symbolical
 [16])`` instead of ``[item]``) and inserts its own assertions beside the copies, so converting a rebuild again
 gives another graph. Here each such assertion of a :class:`torch.SymBool`, while exporting, is kept aside and
 checked with ``torch._check`` when the graph's forward ends: export learns what it learned from the original,
-in the same order, and places the same assertions. Outside export (eager, ``torch.compile``, fx tracing) the
+in the same order, and places the same assertions (:mod:`common.deferred_checks` says which of them it is given
+again, and in what order). Outside export (eager, ``torch.compile``, fx tracing) the
 operator runs where it stands, as before.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import torch
 from torch import fx
 
+from common import deferred_checks
+
 _ASSERT = torch.ops.aten._assert_scalar.default
-_LOCAL = threading.local()
-
-
-def _pending() -> list[tuple[Any, str]]:
-    pending = getattr(_LOCAL, "pending", None)
-    if pending is None:
-        pending = _LOCAL.pending = []
-    return pending
 
 
 def open_asserts() -> int:
     """Where this forward's kept assertions start (a forward inside it keeps and checks its own after them)."""
-    pending = getattr(_LOCAL, "pending", None)
-    return len(pending) if pending else 0
+    return deferred_checks.open_checks()
 
 
 def assert_scalar(cond: Any, message: str) -> None:
     """``aten._assert_scalar(cond, message)``, or, for a symbolic ``cond`` while exporting, kept for
     :func:`close_asserts`."""
-    if isinstance(cond, torch.SymBool) and torch.compiler.is_exporting():
-        _pending().append((cond, message))
+    if deferred_checks.keep(cond, message):
         return None
     return _ASSERT(cond, message)
 
 
 def close_asserts(start: int) -> None:
-    """Check the assertions this forward kept aside (none outside export)."""
-    pending = getattr(_LOCAL, "pending", None)
-    if not pending or len(pending) <= start:
-        return
-    mine = pending[start:]
-    del pending[start:]
-    for cond, message in mine:
-        torch._check(cond, lambda message=message: message)
+    """Check the assertions this forward kept aside (none outside export), as
+    :func:`common.deferred_checks.close_checks` does."""
+    deferred_checks.close_checks(start)
 
 
 def defer_asserts(graph: fx.Graph) -> None:

@@ -21,6 +21,7 @@ from unittest import mock
 import torch
 from torch import fx, nn
 
+from common import deferred_checks
 from common.caches import register_loaded_caches
 from common.errors import ConversionError
 from common.module_state import kept_attributes
@@ -224,7 +225,7 @@ def export(
             with kept_attributes(model), traced_mode(model), graph_module_scopes(model), warnings.catch_warnings(), \
                     keep_input_names(), torch_logs_to_debug(), \
                     custom_backward.recording() as functions, lean_export(), brevitas_branches.replaying(root), \
-                    eager_skip(), eager_answers(), traced_experts():
+                    eager_skip(), eager_answers(), traced_experts(), deferred_checks.fresh():
                 # RNN modules re-assign their _flat_weights list while tracing; export warns, harmlessly
                 warnings.filterwarnings("ignore", message=RNN_WARNING, category=UserWarning)
                 ep = torch.export.export(

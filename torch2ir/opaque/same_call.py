@@ -9,7 +9,9 @@ index: the structure of its arguments (``None`` against a tensor included), each
 plain value, each other object's type. A difference is an :class:`~torch2ir.frontend.export.OpaqueCallError`
 naming the argument, which ``opaque="auto"`` answers by keeping the caller opaque instead, up the tree, until the
 calls agree. A tensor size the trace computes from data (an unbacked symbol) cannot be compared while tracing:
-it is asserted equal to the eager one in the graph instead (a rebuild on data giving another size raises)."""
+it is asserted equal to the eager one in the graph instead (a rebuild on data giving another size raises); when the
+leaf is called by a rebuilt forward (a rebuild converted again), the assertion is checked where that forward ends,
+with the graph's own (:mod:`common.deferred_checks`), so export learns it after them as it did from the original."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from common import deferred_checks
 from torch2ir.frontend.export import OpaqueCallError
 
 _PLAIN = (bool, int, float, str, type(None))
@@ -90,12 +93,17 @@ def _same_tensor(eager: tuple[Any, ...], x: torch.Tensor) -> bool:
             return False
         for size, expected in zip(shape, eager[1], strict=True):
             if isinstance(size, torch.SymInt) and free_unbacked_symbols(size):
-                torch._check(size == expected, lambda size=size, expected=expected: (
-                    f"an opaque leaf's input size {size} computed from data is not {expected}, as in the eager "
-                    "call whose outputs stand in for it"))
+                cond, message = size == expected, _size_message(size, expected)
+                if not deferred_checks.keep(cond, message):  # in a rebuilt forward: checked where it ends
+                    torch._check(cond, message)
             elif int(size) != expected:
                 return False
     return True
+
+
+def _size_message(size: Any, expected: int) -> Any:
+    return lambda: (f"an opaque leaf's input size {size} computed from data is not {expected}, as in the eager call "
+                    "whose outputs stand in for it")
 
 
 def _structure(spec: Any, traced_spec: Any, args: tuple, kwargs: Mapping[str, Any]) -> str:

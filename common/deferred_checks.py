@@ -67,14 +67,23 @@ def close_checks(start: int) -> None:
         return
     mine = pending[start:]
     del pending[start:]
-    mine = [(_plain(cond), message) for cond, message in mine]
-    bounds = [_is_bound(cond) for cond, _ in mine]
+    mine = [(_guarded(_plain, cond, cond), message) for cond, message in mine]
+    bounds = [_guarded(_is_bound, cond, False) for cond, _ in mine]
     known = _Known()
     for bound in (False, True):
         for (cond, message), is_bound in zip(mine, bounds, strict=True):
-            if is_bound is bound and not known.holds(cond):
+            if is_bound is bound and not _guarded(known.holds, cond, False):
                 torch._check(cond, message if callable(message) else (lambda message=message: message))
                 known = _Known()  # what it taught export
+
+
+def _guarded(read: Callable[[Any], Any], cond: Any, default: Any) -> Any:
+    """``read(cond)``, or ``default`` when torch's symbolic internals it reads are not there (another torch
+    release): the check is then given as it stands, in graph order, as before."""
+    try:
+        return read(cond)
+    except (AttributeError, TypeError, ImportError):
+        return default
 
 
 def _plain(cond: Any) -> Any:

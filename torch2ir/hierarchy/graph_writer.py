@@ -9,7 +9,6 @@ unpacked with ``getitem``), and the ``output`` node.
 from __future__ import annotations
 
 import collections
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +23,7 @@ from common.names import without_counter
 from common.safety import function_name
 from common.values import Ref, Subgraph, encode
 from torch2ir.frontend.export import OpaqueCallError
-from torch2ir.hierarchy.graphs import add_node_with_edges, flat_implementation
+from torch2ir.hierarchy.graphs import ASSERT_SCALAR, add_node_with_edges, assert_message, flat_implementation
 from torch2ir.hierarchy.recover import Frame, Hierarchy
 from torch2ir.hierarchy.symbolic_order import ASSERT_NAME, canonical_items
 from torch2ir.hierarchy.tensormeta import FUNCTORCH_FIX, functorch_problem, value_meta
@@ -162,11 +161,11 @@ class GraphWriter:
                                     "ATen op or allowed function", "register the op, or keep it inside a leaf module"))
             return
         args, kwargs = self.template(node.args), self.template(node.kwargs)
-        if target == _ASSERT_SCALAR:
-            args = _assert_message(args)
+        if target == ASSERT_SCALAR:
+            args = assert_message(args)
         encode(args, f"node {node.name}")
         encode(kwargs, f"node {node.name}")
-        wanted = ASSERT_NAME if target == _ASSERT_SCALAR else structural_name(node.name)  # inserted or traced alike
+        wanted = ASSERT_NAME if target == ASSERT_SCALAR else structural_name(node.name)  # inserted or traced alike
         name = add_node_with_edges(self.impl, self.name(wanted), "function", target, args, kwargs,
                                    meta=value_meta(node.meta.get("val")))
         self.env[node] = Ref(name)
@@ -292,21 +291,6 @@ class GraphWriter:
             outs = [self.ref(v) for v in self.frame.outputs]
             value = outs[0] if len(outs) == 1 else tuple(outs)
         add_node_with_edges(self.impl, "output", "output", "output", [value], {})
-
-
-_ASSERT_SCALAR = "aten._assert_scalar.default"
-_ON_NODE = re.compile(r" on node '[^']*'\Z")
-
-
-def _assert_message(args: Any) -> Any:
-    """A runtime assertion's arguments, its message naming the IR node it checks instead of export's node.
-
-    Export writes ``Runtime assertion failed for expression u0 >= 0 on node 'ge_18'``, with its own, model-wide
-    node name; the IR's name of that value is the node the assertion reads (its first argument).
-    """
-    if len(args) == 2 and isinstance(args[0], Ref) and isinstance(args[1], str):
-        return [args[0], _ON_NODE.sub(f" on node '{args[0].node}'", args[1])]
-    return args
 
 
 def structural_name(exported: str) -> str:

@@ -4,6 +4,7 @@ and the flat graph of a higher-order op's body as a graph-only implementation.""
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any
 
 import torch
@@ -23,6 +24,22 @@ def add_node_with_edges(impl: Implementation, name: str, ntype: str, implementat
     for path, ref in [*iter_refs(list(args)), *iter_refs(dict(kwargs))]:
         impl.add_edge(ref.node, name, slot=path if len(path) > 1 else path[0], src_index=ref.index)
     return name
+
+
+#: The function name of ``aten._assert_scalar``, whose message names the node it checks.
+ASSERT_SCALAR = "aten._assert_scalar.default"
+_ON_NODE = re.compile(r" on node '[^']*'\Z")
+
+
+def assert_message(args: Any) -> Any:
+    """A runtime assertion's arguments, its message naming the IR node it checks instead of export's node.
+
+    Export writes ``Runtime assertion failed for expression u0 >= 0 on node 'ge_18'``, with its own, model-wide
+    node name; the IR's name of that value is the node the assertion reads (its first argument).
+    """
+    if len(args) == 2 and isinstance(args[0], Ref) and isinstance(args[1], str):
+        return [args[0], _ON_NODE.sub(f" on node '{args[0].node}'", args[1])]
+    return args
 
 
 def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
@@ -68,9 +85,9 @@ def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
         elif node.op == "placeholder":
             env[node] = Ref(impl.add_node(fresh(node.name), "input", "input", meta=value_meta(node.meta.get("val"))))
         elif node.op == "call_function":
-            named = fresh(node.name)
-            add(named, "function", function_name(node.target), tmpl(node.args), tmpl(node.kwargs),
-                meta=value_meta(node.meta.get("val")))
+            named, target, args = fresh(node.name), function_name(node.target), tmpl(node.args)
+            add(named, "function", target, assert_message(args) if target == ASSERT_SCALAR else args,
+                tmpl(node.kwargs), meta=value_meta(node.meta.get("val")))
             env[node] = Ref(named)
         elif node.op == "output":
             add("output", "output", "output", [tmpl(node.args[0])], {})

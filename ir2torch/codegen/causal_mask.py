@@ -10,16 +10,22 @@ builds it.
 :func:`find` reads a graph as an abstract interpretation of those ops only: an integer tensor is known by a range
 ``[lo, hi]`` of its values and its shape, a boolean one as all-true with its shape, where ranges, shapes and sizes are
 sums of the module's inputs' sizes, its integer inputs and literals (never a value of a file reaching code: these are
-numbers the rebuilder computes). Each op is one of a short list (``arange``, ``add`` of an integer, ``unsqueeze``,
-``new_ones``, ``le``, ``__and__``, ``index``, ``expand``, ``to`` a boolean CPU tensor, ``sym_size``); the one tensor
-input it reads must be all non-zero, and ``le(a, b)`` is all-true when ``a``'s largest value is at most ``b``'s
-smallest, ``index`` needs its indices within the sizes. Those conditions are recorded, not assumed: :class:`MaskSkip`
-evaluates them on the call's actual sizes and reads the input's values (``min() != 0``), and only when every one holds
-does the module run the forward where the mask is ``torch.ones(shape, dtype=torch.bool)``: the same values, shape,
-dtype, device and (contiguous) strides as the ops produce (``tests/ir2torch/test_decoding_fast_paths.py`` compares them
-over batches and lengths; the ``expand`` must keep its input's sizes, so no size is broadcast with a zero stride), read
-only by submodule calls, as the built one was (never returned by the module). Any other call (a padded batch, a prompt
-of several tokens, sizes that would raise) runs the folded forward that builds the mask.
+numbers the rebuilder computes). Each op is one of a short list (``arange``, ``add`` / ``sub`` of an integer,
+``unsqueeze``, ``new_ones``, ``le``, ``gt``, ``__and__``, ``index``, ``expand``, ``to`` a boolean CPU tensor,
+``sym_size``, ``sym_max``); the one tensor input it reads must be all non-zero, ``le(a, b)`` is all-true when ``a``'s
+largest value is at most ``b``'s smallest, ``gt(a, b)`` when ``b``'s largest plus one is at most ``a``'s smallest,
+``index`` needs its indices within the sizes, and ``sym_max(a, b)`` is ``b`` when ``a <= b`` (Gemma-2's sliding-window
+mask: its first key position is ``max(past - window + 1, 0)``, so the mask is made in one op while the past is at most
+``window - 1`` tokens; beyond, it is built). Those conditions are recorded, not assumed: :class:`MaskSkip` evaluates
+them on the call's actual sizes and reads the input's values (``min() != 0``), and only when every one holds does the
+module run the forward where the mask is ``torch.ones(shape, dtype=torch.bool)``: the same values, shape, dtype, device
+and (contiguous) strides as the ops produce (``tests/ir2torch/test_decoding_fast_paths.py`` compares them over batches
+and lengths; the ``expand`` must keep its input's sizes, so no size is broadcast with a zero stride), read only by
+submodule calls or as the condition of ``where(mask, other, float)`` (eager attention's float mask, Gemma-2's:
+``where`` reads its condition, its output is fresh and takes its layout from the same sizes and strides), as the built
+one was (never returned by the module); a module may build several (Gemma-2: full and sliding-window layers), each made
+in one op when every condition of all of them holds. Any other call (a padded batch, a prompt of several tokens, sizes
+that would raise) runs the folded forward that builds the mask.
 """
 
 from __future__ import annotations
@@ -79,6 +85,13 @@ class _MaskView:
         self.index = index
 
 
+def _condition_of_where(user: fx.Node, mask: fx.Node) -> bool:
+    """``user`` is ``where(mask, other, float)`` reading ``mask`` as its condition only (a read: a fresh output)."""
+    target = getattr(user.target, "overload", user.target)
+    return user.op == "call_function" and target is _aten.where.ScalarOther and len(user.args) == 3 and \
+        not user.kwargs and user.args[0] is mask and user.args[1] is not mask and type(user.args[2]) is float
+
+
 class _Reader:
     """The abstract interpretation of one graph (see the module's text)."""
 
@@ -130,6 +143,12 @@ class _Reader:
         if target in (python_functions.bounded_add, operator.add, operator.sub) and len(args) == 2 and not kwargs:
             a, b = self.lin(args[0]), self.lin(args[1])
             return None if a is None or b is None else _lin_add(a, b, -1 if target is operator.sub else 1)
+        if target is torch.sym_max and len(args) == 2 and not kwargs:
+            a, b = self.lin(args[0]), self.lin(args[1])
+            if a is None or b is None:
+                return None
+            self.checks.append((a, b))  # max(a, b) is b when a <= b (checked on each call)
+            return b
         if target is _aten.arange.default and len(args) == 1 and kwargs == {"device": _CPU, "pin_memory": False}:
             n = self.lin(args[0])
             if n is None:
@@ -140,6 +159,9 @@ class _Reader:
         if target is _aten.add.Tensor and len(args) == 2 and not kwargs and isinstance(x, _Ints):
             c = self.lin(args[1])
             return None if c is None else _Ints(_lin_add(x.lo, c), _lin_add(x.hi, c), x.shape)
+        if target is _aten.sub.Tensor and len(args) == 2 and not kwargs and isinstance(x, _Ints):
+            c = self.lin(args[1])
+            return None if c is None else _Ints(_lin_add(x.lo, c, -1), _lin_add(x.hi, c, -1), x.shape)
         if target is _aten.unsqueeze.default and len(args) == 2 and not kwargs and type(args[1]) is int and \
                 isinstance(x, (_Ints, _True)) and -len(x.shape) - 1 <= args[1] <= len(x.shape):
             d = args[1] if args[1] >= 0 else args[1] + len(x.shape) + 1
@@ -152,6 +174,10 @@ class _Reader:
         if target is _aten.le.Tensor and len(args) == 2 and not kwargs and isinstance(x, _Ints) and \
                 isinstance(y, _Ints):
             self.checks.append((x.hi, y.lo))
+            return _True(self.broadcast(x.shape, y.shape))
+        if target is _aten.gt.Tensor and len(args) == 2 and not kwargs and isinstance(x, _Ints) and \
+                isinstance(y, _Ints):
+            self.checks.append((_lin_add(y.hi, _ONE), x.lo))  # integers: x > y where y's largest + 1 <= x's least
             return _True(self.broadcast(x.shape, y.shape))
         if target is _aten.__and__.Tensor and len(args) == 2 and not kwargs and isinstance(x, _True) and \
                 isinstance(y, _True):
@@ -199,29 +225,30 @@ class _Reader:
             return _True(out)
         return None
 
-    def run(self) -> fx.Node | None:
-        """The one node holding the mask to make (all true, used outside the interpreted ops), or ``None``."""
+    def run(self) -> list[fx.Node]:
+        """The nodes holding the masks to make (all true, used outside the interpreted ops); empty
+        when there is none or one is read by anything but a submodule call or as the condition of a ``where``."""
         for node in self.graph.nodes:
             value = self.read(node)
             if value is not None:
                 self.values[node] = value
         known = set(self.values)
         outside = [n for n, v in self.values.items() if isinstance(v, _True) and n.users.keys() - known]
-        # one all-true value read outside (the mask), by submodule calls only (never an output of the module); the
-        # others are read only by interpreted ops
-        if len(outside) != 1 or not self.masks or self.ints & self.tensors or \
-                any(u.op != "call_module" for u in outside[0].users):
-            return None
-        return outside[0]
+        # the all-true values read outside (the masks), by submodule calls or as the condition of a where only (never
+        # an output of the module); the others are read only by interpreted ops
+        if not outside or not self.masks or self.ints & self.tensors or \
+                not all(u.op == "call_module" or _condition_of_where(u, n) for n in outside for u in n.users):
+            return []
+        return outside
 
 
 class MaskSkip:
     """When a call of the module may run the forward where the mask is made in one op (module's text)."""
 
-    def __init__(self, reader: _Reader, node: fx.Node, forward: Callable[..., Any]) -> None:
+    def __init__(self, reader: _Reader, nodes: list[fx.Node], forward: Callable[..., Any]) -> None:
         self.forward = forward
         self.count = len(reader.inputs)
-        self.shape = tuple(reader.values[node].shape)
+        self.shapes = tuple(tuple(reader.values[node].shape) for node in nodes)
         self.checks = tuple(dict.fromkeys(reader.checks))
         self.masks = tuple(sorted(reader.masks))
         self.ints = tuple(sorted(reader.ints))
@@ -251,32 +278,34 @@ def all_true(shape: tuple[Lin, ...], *inputs: Any) -> torch.Tensor:
 
 
 def find(graph: fx.Graph) -> bool:
-    """Whether ``graph`` builds a mask :class:`MaskSkip` can make in one op."""
-    return _Reader(graph).run() is not None
+    """Whether ``graph`` builds masks :class:`MaskSkip` can make in one op each."""
+    return bool(_Reader(graph).run())
 
 
 def skipping(graph: fx.Graph, compile_graph: Callable[[fx.Graph], Callable[..., Any]]) -> MaskSkip | None:
     """A :class:`MaskSkip` for ``graph`` (the folded forward): a copy where the mask node is :func:`all_true` of
     its shape, compiled by ``compile_graph`` (which may rewrite it first); ``None`` when there is no such mask."""
     reader = _Reader(graph)
-    node = reader.run()
-    if node is None:
+    nodes = reader.run()
+    if not nodes:
         return None
     copy = fx.Graph()
     copy._codegen = graph._codegen
     env: dict[fx.Node, fx.Node] = {}
     for n in graph.nodes:
         env[n] = copy.node_copy(n, env.__getitem__)
-    target = env[node]
     inputs = [env[n] for n in reader.inputs]
-    with copy.inserting_after(target):
-        made = copy.call_function(all_true, (tuple(reader.values[node].shape), *inputs))
-    target.replace_all_uses_with(made)
-    made.args = (tuple(reader.values[node].shape), *inputs)
+    for node in nodes:
+        target, value = env[node], reader.values[node]
+        args = (tuple(value.shape), *inputs)
+        with copy.inserting_after(target):
+            made = copy.call_function(all_true, args)
+        target.replace_all_uses_with(made)
+        made.args = args
     for n in reversed(list(reader.values)):  # the interpreted ops nothing reads any more (all pure)
         if not env[n].users:
             copy.erase_node(env[n])
-    return MaskSkip(reader, node, compile_graph(copy))
+    return MaskSkip(reader, nodes, compile_graph(copy))
 
 
 __all__ = ["MaskSkip", "all_true", "evaluate", "find", "skipping"]

@@ -221,15 +221,15 @@ def test_step_calls_indexing_and_slicing_through_the_fast_entries(models: Any, m
         calls[str(self)] = calls.get(str(self), 0) + 1
         return call(self, *args, **kwargs)
 
+    args, layout = (1, 9, 1, False, _HEADS.get(name, 2)), _layout(models)
+    _step(rebuilt, *args, layout, eager=False)  # a fresh rebuild's first call computes its folded values
     monkeypatch.setattr(torch._ops.OpOverload, "__call__", counted)
-    if name == "gemma2":
-        pytest.skip("Gemma-2's eager attention modules have no folded forward: their slices, size reads and "
-                    "type_as run through OpOverload.__call__")
-    args = (1, 9, 1, False, _HEADS.get(name, 2))
-    _step(rebuilt, *args, eager=False)
-    assert calls.get("aten.index.Tensor", 0) == 0 and calls.get("aten.slice.Tensor", 0) <= 1, calls
+    _step(rebuilt, *args, layout, eager=False)
+    assert calls.get("aten.index.Tensor", 0) == 0, calls
+    # Gemma-2's eager attention modules have no folded forward: their slices still run through OpOverload.__call__
+    assert calls.get("aten.slice.Tensor", 0) <= 1 or name == "gemma2", calls
     calls.clear()
-    _step(unfolded, *args, eager=False)
+    _step(unfolded, *args, layout, eager=False)
     if name == "mixtral":
         assert calls.get("aten.index.Tensor", 0) >= 2 * 3, calls  # the experts' three gathers a layer (and the mask's)
     if name != "gpt2":

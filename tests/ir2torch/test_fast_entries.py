@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ir2torch.codegen import fast_paths
 from ir2torch.codegen.direct_op import DirectOp
 from ir2torch.run_safety import node_checks
 from ir2torch.run_safety.node_checks import CheckedCall, checked_target, with_call
+from tests.ir2torch.test_fast_ops import _Kernels as _Ops  # records the ATen overloads a call dispatches
 
 _INDEX = torch.ops.aten.index.Tensor
 x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0))
@@ -30,18 +30,6 @@ FAST = [(x, [torch.tensor([1, 0, 1])]), (x, [torch.tensor([[0], [1]])]), (x, [to
 SLOW = [(x, [torch.tensor(1)]), (x, [torch.tensor([True, False])]), (x, [torch.tensor([1, 0], dtype=torch.uint8)]),
         (x, [None, torch.tensor([2, 0])]), (x, [torch.tensor([1]), torch.tensor([2])]), (torch.tensor(3.0),
         [torch.tensor([0])]), (x, [torch.tensor([0.0])]), (x, [])]
-
-
-class _Ops(TorchDispatchMode):
-    """Records the ATen overloads a call dispatches."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops.append(str(func))
-        return func(*args, **(kwargs or {}))
 
 
 def _same(a: Any, b: Any) -> None:

@@ -221,6 +221,47 @@ def describe_spec(spec: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def spec_difference(found: Any, spec: Any, limit: int = 200) -> str | None:
+    """Where two pytree structures first differ, for a message whose :func:`describe_spec` texts are the same (the
+    texts show no context but a dict's keys: a cache class's layer layout, a named tuple's fields):
+    ``"at [1][0]: DynamicCache with context [...], converted with [...]"``, or ``None`` when they are equal. Contexts
+    are shown as ``repr`` text, cut at ``limit`` characters each (they are structure, never tensor values)."""
+
+    def cut(value: Any) -> str:
+        if isinstance(value, type):  # a named tuple's class: where it is defined, and its fields
+            fields = getattr(value, "_fields", None)
+            text = f"{value.__module__}.{value.__qualname__}" + (f"{tuple(fields)}" if fields is not None else "")
+        else:
+            text = repr(value)
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    def name(kind: Any, context: Any = None) -> str:
+        named = context if isinstance(context, type) else kind
+        return getattr(named, "__qualname__", None) or str(named)
+
+    def walk(a: Any, b: Any, path: str) -> str | None:
+        where = path or "the top"
+        if a.is_leaf() or b.is_leaf():
+            if a.is_leaf() and b.is_leaf():
+                return None
+            return f"at {where}: {'a leaf' if a.is_leaf() else name(a.type)}, converted with " \
+                   f"{'a leaf' if b.is_leaf() else name(b.type)}"
+        if a.type is not b.type:
+            return f"at {where}: {name(a.type)}, converted with {name(b.type)}"
+        kind = name(a.type, a.context)
+        if a.context != b.context:
+            return f"at {where}: {kind} with context {cut(a.context)}, converted with {cut(b.context)}"
+        if a.num_children != b.num_children:
+            return f"at {where}: {kind} of {a.num_children} children, converted with {b.num_children}"
+        for i in range(a.num_children):
+            found_here = walk(a.child(i), b.child(i), f"{path}[{i}]")
+            if found_here is not None:
+                return found_here
+        return None
+
+    return walk(found, spec, "")
+
+
 def exact_leaves(value: Any, spec: Any) -> list[Any] | None:
     """The leaves of ``value`` in ``spec``'s order when its structure is ``spec`` exactly (every node of the same
     type, with the same context and number of children; any value where ``spec`` has a leaf), else ``None``.
@@ -284,4 +325,4 @@ def _exact_walk(value: Any, program: Any, out: list[Any]) -> bool:
     return True
 
 
-__all__ = ["MAX_SPEC_DEPTH", "describe_spec", "exact_leaves", "kwarg_names", "load_spec"]
+__all__ = ["MAX_SPEC_DEPTH", "describe_spec", "exact_leaves", "kwarg_names", "load_spec", "spec_difference"]

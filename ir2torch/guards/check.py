@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 
 from common.errors import InputMismatchError
 from common.names import GENERATED_CALL_MODULE, GENERATED_CALLS
-from common.treespec import describe_spec, exact_leaves
+from common.treespec import describe_spec, exact_leaves, spec_difference
 from ir2torch.guards.specs import DimExpr, LeafSpec, is_call_spec, parse_bound
 
 _DYNAMIC_HINT = ("convert again with dynamic_shapes= for a dim that should vary (torch.export.Dim('batch', "
@@ -347,9 +347,11 @@ def check_structure(name: str, value: Any, spec: Any) -> None:
             "(iterating the dict), and the graph computes in the converted one", key=name,
             hint="build the dict with its keys in the converted order, or convert again with this order")
     if not fits(found, spec):
+        given, converted = describe_spec(found), describe_spec(spec)
+        difference = spec_difference(found, spec) if given == converted else None
         raise InputMismatchError(
-            f"argument has pytree structure {describe_spec(found)}, but the module was converted with "
-            f"{describe_spec(spec)}", key=name,
+            f"argument has pytree structure {given}, but the module was converted with {converted}"
+            + (f" ({difference})" if difference else ""), key=name,
             hint="pass the same nesting (tuple/list length, dict type and keys, None) as in the conversion call, "
                  "or convert again with this structure")
 

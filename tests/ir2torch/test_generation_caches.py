@@ -186,3 +186,25 @@ def test_unequal_key_and_value_lists_are_refused() -> None:
         load_spec(json.dumps([1, node]))
     node["children_spec"][1]["children_spec"].append(leaf)
     assert load_spec(json.dumps([1, node])).num_leaves == 4
+
+
+def test_a_cache_of_another_layer_layout_is_refused_naming_the_layouts(
+        saved: tuple[torch.nn.Module, Path, Any]) -> None:
+    """A ``DynamicCache`` whose layers have other sliding windows prints as the same structure text as the converted
+    one: the refusal names where the structures differ (the context holding the windows)."""
+    from transformers import DynamicCache
+
+    from common.errors import InputMismatchError
+
+    _, _, rebuilt = saved
+    ids, _ = _prompts(1, 5)
+    shape = rebuilt._past_leaves[0][0]
+    past = [[torch.zeros(1, shape[1], 5, shape[3]) for _ in range(2)] for _ in range(2)]
+    cache = output_unflatten(DynamicCache)(past, (["key_cache", "value_cache"], [None, 4]))
+    with pytest.raises(InputMismatchError) as info, torch.inference_mode():
+        rebuilt.rebuilt(input_ids=ids, attention_mask=torch.ones(1, 10, dtype=torch.long),
+                        position_ids=torch.arange(5, 10)[None], past_key_values=cache, logits_to_keep=1)
+    text = str(info.value)
+    assert "converted with DynamicCache([*, *], [*, *]) (at the top: DynamicCache with context " in text, text
+    assert "[None, 4]], converted with [['key_cache', 'value_cache'], [None, None]]" in text, text
+    assert "past_key_values" in text, text

@@ -220,17 +220,17 @@ def _rotary(config: Any) -> None:
     if isinstance(parameters, dict):
         factor = parameters.get("partial_rotary_factor", factor)
     rope, nope = _get(config, "qk_rope_head_dim"), _get(config, "qk_nope_head_dim")
-    if _integer(rope) and _integer(nope):
+    latent = _integer(rope) and _integer(nope)
+    if latent:  # the rotary part of each head is the rope part (HY-V4-VL's sections sum to its half)
         _set(config, "head_dim", int(rope / factor))
         _set(config, "qk_head_dim", rope + nope)
-        return
-    head = _head_dim(config)
+    head = rope if latent else _head_dim(config)
     if not _integer(head):
         return
-    if _integer(_get(config, "rotary_dim")) and _get(config, "rotary_dim") > head:
+    if not latent and _integer(_get(config, "rotary_dim")) and _get(config, "rotary_dim") > head:
         _set(config, "rotary_dim", head)
     if isinstance(parameters, dict) and ("mrope_section" in parameters or _uses(config, "mrope_section")):
-        half = int(head * factor) // 2
+        half = int(head * (1.0 if latent else factor)) // 2
         parameters["mrope_section"] = [half - 2 * (3 * half // 8), 3 * half // 8, 3 * half // 8]
 
 

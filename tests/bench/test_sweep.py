@@ -130,3 +130,21 @@ def test_the_loop_closure_of_an_opaque_conversion_is_measured_on_the_rebuild():
     assert loop_closure(ir, rebuilt, (x,), {}) == "closed"
     other = torch2ir.convert(_Gated(out=3).eval(), (x,), opaque="auto")  # another head: another IR
     assert loop_closure(other, rebuilt, (x,), {}) == "open: out, root differ"
+
+
+def test_latent_attention_s_rope_sections_sum_to_half_its_rope_part():
+    """A shrunk multi-head latent attention with multimodal rope (HY-V4-VL, transformers 5.24): its sections must sum
+    to half of ``qk_rope_head_dim`` (the configuration class validates it when the IR's recorded configuration is
+    loaded back), its head dimension is the rope part."""
+    from types import SimpleNamespace
+
+    from benchmarks.sweep_transformers import _rotary
+
+    config = SimpleNamespace(qk_rope_head_dim=8, qk_nope_head_dim=16, head_dim=64,
+                             rope_parameters={"rope_type": "default", "mrope_section": [12, 10, 10]})
+    _rotary(config)
+    assert sum(config.rope_parameters["mrope_section"]) == 4 and min(config.rope_parameters["mrope_section"]) >= 1
+    assert config.head_dim == 8 and config.qk_head_dim == 24
+    plain = SimpleNamespace(qk_rope_head_dim=8, qk_nope_head_dim=16, head_dim=64, rope_parameters={"rope_type": "x"})
+    _rotary(plain)
+    assert plain.rope_parameters == {"rope_type": "x"} and plain.head_dim == 8

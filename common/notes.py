@@ -40,8 +40,10 @@ def custom_backward_message(model: str, names: list[str], advice: str | None = N
             f"zero gradient); do not train the rebuild through them. {advice[0].upper()}{advice[1:]}")
 
 
-def custom_backward_names(meta: Mapping[str, Any], key: str = "root") -> list[str]:
-    """The checked ``meta["custom_backward"]`` of implementation ``key`` (``[]`` when absent).
+def custom_backward_names(meta: Mapping[str, Any], key: str = "root", carries: bool | None = None) -> list[str]:
+    """The checked ``meta["custom_backward"]`` of implementation ``key`` (``[]`` when absent); ``carries``: whether
+    ``key`` may hold it (the root, or a child traced on its own below an opaque leaf, which keeps the notes of its
+    own conversion; default: the root only).
 
     Raises:
         IRFormatError: not a list of at most :data:`MAX_NAMES` + 1 short strings.
@@ -54,9 +56,9 @@ def custom_backward_names(meta: Mapping[str, Any], key: str = "root") -> list[st
         raise IRFormatError(f"meta.{CUSTOM_BACKWARD_KEY} must be a list of at most {MAX_NAMES} class names",
                             implementation=key, hint="it lists the custom autograd.Functions the model calls, e.g. "
                             '["mylib.RoundSte"]; remove it if the file was edited')
-    if key != "root":
-        raise IRFormatError(f"meta.{CUSTOM_BACKWARD_KEY} belongs to the root implementation", implementation=key,
-                            hint="move it to the root's meta")
+    if not (key == "root" if carries is None else carries):
+        raise IRFormatError(f"meta.{CUSTOM_BACKWARD_KEY} belongs to the root implementation (or a child traced on "
+                            "its own below an opaque leaf)", implementation=key, hint="move it to the root's meta")
     return list(names)
 
 

@@ -40,11 +40,11 @@ from .errors import (
     UnknownNodeKindError,
 )
 from .expansion import check_expanded
-from .ir import IR, NODE_KINDS, Implementation
+from .ir import CARRIED_NOTES, IR, NODE_KINDS, Implementation
 from .none_slots import check_none_slots
 from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem
-from .opaque import OPAQUE_TYPE, OWNED_TYPE, check_data, check_owned, owner_of
+from .opaque import OPAQUE_TYPE, OWNED_TYPE, check_data, check_owned, owner_of, traced_alone
 from .provenance import check_provenance
 from .pt2e_prepared import pt2e_prepared_record
 from .safety import DEFAULT_ALLOWLIST, Allowlist
@@ -64,6 +64,17 @@ def _check_children(meta: Mapping[str, Any], key: str) -> None:
                             "them; remove it if the file was edited")
 
 
+def _check_notes(meta: Mapping[str, Any], key: str, carriers: set[str]) -> None:
+    """The notes on the original's train mode and custom Functions (:data:`~common.ir.CARRIED_NOTES`) sit on the
+    root, or on a child traced on its own (the notes of its own conversion, which its rebuild carries): elsewhere a
+    rebuild would not carry them, so they are refused."""
+    custom_backward_names(meta, key, carries=key in carriers)
+    held = [name for name in CARRIED_NOTES if name in meta]
+    if held and key not in carriers:
+        raise IRValidationError(f"meta.{held[0]} belongs to the root implementation or a child traced on its own "
+                                "below an opaque leaf", implementation=key, hint="move it to the root's meta")
+
+
 def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
     """Raise the first problem found in ``ir`` (an :class:`IRValidationError` subclass).
 
@@ -72,6 +83,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         allowlist: function names to accept (default: :data:`common.safety.DEFAULT_ALLOWLIST`).
     """
     allow = _CheckedNames(allowlist or DEFAULT_ALLOWLIST)
+    carriers = {"root", *(traced_alone(ir) if "root" in ir else ())}  # they carry notes of their own conversion
     for key, impl in ir.items():
         if impl.type in NODE_KINDS:
             raise IRValidationError(
@@ -88,7 +100,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
                                         implementation=key, hint="an owned module hangs below an opaque leaf with "
                                         "'owns': true, whose constructor makes it; the file is corrupt or hostile")
         check_provenance(key, impl.meta)
-        custom_backward_names(impl.meta, key)
+        _check_notes(impl.meta, key, carriers)
         pt2e_prepared_record(impl.meta, key)
         _check_children(impl.meta, key)
         check_none_slots(impl.meta, key)

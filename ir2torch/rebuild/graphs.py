@@ -318,7 +318,8 @@ def graph_module(
     gm = placeholder_module(_class_name(impl), graph=template is None)
     if isinstance(impl.meta.get("class"), str):
         gm.meta[ORIGINAL_CLASS_KEY] = impl.meta["class"]
-    notes = {k: impl.meta[k] for k in CARRIED_NOTES if k in impl.meta} if impl.name == "root" else {}
+    # the root's notes on the original's train mode, or a child traced on its own's (checked on load: only those)
+    notes = {k: impl.meta[k] for k in CARRIED_NOTES if k in impl.meta}
     if notes:
         gm.meta[NOTES_KEY] = notes
     for name, rec in impl.state.items():

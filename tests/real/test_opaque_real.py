@@ -68,3 +68,46 @@ def test_a_model_whose_own_forward_does_not_trace_is_an_opaque_root_around_trace
     expected, got = model(ids, **kwargs), rebuilt(ids, **kwargs)
     assert torch.equal(expected.last_hidden_state, got.last_hidden_state)
     assert torch2ir.convert(rebuilt, (ids,), kwargs, opaque="auto") == ir
+
+
+def test_a_child_traced_alone_carries_its_train_mode_note_into_its_rebuild() -> None:
+    """FastSpeech2-Conformer's own forward does not trace (an opaque root); its duration predictor, traced on its
+    own, rounds its durations in eval mode only: the note of its conversion stays on it and its rebuild carries it,
+    so converting the rebuild again gives the same IR (the loop closes)."""
+    from transformers import FastSpeech2ConformerConfig, FastSpeech2ConformerModel
+
+    from torch2ir.train.passes import COMPUTATIONS_NOTE
+
+    config = FastSpeech2ConformerConfig(hidden_size=32, vocab_size=64, encoder_layers=1, decoder_layers=1,
+                                        encoder_linear_units=64, decoder_linear_units=64,
+                                        encoder_num_attention_heads=2, decoder_num_attention_heads=2,
+                                        speech_decoder_postnet_layers=2, speech_decoder_postnet_units=32,
+                                        duration_predictor_channels=32, pitch_predictor_layers=2,
+                                        pitch_predictor_channels=32, energy_predictor_channels=32)
+    torch.manual_seed(0)
+    model = FastSpeech2ConformerModel(config).eval()
+    ids = torch.randint(1, 64, (1, 8))
+    ir = torch2ir.convert(model, (), {"input_ids": ids}, opaque="auto")
+    root = "transformers.models.fastspeech2_conformer.modeling_fastspeech2_conformer.FastSpeech2ConformerModel"
+    assert ir.capture.opaque[0][:2] == ("", root) and "duration_predictor" in traced_alone(ir)
+    assert ir["duration_predictor"].meta["train_trace"] == f"{COMPUTATIONS_NOTE}root"
+    assert f"duration_predictor: {COMPUTATIONS_NOTE}root" in ir.root.meta["train_trace"]
+    classes = sorted({c for _, c, _ in ir.capture.opaque})
+    rebuilt = ir2torch.convert(ir, model.state_dict(), allow=classes)
+    expected, got = model(input_ids=ids), rebuilt(input_ids=ids)
+    assert torch.equal(expected.spectrogram, got.spectrogram)
+    alone = torch2ir.convert(rebuilt.duration_predictor, *_first_call(rebuilt, "duration_predictor", ids))
+    assert alone.root.meta["train_trace"] == ir["duration_predictor"].meta["train_trace"]
+    assert torch2ir.convert(rebuilt, (), {"input_ids": ids}, opaque="auto") == ir
+
+
+def _first_call(model: torch.nn.Module, path: str, ids: torch.Tensor) -> tuple[tuple, dict]:
+    """The positional and keyword arguments of the first call of ``model``'s module at ``path``."""
+    seen: list[tuple[tuple, dict]] = []
+    hook = model.get_submodule(path).register_forward_pre_hook(
+        lambda _, a, k: seen.append((a, k)) and None, with_kwargs=True)
+    try:
+        model(input_ids=ids)
+    finally:
+        hook.remove()
+    return seen[0]

@@ -27,15 +27,17 @@ from torch.utils import _pytree as pytree
 
 from common.bodies import is_call
 from common.errors import IRError, OperatorSurfaceError
-from common.ir import CARRIED_NOTES, IR, Implementation
+from common.ir import IR, Implementation
 from common.notes import CUSTOM_BACKWARD_KEY
 from torch2ir.trace_once.trace import output_record
 
 #: Instance attributes every ``nn.Module`` has: not the module's own.
 _MODULE_ATTRIBUTES = frozenset({*vars(nn.Module()), "_compiled_call_impl"})
 
-#: Meta entries only a root carries (its trace's torch version, notes of its train-mode pass).
-_ROOT_META = ("torch_version", *CARRIED_NOTES)
+#: Meta entries only a root carries (its trace's torch version). The notes of its train-mode pass
+#: (:data:`~common.ir.CARRIED_NOTES`) stay on the child: a child traced on its own carries them into its rebuild, so
+#: converting that again (on its own, below the rebuilt opaque leaf) records the original child's notes.
+_ROOT_META = ("torch_version",)
 
 
 def traced_children(modules: Iterable[tuple[str, nn.Module]], has_handler: Callable[[nn.Module], bool],
@@ -229,7 +231,8 @@ class GraftError(ValueError):
 
 def graft(ir: IR, path: str, sub: IR) -> None:
     """Replace the implementations of ``ir`` at and below ``path`` by those of ``sub`` (the IR of the module at
-    ``path`` converted on its own), its tensors and its root's notes moved along.
+    ``path`` converted on its own), its tensors and its root's notes moved along: the child keeps them as they are
+    (its rebuild carries them, :mod:`ir2torch.rebuild.graphs`), and ``ir``'s root lists them under ``path``.
 
     Raises:
         GraftError: ``sub`` does not have the same modules as ``ir`` below ``path`` (a module shared across the

@@ -198,11 +198,28 @@ def test_uses_a_rebuild_could_not_repeat_keep_the_child_opaque(cls: type[nn.Modu
         assert torch.equal(rebuilt(ids), model(ids))
 
 
+class Named(Projector):
+    def __init__(self) -> None:
+        super().__init__()
+        self.code = 3  # a name a module rebuilt from its graph (fx's GraphModule) has already
+
+
+class ReadsCode(Root):
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out = super().forward(ids)
+        return out * self.projector.code if ids.sum() > 10 else out
+
+
 def test_a_list_attribute_keeps_the_child_opaque_a_handled_leaf_called_directly_does_not() -> None:
     torch.manual_seed(0)
     model = Other(Text, Listed).eval()
     reasons = _reasons(torch2ir.convert(model, (IDS,), opaque="auto"))
     assert set(reasons) == {"", "projector"} and "reads projector.merge" in reasons["projector"]
+    torch.manual_seed(0)
+    model = ReadsCode().eval()
+    model.projector = Named()
+    reasons = _reasons(torch2ir.convert(model, (IDS,), opaque="auto"))
+    assert set(reasons) == {"", "projector"} and "reads projector.code" in reasons["projector"]
     reasons = _reasons(torch2ir.convert(_model(Width), (IDS,), opaque="auto"))
     assert set(reasons) == {""}
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from types import FunctionType
 from typing import Any
 
-from torch import nn
+from torch import fx, nn
 
 from common.opaque import is_attribute_name
 from common.opaque_reads import SubmoduleAccessor, plain_scalar
@@ -25,6 +25,10 @@ _MODULE_ATTRIBUTES = frozenset({*vars(nn.Module()), "_compiled_call_impl"})
 SUBMODULE_METHODS = frozenset({"f3deb746a992f6a22a8941cdd3968c4c0d44887bb8d11bab8b113ddad3ea06fd"})
 
 _HASHES: dict[Any, str | None] = {}
+
+#: Names a module rebuilt from its graph (an ``fx.GraphModule``) has already: a read of one is not carried (the
+#: rebuild would refuse to shadow it), the child stays opaque.
+_GRAPH_MODULE_NAMES = frozenset({*dir(fx.GraphModule), *vars(fx.GraphModule(nn.Module(), fx.Graph()))})
 
 
 def reviewed_method(function: Any) -> bool:
@@ -116,7 +120,7 @@ class Watch:
         """A read by the opaque code of ``name`` of the child at ``path`` itself: ``(True, what to give)`` when the
         rebuild can repeat it, ``(False, None)`` otherwise."""
         own = object.__getattribute__(obj, "__dict__")
-        if not is_attribute_name(name):
+        if not is_attribute_name(name) or name in _GRAPH_MODULE_NAMES:
             return False, None
         if name in own:
             value = own[name]

@@ -3,7 +3,7 @@
 The child is rebuilt from its graph; its recorded plain attributes are set in its ``__dict__`` and each recorded
 method becomes a :class:`~common.opaque_reads.SubmoduleAccessor` returning the submodule at its path. A name the
 rebuilt module already has (a method, a submodule, fx's own attributes) or a path to no submodule refuses the file.
-Deep copies and pickles of the module keep them.
+Deep copies of the module keep them (a deep-copy hook sets them again on the copy).
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from .none_slots import check_none_slots
 from .notes import custom_backward_names
 from .op_args import COUNT_HINT, count_problem, enum_problem
 from .opaque import OPAQUE_TYPE, OWNED_TYPE, check_data, check_owned, owner_of, traced_alone
+from .opaque_reads import reads_record
 from .provenance import check_provenance
 from .pt2e_prepared import pt2e_prepared_record
 from .safety import DEFAULT_ALLOWLIST, Allowlist
@@ -104,6 +105,7 @@ def validate(ir: IR, *, allowlist: Allowlist | None = None) -> None:
         pt2e_prepared_record(impl.meta, key)
         _check_children(impl.meta, key)
         check_none_slots(impl.meta, key)
+        reads_record(impl.meta, key)
         for name, rec in impl.state.items():  # a torchao weight: only a linear leaf's, which torchao's F.linear runs
             if "subclass" in rec and (impl.type != "linear" or name != "weight"):
                 raise IRValidationError(f"state {name!r} of a {impl.type!r} implementation names subclass "

@@ -40,6 +40,7 @@ from ir2torch.rebuild.base_class import apply_bases
 from ir2torch.rebuild.device import building_on, measured_on_meta
 from ir2torch.rebuild.graphs import graph_module
 from ir2torch.rebuild.leaf_copies import LeafCopies
+from ir2torch.rebuild.opaque_reads import apply_reads
 from ir2torch.rebuild.pt2e_prepared import restore_pt2e_prepared
 from ir2torch.rebuild.state import StateMap, load_into, read_state
 from ir2torch.run_safety.budget import (
@@ -273,6 +274,7 @@ class Ir2Torch:
         take_owned(ir, modules)  # modules an opaque leaf's constructor made (a brevitas layer's quantizers)
         apply_bases(ir, modules, self.builders)  # a subclass of a torch.nn class stays one (common.base_class)
         root = attach_children(ir, modules)
+        apply_reads(ir, modules)  # what an opaque leaf's code reads of a child traced on its own
         restore_quantization(ir, modules)
         restore_pt2e_prepared(ir, root)  # what convert_pt2e reads (common.pt2e_prepared)
         restore_state_layout(ir, modules)

@@ -17,8 +17,7 @@ whose own conversion is refused stays an opaque leaf itself (its reason in ``ir.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -30,9 +29,6 @@ from common.errors import IRError, OperatorSurfaceError
 from common.ir import IR, Implementation
 from common.notes import CUSTOM_BACKWARD_KEY
 from torch2ir.trace_once.trace import output_record
-
-#: Instance attributes every ``nn.Module`` has: not the module's own.
-_MODULE_ATTRIBUTES = frozenset({*vars(nn.Module()), "_compiled_call_impl"})
 
 #: Meta entries only a root carries (its trace's torch version). The notes of its train-mode pass
 #: (:data:`~common.ir.CARRIED_NOTES`) stay on the child: a child traced on its own carries them into its rebuild, so
@@ -60,106 +56,6 @@ def traced_children(modules: Iterable[tuple[str, nn.Module]], has_handler: Calla
                 elif not has_handler(child) and not opaque(child):
                     out.append((sub, child))
     return sorted(out, key=lambda item: item[0])
-
-
-class Watch:
-    """What an opaque leaf's own code does with each watched child (in the eager call of the model's copy) besides
-    calling it: reading a method, property or own attribute of it or of a module inside it that is rebuilt from a
-    graph (``get_input_embeddings()``, ``.dtype``, ``.config``), setting an attribute of one (a value its next call
-    reads, which its graph would hold as a constant), or calling a module inside it directly. A rebuilt
-    child has its real class's methods and attributes only as far as ``nn.Module`` defines them, and a module
-    inside it was traced for the child's call only: such a child is not traced on its own but kept opaque, its own
-    children traced in turn.
-
-    ``uses``: ``{path: the first such use}``.
-    """
-
-    def __init__(self, twin: nn.Module, paths: Iterable[str],
-                 keeps_class: Callable[[nn.Module], bool] = lambda m: False) -> None:
-        self.twin = twin
-        self.paths = list(paths)
-        #: whether a module inside a child is rebuilt as its own class (a handled leaf, a container)
-        self.keeps_class = keeps_class
-        self.uses: dict[str, str] = {}
-        self.depth: dict[str, int] = dict.fromkeys(self.paths, 0)
-
-    def _enter(self, path: str) -> Any:
-        def hook(module: nn.Module, args: Any) -> None:
-            self.depth[path] += 1
-        return hook
-
-    def _leave(self, path: str) -> Any:
-        def hook(module: nn.Module, args: Any, output: Any) -> None:
-            self.depth[path] -= 1
-        return hook
-
-    def _inside(self, path: str, sub: str) -> Any:
-        def hook(module: nn.Module, args: Any) -> None:
-            if not self.depth[path]:
-                self.uses.setdefault(path, f"the opaque leaf's own code calls {sub} inside it")
-        return hook
-
-    def _recording(self, module: nn.Module, path: str, where: str) -> type:
-        """A subclass of ``module``'s class noting, while the child at ``path`` is not running, a read of an
-        attribute its class defines beyond ``nn.Module``'s or of its own instance attributes."""
-        cls = type(module)
-        names = {n for k in cls.__mro__ if k not in nn.Module.__mro__ for n in vars(k)
-                 if not n.startswith("__") and n != "forward"}
-        names |= {n for n in vars(module) if n not in _MODULE_ATTRIBUTES}
-        watch = self
-
-        def __getattribute__(obj: Any, name: str) -> Any:
-            if name in names and not watch.depth[path]:
-                watch.uses.setdefault(path, f"the opaque leaf's own code reads {where}.{name}")
-            return cls.__getattribute__(obj, name)
-
-        def __setattr__(obj: Any, name: str, value: Any) -> None:
-            # a value set on it from outside (a flag for its next call) would be a constant of its graph
-            if not name.startswith("__") and not watch.depth[path]:
-                watch.uses.setdefault(path, f"the opaque leaf's own code sets {where}.{name}")
-            cls.__setattr__(obj, name, value)
-
-        def __call__(obj: Any, *args: Any, **kwargs: Any) -> Any:
-            # the call itself, from its first step: a rebuilt module's call reads its own attributes (its
-            # generated call, its lifted constants) before its forward hooks run
-            watch.depth[path] += 1
-            try:
-                return cls.__call__(obj, *args, **kwargs)
-            finally:
-                watch.depth[path] -= 1
-
-        body = {"__getattribute__": __getattribute__, "__setattr__": __setattr__, "__module__": cls.__module__,
-                "__qualname__": cls.__qualname__}
-        if where == path:  # the child itself (a module inside it called directly is the opaque code's use)
-            body["__call__"] = __call__
-        return type(cls.__name__, (cls,), body)
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[None]:
-        handles: list[Any] = []
-        swapped: list[tuple[nn.Module, type]] = []
-        try:
-            for path in self.paths:
-                child = self.twin.get_submodule(path)
-                handles.append(child.register_forward_pre_hook(self._enter(path)))
-                handles.append(child.register_forward_hook(self._leave(path), always_call=True))
-                for sub, module in child.named_modules(prefix=path):
-                    if sub != path:
-                        handles.append(module.register_forward_pre_hook(self._inside(path, sub)))
-                    if sub == path or not self.keeps_class(module):
-                        cls = type(module)
-                        try:
-                            module.__class__ = self._recording(module, path, sub)
-                        except TypeError:  # a class whose instances cannot change class: not watched, so kept
-                            self.uses.setdefault(path, f"the opaque leaf's use of {sub} cannot be watched")
-                            continue
-                        swapped.append((module, cls))
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
-            for module, cls in swapped:
-                module.__class__ = cls
 
 
 def copied_inputs(args: tuple, kwargs: Mapping[str, Any]) -> tuple[tuple, dict[str, Any]]:
@@ -310,4 +206,4 @@ def _surface_refusal(exc: BaseException | None) -> bool:
     return False
 
 
-__all__ = ["GraftError", "Watch", "alike_calls", "convert_children", "copied_inputs", "graft", "traced_children"]
+__all__ = ["GraftError", "alike_calls", "convert_children", "copied_inputs", "graft", "traced_children"]

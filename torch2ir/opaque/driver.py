@@ -23,6 +23,7 @@ from common.injectors import is_injector
 from common.ir import IR
 from common.module_state import kept_attributes
 from common.opaque import is_class_name
+from common.opaque_reads import READS_KEY
 from torch2ir.frontend import custom_backward
 from torch2ir.frontend.export import ExportFailedError, OpaqueCallError, export
 from torch2ir.hierarchy.modules import CONTAINER_TYPES
@@ -328,12 +329,14 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
         held = [(p, m) for p, m in held if not _under(p, children)]
         children = below([(p, m) for p, m in [*modules, *nested, *held] if id(m) not in owning_ids])
         standins = record(model, args, kwargs, modules, inputs_of=[p for p, _ in children],
-                          keeps_class=lambda m: type(m) in CONTAINER_TYPES or converter.has_handler(m))
+                          keeps_class=lambda m: type(m) in CONTAINER_TYPES or converter.has_handler(m),
+                          exact_leaf=lambda m: converter.has_handler(m) and not m._modules)
         used = [(p, m) for p, m in children if p in standins.uses]
         if not used:
             break
         for path, _ in used:
-            kept[path] = f"inside an opaque leaf, which {standins.uses[path].removeprefix('the opaque leaf')}"
+            use = standins.uses[path].removeprefix("the opaque leaf's ")
+            kept[path] = f"inside an opaque leaf, whose {use}"
         held += used
 
     def convert(child: nn.Module, child_args: tuple, child_kwargs: dict[str, Any]) -> IR:
@@ -358,6 +361,9 @@ def _build_opaque(build: Callable[..., IR], converter: Any, model: nn.Module, ar
         except GraftError as exc:  # a module shared across a child's boundary: that child stays opaque
             kept[exc.path] = f"it cannot be traced on its own: {exc}"
             del done[exc.path]
+    for path, reads in standins.reads.items():  # what the opaque code reads of a graph child, its rebuild repeats
+        if path in done and ir[path].type == "module":
+            ir[path].meta[READS_KEY] = copy.deepcopy(reads)
     keep_tensor_attributes(ir, [*modules, *inner, *owned])
     if getattr(ir, "capture", None) is not None:
         if modules and not modules[0][0]:  # the root itself: no export ran

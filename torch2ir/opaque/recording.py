@@ -16,8 +16,9 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from common.errors import ConversionError
-from torch2ir.opaque.children import Watch, copied_inputs
+from torch2ir.opaque.children import copied_inputs
 from torch2ir.opaque.same_call import call_record, difference, refuse
+from torch2ir.opaque.watch import Watch
 from torch2ir.trace_once.trace import output_record, stand_in
 
 
@@ -26,13 +27,17 @@ class StandIns:
 
     def __init__(self, modules: list[tuple[str, nn.Module]], records: dict[str, list[Any]],
                  inputs: dict[str, list[tuple[tuple, dict[str, Any]]]] | None = None,
-                 uses: dict[str, str] | None = None, eager_calls: dict[str, list[Any]] | None = None) -> None:
+                 uses: dict[str, str] | None = None, eager_calls: dict[str, list[Any]] | None = None,
+                 reads: dict[str, dict[str, dict[str, Any]]] | None = None) -> None:
         self.modules = modules
         self.records = records
         #: ``{path: [call_record of each eager call]}``: a traced call must match (:mod:`.same_call`)
         self.eager_calls = eager_calls or {}
         #: ``{path: what the opaque code does with it besides calling it}`` of watched modules (:class:`Watch`)
         self.uses = uses or {}
+        #: ``{path: {"attributes": ..., "modules": ...}}``: what the opaque code reads of a watched module that its
+        #: rebuild repeats (:mod:`common.opaque_reads`)
+        self.reads = reads or {}
         #: ``{path: [(args, kwargs) of each call]}`` of the modules ``record`` was asked to watch (``inputs_of``)
         self.inputs = inputs or {}
         self.calls: dict[str, int] = {}
@@ -73,11 +78,13 @@ class StandIns:
 
 def record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
            modules: list[tuple[str, nn.Module]], inputs_of: Iterable[str] = (),
-           keeps_class: Callable[[nn.Module], bool] = lambda m: False) -> StandIns:
+           keeps_class: Callable[[nn.Module], bool] = lambda m: False,
+           exact_leaf: Callable[[nn.Module], bool] = lambda m: False) -> StandIns:
     """Run a copy of ``model`` once (eval mode, no grad) and record what each opaque module returns, and the
     inputs of each call of the modules at the paths ``inputs_of`` (:func:`torch2ir.opaque.children.copied_inputs`)
-    and what the model's code does with them besides calling them (:class:`~torch2ir.opaque.children.Watch`;
-    ``keeps_class``: whether a module inside one is rebuilt as its own class).
+    and what the model's code does with them besides calling them (:class:`~torch2ir.opaque.watch.Watch`;
+    ``keeps_class``: whether a module inside one is rebuilt as its own class, ``exact_leaf``: and everything
+    below it).
 
     Raises:
         ConversionError: the model cannot be copied, fails in eager mode, or an opaque module returns a value
@@ -127,7 +134,7 @@ def record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
         if path in watched:
             hooks.append(module.register_forward_pre_hook(watch(path), with_kwargs=True))
             watched.discard(path)
-    watch = Watch(twin, list(inputs), keeps_class)
+    watch = Watch(twin, list(inputs), keeps_class, exact_leaf)
     try:
         flags = [(m, m.training) for m in twin.modules()]
         for m, _ in flags:
@@ -142,7 +149,8 @@ def record(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None,
     finally:
         for hook in hooks:
             hook.remove()
-    return StandIns(modules, records, inputs, watch.uses, eager_calls)
+    reads = watch.reads()
+    return StandIns(modules, records, inputs, watch.uses, eager_calls, reads)
 
 
 __all__ = ["StandIns", "record"]

@@ -287,7 +287,8 @@ def attach_fold(gm: fx.GraphModule, graph: fx.Graph, implementation: str, codes:
 
     plan = plan_fold(graph, constants)
     grouped = bool(grouped_attention.find(graph))
-    fast = bool(fast_paths.find(graph)) or (codegen is None and causal_mask.find(graph))
+    fast = bool(fast_paths.find(graph)) or fast_paths.entries(graph) >= fast_paths.MIN_ENTRIES or \
+        (codegen is None and causal_mask.find(graph))
     if plan is None and not grouped and not fast:
         return False
     plan = plan or FoldPlan([], [])  # nothing folded: the folded forward only runs the rewrites below

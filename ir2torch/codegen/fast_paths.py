@@ -213,4 +213,5 @@ def _checked_experts_op() -> Any:
     return checked_target(torch.ops.transformers.grouped_mm_fallback.default)
 
 
-__all__ = ["MIN_ENTRIES", "READ_TRANSFORMERS", "boxed", "entries", "find", "grouped_mm", "rewrite", "tensor_index", "tensor_size"]
+__all__ = ["MIN_ENTRIES", "READ_TRANSFORMERS", "boxed", "entries", "find", "grouped_mm", "rewrite", "tensor_index",
+           "tensor_size"]

@@ -16,7 +16,8 @@ own ``generate()`` (greedy, sampling, beam search, stopping criteria, ...) drive
 - takes a ``StaticCache`` (``cache_implementation="static"``) of plain and sliding-window static layers: the
   tokens it holds are passed as a ``DynamicCache`` of the config's layers holding views of them, the rebuild runs
   on that (it reads its inputs, never writes them), and the new keys and values it returns are written into the
-  ``StaticCache`` by transformers' own ``StaticLayer.update`` (the wrapper writes, never the rebuilt graph);
+  ``StaticCache`` as transformers' own ``StaticLayer.update`` writes them (its ops where its code was read, itself
+  elsewhere: :func:`_write_all`; the wrapper writes, never the rebuilt graph);
   ``generate()`` gets its ``StaticCache`` back;
 - refuses, with :class:`~common.caches.UnsupportedCacheError` naming it, any other cache (quantized, offloaded,
   ...) or layer class, a sliding-window layer past its window, and an argument it cannot pass on
@@ -107,8 +108,9 @@ def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], to
                 attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any]) -> Any:
     """One decoding step of ``rebuilt`` with a ``StaticCache`` (see the module's text): the tokens it holds go in as
     a ``DynamicCache`` of ``layout`` (each layer's sliding window or ``None``, the model config's) holding views of
-    them (the rebuild only reads its inputs), the step's new keys and values are written into ``cache`` by
-    ``StaticLayer.update``, and the output holds ``cache`` in place of the rebuild's ``DynamicCache``."""
+    them (the rebuild only reads its inputs), the step's new keys and values are written into ``cache`` as
+    ``StaticLayer.update`` writes them (:func:`_write_all`), and the output holds ``cache`` in place of the rebuild's
+    ``DynamicCache``."""
     from transformers import DynamicCache
 
     batch, new = input_ids.shape

@@ -20,6 +20,9 @@ node's op as the graph has it (through the same run-time checks).
   a Llama or Mixtral step's ``slice.Tensor``, 16 and 17 calls) is called through ``OpOverload._op``, the entry
   ``OpOverload.__call__`` itself calls (the same overload, one Python frame less; dynamo cannot trace it, which is
   why the graph itself does not: the folded forward never runs under dynamo).
+- a module with no other reason for a folded forward gets one for these entries alone when it has at least
+  :data:`MIN_ENTRIES` of them (Gemma-2's eager attention: 3 size reads and 4 or 6 slices a layer; fewer are not
+  worth the folded forward's per-call check).
 - :func:`grouped_mm` (``transformers.grouped_mm_fallback``, the experts' product of transformers' mixture-of-experts
   layers, :mod:`common.known_ops`): eager transformers calls ``torch._grouped_mm`` on the CPU, and picks its
   Python fallback only while compiling or exporting (float32 weights), so the IR has the fallback: a custom

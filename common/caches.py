@@ -236,15 +236,32 @@ def _dynamic_cache_unflatten(cache_type: type, values: list[Any], context: Any) 
             if window is None:
                 layer.keys, layer.values = keys, values_
             else:
-                layer._sliding_window_tensor = layer._sliding_window_tensor.to(layer.device)
+                if layer._sliding_window_tensor.device != layer.device:  # (``to`` returns the tensor itself else)
+                    layer._sliding_window_tensor = layer._sliding_window_tensor.to(layer.device)
                 layer.cumulative_length += keys.shape[-2]
-                layer.keys, layer.values = keys[:, :, -window + 1:, :], values_[:, :, -window + 1:, :]
+                layer.keys, layer.values = _last(keys, window), _last(values_, window)
         layers.append(layer)
     if not layers:
         return cache_type()
     cache = cache_type.__new__(cache_type)
     module.Cache.__init__(cache, layers=layers, offloading=False, offload_only_non_sliding=False)
     return cache
+
+
+def _last(tensor: Any, window: int) -> Any:
+    """``tensor[:, :, -window + 1:, :]`` (what a sliding-window layer keeps), or ``tensor`` itself where that view
+    would hold all of it (its sizes, strides and storage offset: the same elements); a decoding step's cache is
+    shorter than its window."""
+    if type(tensor) is _tensor_type() and tensor.dim() == 4 and (window == 1 or tensor.shape[2] <= window - 1):
+        return tensor  # (``-0:`` keeps every token: a window of 1 too)
+    return tensor[:, :, -window + 1:, :]
+
+
+@functools.cache
+def _tensor_type() -> type:
+    import torch
+
+    return torch.Tensor
 
 
 @functools.cache

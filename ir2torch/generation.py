@@ -16,7 +16,8 @@ own ``generate()`` (greedy, sampling, beam search, stopping criteria, ...) drive
 - takes a ``StaticCache`` (``cache_implementation="static"``) of plain and sliding-window static layers: the
   tokens it holds are passed as a ``DynamicCache`` of the config's layers holding views of them, the rebuild runs
   on that (it reads its inputs, never writes them), and the new keys and values it returns are written into the
-  ``StaticCache`` by transformers' own ``StaticLayer.update`` (the wrapper writes, never the rebuilt graph);
+  ``StaticCache`` as transformers' own ``StaticLayer.update`` writes them (its ops where its code was read, itself
+  elsewhere: :func:`_write_all`; the wrapper writes, never the rebuilt graph);
   ``generate()`` gets its ``StaticCache`` back;
 - refuses, with :class:`~common.caches.UnsupportedCacheError` naming it, any other cache (quantized, offloaded,
   ...) or layer class, a sliding-window layer past its window, and an argument it cannot pass on
@@ -107,8 +108,9 @@ def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], to
                 attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any]) -> Any:
     """One decoding step of ``rebuilt`` with a ``StaticCache`` (see the module's text): the tokens it holds go in as
     a ``DynamicCache`` of ``layout`` (each layer's sliding window or ``None``, the model config's) holding views of
-    them (the rebuild only reads its inputs), the step's new keys and values are written into ``cache`` by
-    ``StaticLayer.update``, and the output holds ``cache`` in place of the rebuild's ``DynamicCache``."""
+    them (the rebuild only reads its inputs), the step's new keys and values are written into ``cache`` as
+    ``StaticLayer.update`` writes them (:func:`_write_all`), and the output holds ``cache`` in place of the rebuild's
+    ``DynamicCache``."""
     from transformers import DynamicCache
 
     batch, new = input_ids.shape
@@ -117,9 +119,9 @@ def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], to
         raise UnsupportedCacheError(f"the StaticCache has {len(cache.layers)} layers, the model's config "
                                     f"{len(layout)}: it was made for another model")
     held: list[list[torch.Tensor]] = [[], []]
-    if seen:
-        held = [[layer.keys[:, :, :seen] for layer in cache.layers], [layer.values[:, :, :seen] for layer in
-                                                                       cache.layers]]
+    if seen:  # ``narrow(2, 0, seen)``: the view ``[:, :, :seen]`` makes (the same slice), through one binding call
+        held = [[layer.keys.narrow(2, 0, seen) for layer in cache.layers],
+                [layer.values.narrow(2, 0, seen) for layer in cache.layers]]
     dynamic = output_unflatten(DynamicCache)(held, (["key_cache", "value_cache"], list(layout)))
     output = forward_step(rebuilt, leaves, input_ids, dynamic, position_ids, attention_mask, logits_to_keep, extra)
     check_dynamic_cache(output.past_key_values)  # a sliding layer that dropped tokens would lose new ones here
@@ -127,10 +129,62 @@ def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], to
     if len(returned) != len(cache.layers):
         raise InputMismatchError(f"the rebuilt decoder returned a cache of {len(returned)} layers, not "
                                  f"{len(cache.layers)}")
-    for layer, source in zip(cache.layers, returned, strict=True):
-        layer.update(source.keys[:, :, -new:], source.values[:, :, -new:])
+    _write_all(cache.layers, returned, seen, new)  # what each layer's update does, in fewer ops
     output.past_key_values = cache
     return output
+
+
+#: transformers releases whose ``StaticLayer.update`` and ``StaticSlidingWindowLayer.update`` were read (the same
+#: code in both; :func:`_write_all`).
+READ_TRANSFORMERS = frozenset({"5.23.0", "5.24.0"})
+
+
+@functools.cache
+def _static_layers() -> tuple[type, type] | None:
+    """transformers' ``StaticLayer`` and ``StaticSlidingWindowLayer`` when its release is in
+    :data:`READ_TRANSFORMERS`, else ``None``."""
+    import transformers
+    from transformers.cache_utils import StaticLayer, StaticSlidingWindowLayer
+
+    return (StaticLayer, StaticSlidingWindowLayer) if transformers.__version__ in READ_TRANSFORMERS else None
+
+
+def _write_all(layers: list[Any], returned: list[Any], seen: int, new: int) -> None:
+    """``layer.update(source.keys[:, :, -new:], source.values[:, :, -new:])`` for each layer of the ``StaticCache``
+    and the layer the rebuild returned. Where ``update``'s code was read (:func:`_static_layers`, exact classes) and
+    the layer is initialized, with room for the tokens and its counter tensor at ``seen`` (a ``StaticLayer``'s was
+    read by ``static_cache_length``, nothing wrote it since; a sliding layer's is read here), the ops ``update``
+    runs are run without it: the counters updated as it updates them, and ``index_copy_`` of the same tensors at
+    positions ``seen`` onward (the values of its ``arange(new) + cumulative_length``, int64 on the layer's device),
+    one position tensor for every layer (``update`` makes two ops of it a layer) and the new tokens as ``narrow``
+    (the view ``[:, :, -new:]`` makes). ``index_copy_`` checks dtypes, devices, sizes and overlap and raises what
+    it raises in ``update``; any other layer runs ``update``."""
+    classes = _static_layers()
+    positions: dict[Any, torch.Tensor] = {}
+    for layer, source in zip(layers, returned, strict=True):
+        keys, values = source.keys, source.values
+        kind = type(layer)
+        fast = classes is not None and (kind is classes[0] or kind is classes[1]) and layer.is_initialized and \
+            seen + new <= layer.max_cache_len and type(keys) is torch.Tensor and type(values) is torch.Tensor and \
+            keys.dim() == 4 and values.dim() == 4 and keys.shape[2] >= new and values.shape[2] >= new
+        sliding = fast and kind is classes[1]  # type: ignore[index]
+        if sliding and (layer.cumulative_length_int != seen or int(layer.cumulative_length) != seen):
+            fast = False
+        if not fast:
+            layer.update(keys[:, :, -new:], values[:, :, -new:])
+            continue
+        device = layer.device
+        position = positions.get(device)
+        if position is None:
+            position = positions[device] = torch.arange(seen, seen + new, device=device)
+        if sliding:
+            layer.cumulative_length_int += new
+        else:
+            layer.cumulative_length.add_(new)
+        layer.keys.index_copy_(2, position, keys.narrow(2, keys.shape[2] - new, new))
+        layer.values.index_copy_(2, position, values.narrow(2, values.shape[2] - new, new))
+        if sliding:
+            layer.cumulative_length.add_(new)
 
 
 @functools.cache

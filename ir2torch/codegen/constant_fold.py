@@ -273,11 +273,11 @@ def attach_fold(gm: fx.GraphModule, graph: fx.Graph, implementation: str, codes:
                 codegen: Callable[[], Any] | None = None, constants: frozenset[str] = frozenset()) -> bool:
     """Give ``gm`` (running ``graph``, already installed) a folded forward when :func:`plan_fold` finds enough to
     fold, or when attention on repeated key/value heads can run on the grouped heads
-    (:mod:`ir2torch.codegen.grouped_attention`), a node has an exact fast path (:mod:`ir2torch.codegen.fast_paths`)
-    or an attention mask can be made in one op when it is all true (:mod:`ir2torch.codegen.causal_mask`): the folded
-    forward holds those rewrites; all its variants go through the
-    same checks and code cache as every graph (:func:`ir2torch.codegen.source.compile_variant`). ``codegen()``
-    makes the calling convention. Returns whether it did.
+    (:mod:`ir2torch.codegen.grouped_attention`), a node has an exact fast path (:mod:`ir2torch.codegen.fast_paths`:
+    the experts' product, or at least ``MIN_ENTRIES`` fast entries) or an attention mask can be made in one op when
+    it is all true (:mod:`ir2torch.codegen.causal_mask`): the folded forward holds those rewrites; all its variants
+    go through the same checks and code cache as every graph (:func:`ir2torch.codegen.source.compile_variant`).
+    ``codegen()`` makes the calling convention. Returns whether it did.
 
     Raises:
         IRError: as :func:`~ir2torch.codegen.source.compile_variant` (a graph it cannot generate code for).
@@ -287,7 +287,8 @@ def attach_fold(gm: fx.GraphModule, graph: fx.Graph, implementation: str, codes:
 
     plan = plan_fold(graph, constants)
     grouped = bool(grouped_attention.find(graph))
-    fast = bool(fast_paths.find(graph)) or (codegen is None and causal_mask.find(graph))
+    fast = bool(fast_paths.find(graph)) or fast_paths.entries(graph) >= fast_paths.MIN_ENTRIES or \
+        (codegen is None and causal_mask.find(graph))
     if plan is None and not grouped and not fast:
         return False
     plan = plan or FoldPlan([], [])  # nothing folded: the folded forward only runs the rewrites below

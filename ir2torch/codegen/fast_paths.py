@@ -20,6 +20,9 @@ node's op as the graph has it (through the same run-time checks).
   a Llama or Mixtral step's ``slice.Tensor``, 16 and 17 calls) is called through ``OpOverload._op``, the entry
   ``OpOverload.__call__`` itself calls (the same overload, one Python frame less; dynamo cannot trace it, which is
   why the graph itself does not: the folded forward never runs under dynamo).
+- a module with no other reason for a folded forward gets one for these entries alone when it has at least
+  :data:`MIN_ENTRIES` of them (Gemma-2's eager attention: 3 size reads and 4 or 6 slices a layer; fewer are not
+  worth the folded forward's per-call check).
 - :func:`grouped_mm` (``transformers.grouped_mm_fallback``, the experts' product of transformers' mixture-of-experts
   layers, :mod:`common.known_ops`): eager transformers calls ``torch._grouped_mm`` on the CPU, and picks its
   Python fallback only while compiling or exporting (float32 weights), so the IR has the fallback: a custom
@@ -69,6 +72,29 @@ def find(graph: fx.Graph) -> list[fx.Node]:
             if str(_overload(node)) == _EXPERTS_OP and len(node.args) == 3 and not node.kwargs]
 
 
+#: Fewest calls :func:`rewrite` changes (size reads, boxed calls, index entries) that give a module without another
+#: reason for one a folded forward: each saves about 0.7-0.9 us, the folded forward's per-call check costs about as
+#: much as one (Gemma-2's eager attention: 3 size reads and 4-6 slices a layer; a Conv1D's 2 reads are not worth it).
+MIN_ENTRIES = 4
+
+
+def entries(graph: fx.Graph) -> int:
+    """How many calls of ``graph`` :func:`rewrite` would change into a fast entry (:func:`find`'s not counted)."""
+    return sum(1 for node in graph.nodes if node.op == "call_function" and _entry(node) is not None)
+
+
+def _entry(node: fx.Node) -> Any:
+    """The fast entry a ``call_function`` node's target becomes (:func:`rewrite`), or ``None``."""
+    target = node.target
+    if _overload(node) is _SYM_SIZE and len(node.args) == 2 and not node.kwargs:
+        return tensor_size
+    if isinstance(target, CheckedCall) and target.overload is _INDEX and len(node.args) == 2 and not node.kwargs:
+        return with_call(target, tensor_index)  # the node's index check, then the fast entry
+    if isinstance(target, torch._ops.OpOverload) or (isinstance(target, DirectOp) and target.func is target.overload):
+        return boxed(getattr(target, "overload", target))
+    return None
+
+
 def rewrite(graph: fx.Graph) -> int:
     """Make each node of :func:`find` and each ``aten.sym_size.int`` of ``graph`` (a copy the folded forward runs)
     call its fast path; returns how many."""
@@ -77,20 +103,9 @@ def rewrite(graph: fx.Graph) -> int:
         node.target = grouped_mm
         count += 1
     for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        target = node.target
-        if _overload(node) is _SYM_SIZE and len(node.args) == 2 and not node.kwargs:
-            node.target = tensor_size
-        elif isinstance(target, CheckedCall) and target.overload is _INDEX and len(node.args) == 2 and \
-                not node.kwargs:
-            node.target = with_call(target, tensor_index)  # the node's index check, then the fast entry
-        elif isinstance(target, torch._ops.OpOverload) or \
-                (isinstance(target, DirectOp) and target.func is target.overload):
-            node.target = boxed(getattr(target, "overload", target))
-        else:
-            continue
-        count += 1
+        if node.op == "call_function" and (entry := _entry(node)) is not None:
+            node.target = entry
+            count += 1
     return count
 
 
@@ -201,4 +216,5 @@ def _checked_experts_op() -> Any:
     return checked_target(torch.ops.transformers.grouped_mm_fallback.default)
 
 
-__all__ = ["READ_TRANSFORMERS", "boxed", "find", "grouped_mm", "rewrite", "tensor_index", "tensor_size"]
+__all__ = ["MIN_ENTRIES", "READ_TRANSFORMERS", "boxed", "entries", "find", "grouped_mm", "rewrite", "tensor_index",
+           "tensor_size"]

@@ -152,6 +152,8 @@ def test_the_unflatten_without_copies_makes_transformers_cache() -> None:
                 getattr(a, name) == value
     assert mine.layers[0].keys is keys[0]  # no copy
     assert mine.layers[1].keys.shape[-2] == 3 and mine.layers[1].cumulative_length == 5  # window 4 keeps 3
+    # window 9 keeps all 5: the tensor itself, not a view of all of it (the same elements; no slice op a step)
+    assert mine.layers[2].keys is keys[2] and mine.layers[2].values is values[2]
 
 
 @pytest.mark.parametrize("context", [

@@ -58,6 +58,7 @@ import torch
 from torch import nn
 
 from benchmarks import generate, results_file
+from common.caches import forward_cache_name
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -118,7 +119,8 @@ def _inputs(model: nn.Module, config: Any, past: int, eager: bool) -> dict[str, 
         cache.update(torch.randn(1, heads, past, dim, generator=generator),
                      torch.randn(1, heads, past, dim, generator=generator), layer)
     ids = torch.randint(3, config.vocab_size, (1, 1), generator=generator)
-    return {"input_ids": ids, "past_key_values": cache, "position_ids": torch.full((1, 1), past),
+    return {"input_ids": ids, forward_cache_name(model) or "past_key_values": cache,
+            "position_ids": torch.full((1, 1), past),
             "attention_mask": torch.ones(1, past + 1, dtype=torch.long), "logits_to_keep": 1}
 
 

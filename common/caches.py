@@ -27,7 +27,7 @@ import contextlib
 import functools
 import importlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import zip_longest
 from typing import Any
 
@@ -49,6 +49,33 @@ STATIC_LAYERS = ("StaticLayer", "StaticSlidingWindowLayer")
 
 class UnsupportedCacheError(IRError):
     """A key/value cache kind (or cache layer kind) a rebuilt model cannot take or return."""
+
+
+#: What a transformers decoder's key/value cache is called as a ``forward`` argument and an output field:
+#: ``cache`` from transformers 5.24, ``past_key_values`` before (5.24 still reads that name, with a warning).
+CACHE_NAMES = ("cache", "past_key_values")
+
+
+def cache_name(names: Iterable[str]) -> str | None:
+    """The first of :data:`CACHE_NAMES` among ``names`` (a ``forward``'s parameters, an output's fields, the
+    keyword arguments of a call), or ``None``."""
+    present = set(names)
+    return next((name for name in CACHE_NAMES if name in present), None)
+
+
+def forward_cache_name(module: object) -> str | None:
+    """The name ``module``'s ``forward`` takes the cache by (:func:`cache_name` of its parameters): a transformers
+    decoder's, or a rebuild's (its forward has the converted call's argument names)."""
+    import inspect
+
+    return cache_name(inspect.signature(module.forward).parameters)  # type: ignore[attr-defined]
+
+
+def output_cache_field(output: object) -> str:
+    """The field of a transformers output (``CausalLMOutputWithPast``) holding its cache: ``cache`` where the class
+    declares it (5.24), else ``past_key_values`` (5.23; 5.24 keeps that name as a read-only alias)."""
+    fields = getattr(output, "__dataclass_fields__", None)
+    return "cache" if isinstance(fields, dict) and "cache" in fields else "past_key_values"
 
 
 def cache_context_problem(name: str, context: Any, children: list[Any]) -> str | None:
@@ -231,7 +258,9 @@ def _dynamic_cache_unflatten(cache_type: type, values: list[Any], context: Any) 
     for keys, values_, window in zip_longest(tree["key_cache"], tree["value_cache"], layout):
         layer = module.DynamicLayer() if window is None else module.DynamicSlidingWindowLayer(sliding_window=window)
         if keys is not None and values_ is not None:
-            layer.dtype, layer.device = keys.dtype, keys.device
+            if "dtype" in _initialized(type(layer)):  # transformers 5.23 records it, 5.24 does not
+                layer.dtype = keys.dtype
+            layer.device = keys.device
             layer.is_initialized = True
             if window is None:
                 layer.keys, layer.values = keys, values_
@@ -246,6 +275,22 @@ def _dynamic_cache_unflatten(cache_type: type, values: list[Any], context: Any) 
     cache = cache_type.__new__(cache_type)
     module.Cache.__init__(cache, layers=layers, offloading=False, offload_only_non_sliding=False)
     return cache
+
+
+@functools.cache
+def _initialized(layer_type: type) -> frozenset[str]:
+    """The attributes ``layer_type.lazy_initialization`` sets on a plain layer (run once, outside any trace, on an
+    empty sample): what :func:`_dynamic_cache_unflatten` sets as it does."""
+    import inspect
+
+    import torch
+
+    sliding = "sliding_window" in inspect.signature(layer_type).parameters
+    layer = layer_type(sliding_window=2) if sliding else layer_type()
+    before = set(vars(layer))
+    sample = torch.zeros(1, 1, 0, 1)
+    layer.lazy_initialization(sample, sample)
+    return frozenset(set(vars(layer)) - before | {k for k in before if k in ("dtype", "device")})
 
 
 def _last(tensor: Any, window: int) -> Any:
@@ -288,6 +333,7 @@ def _same_as_registered(cache_type: type, registered: Callable[[list[Any], Any],
         return False
 
 
-__all__ = ["CACHE_TYPES", "DYNAMIC_LAYERS", "STATIC_LAYERS", "UnsupportedCacheError", "cache_context_problem",
-           "caches_unflattened_without_copies", "check_dynamic_cache", "output_unflatten", "register_cache_type",
-           "register_loaded_caches", "static_cache_length"]
+__all__ = ["CACHE_NAMES", "CACHE_TYPES", "DYNAMIC_LAYERS", "STATIC_LAYERS", "UnsupportedCacheError",
+           "cache_context_problem", "cache_name", "caches_unflattened_without_copies", "check_dynamic_cache",
+           "forward_cache_name", "output_cache_field",
+           "output_unflatten", "register_cache_type", "register_loaded_caches", "static_cache_length"]

@@ -1,8 +1,9 @@
 """``generate()`` for a rebuilt transformers decoder: :func:`for_generation`.
 
 A decoder converted by ``torch2ir.generation.convert_for_generation`` is rebuilt as a module whose ``forward`` runs
-one decoding step: ``rebuilt(input_ids=, past_key_values=, position_ids=, attention_mask=, logits_to_keep=1)``
-returns the original output type
+one decoding step: ``rebuilt(input_ids=, cache=, position_ids=, attention_mask=, logits_to_keep=1)``
+(``past_key_values=`` when converted with transformers before 5.24: the name the IR records) returns the original
+output type
 (``CausalLMOutputWithPast``) holding the logits and a new ``DynamicCache``. :func:`for_generation` wraps it in a
 transformers ``PreTrainedModel`` with ``GenerationMixin`` holding the original model's config, so that transformers'
 own ``generate()`` (greedy, sampling, beam search, stopping criteria, ...) drives it. The wrapper's ``forward``
@@ -36,7 +37,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from common.caches import UnsupportedCacheError, check_dynamic_cache, output_unflatten, static_cache_length
+from common.caches import (
+    CACHE_NAMES,
+    UnsupportedCacheError,
+    cache_name,
+    check_dynamic_cache,
+    output_cache_field,
+    output_unflatten,
+    static_cache_length,
+)
 from common.errors import BuildError, InputMismatchError
 
 #: Arguments ``generate()`` passes that the wrapper checks and drops: ``{name: values it may have}``.
@@ -50,6 +59,7 @@ def _past_leaves(rebuilt: nn.Module) -> list[tuple[tuple[int | str, ...], torch.
     Raises:
         BuildError: the rebuild has no input guard recording them, or was not converted with a past.
     """
+    name = cache_argument(rebuilt)
     meta = getattr(rebuilt, "meta", None)
     guard = meta.get("input_guard") if isinstance(meta, dict) else None
     if guard is None:
@@ -57,11 +67,37 @@ def _past_leaves(rebuilt: nn.Module) -> list[tuple[tuple[int | str, ...], torch.
                          "graph module): for_generation reads the shapes of the past from them",
                          hint="rebuild with ir2torch.convert(ir, state) (the default guard_inputs=True)")
     leaves = [(tuple(leaf.shape), leaf.dtype) for leaf in guard.leaves
-              if leaf.path.startswith("past_key_values") and leaf.kind == "tensor"]
+              if _argument(leaf.path) == name and leaf.kind == "tensor"]
     if not leaves:
-        raise BuildError("the rebuilt model takes no past_key_values tensors: it was not converted for generation",
+        raise BuildError(f"the rebuilt model takes no {name} tensors: it was not converted for generation",
                          hint="convert with torch2ir.generation.convert_for_generation(model)")
     return leaves
+
+
+def _argument(path: str) -> str:
+    """The argument name a guard leaf's path starts with (``cache[0][1]`` -> ``cache``)."""
+    end = next((i for i, c in enumerate(path) if not (c.isalnum() or c == "_")), len(path))
+    return path[:end]
+
+
+def cache_argument(rebuilt: nn.Module) -> str:
+    """The name the rebuild takes its cache by (:data:`~common.caches.CACHE_NAMES`: the converting transformers'
+    ``cache``, or ``past_key_values`` before 5.24), read from its input guard.
+
+    Raises:
+        BuildError: the rebuild records no input specs, or takes neither name.
+    """
+    meta = getattr(rebuilt, "meta", None)
+    guard = meta.get("input_guard") if isinstance(meta, dict) else None
+    if guard is None:
+        raise BuildError("the rebuilt model records no input specs (rebuilt with guard_inputs=False, or not a "
+                         "graph module): for_generation reads the shapes of the past from them",
+                         hint="rebuild with ir2torch.convert(ir, state) (the default guard_inputs=True)")
+    name = cache_name(_argument(leaf.path) for leaf in guard.leaves)
+    if name is None:
+        raise BuildError(f"the rebuilt model takes no cache ({' or '.join(CACHE_NAMES)}): it was not converted for "
+                         "generation", hint="convert with torch2ir.generation.convert_for_generation(model)")
+    return name
 
 
 def _fill_empty(cache: Any, leaves: list[tuple[tuple[int | str, ...], torch.dtype]], batch: int,
@@ -79,11 +115,13 @@ def _fill_empty(cache: Any, leaves: list[tuple[tuple[int | str, ...], torch.dtyp
 
 def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], torch.dtype]],
                  input_ids: torch.Tensor, past_key_values: Any, position_ids: torch.Tensor | None,
-                 attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any]) -> Any:
-    """One decoding step of ``rebuilt`` with ``generate()``'s arguments (see the module's text)."""
-    for name, value in extra.items():
-        if name not in _DROPPED or not any(value is v or value == v for v in _DROPPED[name]):
-            raise InputMismatchError(f"generate() passed {name}={type(value).__name__}, which the rebuilt decoder "
+                 attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any],
+                 name: str = "past_key_values") -> Any:
+    """One decoding step of ``rebuilt`` with ``generate()``'s arguments (see the module's text); ``name``: the
+    argument the rebuild takes the cache by (:func:`cache_argument`)."""
+    for key, value in extra.items():
+        if key not in _DROPPED or not any(value is v or value == v for v in _DROPPED[key]):
+            raise InputMismatchError(f"generate() passed {key}={type(value).__name__}, which the rebuilt decoder "
                                      "was not converted to take", hint="generate from input_ids only")
     kind = type(past_key_values).__name__
     if kind != "DynamicCache":
@@ -99,13 +137,14 @@ def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], t
         attention_mask = torch.ones(batch, seen + new, dtype=torch.long, device=input_ids.device)
     if position_ids is None:  # what the original computes without them: the cache's positions
         position_ids = torch.arange(seen, seen + new, device=input_ids.device).expand(batch, new)
-    return rebuilt(input_ids=input_ids, past_key_values=past_key_values, position_ids=position_ids,
+    return rebuilt(input_ids=input_ids, **{name: past_key_values}, position_ids=position_ids,
                    attention_mask=attention_mask, logits_to_keep=logits_to_keep)
 
 
 def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], torch.dtype]],
                 layout: list[int | None], input_ids: torch.Tensor, cache: Any, position_ids: torch.Tensor | None,
-                attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any]) -> Any:
+                attention_mask: torch.Tensor | None, logits_to_keep: int, extra: dict[str, Any],
+                name: str = "past_key_values") -> Any:
     """One decoding step of ``rebuilt`` with a ``StaticCache`` (see the module's text): the tokens it holds go in as
     a ``DynamicCache`` of ``layout`` (each layer's sliding window or ``None``, the model config's) holding views of
     them (the rebuild only reads its inputs), the step's new keys and values are written into ``cache`` as
@@ -123,14 +162,16 @@ def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], to
         held = [[layer.keys.narrow(2, 0, seen) for layer in cache.layers],
                 [layer.values.narrow(2, 0, seen) for layer in cache.layers]]
     dynamic = output_unflatten(DynamicCache)(held, (["key_cache", "value_cache"], list(layout)))
-    output = forward_step(rebuilt, leaves, input_ids, dynamic, position_ids, attention_mask, logits_to_keep, extra)
-    check_dynamic_cache(output.past_key_values)  # a sliding layer that dropped tokens would lose new ones here
-    returned = output.past_key_values.layers
+    output = forward_step(rebuilt, leaves, input_ids, dynamic, position_ids, attention_mask, logits_to_keep, extra,
+                          name)
+    field = output_cache_field(output)
+    check_dynamic_cache(getattr(output, field))  # a sliding layer that dropped tokens would lose new ones here
+    returned = getattr(output, field).layers
     if len(returned) != len(cache.layers):
         raise InputMismatchError(f"the rebuilt decoder returned a cache of {len(returned)} layers, not "
                                  f"{len(cache.layers)}")
     _write_all(cache.layers, returned, seen, new)  # what each layer's update does, in fewer ops
-    output.past_key_values = cache
+    setattr(output, field, cache)
     return output
 
 
@@ -216,20 +257,26 @@ def _wrapper_class() -> type:
             super().__init__(config)
             self.rebuilt = rebuilt
             self._past_leaves = _past_leaves(rebuilt)
+            self._cache_argument = cache_argument(rebuilt)
             # each layer's sliding window (or None) in the config's DynamicCache: the layout the IR was converted for
             self._layout = [getattr(layer, "sliding_window", None) for layer in DynamicCache(config=config).layers]
 
-        def forward(self, input_ids: torch.Tensor, past_key_values: Any = None,
+        def forward(self, input_ids: torch.Tensor, cache: Any = None,
                     position_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                    logits_to_keep: int = 0, **kwargs: Any) -> Any:
+                    logits_to_keep: int = 0, past_key_values: Any = None, **kwargs: Any) -> Any:
             """One decoding step (:func:`forward_step`, :func:`static_step` for a ``StaticCache``);
             ``generate()`` reads this signature (it passes ``position_ids`` and ``logits_to_keep=1`` because they
-            are named, as it does to the original)."""
-            if type(past_key_values) is StaticCache:
-                return static_step(self.rebuilt, self._past_leaves, self._layout, input_ids, past_key_values,
-                                   position_ids, attention_mask, logits_to_keep, kwargs)
-            return forward_step(self.rebuilt, self._past_leaves, input_ids, past_key_values, position_ids,
-                                attention_mask, logits_to_keep, kwargs)
+            are named, as it does to the original) and passes the cache as ``cache`` (transformers 5.24) or
+            ``past_key_values`` (before); the rebuild gets it under the name its IR records."""
+            if cache is not None and past_key_values is not None:
+                raise InputMismatchError("generate() passed both cache= and past_key_values=",
+                                         hint="pass the cache once")
+            cache = past_key_values if cache is None else cache
+            if type(cache) is StaticCache:
+                return static_step(self.rebuilt, self._past_leaves, self._layout, input_ids, cache,
+                                   position_ids, attention_mask, logits_to_keep, kwargs, self._cache_argument)
+            return forward_step(self.rebuilt, self._past_leaves, input_ids, cache, position_ids,
+                                attention_mask, logits_to_keep, kwargs, self._cache_argument)
 
         def _init_weights(self, module: nn.Module) -> None:
             """Nothing: the rebuild holds the original's weights."""

@@ -79,6 +79,12 @@ SELECTION: tuple[str, ...] = (
     "tests/quant/test_brevitas.py::test_brevitas_network_round_trips_exactly_from_its_own_state_dict",
     # torchao: PT2E post-training and quantization-aware models, converted and rebuilt exactly
     "tests/quant/test_pt2e.py::test_pt2e_model_round_trips_exactly",
+    # generate() on rebuilt decoders (Llama, GPT-2, Qwen2, Gemma-2, Mixtral; dynamic and static caches): transformers
+    # 5.24 renamed the cache argument and output field (past_key_values -> cache) and changed its cache layers
+    "tests/real/test_generate.py",
+    "tests/ir2torch/test_generation.py",
+    "tests/ir2torch/test_generation_caches.py",
+    "tests/ir2torch/test_static_cache_writes.py",
 )
 
 

@@ -1,18 +1,19 @@
 """Converting a transformers decoder (``*ForCausalLM``) for ``generate()``: the call of a decoding step.
 
-``generate()`` calls the model as ``model(input_ids=, past_key_values=cache, position_ids=, attention_mask=,
-logits_to_keep=1)`` at every step (the position ids counted from the attention mask, so a left-padded row starts at
-0): first the prompt with an empty ``DynamicCache``, then one token at a time with the cache the previous step
-returned. :func:`convert_for_generation` converts exactly that call, with a past of a few tokens and symbolic sizes
-(batch, new tokens, past tokens), so that one IR runs the prompt (past of 0 tokens) and every later step; the
-cache goes in and out of the graph as its key and value tensors (transformers' pytree form of ``DynamicCache``,
+``generate()`` calls the model as ``model(input_ids=, cache=, position_ids=, attention_mask=, logits_to_keep=1)``
+(``past_key_values=`` before transformers 5.24; the step is converted with the name the model's ``forward`` takes)
+at every step (the position ids counted from the attention mask, so a left-padded row starts at 0): first the prompt
+with an empty ``DynamicCache``, then one token at a time with the cache the previous step returned.
+:func:`convert_for_generation` converts exactly that call, with a past of a few tokens and symbolic sizes (batch,
+new tokens, past tokens), so that one IR runs the prompt (past of 0 tokens) and every later step; the cache goes in
+and out of the graph as its key and value tensors (transformers' pytree form of ``DynamicCache``,
 :mod:`common.caches`), and each layer's ``torch.cat`` of the past and the new keys is an op of its attention's
-graph. ``ir2torch.generation.for_generation`` gives the rebuild a ``generate()``.
-"""
+graph. ``ir2torch.generation.for_generation`` gives the rebuild a ``generate()``."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -21,7 +22,13 @@ import torch
 from torch import nn
 from torch.export import Dim
 
-from common.caches import caches_unflattened_without_copies, check_dynamic_cache
+from common.caches import (
+    CACHE_NAMES,
+    cache_name,
+    caches_unflattened_without_copies,
+    check_dynamic_cache,
+    output_cache_field,
+)
 from common.errors import ConversionError
 from common.ir import IR
 
@@ -60,8 +67,13 @@ def generation_call(model: nn.Module, max_length: int | None = None,
     generator = torch.Generator().manual_seed(0)
     device = next((p.device for p in model.parameters()), torch.device("cpu"))
     past_ids = torch.randint(0, vocab, (EXAMPLE_BATCH, EXAMPLE_PAST), generator=generator).to(device)
+    name = cache_name(inspect.signature(model.forward).parameters)
+    if name is None:
+        raise ConversionError(f"{type(model).__name__}.forward takes no cache argument ({' or '.join(CACHE_NAMES)}): "
+                              "convert_for_generation converts transformers decoders (*ForCausalLM)")
     with torch.no_grad():
-        past = model(input_ids=past_ids, use_cache=True).past_key_values
+        output = model(input_ids=past_ids, use_cache=True)
+        past = getattr(output, output_cache_field(output))
     if type(past).__name__ != "DynamicCache":
         raise ConversionError(f"{type(model).__name__} returns a {type(past).__name__}, not a DynamicCache: "
                               "only the DynamicCache is carried by an IR (common.caches)")
@@ -76,11 +88,11 @@ def generation_call(model: nn.Module, max_length: int | None = None,
     layers = len(past.layers)
     per_tensor = {0: batch, 2: seen}
     dynamic = {"input_ids": {0: batch, 1: new},
-               "past_key_values": [[per_tensor] * layers, [per_tensor] * layers],
+               name: [[per_tensor] * layers, [per_tensor] * layers],
                "position_ids": {0: batch, 1: new},
                "attention_mask": {0: batch, 1: Dim.AUTO},
                "logits_to_keep": None}
-    return {"input_ids": ids, "past_key_values": past, "position_ids": positions, "attention_mask": mask,
+    return {"input_ids": ids, name: past, "position_ids": positions, "attention_mask": mask,
             "logits_to_keep": 1}, dynamic
 
 

@@ -57,7 +57,7 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 _STRIDED = torch.strided
 _EXPERTS_OP = "transformers.grouped_mm_fallback.default"
 #: transformers versions whose ``_grouped_mm_fallback`` was read (the loop the module's text describes).
-READ_TRANSFORMERS = frozenset({"5.23.0"})
+READ_TRANSFORMERS = frozenset({"5.23.0", "5.24.0"})
 
 
 def _overload(node: fx.Node) -> Any:

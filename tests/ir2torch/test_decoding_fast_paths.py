@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 import ir2torch
+from common.caches import forward_cache_name, output_cache_field
 from ir2torch.codegen import causal_mask, fast_paths
 from ir2torch.codegen.fold_cache import FOLD_ATTR
 
@@ -70,9 +71,10 @@ def _step(model: nn.Module, batch: int, past: int, new: int, padded: bool, heads
         mask[1:, : max(past // 2, 1)] = 0
     position = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
     with torch.inference_mode():
-        out = model(input_ids=ids, past_key_values=cache, position_ids=position, attention_mask=mask,
+        out = model(input_ids=ids, **{forward_cache_name(model): cache}, position_ids=position, attention_mask=mask,
                     logits_to_keep=1)
-    return (out.logits, *[t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)])
+    returned = getattr(out, output_cache_field(out))
+    return (out.logits, *[t for layer in returned.layers for t in (layer.keys, layer.values)])
 
 
 def _layout(models: Any) -> Any:

@@ -17,7 +17,7 @@ from common.caches import UnsupportedCacheError, output_unflatten
 from common.errors import IRFormatError
 from common.ir import IR
 from common.treespec import load_spec
-from ir2torch.generation import for_generation
+from ir2torch.generation import cache_argument, for_generation
 from tests.ir2torch.test_generation import _greedy, _llama, _prompts
 from tests.security.refusals import refused
 from torch2ir.generation import convert_for_generation
@@ -205,8 +205,9 @@ def test_a_cache_of_another_layer_layout_is_refused_naming_the_layouts(
     cache = output_unflatten(DynamicCache)(past, (["key_cache", "value_cache"], [None, 4]))
     with pytest.raises(InputMismatchError) as info, torch.inference_mode():
         rebuilt.rebuilt(input_ids=ids, attention_mask=torch.ones(1, 10, dtype=torch.long),
-                        position_ids=torch.arange(5, 10)[None], past_key_values=cache, logits_to_keep=1)
+                        position_ids=torch.arange(5, 10)[None], **{cache_argument(rebuilt.rebuilt): cache},
+                        logits_to_keep=1)
     text = str(info.value)
     assert "converted with DynamicCache([*, *], [*, *]) (at the top: DynamicCache with context " in text, text
     assert "[None, 4]], converted with [['key_cache', 'value_cache'], [None, None]]" in text, text
-    assert "past_key_values" in text, text
+    assert cache_argument(rebuilt.rebuilt) in text, text

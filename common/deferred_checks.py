@@ -144,13 +144,99 @@ class _Known:
 @contextlib.contextmanager
 def fresh() -> Iterator[None]:
     """No scope open within the block (an export of its own: a forward an earlier export left by raising does not
-    keep this one's checks), as before it afterwards."""
+    keep this one's checks), as before it afterwards; while it runs, an op's new assertion that the kept bounds
+    imply has them given first (:func:`_implied_first`)."""
     saved = getattr(_LOCAL, "pending", None), getattr(_LOCAL, "depth", 0)
     _LOCAL.pending, _LOCAL.depth = [], 0
     try:
-        yield
+        with _implied_first():
+            yield
     finally:
         _LOCAL.pending, _LOCAL.depth = saved
+
+
+@contextlib.contextmanager
+def _implied_first() -> Iterator[None]:
+    """While an op of a rebuilt forward makes export assert something new (``torch._check`` of a convolution's
+    input sizes: ``(2 <= u5) & (2 <= u6)``) that the bounds kept for the end of an open forward imply (``1 < u5``,
+    ``1 < u6``, from a ``torch._check`` of the original's code that a graph only asserts), and that is not itself a
+    kept check: the original knew those bounds before that op (it runs the same op, and its graph does not assert
+    the op's condition), so they are given to export first, in order, until the condition holds (export then
+    records nothing for the op, as for the original). Only on the thread of the open forward; another torch
+    release without that method of ``ShapeEnv``: nothing changes."""
+    try:
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        original = ShapeEnv.guard_or_defer_runtime_assert
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def guard_or_defer_runtime_assert(self: Any, orig_expr: Any, msg: Any, fx_node: Any = None) -> Any:
+        if keeping() and _LOCAL.pending and not getattr(_LOCAL, "flushing", False):
+            _LOCAL.flushing = True
+            try:
+                _guarded(lambda expr: _give_implying(self, expr), orig_expr, None)
+            finally:
+                _LOCAL.flushing = False
+        return original(self, orig_expr, msg, fx_node)
+
+    ShapeEnv.guard_or_defer_runtime_assert = guard_or_defer_runtime_assert  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ShapeEnv.guard_or_defer_runtime_assert = original  # type: ignore[method-assign]
+
+
+def _give_implying(shape_env: Any, expr: Any) -> None:
+    """Give the kept bounds on the symbols of ``expr`` to export, in order, until ``expr`` holds, when together
+    they imply it, it does not hold yet and it is not itself a kept check (see :func:`_implied_first`)."""
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import canonicalize_bool_expr
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    if not isinstance(expr, sympy.Basic) or not expr.free_symbols or shape_env._maybe_evaluate_static(expr) \
+            is not None:
+        return
+    target = canonicalize_bool_expr(expr)
+    kept = [(i, _plain(cond)) for i, (cond, _) in enumerate(_LOCAL.pending)
+            if getattr(cond.node, "shape_env", None) is shape_env]
+    if any(canonicalize_bool_expr(cond.node.expr) == target for _, cond in kept):
+        return  # the op states a kept check itself: export learns it from the op, as from the original
+    bounds = [(i, cond, _bound(cond.node.expr)) for i, cond in kept if cond.node.expr.free_symbols & expr.free_symbols]
+    bounds = [(i, cond, b) for i, cond, b in bounds if b is not None]
+    ranges = {s: shape_env.var_to_range.get(s, ValueRanges.unknown_int()) for s in expr.free_symbols}
+    for _, _, (symbol, lower, upper) in bounds:
+        ranges[symbol] = ranges[symbol] & ValueRanges(lower, upper)
+    implied = bound_sympy(expr, ranges)
+    if not (implied.is_singleton() and implied.lower == sympy.true):
+        return
+    given = []
+    for index, cond, _ in bounds:
+        if shape_env._maybe_evaluate_static(expr) is not None:
+            break
+        given.append(index)
+        if not _Known().holds(cond):
+            torch._check(cond, lambda cond=cond: f"{cond} (kept: implies an op's check)")
+    for index in reversed(given):
+        del _LOCAL.pending[index]
+
+
+def _bound(expr: Any) -> tuple[Any, Any, Any] | None:
+    """``(symbol, lower, upper)`` of a bound of one integer symbol by a number (``1 < u5``: ``(u5, 2, oo)``)."""
+    import sympy
+    from torch.utils._sympy.numbers import int_oo
+
+    if not isinstance(expr, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt, sympy.Eq)):
+        return None
+    lhs, rhs = expr.lhs, expr.rhs
+    if isinstance(rhs, sympy.Symbol) and lhs.is_number:
+        expr = expr.reversed
+        lhs, rhs = expr.lhs, expr.rhs
+    if not (isinstance(lhs, sympy.Symbol) and rhs.is_Integer and lhs.is_integer):
+        return None
+    c = int(rhs)
+    return {sympy.Ge: (lhs, c, int_oo), sympy.Gt: (lhs, c + 1, int_oo), sympy.Le: (lhs, -int_oo, c),
+            sympy.Lt: (lhs, -int_oo, c - 1), sympy.Eq: (lhs, c, c)}[type(expr)]
 
 
 def _is_bound(cond: Any) -> bool:

@@ -12,7 +12,8 @@ its own) are numbered again in the order of their numbers, without the ones that
 become ``u5``, ``u6`` when ``u5`` is absent. It is a one-to-one renaming of the symbols in the texts that name them
 (the shapes and numbers of the nodes' metadata, the expression a runtime assertion's message states), which only
 name them: nothing is computed from these texts, and the graph's ops and the assertions' conditions are nodes,
-untouched.
+untouched. The root's ``range_constraints`` (export's range of every symbol) name them too: renamed alike, and
+the range of a symbol no graph names is left out (it bounds nothing of the IR).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def renumber_unbacked(ir: IR) -> None:
         for attrs in graph.values():
             _texts(attrs, lambda text: used.update(int(n) for n in _SYMBOL.findall(text)) or text)
     mapping = {f"u{old}": f"u{new}" for new, old in enumerate(sorted(used)) if old != new}
+    for impl in ir.values():
+        _ranges(impl, {f"u{n}" for n in used}, mapping)
     if not mapping:
         return
 
@@ -45,6 +48,17 @@ def renumber_unbacked(ir: IR) -> None:
     for graph in graphs:
         for attrs in graph.values():
             _texts(attrs, rename)
+
+
+def _ranges(impl: Implementation, used: set[str], mapping: dict[str, str]) -> None:
+    """The ``range_constraints`` of ``impl`` (the root's: export's range of every symbol) with the unbacked
+    symbols renamed, without those no graph names (a value export read and nothing used: its range bounds
+    nothing of the IR)."""
+    ranges = impl.meta.get("range_constraints")
+    if not isinstance(ranges, dict):
+        return
+    impl.meta["range_constraints"] = {mapping.get(k, k): v for k, v in ranges.items()
+                                      if not (isinstance(k, str) and _SYMBOL.fullmatch(k) and k not in used)}
 
 
 def _graphs(ir: IR) -> Iterator[dict[str, dict[str, Any]]]:

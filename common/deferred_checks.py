@@ -158,12 +158,13 @@ def fresh() -> Iterator[None]:
 @contextlib.contextmanager
 def _implied_first() -> Iterator[None]:
     """While an op of a rebuilt forward makes export assert something new (``torch._check`` of a convolution's
-    input sizes: ``(2 <= u5) & (2 <= u6)``) that the bounds kept for the end of an open forward imply (``1 < u5``,
-    ``1 < u6``, from a ``torch._check`` of the original's code that a graph only asserts), and that is not itself a
-    kept check: the original knew those bounds before that op (it runs the same op, and its graph does not assert
-    the op's condition), so they are given to export first, in order, until the condition holds (export then
-    records nothing for the op, as for the original). Only on the thread of the open forward; another torch
-    release without that method of ``ShapeEnv``: nothing changes."""
+    input sizes: ``(2 <= u5) & (2 <= u6)``, no equation) that the bounds kept for the end of an open forward imply
+    (``1 < u5``, ``1 < u6``, from a ``torch._check`` of the original's code that a graph only asserts; not the
+    ranges ``u >= c``, ``u <= c`` export concluded, see :func:`_bound`), and that is not itself a kept check: the
+    original knew those bounds before that op (it runs the same op, and its graph does not assert the op's
+    condition), so they are given to export first, in order, until the condition holds (export then records nothing
+    for the op, as for the original). Only on the thread of the open forward; another torch release without that
+    method of ``ShapeEnv``: nothing changes."""
     try:
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
         original = ShapeEnv.guard_or_defer_runtime_assert
@@ -194,9 +195,9 @@ def _give_implying(shape_env: Any, expr: Any) -> None:
     from torch.fx.experimental.symbolic_shapes import canonicalize_bool_expr
     from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-    if not isinstance(expr, sympy.Basic) or not expr.free_symbols or shape_env._maybe_evaluate_static(expr) \
-            is not None:
-        return
+    if not isinstance(expr, sympy.Basic) or not expr.free_symbols or expr.has(sympy.Eq, sympy.Ne) or \
+            shape_env._maybe_evaluate_static(expr) is not None:
+        return  # an equation replaces sizes: export learns those from the ops, as from the original
     target = canonicalize_bool_expr(expr)
     kept = [(i, _plain(cond)) for i, (cond, _) in enumerate(_LOCAL.pending)
             if getattr(cond.node, "shape_env", None) is shape_env]
@@ -222,13 +223,17 @@ def _give_implying(shape_env: Any, expr: Any) -> None:
 
 
 def _bound(expr: Any) -> tuple[Any, Any, Any] | None:
-    """``(symbol, lower, upper)`` of a bound of one integer symbol by a number (``1 < u5``: ``(u5, 2, oo)``)."""
+    """``(symbol, lower, upper)`` of an inequality bounding one integer symbol by a number (``1 < u5``: ``(u5, 2,
+    oo)``), else None; also None for ``u >= c`` and ``u <= c``, the range export placed in its graph: what it
+    concluded at the end (from the ops too), not what it knew before a given op."""
     import sympy
     from torch.utils._sympy.numbers import int_oo
 
-    if not isinstance(expr, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt, sympy.Eq)):
+    if not isinstance(expr, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)):
         return None
     lhs, rhs = expr.lhs, expr.rhs
+    if isinstance(expr, (sympy.Ge, sympy.Le)) and isinstance(lhs, sympy.Symbol) and rhs.is_number:
+        return None
     if isinstance(rhs, sympy.Symbol) and lhs.is_number:
         expr = expr.reversed
         lhs, rhs = expr.lhs, expr.rhs
@@ -236,7 +241,7 @@ def _bound(expr: Any) -> tuple[Any, Any, Any] | None:
         return None
     c = int(rhs)
     return {sympy.Ge: (lhs, c, int_oo), sympy.Gt: (lhs, c + 1, int_oo), sympy.Le: (lhs, -int_oo, c),
-            sympy.Lt: (lhs, -int_oo, c - 1), sympy.Eq: (lhs, c, c)}[type(expr)]
+            sympy.Lt: (lhs, -int_oo, c - 1)}[type(expr)]
 
 
 def _is_bound(cond: Any) -> bool:

@@ -12,10 +12,9 @@ traces the rebuild (:mod:`common.deferred_checks`), give back the same IR.
   the bounds ``u0 >= 1``, ``u0 <= 1`` export derived from it (checked first, they made ``u0`` 1 at once and the
   equality was never recorded).
 - transformers' Cohere-Compass vision tower (its merged patch counts broadcast against each other and against
-  the opaque leaf's outputs), EXAONE-4.5 (a ``torch._check`` of ``(ids == ...).all()``) and HunyuanVL's vision
+  the opaque leaf's outputs), EXAONE-4.5 (a ``torch._check`` of ``(ids == ...).all()``), HunyuanVL's vision
   tower (its patch merger's ``torch._check`` of the grid read from data) and Mimi (its SEANet convolutions' padding
-  read from data; both: ``tests/loop/test_sizes_from_data.py``),
-  with ``opaque="auto"``.
+  read from data; both: ``tests/loop/test_sizes_from_data.py``), with ``opaque="auto"``.
 """
 
 from __future__ import annotations

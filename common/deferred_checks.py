@@ -123,14 +123,21 @@ class _Known:
         self._replaced: dict[int, dict[Any, Any]] = {}
 
     def holds(self, cond: Any) -> bool:
-        """Whether ``cond``, as stated when it was made (before the sizes it names were replaced), is held."""
+        """Whether ``cond``, as stated when it was made (before the sizes it names were replaced), is held; also as
+        ``Mod`` where it computes a ``PythonMod`` of a number that cannot be negative by one that is positive
+        (:func:`_as_mod`)."""
         import sympy
-        from torch.fx.experimental.symbolic_shapes import canonicalize_bool_expr
 
         node = cond.node
         shape_env, expr = getattr(node, "shape_env", None), getattr(node, "_expr", None)
         if shape_env is None or not isinstance(expr, sympy.Basic) or expr in (sympy.true, sympy.false):
             return False
+        return any(self._holds(shape_env, e) for e in dict.fromkeys([expr, _as_mod(shape_env, expr)]))
+
+    def _holds(self, shape_env: Any, expr: Any) -> bool:
+        import sympy
+        from torch.fx.experimental.symbolic_shapes import canonicalize_bool_expr
+
         axioms = shape_env.axioms
         if axioms.get(canonicalize_bool_expr(expr)) == sympy.true:
             return True
@@ -139,6 +146,24 @@ class _Known:
             replaced = self._replaced[id(shape_env)] = {
                 canonicalize_bool_expr(shape_env.replace(k)): v for k, v in axioms.items() if v == sympy.true}
         return replaced.get(canonicalize_bool_expr(shape_env.replace(expr))) == sympy.true
+
+
+def _as_mod(shape_env: Any, expr: Any) -> Any:
+    """``expr`` with each ``PythonMod(p, q)`` whose ``p`` cannot be negative and ``q`` is positive (by export's
+    ranges) written as torch's ``Mod(p, q)``, the same number there: a rebuilt graph computes ``512 % (32 * u2 *
+    u3)`` with Python's ``%`` (``PythonMod``) where export learned ``Mod`` from torch's own view check (HY-V4-VL's
+    patch merger), the same condition."""
+    from torch.utils._sympy.functions import Mod, PythonMod
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    def mod(p: Any, q: Any) -> Any:
+        ranges = {s: shape_env.var_to_range[s] for s in (p.free_symbols | q.free_symbols)
+                  if s in shape_env.var_to_range}
+        if bound_sympy(p, ranges).lower >= 0 and bound_sympy(q, ranges).lower > 0:
+            return Mod(p, q)
+        return PythonMod(p, q)
+
+    return expr.replace(PythonMod, mod) if expr.has(PythonMod) else expr
 
 
 @contextlib.contextmanager

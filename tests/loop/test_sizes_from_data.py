@@ -14,6 +14,9 @@ closure), on small models with the patterns of transformers' Mimi and HunyuanVL 
   export's gap (:mod:`torch2ir.hierarchy.unbacked_names`), and the merger's ``torch._check(h > 1)``, which a graph
   only asserts where ``h`` is read, is given to export before the convolution whose check it implies
   (:mod:`common.deferred_checks`).
+- HY-V4-VL's merger reshapes to ``(-1, h, w, c)``: export learns ``Eq(Mod(64, 4*u0*u1), 0)`` from torch's view
+  check, and the rebuild, computing that condition with Python's ``%`` (``PythonMod``), no longer gives it again
+  as a new assertion (the same number where the divisor is positive).
 """
 
 from __future__ import annotations
@@ -101,11 +104,23 @@ class Merger(nn.Module):
         return self.conv(x).flatten(2)
 
 
-class Tower(nn.Module):
+class FrameMerger(nn.Module):
     def __init__(self) -> None:
         super().__init__()
+        self.conv = nn.Conv2d(4, 8, 2, 2)
+
+    def forward(self, x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+        torch._check(size[0] > 1)
+        torch._check(size[1] > 1)
+        x = x.reshape(-1, *size, x.shape[-1]).permute(0, 3, 1, 2)
+        return self.conv(x).flatten(2)
+
+
+class Tower(nn.Module):
+    def __init__(self, merger: type[nn.Module] = Merger) -> None:
+        super().__init__()
         self.proj = nn.Linear(4, 4)
-        self.merger = Merger()
+        self.merger = merger()
 
     def forward(self, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
         x = self.proj(x)
@@ -164,3 +179,10 @@ def test_an_unused_grid_entry_leaves_no_gap_and_a_checked_size_is_known_before_t
         model(*bad)
     with pytest.raises(RuntimeError):
         rebuilt(*bad)
+
+
+def test_a_python_modulo_of_sizes_is_the_modulo_export_learned() -> None:
+    ir, _ = _closed(Tower(FrameMerger), (torch.randn(1, 16, 4), torch.tensor([[1, 4, 4]])))
+    texts = [text for _, text in _assertions(ir)]
+    assert any("Eq(Mod(64, " in text for text in texts)
+    assert not any("PythonMod" in text for text in texts)

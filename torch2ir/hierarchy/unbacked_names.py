@@ -63,11 +63,13 @@ def _ranges(impl: Implementation, used: set[str], mapping: dict[str, str]) -> No
 
 def _graphs(ir: IR) -> Iterator[dict[str, dict[str, Any]]]:
     """The node attributes of every graph of ``ir`` (variants too; an unexpanded instance of a shared body is its
-    body's, renamed with the body)."""
+    body's, renamed once with the body)."""
+    seen: set[int] = set()
     for impl in ir.values():
-        if impl.body is not None:
-            continue
-        yield from _own(impl)
+        own = impl if impl.body is None else impl.shared_body
+        if own is not None and id(own) not in seen:
+            seen.add(id(own))
+            yield from _own(own)
 
 
 def _own(impl: Implementation) -> Iterator[dict[str, dict[str, Any]]]:

@@ -123,14 +123,21 @@ class _Known:
         self._replaced: dict[int, dict[Any, Any]] = {}
 
     def holds(self, cond: Any) -> bool:
-        """Whether ``cond``, as stated when it was made (before the sizes it names were replaced), is held."""
+        """Whether ``cond``, as stated when it was made (before the sizes it names were replaced), is held; also as
+        ``Mod`` where it computes a ``PythonMod`` of a number that cannot be negative by one that is positive
+        (:func:`_as_mod`)."""
         import sympy
-        from torch.fx.experimental.symbolic_shapes import canonicalize_bool_expr
 
         node = cond.node
         shape_env, expr = getattr(node, "shape_env", None), getattr(node, "_expr", None)
         if shape_env is None or not isinstance(expr, sympy.Basic) or expr in (sympy.true, sympy.false):
             return False
+        return any(self._holds(shape_env, e) for e in dict.fromkeys([expr, _as_mod(shape_env, expr)]))
+
+    def _holds(self, shape_env: Any, expr: Any) -> bool:
+        import sympy
+        from torch.fx.experimental.symbolic_shapes import canonicalize_bool_expr
+
         axioms = shape_env.axioms
         if axioms.get(canonicalize_bool_expr(expr)) == sympy.true:
             return True
@@ -141,16 +148,125 @@ class _Known:
         return replaced.get(canonicalize_bool_expr(shape_env.replace(expr))) == sympy.true
 
 
+def _as_mod(shape_env: Any, expr: Any) -> Any:
+    """``expr`` with each ``PythonMod(p, q)`` whose ``p`` cannot be negative and ``q`` is positive (by export's
+    ranges) written as torch's ``Mod(p, q)``, the same number there: a rebuilt graph computes ``512 % (32 * u2 *
+    u3)`` with Python's ``%`` (``PythonMod``) where export learned ``Mod`` from torch's own view check (HY-V4-VL's
+    patch merger), the same condition."""
+    from torch.utils._sympy.functions import Mod, PythonMod
+    from torch.utils._sympy.value_ranges import bound_sympy
+
+    def mod(p: Any, q: Any) -> Any:
+        ranges = {s: shape_env.var_to_range[s] for s in (p.free_symbols | q.free_symbols)
+                  if s in shape_env.var_to_range}
+        if bound_sympy(p, ranges).lower >= 0 and bound_sympy(q, ranges).lower > 0:
+            return Mod(p, q)
+        return PythonMod(p, q)
+
+    return expr.replace(PythonMod, mod) if expr.has(PythonMod) else expr
+
+
 @contextlib.contextmanager
 def fresh() -> Iterator[None]:
     """No scope open within the block (an export of its own: a forward an earlier export left by raising does not
-    keep this one's checks), as before it afterwards."""
+    keep this one's checks), as before it afterwards; while it runs, an op's new assertion that the kept bounds
+    imply has them given first (:func:`_implied_first`)."""
     saved = getattr(_LOCAL, "pending", None), getattr(_LOCAL, "depth", 0)
     _LOCAL.pending, _LOCAL.depth = [], 0
     try:
-        yield
+        with _implied_first():
+            yield
     finally:
         _LOCAL.pending, _LOCAL.depth = saved
+
+
+@contextlib.contextmanager
+def _implied_first() -> Iterator[None]:
+    """While an op of a rebuilt forward makes export assert something new (``torch._check`` of a convolution's
+    input sizes: ``(2 <= u5) & (2 <= u6)``, no equation) that the bounds kept for the end of an open forward imply
+    (``1 < u5``, ``1 < u6``, from a ``torch._check`` of the original's code that a graph only asserts; not the
+    ranges ``u >= c``, ``u <= c`` export concluded, see :func:`_bound`), and that is not itself a kept check: the
+    original knew those bounds before that op (it runs the same op, and its graph does not assert the op's
+    condition), so they are given to export first, in order, until the condition holds (export then records nothing
+    for the op, as for the original). Only on the thread of the open forward; another torch release without that
+    method of ``ShapeEnv``: nothing changes."""
+    try:
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        original = ShapeEnv.guard_or_defer_runtime_assert
+    except (ImportError, AttributeError):
+        yield
+        return
+
+    def guard_or_defer_runtime_assert(self: Any, orig_expr: Any, msg: Any, fx_node: Any = None) -> Any:
+        if keeping() and _LOCAL.pending and not getattr(_LOCAL, "flushing", False):
+            _LOCAL.flushing = True
+            try:
+                _guarded(lambda expr: _give_implying(self, expr), orig_expr, None)
+            finally:
+                _LOCAL.flushing = False
+        return original(self, orig_expr, msg, fx_node)
+
+    ShapeEnv.guard_or_defer_runtime_assert = guard_or_defer_runtime_assert  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ShapeEnv.guard_or_defer_runtime_assert = original  # type: ignore[method-assign]
+
+
+def _give_implying(shape_env: Any, expr: Any) -> None:
+    """Give the kept bounds on the symbols of ``expr`` to export, in order, until ``expr`` holds, when together
+    they imply it, it does not hold yet and it is not itself a kept check (see :func:`_implied_first`)."""
+    import sympy
+    from torch.fx.experimental.symbolic_shapes import canonicalize_bool_expr
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    if not isinstance(expr, sympy.Basic) or not expr.free_symbols or expr.has(sympy.Eq, sympy.Ne) or \
+            shape_env._maybe_evaluate_static(expr) is not None:
+        return  # an equation replaces sizes: export learns those from the ops, as from the original
+    target = canonicalize_bool_expr(expr)
+    kept = [(i, _plain(cond)) for i, (cond, _) in enumerate(_LOCAL.pending)
+            if getattr(cond.node, "shape_env", None) is shape_env]
+    if any(canonicalize_bool_expr(cond.node.expr) == target for _, cond in kept):
+        return  # the op states a kept check itself: export learns it from the op, as from the original
+    bounds = [(i, cond, _bound(cond.node.expr)) for i, cond in kept if cond.node.expr.free_symbols & expr.free_symbols]
+    bounds = [(i, cond, b) for i, cond, b in bounds if b is not None]
+    ranges = {s: shape_env.var_to_range.get(s, ValueRanges.unknown_int()) for s in expr.free_symbols}
+    for _, _, (symbol, lower, upper) in bounds:
+        ranges[symbol] = ranges[symbol] & ValueRanges(lower, upper)
+    implied = bound_sympy(expr, ranges)
+    if not (implied.is_singleton() and implied.lower == sympy.true):
+        return
+    given = []
+    for index, cond, _ in bounds:
+        if shape_env._maybe_evaluate_static(expr) is not None:
+            break
+        given.append(index)
+        if not _Known().holds(cond):
+            torch._check(cond, lambda cond=cond: f"{cond} (kept: implies an op's check)")
+    for index in reversed(given):
+        del _LOCAL.pending[index]
+
+
+def _bound(expr: Any) -> tuple[Any, Any, Any] | None:
+    """``(symbol, lower, upper)`` of an inequality bounding one integer symbol by a number (``1 < u5``: ``(u5, 2,
+    oo)``), else None; also None for ``u >= c`` and ``u <= c``, the range export placed in its graph: what it
+    concluded at the end (from the ops too), not what it knew before a given op."""
+    import sympy
+    from torch.utils._sympy.numbers import int_oo
+
+    if not isinstance(expr, (sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)):
+        return None
+    lhs, rhs = expr.lhs, expr.rhs
+    if isinstance(expr, (sympy.Ge, sympy.Le)) and isinstance(lhs, sympy.Symbol) and rhs.is_number:
+        return None
+    if isinstance(rhs, sympy.Symbol) and lhs.is_number:
+        expr = expr.reversed
+        lhs, rhs = expr.lhs, expr.rhs
+    if not (isinstance(lhs, sympy.Symbol) and rhs.is_Integer and lhs.is_integer):
+        return None
+    c = int(rhs)
+    return {sympy.Ge: (lhs, c, int_oo), sympy.Gt: (lhs, c + 1, int_oo), sympy.Le: (lhs, -int_oo, c),
+            sympy.Lt: (lhs, -int_oo, c - 1)}[type(expr)]
 
 
 def _is_bound(cond: Any) -> bool:

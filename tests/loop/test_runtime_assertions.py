@@ -12,7 +12,9 @@ traces the rebuild (:mod:`common.deferred_checks`), give back the same IR.
   the bounds ``u0 >= 1``, ``u0 <= 1`` export derived from it (checked first, they made ``u0`` 1 at once and the
   equality was never recorded).
 - transformers' Cohere-Compass vision tower (its merged patch counts broadcast against each other and against
-  the opaque leaf's outputs) and EXAONE-4.5 (a ``torch._check`` of ``(ids == ...).all()``), with ``opaque="auto"``.
+  the opaque leaf's outputs), EXAONE-4.5 (a ``torch._check`` of ``(ids == ...).all()``), HunyuanVL's vision
+  tower (its patch merger's ``torch._check`` of the grid read from data) and Mimi (its SEANet convolutions' padding
+  read from data; both: ``tests/loop/test_sizes_from_data.py``), with ``opaque="auto"``.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def test_a_checked_boolean_read_from_data_is_asserted_as_its_symbol() -> None:
     assert again == ir
 
 
-@pytest.mark.parametrize("name", ["cohere_compass_vision", "exaone4_5"])
+@pytest.mark.parametrize("name", ["cohere_compass_vision", "exaone4_5", "hunyuan_vl_vision", "mimi"])
 def test_real_models_close_the_loop_with_opaque_auto(name: str) -> None:
     from benchmarks.sweep_registries import build
     from common.opaque import named_classes

@@ -40,6 +40,7 @@ from torch2ir.hierarchy.program_facts import (
     shape_of,
 )
 from torch2ir.hierarchy.recover import Frame, Hierarchy, Problem
+from torch2ir.hierarchy.unbacked_names import renumber_unbacked
 from torch2ir.lowering.capture import Capture
 from torch2ir.opaque.custom_calls import warn as warn_custom_backward
 from torch2ir.opaque.driver import with_opaque
@@ -254,6 +255,7 @@ def _traced(model: nn.Module, args: tuple, kwargs: Mapping[str, Any] | None, tab
         record_pt2e_prepared(ir, model)  # what convert_pt2e reads from a prepared model (common.pt2e_prepared)
         keep_tensors(ir, table, ep.constants)
         _instance_tensors(ir, instances)
+        renumber_unbacked(ir)  # the sizes read from data, named without export's gaps
         missing = allowlist.required(function_names(ir))
         if missing:
             error = required_ops_error(missing, "the model calls")

@@ -162,7 +162,7 @@ class GraphWriter:
             return
         args, kwargs = self.template(node.args), self.template(node.kwargs)
         if target == ASSERT_SCALAR:
-            args = assert_message(args)
+            args = assert_message(args, node.args[0] if node.args else None)
         encode(args, f"node {node.name}")
         encode(kwargs, f"node {node.name}")
         wanted = ASSERT_NAME if target == ASSERT_SCALAR else structural_name(node.name)  # inserted or traced alike

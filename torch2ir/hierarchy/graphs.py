@@ -31,15 +31,40 @@ ASSERT_SCALAR = "aten._assert_scalar.default"
 _ON_NODE = re.compile(r" on node '[^']*'\Z")
 
 
-def assert_message(args: Any) -> Any:
+_EXPRESSION = re.compile(r"\ARuntime assertion failed for expression (.*) on node '[^']*'\Z", re.DOTALL)
+
+
+def assert_message(args: Any, cond: Any = None) -> Any:
     """A runtime assertion's arguments, its message naming the IR node it checks instead of export's node.
 
     Export writes ``Runtime assertion failed for expression u0 >= 0 on node 'ge_18'``, with its own, model-wide
-    node name; the IR's name of that value is the node the assertion reads (its first argument).
+    node name; the IR's name of that value is the node the assertion reads (its first argument). An equation its
+    message states the other way round from that node (``cond``, export's node: ``Eq(2, u2 + u3)`` where the node
+    computes ``Eq(u2 + u3, 2)``: export writes the equation as it learned it, which a rebuild, stating the node's,
+    teaches it the other way) is stated as the node computes it: the same equation, one way for both.
     """
     if len(args) == 2 and isinstance(args[0], Ref) and isinstance(args[1], str):
-        return [args[0], _ON_NODE.sub(f" on node '{args[0].node}'", args[1])]
+        message = _ON_NODE.sub(f" on node '{args[0].node}'", args[1])
+        return [args[0], _as_computed(message, cond)]
     return args
+
+
+def _as_computed(message: str, cond: Any) -> str:
+    """``message`` with its equation (or inequation) written as ``cond`` computes it, when it states that one
+    with the sides swapped; else ``message``."""
+    import sympy
+
+    found = _EXPRESSION.match(message)
+    val = cond.meta.get("val") if isinstance(cond, fx.Node) else None
+    if found is None or not isinstance(val, torch.SymBool):
+        return message
+    expr = getattr(val.node, "_expr", None)
+    if not isinstance(expr, (sympy.Eq, sympy.Ne)):
+        return message
+    swapped = str(type(expr)(expr.rhs, expr.lhs, evaluate=False))
+    if found.group(1) != swapped:
+        return message
+    return message[:found.start(1)] + str(expr) + message[found.end(1):]
 
 
 def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
@@ -86,7 +111,7 @@ def flat_implementation(gm: fx.GraphModule, name: str) -> Implementation:
             env[node] = Ref(impl.add_node(fresh(node.name), "input", "input", meta=value_meta(node.meta.get("val"))))
         elif node.op == "call_function":
             named, target, args = fresh(node.name), function_name(node.target), tmpl(node.args)
-            add(named, "function", target, assert_message(args) if target == ASSERT_SCALAR else args,
+            add(named, "function", target, assert_message(args, node.args[0]) if target == ASSERT_SCALAR else args,
                 tmpl(node.kwargs), meta=value_meta(node.meta.get("val")))
             env[node] = Ref(named)
         elif node.op == "output":

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import fx
 
+from torch2ir.hierarchy.unsigned_calls import unsigned_arguments
 from torch2ir.signatures.match import SYMBOLIC
 
 if TYPE_CHECKING:
@@ -92,11 +93,13 @@ def localize_sizes(h: Hierarchy, signatures: dict[int, Signature],
     frames = {id(f): f for calls in h.frames_by_path.values() for f in calls}
 
     by_name: dict[str, fx.Node] = {}
+    unsigned = unsigned_arguments(h, signatures)
 
     def local_of(frame: Frame) -> _Local:
         local = locals_.get(id(frame))
         if local is None:
             local = locals_[id(frame)] = _Local(signatures.get(id(frame)))
+            local.tensors.update(unsigned.get(id(frame), {}))
             if frame.leaf:  # its arguments, as export preserved its call (the first op may read none of them)
                 if not by_name:
                     by_name.update((n.name, n) for n in graph.nodes)

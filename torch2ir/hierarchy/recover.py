@@ -29,6 +29,7 @@ from torch.utils import _pytree as pytree
 from common.ir import Implementation
 from torch2ir.hierarchy.local_sizes import localize_sizes
 from torch2ir.hierarchy.modules import ModuleTable
+from torch2ir.hierarchy.symbolic_order import canonical_positions
 from torch2ir.signatures.match import Signature, match_calls
 from torch2ir.signatures.record import CallRecord
 
@@ -266,7 +267,7 @@ class Hierarchy:
         return all(v in ins or frame in self.frame_of.get(v, self.root).chain() for v in outs)
 
     def _align_repeated_calls(self) -> None:
-        """Give every call of a module the same outputs, in graph order.
+        """Give every call of a module the same outputs, in graph order (a run of numbers in its canonical order).
 
         A frame's outputs are the values used outside it, so two calls of one module differ when a caller
         ignores a result of one call only (``block(x); y = block(x)``). Outputs are matched by position among
@@ -295,9 +296,11 @@ class Hierarchy:
                         inner.outputs.setdefault(value)
                         if inner is f:
                             break
-        for frame in {id(f): f for f in self.frame_of.values()}.values():
+        frames = {id(f): f for f in self.frame_of.values()}.values()
+        order = canonical_positions([f.items for f in frames if not f.leaf], position)
+        for frame in frames:
             if not frame.leaf and len(frame.outputs) > 1:
-                frame.outputs = dict.fromkeys(sorted(frame.outputs, key=position.__getitem__))
+                frame.outputs = dict.fromkeys(sorted(frame.outputs, key=order.__getitem__))
 
     @staticmethod
     def signature_key(frame: Frame) -> str:

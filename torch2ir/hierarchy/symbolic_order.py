@@ -118,4 +118,23 @@ def canonical_items(items: Sequence[Any]) -> list[Any]:
     return out
 
 
-__all__ = ["ASSERT_NAME", "canonical_items", "is_assertion"]
+def canonical_positions(items_of: Sequence[Sequence[Any]], position: dict[fx.Node, int]) -> dict[fx.Node, tuple]:
+    """A sort key for the nodes of the frames whose items are ``items_of``: export's ``position``, but each node
+    of a run of symbolic-scalar nodes at the run's first position and its place in :func:`canonical_items`' order
+    (a module returning several numbers computed in one run returns them in the order its graph computes them,
+    which converting the rebuild finds again)."""
+    key = {node: (i, 0) for node, i in position.items()}
+    for items in items_of:
+        run: list[fx.Node] = []
+        for item in [*items, None]:
+            if item is not None and _symbolic(item):
+                run.append(item)
+                continue
+            if run:
+                first = min(position[n] for n in run)
+                key.update((node, (first, k)) for k, node in enumerate(_canonical_run(run)))
+                run = []
+    return key
+
+
+__all__ = ["ASSERT_NAME", "canonical_items", "canonical_positions", "is_assertion"]

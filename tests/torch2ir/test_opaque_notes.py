@@ -1,6 +1,6 @@
-"""A child traced on its own below an opaque leaf keeps the train-mode notes of its own conversion
-(``meta["train_trace"]``, ``meta["train_buffers"]``): its rebuild carries them, so converting the rebuild again gives
-the same IR (the loop closes) and the note means for the rebuilt child what it meant for the original."""
+"""A child traced on its own below an opaque leaf keeps the notes of its own conversion (``meta["train_trace"]``,
+``meta["train_buffers"]``, ``meta["custom_backward"]``): its rebuild carries them, so converting the rebuild again
+gives the same IR (the loop closes) and the note means for the rebuilt child what it meant for the original."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ import ir2torch
 import torch2ir
 from common import IR
 from common.errors import IRValidationError
+from common.notes import CUSTOM_BACKWARD_KEY, CustomBackwardWarning
 from common.opaque import traced_alone
+from tests.torch2ir.test_custom_backward import _RoundSte
+from tests.torch2ir.test_custom_backward_opaque import Net
 from torch2ir.train.passes import COMPUTATIONS_NOTE
 
 
@@ -88,3 +91,33 @@ def test_notes_elsewhere_than_the_root_or_a_child_traced_alone_are_refused() -> 
     data["block.lin"]["meta"]["train_trace"] = "applied"  # a typed leaf: its rebuild would not carry it
     with pytest.raises(IRValidationError, match="train_trace belongs to the root"):
         ir2torch.convert(IR.from_dict(data), model.state_dict(), allow=[ROOT])
+
+
+class Holder(nn.Module):
+    """Named opaque (its own code is plain): its child ``net`` calls a custom autograd.Function."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = Net()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x) + 1
+
+
+def test_a_child_traced_alone_keeps_its_custom_functions_note() -> None:
+    """With explicit classes (no search for the modules calling custom Functions), the child traced on its own
+    keeps the Functions its conversion saw, its rebuild carries them, and converting the rebuild again (or a file of
+    the IR) still says so: the rebuild warns, and the loop closes."""
+    torch.manual_seed(0)
+    model = Holder().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ir = torch2ir.convert(model, (X,), opaque=[Holder])
+    names = [f"{_RoundSte.__module__}.{_RoundSte.__qualname__}"]
+    assert traced_alone(ir) == ["net"]
+    assert ir["net"].meta[CUSTOM_BACKWARD_KEY] == ir.root.meta[CUSTOM_BACKWARD_KEY] == names
+    with pytest.warns(CustomBackwardWarning):
+        rebuilt = ir2torch.convert(IR.from_dict(ir.to_dict()), model.state_dict(), allow=[f"{__name__}.Holder"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch2ir.convert(rebuilt, (X,), opaque=[Holder]) == ir

@@ -279,7 +279,6 @@ FIGURES: list[Figure] = [
           ("docs/limitations.md", "2", r"exit code (\d+)[,:] ", 2),
           ("README.md", "1 in prose", r"exit code (\d+) when they differ", 1)]),
     Figure("docs/testing.md", "test-newest tests", r"ids of `SELECTION` in the script \((\d+) tests\)", _newest_tests),
-    Figure("README.md", "test-newest tests", r"The (\d+) tests of `make test-newest`", _newest_tests),
     Figure("docs/supported.md", "corpus in eval and train mode",
            r"(\d+) architectures round-trip exactly in eval mode, (\d+) of them in train mode too", _corpus_modes),
     Figure("docs/supported.md", "torchvision video and quantizable", r"video \((\d+)\) and quantizable \((\d+)\)",

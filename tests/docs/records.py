@@ -165,5 +165,5 @@ FIGURES: list[Figure] = [
            r"in an environment of its own\): (\d+) passed; of the (\d+) failures, (\d+) were the environment .*?, "
            r"(\d+) its CUDA build .*?, and (\d+) were fixed: .*?`make test-zoo`'s (\d+) tests ran there in two parts: "
            r"the first (\d+) \((\d+) failed, .*?\), then the other (\d+) with the first (\d+) again \((\d+) passed\)\. "
-           r"The (\d+) tests of `make test-newest` pass on it", torch_214),
+           r"The (\d+) tests `make test-newest` selected then pass on it", torch_214),
 ]

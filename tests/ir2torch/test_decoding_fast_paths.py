@@ -232,8 +232,10 @@ def test_step_calls_indexing_and_slicing_through_the_fast_entries(models: Any, m
     monkeypatch.setattr(torch._ops.OpOverload, "__call__", counted)
     _step(rebuilt, *args, layout, eager=False)
     assert calls.get("aten.index.Tensor", 0) == 0, calls
-    # Gemma-2's eager attention modules too: a folded forward for their fast entries alone (fast_paths.MIN_ENTRIES)
-    assert calls.get("aten.slice.Tensor", 0) <= 1, calls
+    # Gemma-2's eager attention modules too: a folded forward for their fast entries alone (fast_paths.MIN_ENTRIES).
+    # The root has no folded forward (3 fast entries): it slices its last hidden state, and Gemma-2's root also
+    # the sliding layer's past keys and values to the window (``[:, :, -39:]``)
+    assert calls.get("aten.slice.Tensor", 0) <= (3 if name == "gemma2" else 1), calls
     calls.clear()
     _step(unfolded, *args, layout, eager=False)
     if name == "mixtral":

@@ -53,6 +53,21 @@ _DROPPED = {"use_cache": (True, None), "return_dict": (True, None), "output_atte
             "output_hidden_states": (False, None)}
 
 
+def _input_guard(rebuilt: nn.Module) -> Any:
+    """The rebuild's input guard (its recorded input specs).
+
+    Raises:
+        BuildError: the rebuild records none.
+    """
+    meta = getattr(rebuilt, "meta", None)
+    guard = meta.get("input_guard") if isinstance(meta, dict) else None
+    if guard is None:
+        raise BuildError("the rebuilt model records no input specs (rebuilt with guard_inputs=False, or not a "
+                         "graph module): for_generation reads the shapes of the past from them",
+                         hint="rebuild with ir2torch.convert(ir, state) (the default guard_inputs=True)")
+    return guard
+
+
 def _past_leaves(rebuilt: nn.Module) -> list[tuple[tuple[int | str, ...], torch.dtype]]:
     """``(shape, dtype)`` of each key/value tensor of the past the rebuild was converted for, in pytree order.
 
@@ -60,13 +75,7 @@ def _past_leaves(rebuilt: nn.Module) -> list[tuple[tuple[int | str, ...], torch.
         BuildError: the rebuild has no input guard recording them, or was not converted with a past.
     """
     name = cache_argument(rebuilt)
-    meta = getattr(rebuilt, "meta", None)
-    guard = meta.get("input_guard") if isinstance(meta, dict) else None
-    if guard is None:
-        raise BuildError("the rebuilt model records no input specs (rebuilt with guard_inputs=False, or not a "
-                         "graph module): for_generation reads the shapes of the past from them",
-                         hint="rebuild with ir2torch.convert(ir, state) (the default guard_inputs=True)")
-    leaves = [(tuple(leaf.shape), leaf.dtype) for leaf in guard.leaves
+    leaves = [(tuple(leaf.shape), leaf.dtype) for leaf in _input_guard(rebuilt).leaves
               if _argument(leaf.path) == name and leaf.kind == "tensor"]
     if not leaves:
         raise BuildError(f"the rebuilt model takes no {name} tensors: it was not converted for generation",
@@ -87,13 +96,7 @@ def cache_argument(rebuilt: nn.Module) -> str:
     Raises:
         BuildError: the rebuild records no input specs, or takes neither name.
     """
-    meta = getattr(rebuilt, "meta", None)
-    guard = meta.get("input_guard") if isinstance(meta, dict) else None
-    if guard is None:
-        raise BuildError("the rebuilt model records no input specs (rebuilt with guard_inputs=False, or not a "
-                         "graph module): for_generation reads the shapes of the past from them",
-                         hint="rebuild with ir2torch.convert(ir, state) (the default guard_inputs=True)")
-    name = cache_name(_argument(leaf.path) for leaf in guard.leaves)
+    name = cache_name(_argument(leaf.path) for leaf in _input_guard(rebuilt).leaves)
     if name is None:
         raise BuildError(f"the rebuilt model takes no cache ({' or '.join(CACHE_NAMES)}): it was not converted for "
                          "generation", hint="convert with torch2ir.generation.convert_for_generation(model)")

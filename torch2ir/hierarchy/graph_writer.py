@@ -50,12 +50,14 @@ class GraphWriter:
         return name
 
     def ref(self, value: fx.Node) -> Ref:
+        if value not in self.env:
+            # a no-op ``.to()`` of another call (a buffer's ``to`` in a module's first call, which export reuses
+            # for its later calls) is the tensor it was applied to, which may be state this frame reads itself
+            value = self.h.outer_value(value, self.frame)
         if value not in self.env and value in self.frame.state_reads:
             target = self.frame.state_reads[value]
             name = self.impl.add_node(self.name(target), "get_attr", target, meta=value_meta(value.meta.get("val")))
             self.env[value] = Ref(name)
-        if value not in self.env:
-            value = self.h.outer_value(value, self.frame)
         try:
             return self.env[value]
         except KeyError:

@@ -21,6 +21,7 @@ import os
 # passes took 3.5x the CPU time with 2 threads on 2 loaded cores). Set OMP_NUM_THREADS to choose another count.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import pytest
 import torch  # after the variable, so that torch reads it
 from hypothesis import HealthCheck, settings
 
@@ -126,3 +127,44 @@ def pytest_configure(config):
     _torchvision_schemas()
     if config.pluginmanager.hasplugin("xdist"):  # the hook is xdist's: unknown without it (-p no:xdist)
         config.pluginmanager.register(_Scheduling(), "torch2ir-scheduling")
+
+
+
+def _clear_leaked_state() -> list[str]:
+    """Process-wide torch state a test left behind that changes how later tests' rebuilt models run (dispatch or
+    function modes still entered, global module hooks, a JIT tracing state): named, and cleared."""
+    from torch.nn.modules import module
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode
+
+    found = []
+    if _get_current_dispatch_mode_stack():
+        found.append(f"{len(_get_current_dispatch_mode_stack())} torch dispatch mode(s) still entered")
+        while _get_current_dispatch_mode_stack():
+            _pop_mode()
+    if torch._C._len_torch_function_stack():
+        found.append(f"{torch._C._len_torch_function_stack()} torch function mode(s) still entered")
+        while torch._C._len_torch_function_stack():
+            torch._C._pop_torch_function_stack()
+    for name in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks", "_global_forward_hooks_with_kwargs",
+                 "_global_forward_hooks_always_called"):
+        table = getattr(module, name, None)
+        if table:
+            found.append(f"nn.modules.module.{name} holds {len(table)} hook(s)")
+            table.clear()
+    if torch._C._get_tracing_state() is not None:
+        found.append("a torch.jit tracing state is set")
+        torch._C._set_tracing_state(None)
+    return found
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test (its fixtures undone: this runs after pytest's own teardown), process-wide torch state it
+    left is cleared and named in a warning on that test: the tests after it in the same worker would otherwise run
+    differently (a rebuilt model routes its calls by hooks and modes), which made results depend on test order."""
+    leaked = _clear_leaked_state()
+    if leaked:
+        import warnings
+
+        warnings.warn(f"{item.nodeid} left process-wide torch state, cleared: {'; '.join(leaked)}", stacklevel=1)

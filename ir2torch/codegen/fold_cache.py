@@ -36,7 +36,7 @@ FOLD_ATTR = GENERATED_ATTRS["fold"]
 #: Instance attribute holding the folded values the folded forward reads (``self._ir_folded[i]``).
 VALUES_ATTR = GENERATED_ATTRS["folded"]
 
-_MODULE_CALL = nn.Module.__call__
+_MODULE_CALL = nn.Module._wrapped_call_impl  # what __call__ is, also if this is imported while a tracer patches it
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _function_modes = torch._C._is_torch_function_mode_enabled
 _jit_tracing = torch._C._get_tracing_state

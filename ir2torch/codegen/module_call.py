@@ -60,7 +60,7 @@ def _install(gm: fx.GraphModule, implementation: str, check: Check | None,
 
 
 #: ``nn.Module.__call__`` as torch defines it (tracers such as ``torch.fx.symbolic_trace`` patch it).
-_MODULE_CALL = nn.Module.__call__
+_MODULE_CALL = nn.Module._wrapped_call_impl  # what __call__ is, also if this is imported while a tracer patches it
 _CALL_IMPL = nn.Module._call_impl
 _jit_tracing = torch._C._get_tracing_state
 #: True while dynamo traces (torch.compile, strict torch.export): dynamo evaluates the call as ``True``; a plain

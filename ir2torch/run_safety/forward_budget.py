@@ -80,7 +80,7 @@ class _Local(threading.local):
 LOCAL = _Local()
 
 
-_MODULE_CALL = nn.Module.__call__
+_MODULE_CALL = nn.Module._wrapped_call_impl  # what __call__ is, also if this is imported while a tracer patches it
 _compiling = torch.compiler.is_compiling
 _exporting = torch.compiler.is_exporting
 _jit_tracing = torch._C._get_tracing_state

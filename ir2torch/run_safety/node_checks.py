@@ -51,7 +51,7 @@ _compiling = torch.compiler.is_compiling
 _exporting = torch.compiler.is_exporting
 _jit_tracing = torch._C._get_tracing_state
 _stack_len = torch._C._len_torch_dispatch_stack
-_MODULE_CALL = nn.Module.__call__
+_MODULE_CALL = nn.Module._wrapped_call_impl  # what __call__ is, also if this is imported while a tracer patches it
 
 #: Composite overloads of the default surface whose decomposition reaches no operator of
 #: :data:`~ir2torch.run_safety.op_preconditions.PRECONDITIONS` reading data (reviewed: each decomposes into

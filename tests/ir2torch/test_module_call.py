@@ -105,3 +105,27 @@ def test_torch_jit_trace_records_the_rebuilt_model_through_call_impl() -> None:
         traced = torch.jit.trace(rebuilt, (x,), check_trace=False)
     assert torch.equal(traced(x), model(x))
     assert any(n.scopeName().endswith("block") for n in traced.inlined_graph.nodes())  # scopes come from _slow_forward
+
+
+def test_imported_while_a_tracer_patches_module_call_the_fast_call_still_applies() -> None:
+    """``torch.fx.symbolic_trace`` replaces ``nn.Module.__call__`` while it runs; a rebuild's modules imported then
+    (a lazy import inside the traced call) must still know torch's own ``__call__`` afterwards, or every later
+    call goes through ``_call_impl`` and plain ``torch.nn`` leaves run under the data checks (a CI worker's order
+    did this). Run in a fresh process, so that the imports happen under the patch."""
+    import subprocess
+    import sys
+
+    code = """
+import torch
+from torch import nn
+real = nn.Module.__call__
+nn.Module.__call__ = lambda self, *a, **k: real(self, *a, **k)
+import ir2torch, torch2ir
+from ir2torch.codegen import module_call
+from ir2torch.run_safety import node_checks
+nn.Module.__call__ = real
+assert module_call._MODULE_CALL is nn.Module.__call__ and node_checks._MODULE_CALL is nn.Module.__call__
+assert not node_checks.module_needs_checks(nn.Linear)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -63,7 +63,7 @@ test-zoo: $(ZOO_STAMP)
 
 # `make test-newest` tests the newest releases of transformers, timm, diffusers, torchao and brevitas that install
 # with the pinned torch (re-resolved on every run, into their own folder, first on sys.path) on a representative part
-# of the ecosystem tests (SELECTION in scripts/newest_site.py), and prints the versions tested. A newest release that
+# of the ecosystem tests (SELECTION in scripts/newest_selection.py), and prints the versions tested. A newest release that
 # requires a newer torch is reported as NOT TESTED (the newest one that installs is tested); an unreachable package
 # index skips the check with a message; a failing test fails. NEWEST_ARGS=--strict makes the first two fail too.
 NEWEST_SITE ?= $(VENV)/newest-site

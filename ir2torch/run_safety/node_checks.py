@@ -265,9 +265,22 @@ def module_needs_checks(cls: type) -> bool:
     owner = getattr(cls, "__module__", "") or ""
     generated = getattr(cls, "_wrapped_call", None) is not None
     plain = owner.startswith("torch.nn.modules.") and owner not in _DATA_MODULES and \
-        not cls.__name__.startswith("MaxUnpool") and cls.__call__ is _MODULE_CALL
+        not cls.__name__.startswith("MaxUnpool") and _inherits_module_call(cls)
     MODULE_CHECKS[cls] = needs = not (generated or plain)
     return needs
+
+
+def _inherits_module_call(cls: type) -> bool:
+    """Whether ``cls`` calls through ``nn.Module.__call__``: no class of its MRO below ``nn.Module`` defines one.
+    Read from the classes' own dictionaries, not by comparing ``cls.__call__`` with torch's: a tracer
+    (``torch.fx.symbolic_trace``) replaces ``nn.Module.__call__`` while it runs, and what is read then is cached for
+    the process (:data:`MODULE_CHECKS`); whether a tracer runs is tested at each call (:func:`tracing`)."""
+    for klass in cls.__mro__:
+        if klass is nn.Module:
+            return True
+        if "__call__" in klass.__dict__:
+            return False
+    return False
 
 
 def call_data_checked(call: Any, obj: nn.Module, /, *args: Any, **kwargs: Any) -> Any:

@@ -15,7 +15,7 @@ import ir2torch
 import torch2ir
 from common.errors import IRError
 from common.surface import default_surface
-from ir2torch.run_safety import checked, op_modes
+from ir2torch.run_safety import checked, node_checks, op_modes
 from ir2torch.run_safety.node_checks import PRECONDITION_FREE_COMPOSITES, checked_target, is_composite
 from ir2torch.run_safety.op_preconditions import PRECONDITIONS
 from ir2torch.run_safety.writes import writes_in_place
@@ -136,6 +136,39 @@ class _Detaching(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.proj(x).detach_()
         return y.add_(1).relu_()
+
+
+def test_a_class_first_seen_under_symbolic_trace_is_still_read_as_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a class needs the data checks is read once per process (``MODULE_CHECKS``); read first while
+    ``torch.fx.symbolic_trace`` patched ``nn.Module.__call__`` (a test tracing a rebuild did, in a CI worker's order),
+    ``nn.Linear`` was cached as needing them and every later plain leaf ran under ``DataChecks``."""
+    cache = dict(node_checks.MODULE_CHECKS)
+    node_checks.MODULE_CHECKS.clear()
+    try:
+        plain, x = _Plain().eval(), torch.randn(2, 4)
+        rebuilt = ir2torch.convert(torch2ir.convert(plain, (x,)), plain.state_dict())
+        traced = torch.fx.symbolic_trace(rebuilt)
+        assert torch.equal(traced(x), plain(x))
+        assert node_checks.module_needs_checks(nn.Linear) is False
+        assert node_checks.module_needs_checks(nn.LayerNorm) is False
+        assert node_checks.module_needs_checks(nn.Embedding) is True
+        seen = _dispatched(monkeypatch)
+        for _ in range(2):
+            assert torch.equal(rebuilt(x), plain(x))
+        assert seen == []
+    finally:
+        node_checks.MODULE_CHECKS.clear()
+        node_checks.MODULE_CHECKS.update(cache)
+
+
+def test_a_class_defining_its_own_call_needs_the_checks() -> None:
+    class Called(nn.Linear):
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            return super().__call__(*args, **kwargs)
+
+    Called.__module__ = nn.Linear.__module__  # inside torch.nn.modules, yet its own __call__ may dispatch anything
+    assert node_checks.module_needs_checks(Called) is True
+    assert node_checks.module_needs_checks(nn.Linear) is False
 
 
 def test_without_budgets_in_place_nodes_are_checked_by_themselves_not_op_by_op(monkeypatch) -> None:

@@ -71,11 +71,30 @@ class _Vmapped(nn.Module):
         return torch.vmap(lambda row: row * row.sum())(x)
 
 
-def test_torch_vmap_in_a_forward_is_refused_once_naming_the_transform() -> None:
+class _VmappedCall(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.vmap(lambda row: self.proj(row) * row.sum())(x)
+
+
+def test_torch_vmap_in_a_forward_is_carried_as_the_operators_it_dispatches() -> None:
     """T5Gemma2 and the Nemotron speech models call ``torch.vmap`` in their forward; export keeps the transform's
-    runtime calls, which the IR does not carry."""
+    runtime calls, which the IR does not carry: the region is traced again below the batching
+    (torch2ir.frontend.vmap_regions), in the module-level IR and in the lowered one."""
+    x = torch.randn(3, 4)
+    model = _Vmapped()
+    rebuilt = ir2torch.convert(torch2ir.convert(model, (x,)), model.state_dict())
+    assert torch.equal(rebuilt(x), model(x))
+    assert torch.equal(ir2torch.convert(torch2ir.lower(model, (x,)), model)(x), model(x))
+
+
+def test_torch_vmap_around_a_module_call_is_refused_once_naming_the_transform() -> None:
+    """A module called inside the transform: the region is not one module's graph, and is refused."""
     x = torch.randn(3, 4)
     for convert in (torch2ir.convert, torch2ir.lower):
         with pytest.raises(ConversionError, match=r"(?s)^[^\n]*1 (unsupported )?construct.*torch\.vmap") as caught:
-            convert(_Vmapped(), (x,))
+            convert(_VmappedCall(), (x,))
         assert "leaf module" in str(caught.value) and "_vmap_increment_nesting" in str(caught.value)

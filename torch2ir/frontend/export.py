@@ -31,6 +31,7 @@ from torch2ir.frontend.logs import torch_logs_to_debug
 from torch2ir.frontend.transformers_compiling import eager_answers
 from torch2ir.frontend.transformers_experts import traced_experts
 from torch2ir.frontend.transformers_masks import eager_skip
+from torch2ir.frontend.vmap_regions import unbatch
 from torch2ir.opaque.attribution import attribute_failure
 from torch2ir.quant.observers import is_observer, untraceable_observer
 
@@ -232,6 +233,7 @@ def export(
                     root, tuple(args), kwargs, strict=strict, dynamic_shapes=dynamic_shapes,
                     preserve_module_call_signature=attempt,
                 )
+            unbatch(ep)  # torch.vmap regions as the operators they dispatch (frontend.vmap_regions)
             if functions and custom_functions is not None:
                 custom_functions.extend(custom_backward.names(functions))
             if functions and not custom_backward.hand_over(functions.calls):  # else the collecting caller warns

@@ -23,6 +23,7 @@ from torch2ir.frontend.logs import torch_logs_to_debug
 from torch2ir.frontend.transformers_compiling import eager_answers
 from torch2ir.frontend.transformers_experts import traced_experts
 from torch2ir.frontend.transformers_masks import eager_skip
+from torch2ir.frontend.vmap_regions import unbatch
 from torch2ir.hierarchy.modules import ModuleTable
 from torch2ir.hierarchy.recover import Hierarchy
 from torch2ir.trace_once.eager import EagerStandIns
@@ -143,6 +144,7 @@ def _train_trace(ir: IR, run: TrainPass) -> TrainOps | None:
             ep = torch.export.export(export_root(model), tuple(run.args), dict(run.kwargs or {}), strict=run.strict,
                                      dynamic_shapes=run.dynamic_shapes,
                                      preserve_module_call_signature=tuple(run.preserved))
+        unbatch(ep)
         relocate_hook_ops(ep)
         train_h = Hierarchy(ep, table)
     except Exception as exc:  # noqa: BLE001 - the eval IR stays valid; say why train mode may differ

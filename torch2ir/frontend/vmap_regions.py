@@ -113,6 +113,9 @@ def _retraced(region: list[fx.Node], inputs: list[fx.Node], outputs: list[fx.Nod
         env: dict[fx.Node, Any] = dict(values)
         env.update(zip(traced_inputs, args))
         for node in region:
+            if node.op == "get_attr":  # a constant of the region (flat_apply's function spec)
+                env[node] = _value(node, owner)
+                continue
             fn_args = fx.node.map_arg(node.args, env.__getitem__)
             fn_kwargs = fx.node.map_arg(node.kwargs, env.__getitem__)
             env[node] = node.target(*fn_args, **fn_kwargs)

@@ -52,7 +52,7 @@ def fake_state(root: nn.Module, mode: Any) -> Iterator[set[Any]]:
                 for name, value in list(table.items()):
                     if isinstance(value, torch.Tensor):
                         saved.append((table, name, value))
-                        table[name] = fake = mode.from_tensor(value)
+                        table[name] = fake = mode.from_tensor(value, static_shapes=True)  # sizes fixed
                         external.add(storage_key(fake))
         yield external
     finally:

@@ -15,7 +15,9 @@ implementation, the node, the operator and the size, before anything real runs. 
 values in the first real call, after the probe covered the plain graph they come from.
 
 A call is probed once per input signature (shapes, strides, dtypes and non-tensor values of its arguments): a root
-whose input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature. The
+whose input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature, until
+two signatures differing in sizes only let one probe on symbolic sizes cover the others the same decisions would
+(a decoder's growing cache: :mod:`~ir2torch.run_safety.symbolic_probe`). The
 real calls after a probe still have each node writing in place test its real arguments against the call's inputs
 (:mod:`~ir2torch.run_safety.writes`: what aliases the caller's tensors is decided on real storages, not only on the
 probe's fake ones). Where a
@@ -53,15 +55,17 @@ from torch import nn
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
-from common.errors import ExecutionError, IRError, ResourceBudgetError, UnsafeTargetError
+from common.errors import ExecutionError, IRError
 from common.module_state import kept_attributes
 from common.names import GENERATED_ATTRS
 from common.treespec import exact_leaves
-from ir2torch.run_safety.budget import AVAILABLE, Budget, available_bytes, human
+from ir2torch.run_safety.budget import AVAILABLE, Budget, available_bytes
+from ir2torch.run_safety.budget_errors import budget_error as _budget_error
 from ir2torch.run_safety.checked import Checked
 from ir2torch.run_safety.fake_probe import fake_state, hooks_off, state_storages
-from ir2torch.run_safety.flops import FlopBudget, flop_limit, human_flops
+from ir2torch.run_safety.flops import FlopBudget, flop_limit
 from ir2torch.run_safety.op_modes import OverBudget, Tally, over_budget, quiet_fake_tensors, storages
+from ir2torch.run_safety.symbolic_probe import SymbolicCovers
 from ir2torch.run_safety.writes import CALLER, foreign_writes
 
 #: Instance attribute holding a module's :class:`ForwardBudget` (a name the rebuilder chose).
@@ -108,7 +112,8 @@ class ForwardBudget:
         flops: the compute budget of one call in FLOPs (:mod:`ir2torch.run_safety.flops`), ``None``: not counted.
     """
 
-    __slots__ = ("budget", "checked", "device", "flops", "probed", "spec", "static", "token", "tokens", "writes")
+    __slots__ = ("budget", "checked", "device", "flops", "probed", "spec", "static", "symbolic", "token", "tokens",
+                 "writes")
 
     def __init__(self, budget: Budget, device: torch.device, static: bool = False, flops: int | None = None,
                  writes: bool = True) -> None:
@@ -122,6 +127,7 @@ class ForwardBudget:
         self.spec: pytree.TreeSpec | None = None  # the structure of the last call (read first by the next)
         self.token: int | None = None  # ``self.spec``'s token in the signatures
         self.tokens: dict[pytree.TreeSpec, int] = {}  # each structure seen -> its token (never reused)
+        self.symbolic = SymbolicCovers()
 
     def __deepcopy__(self, memo: dict[int, Any]) -> ForwardBudget:
         return ForwardBudget(self.budget, self.device, self.static, self.flops, self.writes)  # probed again
@@ -144,7 +150,9 @@ class ForwardBudget:
         if signature not in self.probed:
             if signature in self.checked:
                 return self._run_checked(obj, call, args, kwargs)
-            if not self._probe(obj, call, args, kwargs, self.limit()):
+            limit = self.limit()
+            covered = signature is not None and self.symbolic.covered(signature, limit)  # (.symbolic_probe)
+            if not covered and not self._probe(obj, call, args, kwargs, limit, signature):
                 _remember(self.checked, signature)
                 return self._run_checked(obj, call, args, kwargs)
             _remember(self.probed, signature)
@@ -165,6 +173,7 @@ class ForwardBudget:
         if spec is not self.spec or self.token is None:
             if len(self.tokens) >= MAX_SIGNATURES:
                 self.tokens.clear()  # the signatures of a cleared token are never matched again: probed anew
+                self.symbolic = SymbolicCovers()
             token = self.tokens.get(spec)
             if token is None:
                 token = self.tokens[spec] = next(_TOKENS)
@@ -172,8 +181,10 @@ class ForwardBudget:
         return (self.token, *signature[1:])
 
     def _probe(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
-               limit: int | None) -> bool:
+               limit: int | None, signature: Any = None) -> bool:
         """Run the call on fake tensors; True when it fits, False when it cannot be told (data-dependent sizes).
+        Then, when ``signature`` differs from the last probed one in sizes only, probe them as symbols (one probe
+        for the sizes of the family the guards allow: :mod:`~ir2torch.run_safety.symbolic_probe`).
 
         Raises:
             ResourceBudgetError: the call would exceed ``limit``.
@@ -193,6 +204,8 @@ class ForwardBudget:
                 external.update(inputs)
                 with Tally(limit, self._where(obj), external, self.flops, inputs):
                     call(obj, *fake_args, **fake_kwargs)
+            if signature is not None:  # never raises: a symbolic probe that fails covers nothing
+                self.symbolic.learn(obj, call, signature, args, kwargs, limit, self._where(obj), self.flops)
         except OverBudget as over:
             raise _budget_error(over, limit, self) from None
         except ExecutionError as exc:
@@ -299,33 +312,6 @@ def _described(leaves: list[Any], exact: bool) -> list[Any] | None:
         else:
             append(id(leaf))  # unhashable or opaque: its identity (a new object is probed again)
     return out
-
-
-def _budget_error(over: OverBudget, limit: int | None, budget: ForwardBudget, checked: bool = False) -> IRError:
-    """The ``IRError`` of ``over``; ``checked``: raised in a checked run (earlier ops ran, this one did not)."""
-    if over.write:
-        return UnsafeTargetError(f"{over.message}; nothing was written", implementation=over.implementation,
-                                 node=over.node, hint="the file is corrupt or hostile: a converted model's graph "
-                                 "writes in place only into its own intermediate values")
-    if over.flops:
-        return ResourceBudgetError(
-            f"{over.message}, more than the compute budget of {human_flops(budget.flops or 0)} per call (max_flops); "
-            "nothing was run", implementation=over.implementation, node=over.node,
-            hint="if the model is trusted, raise the budget: ir2torch.convert(..., max_flops=<FLOPs>) (None "
-                 "disables the count)")
-    device = "cpu" if budget.device.type == "meta" else budget.device.type
-    source = "max_bytes" if isinstance(budget.budget, int) else f"the memory available on {device}"
-    done = "the operator was refused before it ran" if checked else "nothing was allocated"
-    if over.unmeasured:
-        return ResourceBudgetError(
-            f"{over.message}; under a forward budget ({source}) it is refused: {done}",
-            implementation=over.implementation, node=over.node,
-            hint="if the model is trusted, run it without the forward budget: ir2torch.convert(..., max_bytes=None)")
-    return ResourceBudgetError(
-        f"{over.message}, more than the forward budget of {human(limit or 0)} ({source}); {done}",
-        implementation=over.implementation, node=over.node,
-        hint="if the model is trusted and the memory is there, raise the budget: ir2torch.convert(..., "
-             "max_bytes=<bytes>) (None disables the check)")
 
 
 def static_guard(root: nn.Module) -> bool:

@@ -172,6 +172,14 @@ def storage_bytes(t: torch.Tensor) -> int:
         return t.numel() * t.element_size()
 
 
+def _peak(a: Any, b: Any) -> Any:
+    """``max(a, b)``; of symbolic sizes (:mod:`~ir2torch.run_safety.symbolic_probe`) their symbolic maximum, which
+    decides nothing (a comparison would record a guard on which value is larger)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a if a >= b else b
+    return torch.sym_max(a, b)
+
+
 class Live:
     """The storage the tensors a call created hold, kept while a tensor holds it, against ``limit``: the live
     memory of the call at any point (the probe's fake tensors, or a checked call's real ones).
@@ -192,7 +200,7 @@ class Live:
             self.fail(f"{func} would allocate {human(size)} {what}")
         if size and self.total + size > self.limit:
             self.fail(f"{func} {what} would bring the live tensors of the call to {human(self.total + size)}")
-        self.peak = max(self.peak, self.total + size)
+        self.peak = _peak(self.peak, self.total + size)
 
     def grow_external(self, growth: int, func: Any, before: int) -> None:
         """Count ``growth`` bytes of a parameter or buffer ``func`` grows (kept until the call ends)."""
@@ -201,7 +209,7 @@ class Live:
                       f"from {human(before)} to {human(before + growth)}, bringing the live tensors of the call to "
                       f"{human(self.total + growth)}")
         self.total += growth
-        self.peak = max(self.peak, self.total)
+        self.peak = _peak(self.peak, self.total)
 
     def hold(self, t: torch.Tensor, func: Any, operands: set[Any] | None = None) -> None:
         """Count ``t``'s storage while ``t`` lives (``operands``: the storage keys of the op's arguments; one not
@@ -230,7 +238,7 @@ class Live:
         weakref.finalize(t, self._release, key)
         if self.total > self.limit:
             self.fail(f"{func} ({shape_text(t)}) would bring the live tensors of the call to {human(self.total)}")
-        self.peak = max(self.peak, self.total)
+        self.peak = _peak(self.peak, self.total)
 
     def _release(self, key: Any) -> None:
         entry = self.live.get(key)

@@ -182,9 +182,8 @@ FIGURES: list[Figure] = [
            r"`max_bytes=None, max_flops=None` in (.+?) rows of the runs measured \(the dense decoders' rows, Llama, "
            r"GPT-2, Qwen2 and Gemma-2: (.+?)\), with the default budgets in (.+?); the dense decoders' other rows "
            r"(\S+) \((\d+) of (\d+) at batch 1, .*?, and (\S+) for Mixtral, .*?a row's ratio moved by up to ([\d.]+) "
-           r"between runs, median ([\d.]+)\); .*?on fake tensors \((\S+) slower per token; each sequence length once "
-           r"per process, up to (\d+) remembered\)",
-           lambda: (*g.limitations(), str(s.literal("ir2torch/run_safety/forward_budget.py", "MAX_SIGNATURES")))),
+           r"between runs, median ([\d.]+)\); .*?the per-token \"first run\" figures in the table predate this and "
+           r"show (\S+)\)", g.limitations),
     Figure("docs/performance.md", "generate(): the target of issue 52",
            r"`max_bytes=None, max_flops=None`, by (.+?) rows of the runs above \(the dense decoders' rows: (.+?)\); "
            r"for the default rebuild by (.+?)\. The dense decoders' rows above it with the default budgets are (\S+), "
@@ -213,9 +212,15 @@ FIGURES: list[Figure] = [
     Figure("docs/performance.md", "generate(): Mixtral", r"eager Mixtral calls `torch\._grouped_mm`: (\S+);",
            lambda: (g.summary()[6],)),
     Figure("docs/performance.md", "generate(): the first run",
-           r"a first `generate\(\)` is (\S+) slower per token\*\*: .*?\(about (\d+-\d+) ms a step here\)\. .*?up to "
-           r"(\d+) signatures are remembered per module",
-           lambda: (*g.first_run(), str(s.literal("ir2torch/run_safety/forward_budget.py", "MAX_SIGNATURES")))),
+           r"a first `generate\(\)` was (\S+) slower per token\*\* .*?\(about (\d+-\d+) ms a step here\)\.",
+           g.first_run),
+    Figure("docs/performance.md", "generate(): the symbolic probe",
+           r"batch (\d+) with padding\), (\d+) new tokens: at most (\d+) concrete probes and one symbolic probe "
+           r"instead of (\d+) probes",
+           lambda: (s.in_source("tests/security/test_symbolic_probe.py", r"torch\.randint\(3, 100, \((\d+), 7\)\)")[0],
+                    *[s.in_source("tests/security/test_symbolic_probe.py", r'"max_new_tokens": (\d+)')[0]],
+                    s.in_source("tests/security/test_symbolic_probe.py", r"<= (\d+), len\(seen\)")[0],
+                    s.in_source("tests/security/test_symbolic_probe.py", r'"max_new_tokens": (\d+)')[0])),
     Figure("docs/performance.md", "generate(): cache copies",
            r"for (\d+) layers, (\d+) copies of the past and (\d+) lifted constants a step",
            lambda: (g.settings()[4], *[str(2 * int(g.settings()[4]))] * 2)),

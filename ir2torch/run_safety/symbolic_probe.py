@@ -1,0 +1,210 @@
+"""One probe for a family of input shapes: the forward budget's probe run on symbolic sizes (issue 52).
+
+:class:`~ir2torch.run_safety.forward_budget.ForwardBudget` probes each new input signature on fake tensors before
+the call runs. A decoder's ``generate()`` makes a new signature at every step (its cache grows by one token), so
+the first generation of a process paid one probe per token, 30 to 48 times a token's time.
+
+When two probed signatures of one module have the same structure, dtypes, devices, layouts and plain values and
+differ only in some tensor sizes, :class:`SymbolicCovers` probes the call once more with exactly those sizes as
+symbols (``ShapeEnv(duck_shape=False)``: each its own symbol, no equality assumed). The same dispatch mode as any
+probe measures it (:class:`~ir2torch.run_safety.op_modes.Tally`), on values whose sizes are expressions: every
+decision that depends on a size, in the fake kernels, in the generated code and input guard, and in the budget's
+own comparisons (an output or the live total against ``max_bytes``, the FLOPs against ``max_flops``), is recorded
+by the shape environment as a guard on the symbols, decided at the sizes of the probe.
+
+A later signature of the family is then **covered** without a probe when its sizes satisfy every guard: the probe
+would have taken the same decisions for it, each comparison with the budget included, so it fits the budget as the
+probed one did. The test is made on the shape environment's guards as expressions (``sympy`` substitution of the
+call's sizes; no guard is compiled or evaluated as code), with the sizes no guard mentions checked as well: every
+size that was not made a symbol equal, every stride equal to its expression, every symbol inside the range the
+probe assumed (sizes 0 and 1 are never symbols: the probe's range starts at 2). A probe that read a value of data
+(an unbacked symbol), fixed a symbol to one value, raised, or ran out of budget covers nothing; nor does a cover made
+under a smaller ``"available"`` memory than now (the limit is compared first). Anything not covered is probed as
+before. At most :data:`TRIES` symbolic probes are made per structure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import _disable_current_modes
+
+from common.module_state import kept_attributes
+from ir2torch.run_safety.fake_probe import fake_state, hooks_off
+from ir2torch.run_safety.op_modes import Tally, quiet_fake_tensors, storages
+from ir2torch.run_safety.size_exprs import evaluate
+
+#: Symbolic probes made at most per structure (a family whose sizes keep breaking the guards is probed as before).
+TRIES = 2
+
+
+class _Cover:
+    """The outcome of one symbolic probe: the family's fixed parts, the size and stride expressions its inputs were
+    made with (``ints`` where fixed), the shape environment's guards."""
+
+    __slots__ = ("env", "fixed", "guards", "inputs", "peak")
+
+    def __init__(self, fixed: tuple[Any, ...], inputs: list[tuple[int, tuple[Any, ...], tuple[Any, ...]]], env: Any,
+                 peak: Any) -> None:
+        self.fixed, self.inputs, self.env = fixed, inputs, env
+        self.peak = peak.node.expr if isinstance(peak, torch.SymInt) else int(peak)
+        self.guards = [g.expr for g in env.guards]
+
+    def covers(self, signature: tuple[Any, ...], limit: int | None) -> bool:
+        """Whether the probe's decisions hold for ``signature`` (module docstring)."""
+        if _fixed(signature, self.inputs) != self.fixed:
+            return False
+        values: dict[Any, int] = {}
+        pending: list[tuple[int, Any]] = []
+        for leaf, sizes, strides in self.inputs:
+            shape, stride = signature[1 + leaf][0], signature[1 + leaf][1]
+            if stride is None or len(shape) != len(sizes) or len(stride) != len(strides):
+                return False
+            for got, expr in zip((*shape, *stride), (*sizes, *strides)):
+                if isinstance(expr, int):
+                    if got != expr:
+                        return False
+                elif expr.is_Symbol and expr not in values:
+                    values[expr] = got
+                else:
+                    pending.append((got, expr))
+        for sym, value in values.items():
+            bound = self.env.var_to_range.get(sym)
+            if bound is None or not bound.lower <= value <= bound.upper:
+                return False
+        if any(evaluate(expr, values) != got for got, expr in pending):
+            return False
+        for sym, expr in self.env.replacements.items():  # sizes the probe found equal (or related): still so
+            if sym in values and evaluate(expr, values) != values[sym]:
+                return False
+        if not all(evaluate(guard, values) is True for guard in self.guards):
+            return False
+        # the same path as the probe's: its peak, an expression of the sizes, against the budget of now
+        return limit is None or evaluate(self.peak, values) <= limit
+
+
+def _fixed(signature: tuple[Any, ...], inputs: list[tuple[int, tuple[Any, ...], tuple[Any, ...]]]
+           ) -> tuple[Any, ...]:
+    """``signature`` without the sizes and strides of the inputs made symbolic (checked against their
+    expressions)."""
+    symbolic = {leaf for leaf, _, _ in inputs}
+    return (signature[0], *((part[2:] if i in symbolic else part) for i, part in enumerate(signature[1:])))
+
+
+def _varying(first: tuple[Any, ...], second: tuple[Any, ...]) -> dict[int, list[int]] | None:
+    """Leaf -> the dims whose sizes differ between two signatures of one structure, when nothing else differs but
+    strides (None otherwise, or when no size differs)."""
+    if first[0] != second[0] or len(first) != len(second):
+        return None
+    found: dict[int, list[int]] = {}
+    for i, (a, b) in enumerate(zip(first[1:], second[1:])):
+        if a == b:
+            continue
+        tensors = isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 5 and \
+            isinstance(a[0], torch.Size) and isinstance(b[0], torch.Size)
+        if not tensors or a[2:] != b[2:] or len(a[0]) != len(b[0]):
+            return None
+        dims = [d for d, (x, y) in enumerate(zip(a[0], b[0])) if x != y]
+        if any(a[0][d] < 2 or b[0][d] < 2 for d in dims):
+            return None  # 0 and 1 are decided, not symbols: such a family stays probed one by one
+        if dims:
+            found[i] = dims
+    return found or None
+
+
+class SymbolicCovers:
+    """A module's symbolic probes, one family per structure token (module docstring)."""
+
+    __slots__ = ("covers", "last", "tries")
+
+    def __init__(self) -> None:
+        self.last: dict[Any, tuple[Any, ...]] = {}
+        self.covers: dict[Any, _Cover] = {}
+        self.tries: dict[Any, int] = {}
+
+    def covered(self, signature: tuple[Any, ...], limit: int | None) -> bool:
+        cover = self.covers.get(signature[0])
+        try:
+            return cover is not None and cover.covers(signature, limit)
+        except Exception:  # noqa: BLE001 - a guard that cannot be decided covers nothing: probed as before
+            return False
+
+    def learn(self, obj: Any, call: Any, signature: tuple[Any, ...], args: tuple, kwargs: dict[str, Any],
+              limit: int | None, where: str | None, flops: int | None) -> None:
+        """After ``signature`` was probed: when it and the structure's last probed signature differ in sizes only,
+        probe the family symbolically (at most :data:`TRIES` times per structure)."""
+        token = signature[0]
+        previous, self.last[token] = self.last.get(token), signature
+        if previous is None or self.tries.get(token, 0) >= TRIES:
+            return
+        varying = _varying(previous, signature)
+        if varying is None:
+            return
+        self.tries[token] = self.tries.get(token, 0) + 1
+        cover = _probe(obj, call, signature, args, kwargs, varying, limit, where, flops)
+        if cover is not None and self._decides(cover, signature, limit):
+            self.covers[token] = cover
+
+
+    @staticmethod
+    def _decides(cover: _Cover, signature: tuple[Any, ...], limit: int | None) -> bool:
+        """Whether ``cover`` covers the signature it was made from (every guard decided by its sizes)."""
+        try:
+            return cover.covers(signature, limit)
+        except Exception:  # noqa: BLE001 - a guard on a symbol the call's sizes do not give
+            return False
+
+
+def _probe(obj: Any, call: Any, signature: tuple[Any, ...], args: tuple, kwargs: dict[str, Any],
+           varying: dict[int, list[int]], limit: int | None, where: str | None, flops: int | None) -> _Cover | None:
+    """The call on fake tensors whose ``varying`` sizes are symbols, measured as any probe; None when it does not
+    give a cover (module docstring)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    env = ShapeEnv(duck_shape=False)
+    leaves, spec = pytree.tree_flatten((args, kwargs))
+    if len(leaves) != len(signature) - 1:
+        return None
+    try:
+        with kept_attributes(obj), _disable_current_modes(), quiet_fake_tensors(), hooks_off(obj), \
+                FakeTensorMode(allow_fallback_kernels=False, shape_env=env) as mode, \
+                fake_state(obj, mode) as external:
+            fakes: list[Any] = []
+            for i, leaf in enumerate(leaves):
+                if isinstance(leaf, torch.Tensor):
+                    dims = set(varying.get(i, ()))
+                    context = StatelessSymbolicContext(
+                        dynamic_sizes=[DimDynamic.DYNAMIC if d in dims else DimDynamic.STATIC
+                                       for d in range(leaf.dim())],
+                        constraint_sizes=[None] * leaf.dim())
+                    fakes.append(mode.from_tensor(leaf, symbolic_context=context))
+                else:
+                    fakes.append(leaf)
+            made = [(i, _exprs(fake.shape), _exprs(fake.stride())) for i, fake in enumerate(fakes) if i in varying]
+            fake_args, fake_kwargs = pytree.tree_unflatten(fakes, spec)
+            inputs = storages((fake_args, fake_kwargs))
+            external.update(inputs)
+            with Tally(limit, where, external, flops, inputs) as tally:
+                call(obj, *fake_args, **fake_kwargs)
+    except Exception:  # noqa: BLE001 - no cover: the family is probed one signature at a time, as before
+        return None
+    if env.deferred_runtime_asserts and any(env.deferred_runtime_asserts.values()):
+        return None  # a size read from data
+    for i, sizes, _ in made:  # as made, before the call's guards replaced one by another
+        for d in varying[i]:
+            if isinstance(sizes[d], int) or getattr(env.replacements.get(sizes[d]), "is_number", False):
+                return None  # fixed to one value: nothing to cover
+    if any(getattr(sym, "name", "").startswith("u") for sym in env.var_to_range):
+        return None  # an unbacked symbol: a size read from data
+    return _Cover(_fixed(signature, made), made, env, tally.peak)
+
+
+def _exprs(values: Any) -> tuple[Any, ...]:
+    """Each size or stride as its symbolic expression, or its int."""
+    return tuple(v.node.expr if isinstance(v, torch.SymInt) else int(v) for v in values)
+
+
+__all__ = ["TRIES", "SymbolicCovers"]

@@ -69,7 +69,9 @@ def op_flops(func: Any, args: tuple, kwargs: dict[str, Any], out: Any) -> int:
     if formula is _sdpa_cpu:
         return _sdpa_cpu(*args, **kwargs)
     try:
-        return int(formula(*args, **kwargs, out_val=out))
+        flops = formula(*args, **kwargs, out_val=out)
+        # symbolic sizes (run_safety.symbolic_probe) stay an expression: int() would fix them to this call's values
+        return flops if isinstance(flops, torch.SymInt) else int(flops)
     except Exception:  # noqa: BLE001 - a formula that does not fit the arguments: counted from the output
         return 0
 

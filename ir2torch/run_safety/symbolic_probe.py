@@ -4,23 +4,25 @@
 the call runs. A decoder's ``generate()`` makes a new signature at every step (its cache grows by one token), so
 the first generation of a process paid one probe per token, 30 to 48 times a token's time.
 
-When two probed signatures of one module have the same structure, dtypes, devices, layouts and plain values and
-differ only in some tensor sizes, :class:`SymbolicCovers` probes the call once more with exactly those sizes as
-symbols (``ShapeEnv(duck_shape=False)``: each its own symbol, no equality assumed). The same dispatch mode as any
-probe measures it (:class:`~ir2torch.run_safety.op_modes.Tally`), on values whose sizes are expressions: every
-decision that depends on a size, in the fake kernels, in the generated code and input guard, and in the budget's
-own comparisons (an output or the live total against ``max_bytes``, the FLOPs against ``max_flops``), is recorded
-by the shape environment as a guard on the symbols, decided at the sizes of the probe.
+When a probed signature of a module has the same structure, dtypes, devices, layouts and plain values as the first
+probed one of its structure and differs only in some tensor sizes, :class:`SymbolicCovers` probes the call once
+more with the sizes seen varying (2 or more here) as symbols (``ShapeEnv(duck_shape=False)``: each its own symbol,
+no equality assumed). The same dispatch mode as any probe measures it (:class:`~ir2torch.run_safety.op_modes.
+Tally`), on values whose sizes are expressions: every decision that depends on a size, in the fake kernels, in the
+generated code and input guard, and in the budget's own comparisons (an output or the live total against
+``max_bytes``, the FLOPs against ``max_flops``), is recorded by the shape environment as a guard on the symbols,
+decided at the sizes of the probe; the peak of the live memory is kept as an expression (a symbolic maximum, which
+decides nothing), and so are the FLOPs and workspaces (an ``int()`` would fix them).
 
-A later signature of the family is then **covered** without a probe when its sizes satisfy every guard: the probe
-would have taken the same decisions for it, each comparison with the budget included, so it fits the budget as the
-probed one did. The test is made on the shape environment's guards as expressions (``sympy`` substitution of the
-call's sizes; no guard is compiled or evaluated as code), with the sizes no guard mentions checked as well: every
-size that was not made a symbol equal, every stride equal to its expression, every symbol inside the range the
-probe assumed (sizes 0 and 1 are never symbols: the probe's range starts at 2). A probe that read a value of data
-(an unbacked symbol), fixed a symbol to one value, raised, or ran out of budget covers nothing; nor does a cover made
-under a smaller ``"available"`` memory than now (the limit is compared first). Anything not covered is probed as
-before. At most :data:`TRIES` symbolic probes are made per structure.
+A later signature of the family is then **covered** without a probe when its sizes satisfy every guard and every
+relation the probe found between symbols, and the peak at its sizes fits the budget of the moment (``"available"``
+memory is read again): the probe would have taken the same decisions for it. The guards are decided on their
+expressions, walked with Python integers (:mod:`~ir2torch.run_safety.size_exprs`; nothing is compiled or evaluated
+as code), with the sizes no guard mentions checked as well: every size that was not made a symbol equal, every
+stride equal to its expression, every symbol inside the range the probe assumed (sizes 0 and 1 are never symbols:
+the probe's range starts at 2, and a family called with batch 1 and with more gets a cover for each). A probe that
+read a value of data (an unbacked symbol), fixed a varying size to one value, or raised covers nothing. Anything not
+covered is probed as before. At most :data:`TRIES` symbolic probes are made per structure.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from ir2torch.run_safety.op_modes import Tally, quiet_fake_tensors, storages
 from ir2torch.run_safety.size_exprs import evaluate
 
 #: Symbolic probes made at most per structure (a family whose sizes keep breaking the guards is probed as before).
-TRIES = 2
+TRIES = 6
 
 
 class _Cover:
@@ -95,7 +97,7 @@ def _fixed(signature: tuple[Any, ...], inputs: list[tuple[int, tuple[Any, ...], 
 
 def _varying(first: tuple[Any, ...], second: tuple[Any, ...]) -> dict[int, list[int]] | None:
     """Leaf -> the dims whose sizes differ between two signatures of one structure, when nothing else differs but
-    strides (None otherwise, or when no size differs)."""
+    strides (None otherwise)."""
     if first[0] != second[0] or len(first) != len(second):
         return None
     found: dict[int, list[int]] = {}
@@ -107,46 +109,57 @@ def _varying(first: tuple[Any, ...], second: tuple[Any, ...]) -> dict[int, list[
         if not tensors or a[2:] != b[2:] or len(a[0]) != len(b[0]):
             return None
         dims = [d for d, (x, y) in enumerate(zip(a[0], b[0])) if x != y]
-        if any(a[0][d] < 2 or b[0][d] < 2 for d in dims):
-            return None  # 0 and 1 are decided, not symbols: such a family stays probed one by one
         if dims:
             found[i] = dims
-    return found or None
+    return found
 
 
 class SymbolicCovers:
-    """A module's symbolic probes, one family per structure token (module docstring)."""
+    """A module's symbolic probes: per structure token, the first probed signature, the dims seen varying since, and
+    up to :data:`TRIES` covers (module docstring)."""
 
-    __slots__ = ("covers", "last", "tries")
+    __slots__ = ("covers", "first", "seen", "tried")
 
     def __init__(self) -> None:
-        self.last: dict[Any, tuple[Any, ...]] = {}
-        self.covers: dict[Any, _Cover] = {}
-        self.tries: dict[Any, int] = {}
+        self.first: dict[Any, tuple[Any, ...]] = {}
+        self.seen: dict[Any, dict[int, set[int]]] = {}
+        self.tried: dict[Any, list[frozenset[tuple[int, int]]]] = {}  # the symbols of each symbolic probe made
+        self.covers: dict[Any, list[_Cover]] = {}
 
     def covered(self, signature: tuple[Any, ...], limit: int | None) -> bool:
-        cover = self.covers.get(signature[0])
-        try:
-            return cover is not None and cover.covers(signature, limit)
-        except Exception:  # noqa: BLE001 - a guard that cannot be decided covers nothing: probed as before
-            return False
+        for cover in self.covers.get(signature[0], ()):
+            try:
+                if cover.covers(signature, limit):
+                    return True
+            except Exception:  # noqa: BLE001 - a guard that cannot be decided covers nothing: probed as before
+                continue
+        return False
 
     def learn(self, obj: Any, call: Any, signature: tuple[Any, ...], args: tuple, kwargs: dict[str, Any],
               limit: int | None, where: str | None, flops: int | None) -> None:
-        """After ``signature`` was probed: when it and the structure's last probed signature differ in sizes only,
-        probe the family symbolically (at most :data:`TRIES` times per structure)."""
+        """After ``signature`` was probed: the sizes that differ from the structure's first probed signature (in
+        sizes only) join the dims seen varying; those of them at 2 or more here become the symbols of one more probe,
+        unless a try already had the same symbols (at most :data:`TRIES` tries per structure; fewer symbols keep it
+        cheaper: the other sizes stay fixed). Sizes 0 and 1 are decided by the kernels, not symbols: a family called
+        with 1 and with more gets a cover for each."""
         token = signature[0]
-        previous, self.last[token] = self.last.get(token), signature
-        if previous is None or self.tries.get(token, 0) >= TRIES:
+        first = self.first.setdefault(token, signature)
+        varying = None if first is signature else _varying(first, signature)
+        if not varying:
             return
-        varying = _varying(previous, signature)
-        if varying is None:
+        seen = self.seen.setdefault(token, {})
+        for leaf, dims in varying.items():
+            seen.setdefault(leaf, set()).update(dims)
+        chosen = {leaf: sorted(d for d in dims if signature[1 + leaf][0][d] >= 2) for leaf, dims in seen.items()}
+        chosen = {leaf: dims for leaf, dims in chosen.items() if dims}
+        key = frozenset((i, d) for i, dims in chosen.items() for d in dims)
+        tried = self.tried.setdefault(token, [])
+        if not key or len(tried) >= TRIES or key in tried:
             return
-        self.tries[token] = self.tries.get(token, 0) + 1
-        cover = _probe(obj, call, signature, args, kwargs, varying, limit, where, flops)
+        tried.append(key)  # a failed try counts too
+        cover = _probe(obj, call, signature, args, kwargs, chosen, limit, where, flops)
         if cover is not None and self._decides(cover, signature, limit):
-            self.covers[token] = cover
-
+            self.covers.setdefault(token, []).append(cover)
 
     @staticmethod
     def _decides(cover: _Cover, signature: tuple[Any, ...], limit: int | None) -> bool:

@@ -151,7 +151,8 @@ def workspace_bytes(func: Any, args: tuple, kwargs: dict[str, Any], out: Any) ->
     if model is None:
         return 0
     try:
-        return int(model(*args, **{k: v for k, v in kwargs.items() if k != "out"}, out=out))
+        size = model(*args, **{k: v for k, v in kwargs.items() if k != "out"}, out=out)
+        return size if isinstance(size, torch.SymInt) else int(size)  # symbolic sizes stay expressions
     except (TypeError, ValueError, IndexError, RuntimeError):
         return 0  # arguments the kernel refuses itself
 

@@ -96,6 +96,50 @@ def test_other_strides_or_dtypes_are_probed_again(monkeypatch: pytest.MonkeyPatc
     assert probes == [10, 11, 13]
 
 
+class _Conv(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self.conv(x).relu()).flatten(1)
+
+
+def _conv_rebuilt(max_flops: Any) -> tuple[nn.Module, nn.Module]:
+    model = _Conv().eval()
+    shapes = {"x": {0: Dim("b", min=1, max=64), 2: 8 * Dim("h", min=1, max=64), 3: 8 * Dim("w", min=1, max=64)}}
+    ir = torch2ir.convert(model, (torch.randn(2, 3, 16, 16),), dynamic_shapes=shapes)
+    return model, ir2torch.convert(ir, model.state_dict(), max_bytes=64_000_000, max_flops=max_flops)
+
+
+def test_batch_one_and_larger_batches_get_a_cover_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sizes 0 and 1 are decided by the kernels, not symbols: calls with batch 1 and with more are two families.
+    The FLOPs and workspace of a convolution stay expressions of the sizes (an ``int()`` of them fixed every
+    symbol to the probed size, and nothing was covered)."""
+    seen: list[tuple[int, ...]] = []
+    original = forward_budget.ForwardBudget._probe
+    monkeypatch.setattr(forward_budget.ForwardBudget, "_probe",
+                        lambda self, obj, call, args, *rest: seen.append(tuple(args[0].shape)) or
+                        original(self, obj, call, args, *rest))
+    model, rebuilt = _conv_rebuilt("auto")
+    calls = [(b, h, w) for h, w in ((16, 16), (24, 16), (32, 40), (64, 64), (16, 80)) for b in (1, 2, 3)]
+    for b, h, w in calls:
+        x = torch.randn(b, 3, h, w)
+        torch.testing.assert_close(rebuilt(x), model(x))
+    assert len(seen) <= 6 < len(calls), seen
+
+
+def test_a_covered_family_still_refuses_a_call_over_the_compute_budget() -> None:
+    model, rebuilt = _conv_rebuilt(3_000_000)
+    for h in (16, 24, 32):
+        x = torch.randn(2, 3, h, h)
+        torch.testing.assert_close(rebuilt(x), model(x))
+    assert rebuilt.__dict__[BUDGET_ATTR].symbolic.covers, "the symbolic probe made no cover"
+    with pytest.raises(ResourceBudgetError, match="compute budget"):
+        rebuilt(torch.randn(8, 3, 256, 256))  # 8 * 128 * 128 * 8 * 27 * 2 FLOPs, far over 3 MFLOP
+
+
 def test_generate_on_a_rebuilt_gpt2_probes_a_few_steps_not_each(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first ``generate()`` of a process made one probe per token (each step's cache is one longer)."""
     transformers = pytest.importorskip("transformers")

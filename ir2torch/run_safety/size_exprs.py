@@ -79,11 +79,10 @@ def evaluate(expr: Any, values: dict[Any, int]) -> Any:
 
 
 def decide(expr: Any, values: dict[Any, int]) -> Any:
-    """``expr`` at ``values`` by ``sympy`` substitution: an int or a bool (``TypeError`` when it stays symbolic)."""
-    import sympy
-
-    result = expr.xreplace({k: sympy.Integer(v) for k, v in values.items()})
-    if result.is_Boolean if hasattr(result, "is_Boolean") else False:
+    """``expr`` at ``values`` by ``sympy`` substitution (the expression's own ``subs``: sympy is not imported here):
+    an int or a bool (``TypeError`` when it stays symbolic)."""
+    result = expr.subs(values)
+    if getattr(result, "is_Boolean", False):
         return bool(result)
     if getattr(result, "is_Integer", False):
         return int(result)

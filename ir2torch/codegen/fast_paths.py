@@ -21,8 +21,8 @@ node's op as the graph has it (through the same run-time checks).
   ``OpOverload.__call__`` itself calls (the same overload, one Python frame less; dynamo cannot trace it, which is
   why the graph itself does not: the folded forward never runs under dynamo).
 - a module with no other reason for a folded forward gets one for these entries alone when it has at least
-  :data:`MIN_ENTRIES` of them (Gemma-2's eager attention: 3 size reads and 4 or 6 slices a layer; fewer are not
-  worth the folded forward's per-call check).
+  :data:`MIN_ENTRIES` of them (Gemma-2's eager attention: 3 size reads and 4 or 6 slices a layer; GPT-2's
+  ``Conv1D`` and Mixtral's MoE blocks: 2 size reads; one is not worth the folded forward's per-call check).
 - :func:`grouped_mm` (``transformers.grouped_mm_fallback``, the experts' product of transformers' mixture-of-experts
   layers, :mod:`common.known_ops`): eager transformers calls ``torch._grouped_mm`` on the CPU, and picks its
   Python fallback only while compiling or exporting (float32 weights), so the IR has the fallback: a custom
@@ -73,9 +73,10 @@ def find(graph: fx.Graph) -> list[fx.Node]:
 
 
 #: Fewest calls :func:`rewrite` changes (size reads, boxed calls, index entries) that give a module without another
-#: reason for one a folded forward: each saves about 0.7-0.9 us, the folded forward's per-call check costs about as
-#: much as one (Gemma-2's eager attention: 3 size reads and 4-6 slices a layer; a Conv1D's 2 reads are not worth it).
-MIN_ENTRIES = 4
+#: reason for one a folded forward: each saves about 0.7-0.9 us; the folded forward's per-call check of a module
+#: with nothing folded (no values, so no key of global state to read: ``fold_cache.FoldState.ready``) costs about
+#: 0.4 us and its call about as much as the plain one (a GPT-2 ``Conv1D``'s 2 reads: 8.5 -> 7.8 us a call).
+MIN_ENTRIES = 2
 
 
 def entries(graph: fx.Graph) -> int:

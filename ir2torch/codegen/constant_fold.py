@@ -304,7 +304,7 @@ def attach_fold(gm: fx.GraphModule, graph: fx.Graph, implementation: str, codes:
     skip = causal_mask.skipping(forward, compiled) if codegen is None else None
     fold_cache.install(gm, fold_cache.FoldPlan(compile_variant(once, implementation, codes), compiled(forward),
                                                plan.op_count, tuple(plan.frontier.index(n) for n in plan.copied),
-                                               tuple(plan.attrs), skip))
+                                               tuple(plan.attrs), skip, values=bool(plan.frontier)))
     return True
 
 

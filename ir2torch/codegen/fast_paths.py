@@ -20,9 +20,12 @@ node's op as the graph has it (through the same run-time checks).
   a Llama or Mixtral step's ``slice.Tensor``, 16 and 17 calls) is called through ``OpOverload._op``, the entry
   ``OpOverload.__call__`` itself calls (the same overload, one Python frame less; dynamo cannot trace it, which is
   why the graph itself does not: the folded forward never runs under dynamo).
+- the checks of the nodes that have one (:mod:`ir2torch.run_safety.node_checks`: a precondition, proven indices,
+  writes) are made at every call without first testing whether a tracer runs the call
+  (:func:`~ir2torch.run_safety.node_checks.untraced`): the folded forward runs only where none does.
 - a module with no other reason for a folded forward gets one for these entries alone when it has at least
-  :data:`MIN_ENTRIES` of them (Gemma-2's eager attention: 3 size reads and 4 or 6 slices a layer; fewer are not
-  worth the folded forward's per-call check).
+  :data:`MIN_ENTRIES` of them (Gemma-2's eager attention: 3 size reads and 4 or 6 slices a layer; GPT-2's
+  ``Conv1D`` and Mixtral's MoE blocks: 2 size reads; one is not worth the folded forward's per-call check).
 - :func:`grouped_mm` (``transformers.grouped_mm_fallback``, the experts' product of transformers' mixture-of-experts
   layers, :mod:`common.known_ops`): eager transformers calls ``torch._grouped_mm`` on the CPU, and picks its
   Python fallback only while compiling or exporting (float32 weights), so the IR has the fallback: a custom
@@ -45,7 +48,7 @@ import torch
 from torch import fx
 
 from ir2torch.codegen.direct_op import DirectOp
-from ir2torch.run_safety.node_checks import CheckedCall, checked_target, with_call
+from ir2torch.run_safety.node_checks import CheckedCall, checked_target, untraced, with_call
 
 _aten = torch.ops.aten
 _SYM_SIZE = _aten.sym_size.int
@@ -73,9 +76,10 @@ def find(graph: fx.Graph) -> list[fx.Node]:
 
 
 #: Fewest calls :func:`rewrite` changes (size reads, boxed calls, index entries) that give a module without another
-#: reason for one a folded forward: each saves about 0.7-0.9 us, the folded forward's per-call check costs about as
-#: much as one (Gemma-2's eager attention: 3 size reads and 4-6 slices a layer; a Conv1D's 2 reads are not worth it).
-MIN_ENTRIES = 4
+#: reason for one a folded forward: each saves about 0.7-0.9 us; the folded forward's per-call check of a module
+#: with nothing folded (no values, so no key of global state to read: ``fold_cache.FoldState.ready``) costs about
+#: 0.4 us and its call about as much as the plain one (a GPT-2 ``Conv1D``'s 2 reads: 8.5 -> 7.8 us a call).
+MIN_ENTRIES = 2
 
 
 def entries(graph: fx.Graph) -> int:
@@ -103,7 +107,10 @@ def rewrite(graph: fx.Graph) -> int:
         node.target = grouped_mm
         count += 1
     for node in graph.nodes:
-        if node.op == "call_function" and (entry := _entry(node)) is not None:
+        if node.op != "call_function":
+            continue
+        node.target = untraced(node.target)  # its check made at every call, without the tracer test (not counted)
+        if (entry := _entry(node)) is not None:
             node.target = entry
             count += 1
     return count

@@ -80,7 +80,8 @@ class FoldPlan:
     """
 
     def __init__(self, constants: Callable[..., tuple], forward: Callable[..., Any], op_count: int,
-                 copied: tuple[int, ...] = (), attrs: tuple[str, ...] = (), skip: Any = None) -> None:
+                 copied: tuple[int, ...] = (), attrs: tuple[str, ...] = (), skip: Any = None,
+                 values: bool = True) -> None:
         self.constants = constants
         self.forward = forward
         self.op_count = op_count
@@ -91,6 +92,9 @@ class FoldPlan:
         #: the forward making an all-true attention mask in one op, and when it applies
         #: (:class:`ir2torch.codegen.causal_mask.MaskSkip`), or ``None``
         self.skip = skip
+        #: whether the forward reads folded values (``False``: nothing folded, the forward holds only rewrites
+        #: such as fast entries; no values to compute, so no key to read at each call)
+        self.values = values
 
     def __deepcopy__(self, memo: dict[int, Any]) -> FoldPlan:
         return self  # compiled code only: shared
@@ -122,6 +126,8 @@ class FoldState:
                 nn.Module.__call__ is not _MODULE_CALL or type(obj).forward is not self.plain or \
                 obj._compiled_call_impl is not None:
             return False
+        if not self.plan.values:
+            return True  # nothing folded: the global state no value depends on is not read
         key = (_default_dtype(), _inference_mode(), _threads(), _deterministic())
         if self.plan.attrs:
             held = _held(obj, self.plan.attrs)

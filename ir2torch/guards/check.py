@@ -113,8 +113,11 @@ class InputGuard:
         Raises:
             InputMismatchError: names the missing, unexpected or mis-structured argument.
         """
-        with self._named():
+        try:  # (what :meth:`_named` does, without a generator's context manager at every call)
             self._check_call(args, kwargs)
+        except InputMismatchError as error:
+            self._name(error)
+            raise
 
     @contextlib.contextmanager
     def _named(self) -> Iterator[None]:
@@ -122,14 +125,18 @@ class InputGuard:
         try:
             yield
         except InputMismatchError as error:
-            if self.implementation is None or error.implementation is not None:
-                raise
-            error.implementation = self.implementation
-            keep = (f'opaque=["auto", "{self.module_class}"]' if self.module_class else 'opaque=["auto", its class]')
-            error.hint = (f"{error.hint}; " if error.hint else "") + (
-                "this module was traced on its own, for the call its opaque caller made while converting: convert "
-                f"with {keep} to keep it opaque, exact for every call")
+            self._name(error)
             raise
+
+    def _name(self, error: InputMismatchError) -> None:
+        """:meth:`_named`'s naming of ``error`` (an error naming an implementation already is kept)."""
+        if self.implementation is None or error.implementation is not None:
+            return
+        error.implementation = self.implementation
+        keep = (f'opaque=["auto", "{self.module_class}"]' if self.module_class else 'opaque=["auto", its class]')
+        error.hint = (f"{error.hint}; " if error.hint else "") + (
+            "this module was traced on its own, for the call its opaque caller made while converting: convert "
+            f"with {keep} to keep it opaque, exact for every call")
 
     def _check_call(self, args: tuple, kwargs: dict[str, Any]) -> None:
         names, given = self.arg_names, len(args)

@@ -58,13 +58,14 @@ from torch.utils._python_dispatch import _disable_current_modes
 from common.errors import ExecutionError, IRError
 from common.module_state import kept_attributes
 from common.names import GENERATED_ATTRS
-from common.treespec import exact_leaves
 from ir2torch.run_safety.budget import AVAILABLE, Budget, available_bytes
 from ir2torch.run_safety.budget_errors import budget_error as _budget_error
 from ir2torch.run_safety.checked import Checked
 from ir2torch.run_safety.fake_probe import fake_state, hooks_off, state_storages
 from ir2torch.run_safety.flops import FlopBudget, flop_limit
 from ir2torch.run_safety.op_modes import OverBudget, Tally, over_budget, quiet_fake_tensors, storages
+from ir2torch.run_safety.signatures import call_storages
+from ir2torch.run_safety.signatures import signature as _signature
 from ir2torch.run_safety.symbolic_probe import SymbolicCovers
 from ir2torch.run_safety.writes import CALLER, foreign_writes
 
@@ -243,7 +244,10 @@ class ForwardBudget:
         """The plain call, each node that writes in place testing its arguments against the storages of the call's
         inputs (:data:`~ir2torch.run_safety.writes.CALLER`, :mod:`~ir2torch.run_safety.node_checks`)."""
         LOCAL.depth += 1
-        saved, CALLER.inputs = CALLER.inputs, storages((args, kwargs))
+        inputs, spec = call_storages((args, kwargs), self.spec)
+        if spec is not self.spec:  # (a new structure: a key() reading it next takes its token anew)
+            self.spec, self.token = spec, None
+        saved, CALLER.inputs = CALLER.inputs, inputs
         try:
             return call(obj, *args, **kwargs)
         except IRError as exc:
@@ -271,47 +275,6 @@ def _remember(signatures: set[Any], signature: Any) -> None:
     if len(signatures) >= MAX_SIGNATURES:
         signatures.clear()
     signatures.add(signature)
-
-
-_TENSOR, _STRIDED = torch.Tensor, torch.strided
-#: Leaf types a signature describes by value (anything else by identity).
-_VALUES = (int, float, bool, str, type(None), torch.dtype, torch.device)
-
-
-def _signature(args: tuple, kwargs: dict[str, Any], known: pytree.TreeSpec | None = None) -> Any:
-    """What decides a call's sizes and aliasing: its structure (``TreeSpec``), each tensor's shape, strides, dtype
-    and device; every other leaf's value. The strides count: ``contiguous()`` or ``reshape`` of a contiguous input
-    returns the input itself, of a transposed one a copy, so a probe of one does not tell whether an in-place op of
-    the graph writes the other. ``known``: the structure of an earlier call; when the call has exactly that
-    structure and only tensors and such values as leaves, its leaves are read in one walk against it
-    (:func:`~common.treespec.exact_leaves`: the leaves ``tree_flatten`` gives for the same spec) instead of
-    flattening the call again (a decoder's cache: 35 us a step)."""
-    if known is not None:
-        leaves = exact_leaves((args, kwargs), known)
-        if leaves is not None:
-            described = _described(leaves, exact=True)
-            if described is not None:
-                return (known, *described)
-    leaves, spec = pytree.tree_flatten((args, kwargs))
-    return (spec, *_described(leaves, exact=False))  # type: ignore[misc]
-
-
-def _described(leaves: list[Any], exact: bool) -> list[Any] | None:
-    """Each leaf's part of a signature; with ``exact``, ``None`` when a leaf is neither a tensor nor a value of
-    :data:`_VALUES` (read against a known spec, such a leaf may be a container ``tree_flatten`` would open)."""
-    out: list[Any] = []
-    append = out.append
-    for leaf in leaves:
-        if type(leaf) is _TENSOR or isinstance(leaf, _TENSOR):  # its device itself (type and index): a finer key
-            layout = leaf.layout  # than its type, read about 5 times faster (``Size`` hashes and compares as a tuple)
-            append((leaf.shape, leaf.stride() if layout is _STRIDED else None, leaf.dtype, leaf.device, layout))
-        elif isinstance(leaf, _VALUES):
-            append((type(leaf), leaf))
-        elif exact:
-            return None
-        else:
-            append(id(leaf))  # unhashable or opaque: its identity (a new object is probed again)
-    return out
 
 
 def static_guard(root: nn.Module) -> bool:

@@ -163,6 +163,36 @@ def _run_index_proven(key: str, proofs: tuple[tuple[int, int, int], ...], call: 
     return call(*args, **kwargs)
 
 
+def _run_precondition_untraced(key: str, call: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """:func:`_run_precondition` in a folded forward (:func:`untraced`): the precondition tested at every call."""
+    problem = PRECONDITIONS[key](*args, **kwargs)
+    if problem is not None:
+        raise RuntimeError(f"{name}: {problem}; refused before it runs")
+    return call(*args, **kwargs)
+
+
+def _run_index_proven_untraced(key: str, proofs: tuple[tuple[int, int, int], ...], call: Any, name: str,
+                               *args: Any, **kwargs: Any) -> Any:
+    """:func:`_run_index_proven` in a folded forward (:func:`untraced`): the check made at every call."""
+    if len(args) >= 2:
+        self, indices = args[0], args[1]
+    else:
+        bound = bind(key, args, kwargs)
+        self, indices = bound.get("self"), bound.get("indices")
+    problem = check_proven(self, indices, proofs, lambda: PRECONDITIONS[key](*args, **kwargs))
+    if problem is not None:
+        raise RuntimeError(f"{name}: {problem}; refused before it runs")
+    return call(*args, **kwargs)
+
+
+def _run_write_checked_untraced(overload: Any, call: Any, *args: Any, **kwargs: Any) -> Any:
+    """:func:`_run_write_checked` in a folded forward (:func:`untraced`): the writes tested at every call."""
+    inputs = CALLER.inputs
+    if inputs:
+        no_caller_write(overload, args, kwargs, inputs, None)
+    return call(*args, **kwargs)
+
+
 def _run_data_checked(call: Any, *args: Any, **kwargs: Any) -> Any:
     if tracing() or _covered():
         return call(*args, **kwargs)
@@ -175,6 +205,28 @@ def _run_write_checked(overload: Any, call: Any, *args: Any, **kwargs: Any) -> A
     if inputs and not tracing():  # raises OverBudget (write=True), which the forward budget reports
         no_caller_write(overload, args, kwargs, inputs, None)
     return call(*args, **kwargs)
+
+
+#: Each check's form in a folded forward (:func:`untraced`).
+_UNTRACED = {_run_precondition: _run_precondition_untraced, _run_index_proven: _run_index_proven_untraced,
+             _run_write_checked: _run_write_checked_untraced}
+
+
+def untraced(target: Any) -> Any:
+    """``target`` (a node's target) for a module's folded forward (:mod:`ir2torch.codegen.fold_cache`): a
+    precondition's, proven indices' or write check without its :func:`tracing` test, so the check is made at every
+    call. The folded forward runs only where none of what :func:`tracing` tests holds (its per-call test,
+    ``FoldState.ready``, tests each of them; nothing the forward runs leaves one on), and a check made under a tracer
+    would only be one more; any other target is returned as it is."""
+    if not isinstance(target, CheckedCall):
+        return target
+    func = _UNTRACED.get(target.func)
+    if func is None:
+        return target
+    args = target.args
+    if target.func is _run_write_checked:
+        args = (args[0], untraced(args[1]), *args[2:])
+    return _named(CheckedCall(func, *args), target.overload, target.overload)
 
 
 def _named(wrapper: Any, overload: Any, call: Any) -> Any:
@@ -190,29 +242,32 @@ def _reproved(call: CheckedCall, node: fx.Node | None) -> Any:
     nodes a proof rested on) keeps the index proofs that graph proves, and no other."""
     if node is None:
         return call
-    if call.func is _run_write_checked:
+    if call.func in (_run_write_checked, _run_write_checked_untraced):
         inner = _reproved(call.args[1], node)
         return call if inner is call.args[1] else \
-            _named(CheckedCall(_run_write_checked, call.args[0], inner), call.args[0], inner)
-    if call.func is not _run_index_proven:
+            _named(CheckedCall(call.func, call.args[0], inner), call.args[0], inner)
+    if call.func not in (_run_index_proven, _run_index_proven_untraced):
         return call
     key, proofs, inner_call, name = call.args
     now = proven_indices(node)
     if now == proofs:
         return call
-    return _named(CheckedCall(_run_index_proven, key, now, inner_call, name) if now else
-                  CheckedCall(_run_precondition, key, inner_call, name), call.overload, inner_call)
+    untraced_form = call.func is _run_index_proven_untraced  # (a folded forward's: :func:`untraced`)
+    proven, plain = (_run_index_proven_untraced, _run_precondition_untraced) if untraced_form else \
+        (_run_index_proven, _run_precondition)
+    return _named(CheckedCall(proven, key, now, inner_call, name) if now else
+                  CheckedCall(plain, key, inner_call, name), call.overload, inner_call)
 
 
 def with_call(checked: CheckedCall, call: Any) -> CheckedCall:
     """``checked`` (a precondition's or proven indices' check of one overload) running ``call`` once its check
     passed, in place of the overload's own call: the same check, made first at every call."""
-    if checked.func is _run_precondition:
+    if checked.func in (_run_precondition, _run_precondition_untraced):
         key, _, name = checked.args
-        return _named(CheckedCall(_run_precondition, key, call, name), checked.overload, checked.overload)
-    if checked.func is _run_index_proven:
+        return _named(CheckedCall(checked.func, key, call, name), checked.overload, checked.overload)
+    if checked.func in (_run_index_proven, _run_index_proven_untraced):
         key, proofs, _, name = checked.args
-        return _named(CheckedCall(_run_index_proven, key, proofs, call, name), checked.overload, checked.overload)
+        return _named(CheckedCall(checked.func, key, proofs, call, name), checked.overload, checked.overload)
     return checked  # a data-checked or write-checked call: left as it is
 
 
@@ -314,4 +369,4 @@ def _plain_embedding(obj: nn.Embedding, args: tuple, kwargs: dict[str, Any]) -> 
 
 
 __all__ = ["MODULE_CHECKS", "PRECONDITION_FREE_COMPOSITES", "CheckedCall", "call_data_checked", "checked_target",
-           "is_composite", "module_needs_checks", "tracing", "with_call"]
+           "is_composite", "module_needs_checks", "tracing", "untraced", "with_call"]

@@ -35,20 +35,36 @@ CALLER = _Caller()
 def written(func: Any, args: tuple, kwargs: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
     """``(argument name, tensor)`` of each tensor argument ``func``'s schema marks as written (``self`` of an
     in-place op, ``out=``)."""
-    schema = getattr(func, "_schema", None)
-    if schema is None:
-        return
-    for index, argument in enumerate(schema.arguments):
-        info = argument.alias_info
-        if info is None or not info.is_write:
-            continue
-        if argument.kwarg_only or index >= len(args):
-            value = kwargs.get(argument.name)
-        else:
-            value = args[index]
+    for index, name, kwarg_only in _written_arguments(func):
+        value = kwargs.get(name) if kwarg_only or index >= len(args) else args[index]
         for tensor in value if isinstance(value, (list, tuple)) else (value,):
             if isinstance(tensor, torch.Tensor):
-                yield argument.name, tensor
+                yield name, tensor
+
+
+#: ``func`` -> ``(index, name, kwarg_only)`` of each argument its schema marks as written (read once per operator:
+#: a schema's arguments are made as Python objects at each read).
+_WRITTEN: dict[Any, tuple[tuple[int, str, bool], ...]] = {}
+
+
+def _written_arguments(func: Any) -> tuple[tuple[int, str, bool], ...]:
+    if type(func) is not _OVERLOAD:  # (only an overload is remembered: what compares equal to one may not be one)
+        return _schema_written(func)
+    found = _WRITTEN.get(func)
+    if found is None:
+        _WRITTEN[func] = found = _schema_written(func)
+    return found
+
+
+_OVERLOAD = torch._ops.OpOverload
+
+
+def _schema_written(func: Any) -> tuple[tuple[int, str, bool], ...]:
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return ()
+    return tuple((index, argument.name, bool(argument.kwarg_only)) for index, argument in enumerate(schema.arguments)
+                 if argument.alias_info is not None and argument.alias_info.is_write)
 
 
 #: ``func`` -> whether its schema writes an argument (every op of a checked call asks: read once per operator).

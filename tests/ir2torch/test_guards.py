@@ -278,3 +278,17 @@ def test_a_torch_size_argument_binds_as_the_tuple_it_was_traced_as() -> None:
     assert max_abs_diff(model(torch.Size([2, 5])), new(torch.Size([2, 5]))) == 0.0
     assert max_abs_diff(model(torch.Size([2, 5])), new((2, 5))) == 0.0
     _raises(lambda: new(torch.Size([2, 6])), "constant 5", key="shape[1]")
+
+
+def test_a_call_check_of_a_module_traced_on_its_own_names_it() -> None:
+    """The structure check of a call (``check_call``) names the module traced on its own and how to keep it exact;
+    a guard of no such module, or an error naming an implementation already, is left as it is."""
+    from ir2torch.guards.check import InputGuard
+
+    named = InputGuard([], {}, ["x"], None, implementation="block.inner", module_class="Inner")
+    with pytest.raises(InputMismatchError) as caught:
+        named.check_call(nn.Identity(), (), {"y": 1})
+    assert caught.value.implementation == "block.inner" and 'opaque=["auto", "Inner"]' in caught.value.hint
+    with pytest.raises(InputMismatchError) as caught:
+        InputGuard([], {}, ["x"], None).check_call(nn.Identity(), (), {"y": 1})
+    assert caught.value.implementation is None and "opaque" not in (caught.value.hint or "")

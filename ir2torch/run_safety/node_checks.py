@@ -152,15 +152,20 @@ def _run_index_proven(key: str, proofs: tuple[tuple[int, int, int], ...], call: 
     """:func:`_run_precondition` of an ``index`` / ``index_put`` node some of whose indices are proven in range
     (:mod:`~ir2torch.run_safety.index_provenance`): their values are read only when their shapes do not settle it."""
     if not tracing():
-        if len(args) >= 2:  # every overload of INDEXING takes ``self, indices`` first: read them positionally
-            self, indices = args[0], args[1]
-        else:
-            bound = bind(key, args, kwargs)
-            self, indices = bound.get("self"), bound.get("indices")
-        problem = check_proven(self, indices, proofs, lambda: PRECONDITIONS[key](*args, **kwargs))
-        if problem is not None:
-            raise RuntimeError(f"{name}: {problem}; refused before it runs")
+        _check_index_proven(key, proofs, name, args, kwargs)
     return call(*args, **kwargs)
+
+
+def _check_index_proven(key: str, proofs: tuple[tuple[int, int, int], ...], name: str, args: tuple,
+                        kwargs: dict[str, Any]) -> None:
+    if len(args) >= 2:  # every overload of INDEXING takes ``self, indices`` first: read them positionally
+        self, indices = args[0], args[1]
+    else:
+        bound = bind(key, args, kwargs)
+        self, indices = bound.get("self"), bound.get("indices")
+    problem = check_proven(self, indices, proofs, lambda: PRECONDITIONS[key](*args, **kwargs))
+    if problem is not None:
+        raise RuntimeError(f"{name}: {problem}; refused before it runs")
 
 
 def _run_precondition_untraced(key: str, call: Any, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -174,14 +179,7 @@ def _run_precondition_untraced(key: str, call: Any, name: str, *args: Any, **kwa
 def _run_index_proven_untraced(key: str, proofs: tuple[tuple[int, int, int], ...], call: Any, name: str,
                                *args: Any, **kwargs: Any) -> Any:
     """:func:`_run_index_proven` in a folded forward (:func:`untraced`): the check made at every call."""
-    if len(args) >= 2:
-        self, indices = args[0], args[1]
-    else:
-        bound = bind(key, args, kwargs)
-        self, indices = bound.get("self"), bound.get("indices")
-    problem = check_proven(self, indices, proofs, lambda: PRECONDITIONS[key](*args, **kwargs))
-    if problem is not None:
-        raise RuntimeError(f"{name}: {problem}; refused before it runs")
+    _check_index_proven(key, proofs, name, args, kwargs)
     return call(*args, **kwargs)
 
 

@@ -16,8 +16,8 @@ values in the first real call, after the probe covered the plain graph they come
 
 A call is probed once per input signature (shapes, strides, dtypes and non-tensor values of its arguments): a root
 whose input guard fixes every shape is probed once, a model with dynamic shapes again for each new signature, until
-two signatures differing in sizes only let one probe on symbolic sizes cover the others the same decisions would
-(a decoder's growing cache: :mod:`~ir2torch.run_safety.symbolic_probe`). The
+enough signatures differing in sizes only were probed for one probe on symbolic sizes to be worth it: it covers the
+others the same decisions would (a decoder's growing cache: :mod:`~ir2torch.run_safety.symbolic_probe`). The
 real calls after a probe still have each node writing in place test its real arguments against the call's inputs
 (:mod:`~ir2torch.run_safety.writes`: what aliases the caller's tensors is decided on real storages, not only on the
 probe's fake ones). Where a
@@ -184,8 +184,9 @@ class ForwardBudget:
     def _probe(self, obj: nn.Module, call: Callable[..., Any], args: tuple, kwargs: dict[str, Any],
                limit: int | None, signature: Any = None) -> bool:
         """Run the call on fake tensors; True when it fits, False when it cannot be told (data-dependent sizes).
-        Then, when ``signature`` differs from the last probed one in sizes only, probe them as symbols (one probe
-        for the sizes of the family the guards allow: :mod:`~ir2torch.run_safety.symbolic_probe`).
+        Then let :class:`~ir2torch.run_safety.symbolic_probe.SymbolicCovers` learn ``signature``: once enough of
+        its structure's signatures differing in sizes only were probed, it probes those sizes as symbols (one probe
+        for the sizes of the family the guards allow).
 
         Raises:
             ResourceBudgetError: the call would exceed ``limit``.

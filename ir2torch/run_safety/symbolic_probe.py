@@ -22,7 +22,8 @@ as code), with the sizes no guard mentions checked as well: every size that was 
 stride equal to its expression, every symbol inside the range the probe assumed (sizes 0 and 1 are never symbols:
 the probe's range starts at 2, and a family called with batch 1 and with more gets a cover for each). A probe that
 read a value of data (an unbacked symbol), fixed a varying size to one value, or raised covers nothing. Anything not
-covered is probed as before. At most :data:`TRIES` symbolic probes are made per structure.
+covered is probed as before. A structure's first symbolic probe waits for :data:`AFTER` concrete ones (it costs about
+as much); at most :data:`TRIES` are made per structure.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ from ir2torch.run_safety.size_exprs import evaluate
 
 #: Symbolic probes made at most per structure (a family whose sizes keep breaking the guards is probed as before).
 TRIES = 6
+#: Concrete probes of a structure before its first symbolic probe. A symbolic probe costs about 25-50 concrete ones
+#: (sympy reasons about every size an op computes; benchmarks/results-first-generate.md): made at once, it would make
+#: a short first generate() slower. Made after as many concrete probes as it costs (a ski-rental rule), a family
+#: called that often pays at most about twice what the better of the two choices would have, however long it runs.
+AFTER = 32
 
 
 class _Cover:
@@ -118,13 +124,14 @@ class SymbolicCovers:
     """A module's symbolic probes: per structure token, the first probed signature, the dims seen varying since, and
     up to :data:`TRIES` covers (module docstring)."""
 
-    __slots__ = ("covers", "first", "seen", "tried")
+    __slots__ = ("covers", "first", "probed", "seen", "tried")
 
     def __init__(self) -> None:
         self.first: dict[Any, tuple[Any, ...]] = {}
         self.seen: dict[Any, dict[int, set[int]]] = {}
         self.tried: dict[Any, list[frozenset[tuple[int, int]]]] = {}  # the symbols of each symbolic probe made
         self.covers: dict[Any, list[_Cover]] = {}
+        self.probed: dict[Any, int] = {}  # concrete probes made per structure
 
     def covered(self, signature: tuple[Any, ...], limit: int | None) -> bool:
         for cover in self.covers.get(signature[0], ()):
@@ -143,6 +150,7 @@ class SymbolicCovers:
         cheaper: the other sizes stay fixed). Sizes 0 and 1 are decided by the kernels, not symbols: a family called
         with 1 and with more gets a cover for each."""
         token = signature[0]
+        self.probed[token] = probed = self.probed.get(token, 0) + 1
         first = self.first.setdefault(token, signature)
         varying = None if first is signature else _varying(first, signature)
         if not varying:
@@ -154,7 +162,7 @@ class SymbolicCovers:
         chosen = {leaf: dims for leaf, dims in chosen.items() if dims}
         key = frozenset((i, d) for i, dims in chosen.items() for d in dims)
         tried = self.tried.setdefault(token, [])
-        if not key or len(tried) >= TRIES or key in tried:
+        if not key or probed < AFTER or len(tried) >= TRIES or key in tried:
             return
         tried.append(key)  # a failed try counts too
         cover = _probe(obj, call, signature, args, kwargs, chosen, limit, where, flops)

@@ -18,9 +18,17 @@ from torch.utils._sympy.functions import FloorDiv, Mod
 import ir2torch
 import torch2ir
 from common.errors import IRError, ResourceBudgetError
-from ir2torch.run_safety import forward_budget
+from ir2torch.run_safety import forward_budget, symbolic_probe
 from ir2torch.run_safety.forward_budget import BUDGET_ATTR
 from ir2torch.run_safety.size_exprs import decide, evaluate
+
+#: The real threshold (the tests below lower it to 2, to see covers after a few calls).
+_AFTER = symbolic_probe.AFTER
+
+
+@pytest.fixture(autouse=True)
+def _early(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(symbolic_probe, "AFTER", 2)
 
 
 class _Outer(nn.Module):
@@ -60,6 +68,20 @@ def test_two_probes_cover_every_size_the_guards_allow(monkeypatch: pytest.Monkey
         x = torch.randn(1, n)
         torch.testing.assert_close(rebuilt(x), model(x))
     assert probes == [10, 11]  # the third size on was covered by the symbolic probe made after the second
+
+
+def test_the_first_symbolic_probe_waits_for_as_many_concrete_probes_as_it_costs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the real threshold, a family called fewer times than it is worth is probed as before, one signature at a
+    time; called more often, it is covered from the threshold on."""
+    monkeypatch.setattr(symbolic_probe, "AFTER", _AFTER)
+    probes = _probes(monkeypatch)
+    model, rebuilt = _rebuilt(max_bytes=4_000_000)
+    sizes = list(range(10, 10 + _AFTER + 8))
+    for n in sizes:
+        x = torch.randn(1, n)
+        torch.testing.assert_close(rebuilt(x), model(x))
+    assert probes == sizes[:_AFTER]
 
 
 def test_a_covered_family_still_refuses_a_size_over_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:

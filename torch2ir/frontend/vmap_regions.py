@@ -96,10 +96,10 @@ def _value(node: fx.Node, owner: fx.GraphModule) -> Any:
 
 
 def _retraced(region: list[fx.Node], inputs: list[fx.Node], outputs: list[fx.Node],
-              owner: fx.GraphModule) -> fx.GraphModule | None:
+              owner: fx.GraphModule) -> tuple[fx.GraphModule, list[fx.Node]] | None:
     """The region traced again below functorch's batching: a graph of the operators it dispatches, taking the
-    tensor and symbolic inputs as placeholders (other inputs are constants of the region), or None when it
-    cannot be."""
+    tensor and symbolic inputs as placeholders (other inputs are constants of the region) with those inputs, or
+    None when it cannot be."""
     from torch._guards import detect_fake_mode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -123,10 +123,10 @@ def _retraced(region: list[fx.Node], inputs: list[fx.Node], outputs: list[fx.Nod
 
     try:
         if fake is None:
-            return make_fx(run, tracing_mode="fake")(*[values[n] for n in traced_inputs])
+            return make_fx(run, tracing_mode="fake")(*[values[n] for n in traced_inputs]), traced_inputs
         with fake:
             return make_fx(run, tracing_mode="symbolic" if _symbolic(values, traced_inputs) else "fake")(
-                *[values[n] for n in traced_inputs])
+                *[values[n] for n in traced_inputs]), traced_inputs
     except Exception:  # noqa: BLE001 - a region that does not trace again stays, and is refused by name
         return None
 
@@ -141,13 +141,12 @@ def _symbolic(values: dict[fx.Node, Any], nodes: list[fx.Node]) -> bool:
 
 
 def _splice(graph: fx.Graph, region: list[fx.Node], inputs: list[fx.Node], outputs: list[fx.Node],
-            traced: fx.GraphModule, owner: fx.GraphModule) -> dict[str, str]:
+            traced: fx.GraphModule, traced_inputs: list[fx.Node], owner: fx.GraphModule) -> dict[str, str]:
     """Insert ``traced``'s nodes before the region, route the region's outside users to them, erase the region;
     the names of the region's outputs and of the nodes now computing them."""
     first = region[0]
     kept = {k: first.meta[k] for k in _KEPT_META if k in first.meta}
     placeholders = [n for n in traced.graph.nodes if n.op == "placeholder"]
-    traced_inputs = [n for n in inputs if isinstance(_value(n, owner), (torch.Tensor, torch.SymInt))]
     env: dict[fx.Node, Any] = dict(zip(placeholders, traced_inputs))
     results: Any = None
     with graph.inserting_before(first):
@@ -197,10 +196,10 @@ def unbatch(program: torch.export.ExportedProgram) -> int:
         if not _one_scope(region):
             continue
         inputs, outputs = _interface(region)
-        traced = _retraced(region, inputs, outputs, gm)
-        if traced is None or any(_name(n) for n in traced.graph.nodes):
+        retraced = _retraced(region, inputs, outputs, gm)
+        if retraced is None or any(_name(n) for n in retraced[0].graph.nodes):
             continue
-        renamed.update(_splice(gm.graph, region, inputs, outputs, traced, gm))
+        renamed.update(_splice(gm.graph, region, inputs, outputs, *retraced, gm))
         replaced += 1
     if replaced and not regions(gm.graph):  # vmap's one-time loading of its decompositions: no region needs it
         for node in [n for n in gm.graph.nodes if _name(n) == _LOAD and not n.users]:

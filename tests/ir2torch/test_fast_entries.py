@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ir2torch.codegen import fast_paths
-from ir2torch.codegen.direct_op import DirectOp
+from ir2torch.codegen.direct_op import DirectOp, direct_op
 from ir2torch.run_safety import node_checks
 from ir2torch.run_safety.node_checks import CheckedCall, checked_target, with_call
 from tests.ir2torch.test_fast_ops import _Kernels as _Ops  # records the ATen overloads a call dispatches
@@ -115,3 +115,52 @@ def test_boxed_entry_runs_the_overload(overload: Any, calls: list[tuple]) -> Non
             _same(got, expected)
         else:  # a size, or the same error
             assert got == expected
+
+
+class _Marked(torch.Tensor):
+    """A tensor subclass: the entry hands it to ``Tensor.to`` (its ``__torch_function__`` sees the call)."""
+
+
+#: (tensor, dtype) that ``aten.to.dtype`` returns as it is, then ones it converts or runs through the binding
+TO_SAME = [(x, torch.float32), (x.transpose(0, 2), torch.float32), (i32, torch.int32), (x[:, 1], torch.float32),
+           (torch.tensor(2.0, dtype=torch.float64), torch.float64), (torch.zeros(0, 3, dtype=torch.bool), torch.bool)]
+TO_OTHER = [(x, torch.float64), (x, torch.bfloat16), (i32, torch.float32), (x.transpose(0, 2), torch.int64),
+            (torch.tensor([True, False]), torch.float32), (x.as_subclass(_Marked), torch.float32)]
+
+
+@pytest.mark.parametrize("case", range(len(TO_SAME) + len(TO_OTHER)))
+def test_to_dtype_entry_returns_what_the_overload_returns(case: int) -> None:
+    """The input itself where the overload returns it (the same object: a write through either is seen by both),
+    else the same conversion (values, dtype, strides; the ops a dispatch mode sees)."""
+    tensor, dtype = (TO_SAME + TO_OTHER)[case]
+    expected, expected_ops = _outcome(torch.ops.aten.to.dtype, tensor, dtype)
+    got, got_ops = _outcome(fast_paths.to_dtype, tensor, dtype)
+    assert got_ops == expected_ops
+    assert (got is tensor) == (expected is tensor)
+    if case < len(TO_SAME) or type(tensor) is _Marked:
+        assert expected is tensor  # (the subclass's cast reaches the overload, which returns it too)
+    else:
+        assert expected is not tensor
+    assert type(got) is type(expected)
+    _same(torch.Tensor(got) if type(got) is _Marked else got, torch.Tensor(expected) if type(expected) is _Marked
+          else expected)
+
+
+def test_to_dtype_entry_replaces_plain_casts_only() -> None:
+    """A folded forward's ``aten.to.dtype(x, dtype)`` becomes the entry; one with more arguments, or a checked
+    call (which keeps its check), does not."""
+    from torch import fx
+
+    graph = fx.Graph()
+    t = graph.placeholder("t")
+    plain = graph.call_function(direct_op(torch.ops.aten.to.dtype, {}, 2), (t, torch.float32))
+    assert isinstance(plain.target, DirectOp) and plain.target.func is torch.Tensor.to
+    overload = graph.call_function(torch.ops.aten.to.dtype, (plain, torch.float32))
+    copied = graph.call_function(torch.ops.aten.to.dtype, (overload, torch.float32), {"copy": True})
+    to = torch.ops.aten.to.dtype
+    checked = graph.call_function(node_checks._named(CheckedCall(node_checks._run_data_checked, to), to, to),
+                                  (copied, torch.float32))
+    graph.output(checked)
+    fast_paths.rewrite(graph)
+    assert plain.target is overload.target is fast_paths.to_dtype
+    assert copied.target is not fast_paths.to_dtype and isinstance(checked.target, CheckedCall)

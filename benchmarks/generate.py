@@ -12,9 +12,12 @@ in ``benchmarks/generate_step.py``); with more threads, whose work it would miss
 reversed every other round); a model's ms/token is the median of all its per-token times, its ratio the median over
 the rounds of its run's median step over the original's of the same round (runs adjacent in time: the machine's
 other load drifts less between them). Each model is measured so in ``--processes`` fresh processes, one after the
-other (the models in turn), each building the original and the rebuilds anew: two identical rebuilds in one process
-were measured 3-4% apart, and one rebuild's ratio moved by 5% from one process to the next (where a process's objects
-land in memory), so the figures are the medians over the processes, with the least and greatest default ratio::
+other (the models in turn), each building the original (from the seed of the converted one: the same weights) and the
+rebuilds anew, in an order rotated by one place from the previous process's (with 5 processes each model is built
+first once): two identical rebuilds in one process were measured 3-17% apart, steadily, and one rebuild's ratio moved
+by 5% from one process to the next (where a process's objects land in memory: the same rebuild with and without its
+budget's look-up differs by about 10 us a step), so the figures are the medians over the processes, with the least
+and greatest default ratio::
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/generate.py            # all models, batch 1 and 4
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/generate.py llama --batch 1 --tokens 64 --cache static
@@ -150,27 +153,39 @@ def _converted(name: str, make: Callable[[], nn.Module]) -> tuple[nn.Module, Any
 
 
 def measure(name: str, make: Callable[[], nn.Module], batch: int, tokens: int, prompt: int, repeats: int,
-            cache: str = "dynamic") -> dict[str, Any]:
-    """Per-token ms of the original and the rebuild of model ``name``, and whether their tokens are equal."""
+            cache: str = "dynamic", turn: int = 0) -> dict[str, Any]:
+    """Per-token ms of the original and the rebuild of model ``name``, and whether their tokens are equal. The timed
+    original (built from the same seed as the converted one: the same weights) and the four rebuilds are built in
+    an order rotated by ``turn``: where a model's objects land in memory moves its time by several percent, so each
+    takes each place of the order in turn over the processes of :func:`main`."""
     import ir2torch
     from ir2torch.generation import for_generation
 
-    original, ir = _converted(name, make)
-    state = original.state_dict()
-    trusted = for_generation(ir2torch.convert(ir, state, max_bytes=None, max_flops=None), original.config,
-                             original.generation_config)
-    budgeted = for_generation(ir2torch.convert(ir, state), original.config, original.generation_config)
-    unchecked = for_generation(ir2torch.convert(ir, state), original.config, original.generation_config)
-    unfolded = for_generation(ir2torch.convert(ir, state, fold_constants=False), original.config,
-                              original.generation_config)
+    converted, ir = _converted(name, make)
+    state, config, generation = converted.state_dict(), converted.config, converted.generation_config
+
+    def fresh_original() -> nn.Module:
+        torch.manual_seed(0)  # (as _converted builds it)
+        return make().eval()
+
+    builders: dict[str, Callable[[], nn.Module]] = {
+        "original": fresh_original,
+        "budgeted": lambda: for_generation(ir2torch.convert(ir, state), config, generation),
+        "trusted": lambda: for_generation(ir2torch.convert(ir, state, max_bytes=None, max_flops=None), config,
+                                          generation),
+        "unchecked": lambda: for_generation(ir2torch.convert(ir, state), config, generation),
+        "unfolded": lambda: for_generation(ir2torch.convert(ir, state, fold_constants=False), config, generation),
+    }
+    keys = list(builders)
+    built = {key: builders[key]() for key in keys[turn % len(keys):] + keys[:turn % len(keys)]}
+    runs = {key: built[key] for key in keys}
+    original, budgeted = runs["original"], runs["budgeted"]
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(3, original.config.vocab_size, (batch, prompt), generator=generator)
     mask = torch.ones_like(ids)
     if batch > 1:
         mask[1:, : prompt // 2] = 0  # left padding
         ids[mask == 0] = 0
-    runs = {"original": original, "budgeted": budgeted, "trusted": trusted, "unchecked": unchecked,
-            "unfolded": unfolded}
     times: dict[str, list[float]] = {key: [] for key in runs}
     rounds: dict[str, list[float]] = {key: [] for key in runs}  # each run's median step
     outputs: dict[str, torch.Tensor] = {}
@@ -199,10 +214,11 @@ def measure(name: str, make: Callable[[], nn.Module], batch: int, tokens: int, p
             "equal": all(torch.equal(outputs["original"], outputs[key]) for key in runs)}
 
 
-def _worker_rows(options: argparse.Namespace, name: str) -> list[dict[str, Any]]:
+def _worker_rows(options: argparse.Namespace, name: str, turn: int) -> list[dict[str, Any]]:
     """The rows of model ``name`` measured in a fresh process (this script with ``--worker``): one process per model
-    and round of :func:`main`."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), name, "--worker", "--batch", *map(str, options.batch),
+    and round of :func:`main`, building the models in the order ``turn`` rotates (:func:`measure`)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), name, "--worker", "--turn", str(turn),
+           "--batch", *map(str, options.batch),
            "--cache", *options.cache, "--tokens", str(options.tokens), "--prompt", str(options.prompt),
            "--repeats", str(options.repeats), "--threads", str(options.threads)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent),
@@ -245,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cache", nargs="+", choices=["dynamic", "static"], default=["dynamic", "static"],
                         help="generate()'s cache: the default DynamicCache, cache_implementation='static'")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--turn", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--output", default=str(results_file.BENCH / "results-generate.md"),
                         help=results_file.output_help("results-generate.md"))
     options = parser.parse_args(argv)
@@ -255,13 +272,13 @@ def main(argv: list[str] | None = None) -> None:
     names = options.names or list(table)
     if options.worker:
         print(_ROWS + json.dumps([measure(name, table[name], batch, options.tokens, options.prompt, options.repeats,
-                                          cache) for name in names for batch in options.batch
+                                          cache, options.turn) for name in names for batch in options.batch
                                   for cache in options.cache]))
         return
     measured: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-    for _ in range(options.processes):  # the models in turn, each process measuring one
+    for turn in range(options.processes):  # the models in turn, each process measuring one
         for name in names:
-            for row in _worker_rows(options, name):
+            for row in _worker_rows(options, name, turn):
                 measured.setdefault((row["model"], row["batch"], row["cache"]), []).append(row)
     rows = [combined(runs) for runs in measured.values()]
     clock = "thread CPU time" if options.threads == 1 else "wall time"

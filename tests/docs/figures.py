@@ -148,8 +148,10 @@ FIGURES: list[Figure] = [
     Figure("docs/flat-ir.md", "7B-dims lowering peak RSS", r"lowers on `meta` at (\d+ MB) peak RSS",
            d.lower_rss_7b),
     Figure("docs/generation.md", "generate benchmark's settings",
-           r"\(median of (\d+) runs, (\d+) thread; small configs: (\d+) layers, hidden size (\d+)\)",
+           r"\(medians of (\d+) runs in each of (\d+) processes, (\d+) thread; small configs: (\d+) layers, hidden size "
+           r"(\d+)\)",
            lambda: (s.option_default("benchmarks/generate.py", "--repeats"),
+                    s.option_default("benchmarks/generate.py", "--processes"),
                     s.option_default("benchmarks/generate.py", "--threads"),
                     *(str(s.literal("benchmarks/generate.py", "_SIZES")[k])
                       for k in ("num_hidden_layers", "hidden_size")))),
@@ -196,8 +198,9 @@ FIGURES: list[Figure] = [
            g.unfolded),
     Figure("docs/performance.md", "generate(): settings",
            r"(\d+) new tokens a run, the models' runs alternating for (\d+) rounds \(the order reversed every other "
-           r"round\), (\d+) thread, prompt (\d+), greedy; .*?Small configs \((\d+) layers, hidden size (\d+), "
-           r"vocabulary (\d+), random weights\)\..*?its (\d+) decoding steps are input signatures", g.settings),
+           r"round\) in each of (\d+) fresh processes a\s+model, (\d+) thread, prompt (\d+), greedy; .*?Small configs "
+           r"\((\d+) layers, hidden size (\d+), vocabulary (\d+), random weights\)\..*?its (\d+) decoding steps are "
+           r"input signatures", g.settings),
     Figure("docs/performance.md", "generate(): grouped attention's sizes",
            r"checked equal in ([\d,]+) cases; .*?\(a past of (\d+)-(\d+) tokens, (\d+) key/value heads of (\d+)\)",
            lambda: (*g.gqa_cases(), *g.gqa_shapes())),
@@ -219,7 +222,7 @@ FIGURES: list[Figure] = [
            lambda: (str(s.literal("ir2torch/run_safety/symbolic_probe.py", "AFTER")),)),
     Figure("docs/performance.md", "generate(): cache copies",
            r"for (\d+) layers, (\d+) copies of the past and (\d+) lifted constants a step",
-           lambda: (g.settings()[4], *[str(2 * int(g.settings()[4]))] * 2)),
+           lambda: (g.settings()[5], *[str(2 * int(g.settings()[5]))] * 2)),
     # one decoding step, timed and counted (benchmarks/results-generate-step.md)
     Figure("docs/performance.md", "generate() step: Llama's ops",
            r"\*\*the attention mask\*\*, (\d+) more ATen ops .*?through the dispatcher \((\d+) a step, .*?With them "

@@ -73,13 +73,15 @@ def _mixtral() -> list[float]:
 
 
 def moves() -> tuple[str, str]:
-    """How far a row's ratio (default and no budgets) moved between the runs: the most and the median."""
-    tables = runs()
-    assert len(tables) >= 2, "one run: the spread between runs is not measured"
-    keyed = [{(r["model"], r["batch"], r["cache"]): r for r in rows} for rows in tables]
-    deltas = [max(ratio(t[k], c) for t in keyed) - min(ratio(t[k], c) for t in keyed)
-              for k in keyed[0] for c in (DEFAULT, NO_BUDGETS)]
-    return f"{max(deltas):.2f}", f"{statistics.median(deltas):.2f}"
+    """How far the default rebuild's ratio of a row ranged over the processes measuring it (the ``range`` column of
+    the latest run): the most and the median."""
+    rows = runs()[0]
+    assert rows and "range" in rows[0], "the latest run has no range over processes"
+    widths = []
+    for row in rows:
+        low, high = (float(v) for v in row["range"].removesuffix("x").split("-"))
+        widths.append(high - low)
+    return f"{max(widths):.2f}", f"{statistics.median(widths):.2f}"
 
 
 def counts() -> tuple[str, ...]:
@@ -142,13 +144,14 @@ def verdict() -> tuple[str, str]:
 
 
 def settings() -> tuple[str, ...]:
-    """``benchmarks/generate.py``'s defaults as performance.md describes them: new tokens, rounds, threads, prompt,
+    """``benchmarks/generate.py``'s defaults as performance.md describes them: new tokens, rounds, processes, threads,
+    prompt,
     layers, hidden size, vocabulary; the past's lengths; key/value heads and head size; decoding steps of a run."""
     def option(name: str) -> str:
         return s.option_default("benchmarks/generate.py", name)
 
     sizes = s.literal("benchmarks/generate.py", "_SIZES")
-    return (option("--tokens"), option("--repeats"), option("--threads"), option("--prompt"),
+    return (option("--tokens"), option("--repeats"), option("--processes"), option("--threads"), option("--prompt"),
             *(str(sizes[k]) for k in ("num_hidden_layers", "hidden_size", "vocab_size")),
             str(int(option("--tokens")) - 1))
 

@@ -122,10 +122,7 @@ def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], t
                  name: str = "past_key_values") -> Any:
     """One decoding step of ``rebuilt`` with ``generate()``'s arguments (see the module's text); ``name``: the
     argument the rebuild takes the cache by (:func:`cache_argument`)."""
-    for key, value in extra.items():
-        if key not in _DROPPED or not any(value is v or value == v for v in _DROPPED[key]):
-            raise InputMismatchError(f"generate() passed {key}={type(value).__name__}, which the rebuilt decoder "
-                                     "was not converted to take", hint="generate from input_ids only")
+    _check_extra(extra)
     kind = type(past_key_values).__name__
     if kind != "DynamicCache":
         raise UnsupportedCacheError(f"a rebuilt decoder takes a DynamicCache or a StaticCache, not a {kind}",
@@ -134,13 +131,28 @@ def forward_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], t
     check_dynamic_cache(past_key_values)
     if all(not getattr(layer, "is_initialized", False) for layer in past_key_values.layers):
         _fill_empty(past_key_values, leaves, input_ids.shape[0], input_ids.device)
-    seen = past_key_values.get_seq_length()
+    return _run(rebuilt, name, input_ids, past_key_values, past_key_values.get_seq_length(), position_ids,
+                attention_mask, logits_to_keep)
+
+
+def _check_extra(extra: dict[str, Any]) -> None:
+    """Refuse an argument of ``generate()``'s other than :data:`_DROPPED` with the values it may have."""
+    for key, value in extra.items():
+        if key not in _DROPPED or not any(value is v or value == v for v in _DROPPED[key]):
+            raise InputMismatchError(f"generate() passed {key}={type(value).__name__}, which the rebuilt decoder "
+                                     "was not converted to take", hint="generate from input_ids only")
+
+
+def _run(rebuilt: nn.Module, name: str, input_ids: torch.Tensor, cache: Any, seen: int,
+         position_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, logits_to_keep: int) -> Any:
+    """``rebuilt``'s call on a ``DynamicCache`` holding ``seen`` tokens, a missing mask and positions made as the
+    original makes them."""
     batch, new = input_ids.shape
     if attention_mask is None:
         attention_mask = torch.ones(batch, seen + new, dtype=torch.long, device=input_ids.device)
     if position_ids is None:  # what the original computes without them: the cache's positions
         position_ids = torch.arange(seen, seen + new, device=input_ids.device).expand(batch, new)
-    return rebuilt(input_ids=input_ids, **{name: past_key_values}, position_ids=position_ids,
+    return rebuilt(input_ids=input_ids, **{name: cache}, position_ids=position_ids,
                    attention_mask=attention_mask, logits_to_keep=logits_to_keep)
 
 
@@ -156,24 +168,28 @@ def static_step(rebuilt: nn.Module, leaves: list[tuple[tuple[int | str, ...], to
     from transformers import DynamicCache
 
     batch, new = input_ids.shape
+    layers = cache.layers
     seen = static_cache_length(cache, new, batch)
-    if len(layout) != len(cache.layers):
-        raise UnsupportedCacheError(f"the StaticCache has {len(cache.layers)} layers, the model's config "
+    if len(layout) != len(layers):
+        raise UnsupportedCacheError(f"the StaticCache has {len(layers)} layers, the model's config "
                                     f"{len(layout)}: it was made for another model")
-    held: list[list[torch.Tensor]] = [[], []]
-    if seen:  # ``narrow(2, 0, seen)``: the view ``[:, :, :seen]`` makes (the same slice), through one binding call
-        held = [[layer.keys.narrow(2, 0, seen) for layer in cache.layers],
-                [layer.values.narrow(2, 0, seen) for layer in cache.layers]]
-    dynamic = output_unflatten(DynamicCache)(held, (["key_cache", "value_cache"], list(layout)))
-    output = forward_step(rebuilt, leaves, input_ids, dynamic, position_ids, attention_mask, logits_to_keep, extra,
-                          name)
+    context = (["key_cache", "value_cache"], list(layout))
+    if not seen:  # the prompt step: forward_step gives the empty layers tokens of 0
+        output = forward_step(rebuilt, leaves, input_ids, output_unflatten(DynamicCache)([[], []], context),
+                              position_ids, attention_mask, logits_to_keep, extra, name)
+    else:  # ``narrow(2, 0, seen)``: the view ``[:, :, :seen]`` makes (the same slice), through one binding call
+        _check_extra(extra)
+        dynamic = output_unflatten(DynamicCache)([[layer.keys.narrow(2, 0, seen) for layer in layers],
+                                                  [layer.values.narrow(2, 0, seen) for layer in layers]], context)
+        check_dynamic_cache(dynamic)  # a sliding layer of a longer window than the config's would drop tokens
+        output = _run(rebuilt, name, input_ids, dynamic, seen, position_ids, attention_mask, logits_to_keep)
     field = output_cache_field(output)
-    check_dynamic_cache(getattr(output, field))  # a sliding layer that dropped tokens would lose new ones here
-    returned = getattr(output, field).layers
-    if len(returned) != len(cache.layers):
-        raise InputMismatchError(f"the rebuilt decoder returned a cache of {len(returned)} layers, not "
-                                 f"{len(cache.layers)}")
-    _write_all(cache.layers, returned, seen, new)  # what each layer's update does, in fewer ops
+    returned = getattr(output, field)
+    check_dynamic_cache(returned)  # a sliding layer that dropped tokens would lose new ones here
+    if len(returned.layers) != len(layers):
+        raise InputMismatchError(f"the rebuilt decoder returned a cache of {len(returned.layers)} layers, not "
+                                 f"{len(layers)}")
+    _write_all(layers, returned.layers, seen, new)  # what each layer's update does, in fewer ops
     setattr(output, field, cache)
     return output
 

@@ -148,8 +148,8 @@ FIGURES: list[Figure] = [
     Figure("docs/flat-ir.md", "7B-dims lowering peak RSS", r"lowers on `meta` at (\d+ MB) peak RSS",
            d.lower_rss_7b),
     Figure("docs/generation.md", "generate benchmark's settings",
-           r"\(medians of (\d+) runs in each of (\d+) processes, (\d+) thread; small configs: (\d+) layers, hidden size "
-           r"(\d+)\)",
+           r"\(medians of (\d+) runs in each of (\d+) processes, (\d+) thread; small configs: (\d+) layers, "
+           r"hidden size (\d+)\)",
            lambda: (s.option_default("benchmarks/generate.py", "--repeats"),
                     s.option_default("benchmarks/generate.py", "--processes"),
                     s.option_default("benchmarks/generate.py", "--threads"),
@@ -183,16 +183,15 @@ FIGURES: list[Figure] = [
     Figure("docs/limitations.md", "generate() speed",
            r"`max_bytes=None, max_flops=None` in (.+?) rows of the runs measured \(the dense decoders' rows, Llama, "
            r"GPT-2, Qwen2 and Gemma-2: (.+?)\), with the default budgets in (.+?); the dense decoders' other rows "
-           r"(\S+) \((\d+) of (\d+) at batch 1, .*?, and (\S+) for Mixtral, .*?a row's ratio moved by up to ([\d.]+) "
-           r"between runs, median ([\d.]+)\); .*?the per-token \"first run\" figures in the table predate this and "
-           r"show (\S+)\)", g.limitations),
+           r"(\S+) \((\d+) of (\d+) at batch 1, .*?, and (\S+) for Mixtral, .*?a row's default ratio ranged by up "
+           r"to ([\d.]+) over its processes, median ([\d.]+)\); .*?the table's per-token \"first run\" figures \(24 "
+           r"tokens, below that\) show (\S+)\)", g.limitations),
     Figure("docs/performance.md", "generate(): the target of issue 52",
            r"`max_bytes=None, max_flops=None`, by (.+?) rows of the runs above \(the dense decoders' rows: (.+?)\); "
            r"for the default rebuild by (.+?)\. The dense decoders' rows above it with the default budgets are (\S+), "
-           r"(\d+) of (\d+) at batch 1; Mixtral stays at (\S+)\. On this shared machine a row's ratio moved by up to "
-           r"([\d.]+) between the runs \(median ([\d.]+)\): a quiet machine is needed to say which dense rows are "
-           r"within 1\.05x, and Mixtral (is not|may be)\.", lambda: (*g.summary()[:7], *g.summary()[8:],
-                                                                    g.summary()[7])),
+           r"(\d+) of (\d+) at batch 1; Mixtral stays at (\S+)\. A row's default ratio ranged by up to ([\d.]+) over "
+           r"its processes \(median ([\d.]+)\), and Mixtral (is not|may be) within 1\.05x\.",
+           lambda: (*g.summary()[:7], *g.summary()[8:], g.summary()[7])),
     Figure("docs/performance.md", "generate(): the unoptimised rebuild",
            r"\(`fold_constants=False`\) is (\S+) at Llama batch (\d+) dynamic, (\S+) at Qwen2's, (\S+) for Mixtral\.",
            g.unfolded),
@@ -215,7 +214,7 @@ FIGURES: list[Figure] = [
     Figure("docs/performance.md", "generate(): Mixtral", r"eager Mixtral calls `torch\._grouped_mm`: (\S+);",
            lambda: (g.summary()[6],)),
     Figure("docs/performance.md", "generate(): the first run",
-           r"a first `generate\(\)` was (\S+) slower per token\*\* .*?\(about (\d+-\d+) ms a step here\)\.",
+           r"a first `generate\(\)` is (\S+) slower per token\*\* for 24 tokens .*?\(about (\d+-\d+) ms a step here\)\.",
            g.first_run),
     Figure("docs/performance.md", "generate(): the symbolic probe's threshold",
            r"once a structure has had (\d+) concrete probes \(`AFTER`\)",

@@ -214,7 +214,8 @@ FIGURES: list[Figure] = [
     Figure("docs/performance.md", "generate(): Mixtral", r"eager Mixtral calls `torch\._grouped_mm`: (\S+);",
            lambda: (g.summary()[6],)),
     Figure("docs/performance.md", "generate(): the first run",
-           r"a first `generate\(\)` is (\S+) slower per token\*\* for 24 tokens .*?\(about (\d+-\d+) ms a step here\)\.",
+           r"a first `generate\(\)` is (\S+) slower per token\*\* for 24 tokens .*?\(about (\d+-\d+) ms a step "
+           r"here\)\.",
            g.first_run),
     Figure("docs/performance.md", "generate(): the symbolic probe's threshold",
            r"once a structure has had (\d+) concrete probes \(`AFTER`\)",

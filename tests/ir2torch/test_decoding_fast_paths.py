@@ -242,3 +242,22 @@ def test_step_calls_indexing_and_slicing_through_the_fast_entries(models: Any, m
         assert calls.get("aten.index.Tensor", 0) >= 2 * 3, calls  # the experts' three gathers a layer (and the mask's)
     if name != "gpt2":
         assert calls.get("aten.slice.Tensor", 0) >= 2 * 4, calls  # the rotary halves of queries and keys
+
+
+def test_step_casts_to_the_dtype_a_tensor_has_dispatch_nothing(models: Any, monkeypatch: Any) -> None:
+    """The RMS norms' two casts to the dtype their input already has (``aten.to.dtype``) run as the tensor itself in
+    the folded forwards (:func:`ir2torch.codegen.fast_paths.to_dtype`): a step dispatches at least two ``aten::to`` a
+    norm fewer than the same rebuild built without that entry, with equal logits and caches."""
+    name, original, rebuilt, _ = models
+    norms = sum(type(m).__name__ in ("LlamaRMSNorm", "Qwen2RMSNorm", "MixtralRMSNorm") for m in original.modules())
+    torch.manual_seed(0)
+    ir = convert_for_generation(original)
+    with monkeypatch.context() as patch:
+        patch.setattr(fast_paths, "_TO_DTYPE", object())  # no node is the overload: the entry is never made
+        without = ir2torch.convert(ir, original.state_dict())
+    args = (1, 9, 1, False, _HEADS.get(name, 2), _layout(models))
+    fast, plain = _step(rebuilt, *args, eager=False), _step(without, *args, eager=False)  # (folded values computed)
+    assert all(torch.equal(a, b) for a, b in zip(fast, plain, strict=True))
+    fewer = _ops(without, *args).get("aten::to", 0) - _ops(rebuilt, *args).get("aten::to", 0)
+    assert fewer >= 2 * norms, (name, norms, fewer)
+    assert norms == (0 if name in ("gpt2", "gemma2") else 5)  # 2 layers of 2 norms, and the final one

@@ -1,5 +1,6 @@
 """The generate() figures the pages quote are computed from the results file's tables as they stand: a planted file
-of two runs gives its own counts, spans and spread, and a file of one run has no spread between runs to quote."""
+of two runs gives its own counts and spans, its latest run's range over processes the spread, and a run without
+that range (one process, as before 2026-11-30) has no spread to quote."""
 
 from __future__ import annotations
 
@@ -10,39 +11,46 @@ import pytest
 from tests.docs import generate_figures as g
 from tests.docs import sources
 
-HEAD = ("| model | batch | cache | original ms/token | rebuilt (default) | ratio | no budgets | ratio | "
+HEAD = ("| model | batch | cache | original ms/token | rebuilt (default) | ratio | range | no budgets | ratio | "
         "run-time checks off (diagnostic) | ratio | `fold_constants=False` | ratio | default, first run | ratio | "
-        "tokens equal |\n" + "|---" * 15 + "|\n")
+        "tokens equal |\n" + "|---" * 16 + "|\n")
 
 
-def _row(model: str, batch: int, default: float, bare: float, first: float) -> str:
-    return (f"| {model} | {batch} | dynamic | 2.00 | 2.2 | {default:.2f}x | 2.1 | {bare:.2f}x | 2.1 | 1.00x | 2.1 | "
-            f"1.00x | {first * 2:.2f} | {first:.2f}x | yes |\n")
+def _row(model: str, batch: int, default: float, bare: float, first: float, spread: tuple[float, float] | None = None,
+         ) -> str:
+    """A row; ``spread``: the default ratio's range over the processes (``None``: a table without that column)."""
+    low, high = spread or (0.0, 0.0)
+    ranged = f" {low:.2f}-{high:.2f}x |" if spread is not None else ""
+    return (f"| {model} | {batch} | dynamic | 2.00 | 2.2 | {default:.2f}x |{ranged} 2.1 | {bare:.2f}x | 2.1 | 1.00x | "
+            f"2.1 | 1.00x | {first * 2:.2f} | {first:.2f}x | yes |\n")
 
 
-def _plant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *tables: list[str]) -> None:
-    (tmp_path / g.RESULTS).write_text("# generate()\n\n" + "\nthen:\n\n".join(HEAD + "".join(t) for t in tables),
+def _plant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *tables: list[str], head: str = HEAD) -> None:
+    (tmp_path / g.RESULTS).write_text("# generate()\n\n" + "\nthen:\n\n".join(head + "".join(t) for t in tables),
                                       encoding="utf-8")
     monkeypatch.setattr(sources, "BENCH", tmp_path)
 
 
 def test_two_runs_give_their_counts_spans_and_spread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    first = [_row("llama", 1, 1.10, 1.04, 40), _row("gpt2", 4, 1.02, 1.01, 30), _row("mixtral", 1, 1.40, 1.50, 20)]
-    second = [_row("llama", 1, 1.04, 1.02, 35), _row("gpt2", 4, 1.03, 1.00, 31), _row("mixtral", 1, 1.20, 1.25, 17)]
+    first = [_row("llama", 1, 1.10, 1.04, 40, (1.05, 1.15)), _row("gpt2", 4, 1.02, 1.01, 30, (1.00, 1.03)),
+             _row("mixtral", 1, 1.40, 1.50, 20, (1.30, 1.55))]
+    second = [_row("llama", 1, 1.04, 1.02, 35, (1.0, 1.1)), _row("gpt2", 4, 1.03, 1.00, 31, (1.0, 1.1)),
+              _row("mixtral", 1, 1.20, 1.25, 17, (1.0, 1.9))]
     _plant(tmp_path, monkeypatch, first, second)
     assert len(g.runs()) == 2
     # within 1.05x without budgets, of them the dense ones, with the default budgets; the dense rows above it (their
-    # span, at batch 1 of all); Mixtral (both columns, both runs); the most and the median change between runs
+    # span, at batch 1 of all); Mixtral (both columns, both runs); the widest and the median range of the latest run
     assert g.summary() == ("2 of 3 and 2 of 3", "2 of 2 and 2 of 2", "1 of 3 and 2 of 3", "1.10x", "1", "1",
-                           "1.20-1.50x", "is not", "0.25", "0.04")
+                           "1.20-1.50x", "is not", "0.25", "0.10")
     assert g.first_run() == ("17-40x", "30-80")
     assert g.verdict() == ("most", "Mixtral's are not")
 
 
-def test_one_run_has_no_spread_to_quote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _plant(tmp_path, monkeypatch, [_row("llama", 1, 1.04, 1.03, 30), _row("mixtral", 4, 1.04, 1.05, 20)])
+def test_a_run_without_its_range_has_no_spread_to_quote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    head = HEAD.replace(" range |", "").replace("|---" * 16, "|---" * 15)
+    _plant(tmp_path, monkeypatch, [_row("llama", 1, 1.04, 1.03, 30), _row("mixtral", 4, 1.04, 1.05, 20)], head=head)
     assert g.counts() == ("2 of 2", "1 of 1", "2 of 2", "none", "0", "0", "1.04-1.05x", "may be")
-    with pytest.raises(AssertionError, match="one run"):
+    with pytest.raises(AssertionError, match="no range over processes"):
         g.moves()
     assert g.verdict()[1] == "Mixtral's too on some"
 
